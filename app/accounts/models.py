@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import ARRAY, BigInteger, CheckConstraint, DateTime, ForeignKey, Index, LargeBinary, Text, func
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base
+
+PLATFORM_ROLES = ("member", "moderator", "admin")
+TRUST_TIERS = ("new", "contributor", "reviewer")
+ACCOUNT_STATES = ("probation", "active", "restricted", "suspended", "banned")
+TOKEN_SCOPES = ("findings:submit", "findings:verify", "repositories:write", "reviews:submit", "reviews:verify")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Account(Base):
+    __tablename__ = "accounts"
+    __table_args__ = (
+        CheckConstraint(_in("platform_role", PLATFORM_ROLES), name="platform_role"),
+        CheckConstraint(_in("trust_tier", TRUST_TIERS), name="trust_tier"),
+        CheckConstraint(_in("state", ACCOUNT_STATES), name="state"),
+        Index("accounts_email_idx", "email", unique=True),
+        Index("accounts_handle_idx", "handle", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    email: Mapped[str] = mapped_column(Text)  # stored lowercased + trimmed
+    handle: Mapped[str] = mapped_column(Text)  # stored lowercased
+    password_hash: Mapped[str | None] = mapped_column(Text)
+    platform_role: Mapped[str] = mapped_column(Text, server_default="member")
+    trust_tier: Mapped[str] = mapped_column(Text, server_default="new")
+    state: Mapped[str] = mapped_column(Text, server_default="probation")
+    # Real interactive activity only (login); written at most once per 5 minutes.
+    last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+    __table_args__ = (
+        Index("api_tokens_token_hash_idx", "token_hash", unique=True),
+        Index("api_tokens_account_id_idx", "account_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    token_hash: Mapped[bytes] = mapped_column(LargeBinary)  # sha256 of the secret; the secret is shown once
+    token_prefix: Mapped[str] = mapped_column(Text)
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    # Throttled: written at most once per 5 minutes per token.
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class WebSession(Base):
+    """Server-side login sessions (authoritative): revocable, rotated at login, expiring."""
+
+    __tablename__ = "web_sessions"
+    __table_args__ = (
+        Index("web_sessions_token_hash_idx", "token_hash", unique=True),
+        Index("web_sessions_account_id_idx", "account_id"),
+        Index("web_sessions_expires_at_idx", "expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    token_hash: Mapped[bytes] = mapped_column(LargeBinary)
+    csrf_secret: Mapped[str] = mapped_column(Text, server_default="")
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Throttled like api_tokens.last_used_at.
+    last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class LoginAttempt(Base):
+    """Failed login attempts, for rate limiting per account and per address (shared by every web process)."""
+
+    __tablename__ = "login_attempts"
+    __table_args__ = (
+        Index("login_attempts_email_idx", "email", "attempted_at"),
+        Index("login_attempts_ip_idx", "ip_hash", "attempted_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    email: Mapped[str] = mapped_column(Text)
+    ip_hash: Mapped[bytes] = mapped_column(LargeBinary)
+    attempted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -1,0 +1,84 @@
+"""Configuration, read only here: environment variables, typed and validated."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+class ConfigError(RuntimeError):
+    pass
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept postgresql:// and postgres:// and use the psycopg 3 driver."""
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    raise ConfigError("DATABASE_URL must start with postgresql:// or postgresql+psycopg://")
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    database_replica_url: str | None
+    redis_url: str
+    secret_key: str
+    base_url: str
+    local_dev: bool
+    db_pool_size: int
+    hot_key_interval_seconds: int
+    request_body_limit: int
+
+
+def settings() -> Settings:
+    """Current settings. Cheap; read at call time so tests and operators can change the environment."""
+    database_url = os.environ.get("DATABASE_URL", "")
+    if not database_url:
+        raise ConfigError("DATABASE_URL is not set (./run starts an embedded Postgres when it is absent)")
+    replica = os.environ.get("DATABASE_REPLICA_URL") or None
+    redis_url = os.environ.get("REDIS_URL", "")
+    if not redis_url:
+        raise ConfigError("REDIS_URL is not set (./run starts an embedded Valkey when it is absent)")
+    base_url = os.environ.get("BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+    return Settings(
+        database_url=normalize_database_url(database_url),
+        database_replica_url=normalize_database_url(replica) if replica else None,
+        redis_url=redis_url,
+        secret_key=os.environ.get("SECRET_KEY", ""),
+        base_url=base_url,
+        local_dev=base_url.startswith("http://127.0.0.1") or base_url.startswith("http://localhost"),
+        db_pool_size=_int("DB_POOL_SIZE", 10, minimum=1),
+        hot_key_interval_seconds=_int("INFESTATIONS_HOT_KEY_INTERVAL", 30),
+        request_body_limit=_int("REQUEST_BODY_LIMIT", 4 * 1024 * 1024, minimum=1024),
+    )
+
+
+def read_from_rollup() -> bool:
+    """Runtime flag, read at every call (design: instant rollback without restart)."""
+    return _bool("INFESTATIONS_READ_FROM_ROLLUP", True)

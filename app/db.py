@@ -1,0 +1,108 @@
+"""Database engines, sessions and the one transaction helper every service uses.
+
+Writes go to the primary. Public reads may use DATABASE_REPLICA_URL (same as the primary when unset).
+`transaction()` counts open transactions in a context variable so that post-commit hooks can refuse to run
+inside one (ringing the worker before commit could let it read a state without our change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+
+from sqlalchemy import MetaData
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import DeclarativeBase
+
+from app.config import settings
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+_engines: dict[tuple[int, str], AsyncEngine] = {}
+_open_transactions: contextvars.ContextVar[int] = contextvars.ContextVar("open_transactions", default=0)
+# Set for the request right after a moderator's write, so it reads its own write from the primary.
+_force_primary: contextvars.ContextVar[bool] = contextvars.ContextVar("force_primary", default=False)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _engine_for(url: str) -> AsyncEngine:
+    # one engine per event loop: pooled async connections belong to the loop that opened them
+    key = (id(asyncio.get_running_loop()), url)
+    engine = _engines.get(key)
+    if engine is None:
+        cfg = settings()
+        engine = create_async_engine(
+            url,
+            pool_size=cfg.db_pool_size,
+            max_overflow=cfg.db_pool_size,
+            pool_pre_ping=True,
+            # prepare_threshold=None keeps us compatible with PgBouncer in transaction mode
+            connect_args={"prepare_threshold": None},
+        )
+        _engines[key] = engine
+    return engine
+
+
+def engine() -> AsyncEngine:
+    return _engine_for(settings().database_url)
+
+
+def replica_engine() -> AsyncEngine:
+    cfg = settings()
+    if cfg.database_replica_url is None or _force_primary.get():
+        return _engine_for(cfg.database_url)
+    return _engine_for(cfg.database_replica_url)
+
+
+def use_primary_for_reads() -> None:
+    _force_primary.set(True)
+
+
+async def dispose_engines() -> None:
+    loop_id = id(asyncio.get_running_loop())
+    for key in [k for k in _engines if k[0] == loop_id]:
+        await _engines.pop(key).dispose()
+
+
+def in_transaction() -> bool:
+    return _open_transactions.get() > 0
+
+
+@asynccontextmanager
+async def transaction() -> AsyncIterator[AsyncSession]:
+    """One unit of work on the primary: commits on success, rolls back on any exception."""
+    maker = async_sessionmaker(engine(), expire_on_commit=False)
+    token = _open_transactions.set(_open_transactions.get() + 1)
+    try:
+        async with maker() as session, session.begin():
+            yield session
+    finally:
+        _open_transactions.reset(token)
+
+
+@asynccontextmanager
+async def read_session(*, replica: bool = True) -> AsyncIterator[AsyncSession]:
+    """A short read-only session (public reads may go to the replica)."""
+    maker = async_sessionmaker(replica_engine() if replica else engine(), expire_on_commit=False)
+    async with maker() as session:
+        try:
+            yield session
+        finally:
+            await session.rollback()

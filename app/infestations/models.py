@@ -1,0 +1,173 @@
+"""Rollup (projection) tables of the infestation atlas. Derived: rebuilt by backfill/reconcile from source."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, Integer, Text, Uuid, func, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base
+
+WINDOWS = (7, 30, 90, 365)
+
+
+class InfestationPattern(Base):
+    __tablename__ = "infestation_patterns"
+    __table_args__ = (
+        Index(
+            "infestation_patterns_rank_7d_idx",
+            text("repo_count_7d DESC"),
+            text("last_seen_at_7d DESC NULLS LAST"),
+            postgresql_where=text("repo_count_7d >= 2"),
+        ),
+        Index(
+            "infestation_patterns_rank_30d_idx",
+            text("repo_count_30d DESC"),
+            text("last_seen_at_30d DESC NULLS LAST"),
+            postgresql_where=text("repo_count_30d >= 2"),
+        ),
+        Index(
+            "infestation_patterns_rank_90d_idx",
+            text("repo_count_90d DESC"),
+            text("last_seen_at_90d DESC NULLS LAST"),
+            postgresql_where=text("repo_count_90d >= 2"),
+        ),
+        Index(
+            "infestation_patterns_rank_365d_idx",
+            text("repo_count_365d DESC"),
+            text("last_seen_at_365d DESC NULLS LAST"),
+            postgresql_where=text("repo_count_365d >= 2"),
+        ),
+    )
+
+    pattern_key: Mapped[str] = mapped_column(Text, primary_key=True)
+    title: Mapped[str] = mapped_column(Text)
+    severity: Mapped[str | None] = mapped_column(Text)
+    sample_file_path: Mapped[str | None] = mapped_column(Text)
+    sample_occurrence_public_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    repo_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    instance_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    open_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    verified_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    fixed_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    disputed_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    first_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    repo_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
+    instance_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
+    open_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
+    verified_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
+    fixed_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
+    disputed_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_seen_at_7d: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    repo_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
+    instance_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
+    open_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
+    verified_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
+    fixed_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
+    disputed_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_seen_at_30d: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    repo_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
+    instance_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
+    open_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
+    verified_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
+    fixed_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
+    disputed_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_seen_at_90d: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    repo_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
+    instance_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
+    open_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
+    verified_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
+    fixed_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
+    disputed_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_seen_at_365d: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    refreshed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class InfestationPatternRepo(Base):
+    """Membership: pattern x listed repository (graph satellites, delist-safe key discovery)."""
+
+    __tablename__ = "infestation_pattern_repos"
+    __table_args__ = (
+        Index("infestation_pattern_repos_repo_idx", "repository_id"),
+        Index(
+            "infestation_pattern_repos_pattern_recent_idx",
+            "pattern_key",
+            text("last_seen_at DESC"),
+            text("repository_id DESC"),
+        ),
+    )
+
+    pattern_key: Mapped[str] = mapped_column(Text, primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    instance_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    open_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    verified_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    fixed_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    disputed_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    primary_status: Mapped[str] = mapped_column(Text, server_default="open")
+    severity: Mapped[str | None] = mapped_column(Text)
+    title: Mapped[str | None] = mapped_column(Text)
+    sample_occurrence_public_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    first_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class InfestationPatternInstance(Base):
+    """Canonical grain: one row per canonical finding in the public join set."""
+
+    __tablename__ = "infestation_pattern_instances"
+    __table_args__ = (
+        Index(
+            "infestation_pattern_instances_pattern_canonical_idx", "pattern_key", "canonical_finding_id", unique=True
+        ),
+        Index("infestation_pattern_instances_window_idx", "pattern_key", text("updated_at DESC")),
+        Index(
+            "infestation_pattern_instances_ledger_idx",
+            "pattern_key",
+            text("updated_at DESC"),
+            text("canonical_finding_id DESC"),
+        ),
+        Index("infestation_pattern_instances_status_window_idx", "status", text("updated_at DESC"), "pattern_key"),
+        Index("infestation_pattern_instances_repo_idx", "repository_id"),
+    )
+
+    canonical_finding_id: Mapped[int] = mapped_column(
+        ForeignKey("canonical_findings.id", ondelete="CASCADE"), primary_key=True
+    )
+    pattern_key: Mapped[str] = mapped_column(Text)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(Text)
+    severity: Mapped[str | None] = mapped_column(Text)
+    title: Mapped[str] = mapped_column(Text)
+    file_path: Mapped[str | None] = mapped_column(Text)
+    sample_occurrence_public_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    sample_scan_id: Mapped[int | None] = mapped_column(BigInteger)
+    sample_commit_sha: Mapped[str | None] = mapped_column(Text)
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class InfestationDirtyKey(Base):
+    """Pending rollup work (authoritative until drained): written in the same transaction as the change.
+
+    `version` grows on every re-dirty, so a worker deletes only the version it refreshed."""
+
+    __tablename__ = "infestation_dirty_keys"
+    __table_args__ = (Index("infestation_dirty_keys_available_idx", "available_at"),)
+
+    pattern_key: Mapped[str] = mapped_column(Text, primary_key=True)
+    reason: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(BigInteger, server_default="1")
+    dirtied_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    first_dirtied_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    available_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    claimed_by: Mapped[str | None] = mapped_column(Text)
+    claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")

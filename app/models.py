@@ -1,0 +1,38 @@
+"""Every model, imported once so Alembic and the drift test see the whole schema."""
+
+from app.accounts.models import Account, ApiToken, LoginAttempt, WebSession
+from app.db import Base
+from app.infestations.models import (
+    InfestationDirtyKey,
+    InfestationPattern,
+    InfestationPatternInstance,
+    InfestationPatternRepo,
+)
+from app.moderation.models import AuditEvent
+from app.ops.models import AppSecret, InstanceLease, JobRun
+from app.registry.models import Repository
+from app.reports.models import CanonicalFinding, CanonicalFindingCheck, Scan, ScanConfirmation, ScanFinding
+
+metadata = Base.metadata
+
+__all__ = [
+    "Account",
+    "ApiToken",
+    "AppSecret",
+    "AuditEvent",
+    "CanonicalFinding",
+    "CanonicalFindingCheck",
+    "InfestationDirtyKey",
+    "InfestationPattern",
+    "InfestationPatternInstance",
+    "InfestationPatternRepo",
+    "InstanceLease",
+    "JobRun",
+    "LoginAttempt",
+    "Repository",
+    "Scan",
+    "ScanConfirmation",
+    "ScanFinding",
+    "WebSession",
+    "metadata",
+]

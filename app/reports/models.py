@@ -1,0 +1,223 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    Text,
+    Uuid,
+    func,
+    text,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.accounts.models import _in
+from app.db import Base
+
+PROVENANCES = ("agent", "human", "hybrid")
+REVIEW_KINDS = ("code_review", "threat_model", "privacy_review", "business_logic")
+REVIEW_STATUSES = ("quarantined", "accepted", "rejected", "contested")
+VISIBILITIES = ("restricted", "public_summary", "public")
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+DISPOSITIONS = ("new", "matches_existing", "regression", "not_reproduced")
+CANONICAL_STATUSES = ("open", "verified", "disputed", "fixed")
+CHECK_VERDICTS = ("confirmed", "disputed", "fixed")
+CONFIRMATION_VERDICTS = ("confirmed", "disputed")
+
+PATTERN_PRESENT = "pattern_key IS NOT NULL AND pattern_key <> ''"
+
+
+class Scan(Base):
+    """A report: one submission against a repository at a commit."""
+
+    __tablename__ = "scans"
+    __table_args__ = (
+        CheckConstraint("commit_sha ~ '^[0-9a-f]{40}$'", name="commit_sha"),
+        CheckConstraint(_in("provenance", PROVENANCES), name="provenance"),
+        CheckConstraint(_in("review_kind", REVIEW_KINDS), name="review_kind"),
+        CheckConstraint(_in("review_status", REVIEW_STATUSES), name="review_status"),
+        CheckConstraint(_in("visibility", VISIBILITIES), name="visibility"),
+        CheckConstraint("findings_count >= 0 AND confirmations_count >= 0 AND disputes_count >= 0", name="counts"),
+        Index("scans_repository_inserted_idx", "repository_id", text("inserted_at DESC")),
+        Index("scans_submitted_by_id_idx", "submitted_by_id"),
+        Index("scans_public_record_idx", "repository_id", "review_status", "visibility", text("inserted_at DESC")),
+        Index("scans_reviewed_by_id_idx", "reviewed_by_id"),
+        Index("scans_public_repo_idx", "repository_id", "id", postgresql_where=text("visibility = 'public'")),
+        Index(
+            "scans_submitter_run_id_idx",
+            "submitted_by_id",
+            "run_id",
+            unique=True,
+            postgresql_where=text("run_id IS NOT NULL"),
+        ),
+        Index("scans_inserted_at_idx", text("inserted_at DESC"), "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    submitted_by_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"))
+    commit_sha: Mapped[str] = mapped_column(Text)
+    model: Mapped[str | None] = mapped_column(Text)
+    prompt_version: Mapped[str | None] = mapped_column(Text)
+    run_id: Mapped[str | None] = mapped_column(Text)
+    provenance: Mapped[str] = mapped_column(Text, server_default="agent")
+    review_kind: Mapped[str] = mapped_column(Text, server_default="code_review")
+    notes: Mapped[str | None] = mapped_column(Text)
+    findings_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    confirmations_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    disputes_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    review_status: Mapped[str] = mapped_column(Text, server_default="quarantined")
+    visibility: Mapped[str] = mapped_column(Text, server_default="public")
+    moderation_reason: Mapped[str | None] = mapped_column(Text)
+    moderation_notes: Mapped[str | None] = mapped_column(Text)
+    reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reviewed_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"))
+    raw_document: Mapped[str | None] = mapped_column(Text)
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ScanFinding(Base):
+    """A finding occurrence: immutable except for its link to the canonical finding."""
+
+    __tablename__ = "scan_findings"
+    __table_args__ = (
+        CheckConstraint(_in("severity", SEVERITIES), name="severity"),
+        CheckConstraint(_in("disposition", DISPOSITIONS), name="disposition"),
+        CheckConstraint(
+            "(line_start IS NULL AND line_end IS NULL) OR "
+            "(line_start >= 1 AND line_end >= line_start AND line_end <= 1000000)",
+            name="lines",
+        ),
+        Index("scan_findings_public_id_idx", "public_id", unique=True),
+        Index("scan_findings_scan_id_idx", "scan_id"),
+        Index("scan_findings_canonical_finding_id_idx", "canonical_finding_id"),
+        Index("scan_findings_fingerprint_idx", "fingerprint"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    public_id: Mapped[uuid.UUID] = mapped_column(Uuid, server_default=text("gen_random_uuid()"))
+    scan_id: Mapped[int] = mapped_column(ForeignKey("scans.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer, server_default="0")
+    file_path: Mapped[str] = mapped_column(Text)
+    line_start: Mapped[int | None] = mapped_column(Integer)
+    line_end: Mapped[int | None] = mapped_column(Integer)
+    severity: Mapped[str] = mapped_column(Text)
+    title: Mapped[str] = mapped_column(Text)
+    description: Mapped[str] = mapped_column(Text)
+    canonical_finding_id: Mapped[int | None] = mapped_column(ForeignKey("canonical_findings.id", ondelete="RESTRICT"))
+    fingerprint: Mapped[str | None] = mapped_column(Text)
+    disposition: Mapped[str] = mapped_column(Text, server_default="new")
+    claimed_canonical_public_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class CanonicalFinding(Base):
+    """Repository-level issue memory. `updated_at` moves only when a value really changes: it drives every
+    infestation window."""
+
+    __tablename__ = "canonical_findings"
+    __table_args__ = (
+        CheckConstraint(_in("status", CANONICAL_STATUSES), name="status"),
+        Index("canonical_findings_public_id_idx", "public_id", unique=True),
+        Index("canonical_findings_repo_fingerprint_idx", "repository_id", "fingerprint", unique=True),
+        Index("canonical_findings_repo_status_idx", "repository_id", "status"),
+        Index("canonical_findings_fingerprint_idx", "fingerprint"),
+        Index(
+            "canonical_findings_pattern_repo_idx",
+            "pattern_key",
+            "repository_id",
+            postgresql_where=text(PATTERN_PRESENT),
+        ),
+        Index("canonical_findings_pattern_status_idx", "pattern_key", "status", postgresql_where=text(PATTERN_PRESENT)),
+        Index(
+            "canonical_findings_pattern_updated_idx",
+            "pattern_key",
+            text("updated_at DESC"),
+            postgresql_where=text(PATTERN_PRESENT),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    public_id: Mapped[uuid.UUID] = mapped_column(Uuid, server_default=text("gen_random_uuid()"))
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    fingerprint: Mapped[str] = mapped_column(Text)
+    pattern_key: Mapped[str | None] = mapped_column(Text)
+    file_path: Mapped[str | None] = mapped_column(Text)
+    line_start: Mapped[int | None] = mapped_column(Integer)
+    line_end: Mapped[int | None] = mapped_column(Integer)
+    severity: Mapped[str | None] = mapped_column(Text)
+    title: Mapped[str] = mapped_column(Text)
+    description: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, server_default="open")
+    first_seen_commit_sha: Mapped[str] = mapped_column(Text)
+    last_seen_commit_sha: Mapped[str] = mapped_column(Text)
+    detections_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    distinct_submitters_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    distinct_models_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    confirmations_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    disputes_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class CanonicalFindingCheck(Base):
+    __tablename__ = "canonical_finding_checks"
+    __table_args__ = (
+        CheckConstraint(_in("verdict", CHECK_VERDICTS), name="verdict"),
+        CheckConstraint(_in("provenance", PROVENANCES), name="provenance"),
+        Index("canonical_finding_checks_unique_idx", "canonical_finding_id", "account_id", "commit_sha", unique=True),
+        Index("canonical_finding_checks_account_id_idx", "account_id"),
+        Index(
+            "canonical_finding_checks_ip_idx",
+            "canonical_finding_id",
+            "client_ip_hash",
+            postgresql_where=text("client_ip_hash IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    canonical_finding_id: Mapped[int] = mapped_column(ForeignKey("canonical_findings.id", ondelete="CASCADE"))
+    scan_finding_id: Mapped[int | None] = mapped_column(ForeignKey("scan_findings.id", ondelete="SET NULL"))
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"))
+    commit_sha: Mapped[str] = mapped_column(Text)
+    verdict: Mapped[str] = mapped_column(Text)
+    provenance: Mapped[str] = mapped_column(Text, server_default="human")
+    notes: Mapped[str] = mapped_column(Text)
+    evidence: Mapped[str | None] = mapped_column(Text)
+    client_ip_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ScanConfirmation(Base):
+    """A report-level verdict; copied onto a check for every canonical of the report at its commit."""
+
+    __tablename__ = "scan_confirmations"
+    __table_args__ = (
+        CheckConstraint(_in("verdict", CONFIRMATION_VERDICTS), name="verdict"),
+        CheckConstraint(_in("provenance", PROVENANCES), name="provenance"),
+        Index("scan_confirmations_unique_idx", "scan_id", "account_id", unique=True),
+        Index("scan_confirmations_account_id_idx", "account_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    scan_id: Mapped[int] = mapped_column(ForeignKey("scans.id", ondelete="CASCADE"))
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"))
+    verdict: Mapped[str] = mapped_column(Text)
+    provenance: Mapped[str] = mapped_column(Text, server_default="human")
+    notes: Mapped[str] = mapped_column(Text)
+    evidence: Mapped[str | None] = mapped_column(Text)
+    client_ip_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

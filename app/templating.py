@@ -1,0 +1,18 @@
+"""Jinja environment: autoescape for .html, .xml and .svg (titles and repository names are attacker-controlled)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.templating import Jinja2Templates
+
+ROOT = Path(__file__).resolve().parent.parent
+
+environment = Environment(
+    loader=FileSystemLoader(str(ROOT / "templates")),
+    autoescape=select_autoescape(enabled_extensions=("html", "xml", "svg", "atom"), default=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+templates = Jinja2Templates(env=environment)

@@ -1,0 +1,49 @@
+"""Enqueueing from the web processes and services: the only place outside the worker that touches arq."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+from arq import create_pool
+from arq.connections import ArqRedis, RedisSettings
+
+from app.config import settings
+
+DRAIN_JOB = "drain_dirty_keys"
+_COALESCE_SECONDS = 0.5
+_pools: dict[tuple[int, str], ArqRedis] = {}
+
+
+async def pool() -> ArqRedis:
+    """One pool per event loop and Redis URL (tests and the CLI run several loops in one process)."""
+    url = settings().redis_url
+    key = (id(asyncio.get_running_loop()), url)
+    existing = _pools.get(key)
+    if existing is None:
+        rs = RedisSettings.from_dsn(url)
+        rs.conn_timeout = 1
+        rs.conn_retries = 0
+        existing = await create_pool(rs)
+        _pools[key] = existing
+    return existing
+
+
+async def close_pools() -> None:
+    loop_id = id(asyncio.get_running_loop())
+    for key in [k for k in _pools if k[0] == loop_id]:
+        await _pools.pop(key).aclose()
+
+
+async def ring_drain() -> None:
+    """One coalesced drain job per half-second bucket, deferred to the end of the bucket: every ring in a bucket
+    happened after its commit and before the job starts, so a ring dropped by arq's job-id uniqueness is
+    always covered by the job that made it redundant."""
+    bucket = int(time.time() / _COALESCE_SECONDS) + 1
+    redis = await pool()
+    await redis.enqueue_job(
+        DRAIN_JOB,
+        _job_id=f"{DRAIN_JOB}:{bucket}",
+        _defer_until=datetime.fromtimestamp(bucket * _COALESCE_SECONDS, tz=UTC),
+    )

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from app.config import settings
+from app.models import metadata
+
+target_metadata = metadata
+
+
+def run_migrations_online() -> None:
+    connectable = context.config.attributes.get("connection")
+    if connectable is not None:
+        context.configure(connection=connectable, target_metadata=target_metadata, compare_server_default=True)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    engine = create_engine(settings().database_url, poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=target_metadata, compare_server_default=True)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+run_migrations_online()

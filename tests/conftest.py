@@ -1,0 +1,116 @@
+"""Test services: one embedded Postgres + Valkey per session (unless DATABASE_URL/REDIS_URL are given),
+migrated once with Alembic; every test starts from empty tables."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from app.devservices import Postgres, Redis, free_port, pdeathsig
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+def _plain_url(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def services() -> Iterator[dict[str, str]]:
+    tmp = tempfile.mkdtemp(prefix="tarakan-test-")  # under /tmp: reachable by the unprivileged postgres user
+    started: list[Postgres | Redis] = []
+    if not os.environ.get("DATABASE_URL"):
+        pg = Postgres(os.path.join(tmp, "pg"), fast_unsafe=True).start()
+        started.append(pg)
+        os.environ["DATABASE_URL"] = pg.url
+    if not os.environ.get("REDIS_URL"):
+        redis = Redis(os.path.join(tmp, "redis")).start()
+        started.append(redis)
+        os.environ["REDIS_URL"] = redis.url
+    os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")
+    os.environ.setdefault("BASE_URL", "http://testserver")
+    from app.migrate import upgrade_to_head
+
+    upgrade_to_head()
+    yield {"DATABASE_URL": os.environ["DATABASE_URL"], "REDIS_URL": os.environ["REDIS_URL"]}
+    for s in reversed(started):
+        s.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def truncate_all() -> None:
+    with psycopg.connect(_plain_url(os.environ["DATABASE_URL"]), autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
+            )
+        ]
+        if tables:
+            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+@pytest.fixture(autouse=True)
+def clean_database(services: dict[str, str]) -> None:
+    truncate_all()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    from app.main import app
+
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 4711))
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        yield c
+
+
+def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A real `tarakan` process that dies with the test run, even on SIGKILL."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *args],
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+        preexec_fn=pdeathsig(signal.SIGTERM),
+    )
+
+
+def wait_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not answer in {timeout}s")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def live_server(services: dict[str, str]) -> Iterator[str]:
+    """A real `tarakan serve` process (the browser tests and the multi-process tests use it)."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = spawn("serve", "--port", str(port), env={"BASE_URL": base})
+    try:
+        wait_http(f"{base}/healthz")
+        yield base
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1,0 +1,164 @@
+"""Low-level source rows for tests that need data without going through the report service."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from datetime import datetime
+
+from app import db
+from app.accounts.models import Account
+from app.registry.models import Repository
+from app.reports.finding_memory import fingerprint, pattern_key
+from app.reports.models import CanonicalFinding, Scan, ScanFinding
+
+_seq = itertools.count(1)
+
+
+def sha(seed: object) -> str:
+    return hashlib.sha1(str(seed).encode()).hexdigest()
+
+
+async def create_account(
+    *,
+    email: str | None = None,
+    handle: str | None = None,
+    platform_role: str = "member",
+    trust_tier: str = "new",
+    state: str = "active",
+    password_hash: str | None = None,
+) -> Account:
+    n = next(_seq)
+    account = Account(
+        email=email or f"user{n}@example.com",
+        handle=handle or f"user{n}",
+        platform_role=platform_role,
+        trust_tier=trust_tier,
+        state=state,
+        password_hash=password_hash,
+    )
+    async with db.transaction() as session:
+        session.add(account)
+    return account
+
+
+async def create_repository(
+    owner: str | None = None, name: str | None = None, *, host: str = "github.com", listing_status: str = "listed"
+) -> Repository:
+    n = next(_seq)
+    owner = owner or f"owner{n}"
+    name = name or f"repo{n}"
+    repo = Repository(
+        host=host,
+        owner=owner,
+        name=name,
+        canonical_url=f"https://{host}/{owner}/{name}",
+        listing_status=listing_status,
+    )
+    async with db.transaction() as session:
+        session.add(repo)
+    return repo
+
+
+async def create_scan(
+    repository: Repository,
+    account: Account,
+    *,
+    visibility: str = "public",
+    commit_sha: str | None = None,
+    inserted_at: datetime | None = None,
+) -> Scan:
+    scan = Scan(
+        repository_id=repository.id,
+        submitted_by_id=account.id,
+        commit_sha=commit_sha or sha(next(_seq)),
+        visibility=visibility,
+        model="test-model",
+        prompt_version="test/v1",
+    )
+    if inserted_at is not None:
+        scan.inserted_at = inserted_at
+    async with db.transaction() as session:
+        session.add(scan)
+    return scan
+
+
+async def create_canonical(
+    repository: Repository,
+    title: str,
+    *,
+    status: str = "open",
+    file_path: str | None = None,
+    line_start: int | None = 1,
+    severity: str = "high",
+    commit_sha: str | None = None,
+    inserted_at: datetime | None = None,
+    updated_at: datetime | None = None,
+) -> CanonicalFinding:
+    path = file_path or f"src/file{next(_seq)}.py"
+    sha_ = commit_sha or sha(next(_seq))
+    canonical = CanonicalFinding(
+        repository_id=repository.id,
+        fingerprint=fingerprint(path, line_start, title),
+        pattern_key=pattern_key(title),
+        file_path=path,
+        line_start=line_start,
+        line_end=line_start,
+        severity=severity,
+        title=title,
+        description=f"{title} description",
+        status=status,
+        first_seen_commit_sha=sha_,
+        last_seen_commit_sha=sha_,
+        detections_count=1,
+    )
+    if inserted_at is not None:
+        canonical.inserted_at = inserted_at
+    if updated_at is not None:
+        canonical.updated_at = updated_at
+    async with db.transaction() as session:
+        session.add(canonical)
+    return canonical
+
+
+async def create_occurrence(scan: Scan, canonical: CanonicalFinding, *, position: int = 0) -> ScanFinding:
+    finding = ScanFinding(
+        scan_id=scan.id,
+        position=position,
+        file_path=canonical.file_path or "unknown",
+        line_start=canonical.line_start,
+        line_end=canonical.line_end,
+        severity=canonical.severity or "high",
+        title=canonical.title,
+        description=canonical.description or "",
+        canonical_finding_id=canonical.id,
+        fingerprint=canonical.fingerprint,
+        disposition="new",
+    )
+    async with db.transaction() as session:
+        session.add(finding)
+    return finding
+
+
+async def create_instance(
+    repository: Repository,
+    account: Account,
+    title: str,
+    *,
+    status: str = "open",
+    visibility: str = "public",
+    updated_at: datetime | None = None,
+    inserted_at: datetime | None = None,
+) -> tuple[Scan, CanonicalFinding, ScanFinding]:
+    """One report with one finding whose canonical is new: the common shape of infestation fixtures."""
+    scan = await create_scan(repository, account, visibility=visibility)
+    canonical = await create_canonical(
+        repository,
+        title,
+        status=status,
+        commit_sha=scan.commit_sha,
+        updated_at=updated_at,
+        inserted_at=inserted_at,
+    )
+    occurrence = await create_occurrence(scan, canonical)
+    return scan, canonical, occurrence
