@@ -22,6 +22,7 @@ def _routes() -> list[BaseRoute]:
     from app.infestations.routes import routes as infestation_routes
     from app.moderation.routes import routes as moderation_routes
     from app.ops.routes import routes as ops_routes
+    from app.registry.api import routes as registry_api_routes
     from app.registry.routes import routes as registry_routes
     from app.reports.routes import routes as report_routes
     from app.seo.routes import routes as seo_routes
@@ -32,6 +33,7 @@ def _routes() -> list[BaseRoute]:
         *seo_routes,
         *account_routes,
         *moderation_routes,
+        *registry_api_routes,
         *report_routes,
         *registry_routes,
         *infestation_routes,

@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+routes: list[BaseRoute] = []
