@@ -1,0 +1,155 @@
+"""Generate a synthetic registry quickly in SQL (for the benchmarks, never for tests).
+
+Tier A: 10^4 listed repositories; Tier B: 10^5. Power-law fan-out (Zipf-like) over shared patterns with a hot
+pattern in >= 10^4 repositories (Tier B), plus rare per-repository findings, about 10^6 canonical findings at
+Tier B. Pattern keys are computed in SQL with sha256 over titles that are already in normalized form, so they are
+exactly `pattern_key(title)`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    repos: int
+    shared_patterns: int  # patterns with a power-law fan-out
+    hot_fanout: int  # repositories of the hottest pattern
+    rare_per_repo: int  # findings with rarely shared titles, per repository
+    rare_pool: int  # distinct rare titles
+
+
+TIERS = {
+    "A": Tier("A", 10_000, 2_000, 2_000, 6, 20_000),
+    "B": Tier("B", 100_000, 20_000, 12_000, 9, 60_000),
+}
+
+STATUSES = "ARRAY['open','open','open','open','open','verified','verified','fixed','disputed']"
+
+
+def generate(dsn: str, tier: Tier, *, progress: bool = True) -> dict[str, int]:
+    """Fill an EMPTY migrated database. Returns row counts."""
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if progress:
+            print(f"[generate {tier.name}] {time.perf_counter() - t0:6.1f}s {msg}", flush=True)
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = off")
+        conn.execute(
+            "INSERT INTO accounts (email, handle, platform_role, trust_tier, state) "
+            "VALUES ('bench@example.com', 'bench', 'admin', 'reviewer', 'active')"
+        )
+        conn.execute(
+            """
+            INSERT INTO repositories (host, owner, name, canonical_url, listing_status, stars_count, primary_language)
+            SELECT 'github.com', 'owner' || (g %% 9973), 'repo-' || g,
+                   'https://github.com/owner' || (g %% 9973) || '/repo-' || g,
+                   CASE WHEN g %% 50 = 0 THEN 'quarantined' WHEN g %% 97 = 0 THEN 'pending' ELSE 'listed' END,
+                   (g * 7919) %% 5000, (ARRAY['python','go','rust','ruby','elixir'])[1 + g %% 5]
+            FROM generate_series(1, %(n)s) g
+            """,
+            {"n": tier.repos},
+        )
+        say(f"{tier.repos} repositories")
+        # one public scan per repository, plus a restricted one on every 40th
+        conn.execute(
+            """
+            INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, visibility,
+                               findings_count, inserted_at, updated_at)
+            SELECT r.id, 1, substr(md5('c' || r.id) || md5('d' || r.id), 1, 40), 'bench', 'bench/v1',
+                   'public', 0, now() - interval '1 day' * (r.id % 400), now()
+            FROM repositories r
+            UNION ALL
+            SELECT r.id, 1, substr(md5('e' || r.id) || md5('f' || r.id), 1, 40), 'bench', 'bench/v1',
+                   'restricted', 0, now(), now()
+            FROM repositories r WHERE r.id % 40 = 0
+            """
+        )
+        say("scans")
+        # shared patterns: fan-out ~ hot / rank (Zipf, alpha 1), at least 1; repos spread by multiplicative hashing
+        conn.execute(
+            f"""
+            CREATE TEMP TABLE gen_canon AS
+            WITH p AS (
+              SELECT r AS rank, 'shared pattern ' || r || ' injection in handler' AS title,
+                     GREATEST(1, (%(hot)s / r)::int) AS fanout
+              FROM generate_series(1, %(shared)s) r
+            )
+            SELECT DISTINCT ON (repo_id, title) repo_id, title, i
+            FROM (
+              SELECT p.title, i, 1 + ((p.rank::bigint * 2654435761 + i::bigint * 40503) %% %(n)s) AS repo_id
+              FROM p, LATERAL generate_series(1, p.fanout) i
+              UNION ALL
+              SELECT 'rare finding ' || (1 + ((g::bigint * 2246822519) %% %(pool)s)) || ' in module', k,
+                     g AS repo_id
+              FROM generate_series(1, %(n)s) g, generate_series(1, %(rare)s) k
+            ) x
+            """,
+            {"hot": tier.hot_fanout, "shared": tier.shared_patterns, "n": tier.repos, "rare": tier.rare_per_repo,
+             "pool": tier.rare_pool},
+        )  # fmt: skip
+        say("candidate canonicals")
+        conn.execute(
+            f"""
+            INSERT INTO canonical_findings (repository_id, fingerprint, pattern_key, file_path, line_start, line_end,
+              severity, title, description, status, first_seen_commit_sha, last_seen_commit_sha, detections_count,
+              inserted_at, updated_at)
+            SELECT c.repo_id,
+                   md5(c.repo_id || '/' || c.title) || md5(c.title || '/' || c.repo_id),
+                   encode(sha256(convert_to(c.title, 'UTF8')), 'hex'),
+                   'src/mod_' || (c.i % 97) || '/file_' || c.i || '.py', 10 + c.i % 900, 10 + c.i % 900,
+                   (ARRAY['critical','high','medium','low','info'])[1 + (hashtext(c.title) & 4)],
+                   c.title, 'Synthetic benchmark finding: ' || c.title,
+                   ({STATUSES})[1 + ((hashtext(c.title || c.repo_id) & 2147483647) % 9)],
+                   substr(md5('c' || c.repo_id) || md5('d' || c.repo_id), 1, 40),
+                   substr(md5('c' || c.repo_id) || md5('d' || c.repo_id), 1, 40), 1,
+                   now() - interval '1 hour' * (((hashtext(c.title || c.repo_id || 'i') & 2147483647) % 9600) + 24),
+                   now() - interval '1 hour' * ((hashtext(c.title || c.repo_id || 'u') & 2147483647) % 9600)
+            FROM gen_canon c
+            """
+        )
+        conn.execute("UPDATE canonical_findings SET inserted_at = updated_at WHERE inserted_at > updated_at")
+        say("canonical findings")
+        conn.execute(
+            """
+            INSERT INTO scan_findings (scan_id, position, file_path, line_start, line_end, severity, title, description,
+              canonical_finding_id, fingerprint, disposition)
+            SELECT s.id, 0, c.file_path, c.line_start, c.line_end, c.severity, c.title, c.description, c.id,
+                   c.fingerprint, 'new'
+            FROM canonical_findings c JOIN scans s ON s.repository_id = c.repository_id AND s.visibility = 'public'
+            """
+        )
+        # a second, restricted occurrence for some canonicals (must never count or be the sample)
+        conn.execute(
+            """
+            INSERT INTO scan_findings (scan_id, position, file_path, line_start, line_end, severity, title, description,
+              canonical_finding_id, fingerprint, disposition)
+            SELECT s.id, 1, c.file_path, c.line_start, c.line_end, c.severity, c.title, c.description, c.id,
+                   c.fingerprint, 'matches_existing'
+            FROM canonical_findings c JOIN scans s ON s.repository_id = c.repository_id AND s.visibility = 'restricted'
+            """
+        )
+        say("occurrences")
+        conn.execute("ANALYZE")
+        counts = {
+            t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # type: ignore[index]
+            for t in ("repositories", "scans", "canonical_findings", "scan_findings")
+        }
+        counts["pattern_keys"] = int(
+            conn.execute("SELECT count(DISTINCT pattern_key) FROM canonical_findings").fetchone()[0]  # type: ignore[index]
+        )
+        counts["hot_repos"] = int(
+            conn.execute(
+                "SELECT count(DISTINCT repository_id) FROM canonical_findings WHERE title = "
+                "'shared pattern 1 injection in handler'"
+            ).fetchone()[0]  # type: ignore[index]
+        )
+        say(f"done: {counts}")
+        return counts
