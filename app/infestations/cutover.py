@@ -1,0 +1,116 @@
+"""The design's hard cutover gates: `read_from_rollup` may be turned on only when every one of them holds."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from app import db
+from app.infestations.shadow import shadow_compare_all
+
+COVERAGE_THRESHOLD = 0.99
+RECENT_REFRESH_HOURS = 26  # hourly window recompute and nightly reconcile both bump refreshed_at
+DIRTY_MAX_AGE_SECONDS = 60
+RECONCILE_MAX_AGE_HOURS = 26  # nightly, with slack for a slow run
+RANK_INDEXES = tuple(f"infestation_patterns_rank_{w}d_idx" for w in (7, 30, 90, 365))
+
+Gate = tuple[str, bool, str]
+
+# Source keys: the distinct keys of the public join set (domain §3). Covered: those with a rollup row refreshed
+# recently. A key the projection has not reached yet is the thing this gate exists to catch.
+_COVERAGE_SQL = """
+WITH source AS (
+  SELECT DISTINCT c.pattern_key
+  FROM canonical_findings c
+  JOIN repositories r ON r.id = c.repository_id
+  WHERE r.listing_status = 'listed' AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
+    AND EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+                WHERE f.canonical_finding_id = c.id AND s.visibility = 'public')
+)
+SELECT COUNT(*) AS source_keys,
+       COUNT(p.pattern_key) FILTER (WHERE p.refreshed_at >= now() - make_interval(hours => :hours)) AS covered
+FROM source LEFT JOIN infestation_patterns p ON p.pattern_key = source.pattern_key
+"""
+
+_INDEXES_SQL = """
+SELECT c.relname, i.indisvalid AND i.indisready AS valid
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE c.relname = ANY(CAST(:names AS text[]))
+"""
+
+# Claimable (not throttled, not leased) and last dirtied over a minute ago: the workers are not keeping up.
+_STALE_DIRTY_SQL = """
+SELECT COUNT(*) AS stale, EXTRACT(EPOCH FROM now() - MIN(dirtied_at)) AS oldest
+FROM infestation_dirty_keys
+WHERE available_at <= now()
+  AND (claimed_until IS NULL OR claimed_until < now())
+  AND dirtied_at < now() - make_interval(secs => :seconds)
+"""
+
+_RECONCILE_SQL = """
+SELECT finished_at, finished_at >= now() - make_interval(hours => :hours) AS recent
+FROM job_runs WHERE name = 'reconcile'
+"""
+
+
+async def _coverage() -> Gate:
+    async with db.read_session(replica=False) as session:
+        row = (await session.execute(text(_COVERAGE_SQL), {"hours": RECENT_REFRESH_HOURS})).mappings().one()
+    source, covered = int(row["source_keys"]), int(row["covered"])
+    if source == 0:
+        return ("backfill coverage", True, "no public pattern keys yet (empty registry)")
+    ratio = covered / source
+    detail = f"{covered}/{source} source keys refreshed within {RECENT_REFRESH_HOURS}h ({ratio:.2%}; need 99%)"
+    return ("backfill coverage", ratio >= COVERAGE_THRESHOLD, detail)
+
+
+async def _rank_indexes() -> Gate:
+    async with db.read_session(replica=False) as session:
+        rows = (await session.execute(text(_INDEXES_SQL), {"names": list(RANK_INDEXES)})).mappings().all()
+    valid = {row["relname"]: bool(row["valid"]) for row in rows}
+    missing = [name for name in RANK_INDEXES if name not in valid]
+    invalid = [name for name, ok in valid.items() if not ok]
+    if missing or invalid:
+        parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
+            [f"invalid {', '.join(sorted(invalid))}"] if invalid else []
+        )
+        return ("rank indexes valid", False, "; ".join(parts))
+    return ("rank indexes valid", True, f"{len(RANK_INDEXES)} rank indexes valid")
+
+
+async def _dirty_backlog() -> Gate:
+    async with db.read_session(replica=False) as session:
+        row = (await session.execute(text(_STALE_DIRTY_SQL), {"seconds": DIRTY_MAX_AGE_SECONDS})).mappings().one()
+    stale = int(row["stale"])
+    if stale:
+        oldest = float(row["oldest"])
+        return ("dirty backlog drained", False, f"{stale} claimable dirty keys waiting, oldest {oldest:.0f}s")
+    return ("dirty backlog drained", True, f"no claimable dirty key older than {DIRTY_MAX_AGE_SECONDS}s")
+
+
+async def _recent_reconcile() -> Gate:
+    async with db.read_session(replica=False) as session:
+        row = (await session.execute(text(_RECONCILE_SQL), {"hours": RECONCILE_MAX_AGE_HOURS})).mappings().first()
+    if row is None or row["finished_at"] is None:
+        return ("recent reconcile", False, "no finished reconcile run recorded")
+    ok = bool(row["recent"])
+    detail = f"last reconcile finished {row['finished_at'].isoformat()}"
+    return ("recent reconcile", ok, detail if ok else f"{detail} (older than {RECONCILE_MAX_AGE_HOURS}h)")
+
+
+async def _shadow_clean() -> Gate:
+    problems = await shadow_compare_all()
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        return ("shadow-compare clean", False, f"{len(problems)} mismatches: " + "; ".join(problems[:3]) + more)
+    return ("shadow-compare clean", True, "legacy and rollup agree on every window x status x min_repos")
+
+
+async def cutover_check() -> list[Gate]:
+    """Each gate as `(name, passed, detail)`, in the design's order; cutover needs every one to pass."""
+    return [
+        await _coverage(),
+        await _rank_indexes(),
+        await _dirty_backlog(),
+        await _recent_reconcile(),
+        await _shadow_clean(),
+    ]

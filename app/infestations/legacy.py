@@ -1,0 +1,248 @@
+"""Legacy online reads of the infestation atlas (domain §4): the semantic reference for the rollups.
+
+These aggregate the public join set (§3) at query time: slow at scale, but obviously right, so parity tests,
+shadow-compare and the flag-off rollback path all use them. Differences from the original, from domain §11:
+representative title/severity/sample come from the public join only (listed repository, public occurrence),
+the sample is the newest public occurrence, ranking has the deterministic tiebreak `pattern_key ASC`, and
+instances are listed newest-first with the same keyset as the rollup path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import text
+
+from app import db
+from app.infestations.cursors import decode_cursor, next_cursor
+from app.metrics import LIST_DURATION
+
+STATUSES = ("open", "verified", "disputed", "fixed")
+UNKNOWN_TITLE = "Unknown pattern"
+
+# The infestation map of domain §5.7: identical keys on every path (legacy, rollup, status-filtered).
+INFESTATION_KEYS = (
+    "pattern_key",
+    "title",
+    "severity",
+    "sample_file_path",
+    "sample_occurrence_public_id",
+    "repo_count",
+    "instance_count",
+    "open_count",
+    "verified_count",
+    "fixed_count",
+    "disputed_count",
+    "last_seen_at",
+    "first_seen_at",
+)
+
+# Instance entries of domain §4.4.
+INSTANCE_KEYS = (
+    "id",
+    "public_id",
+    "occurrence_public_id",
+    "status",
+    "severity",
+    "title",
+    "file_path",
+    "detections_count",
+    "confirmations_count",
+    "host",
+    "owner",
+    "name",
+    "repository_id",
+    "commit_sha",
+    "scan_id",
+    "updated_at",
+)
+
+
+def clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, int(value)))
+
+
+def clamp_list_options(
+    *, days: int, min_repos: int, limit: int, status: str | None
+) -> tuple[int, int, int, str | None]:
+    """§4.1 clamps, shared by both paths: days 1..365, min_repos 2..50, limit 1..100; an unknown status is
+    "no filter" rather than an error (the list is a public page with forgiving filters)."""
+    return (
+        clamp(days, 1, 365),
+        clamp(min_repos, 2, 50),
+        clamp(limit, 1, 100),
+        status if status in STATUSES else None,
+    )
+
+
+def window_bucket(days: int) -> int:
+    """Smallest precomputed window covering `days` (exact for 7/30/90/365)."""
+    return 7 if days <= 7 else 30 if days <= 30 else 90 if days <= 90 else 365
+
+
+def _uuid_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def infestation_map(row: Mapping[Any, Any]) -> dict[str, Any]:
+    item = {key: row.get(key) for key in INFESTATION_KEYS}
+    item["title"] = item["title"] or UNKNOWN_TITLE
+    item["sample_occurrence_public_id"] = _uuid_str(item["sample_occurrence_public_id"])
+    for key in ("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count"):
+        item[key] = int(item[key] or 0)
+    return item
+
+
+def instance_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
+    entry = {key: row[key] for key in INSTANCE_KEYS}
+    entry["public_id"] = _uuid_str(entry["public_id"])
+    entry["occurrence_public_id"] = _uuid_str(entry["occurrence_public_id"])
+    return entry
+
+
+# One row per canonical in the public join set (§3). EXISTS instead of joining occurrences: a canonical with
+# many public occurrences must count once, and the distinct counts then stay cheap.
+_PUBLIC_CANONICALS = """
+SELECT c.id, c.pattern_key, c.repository_id, c.status, c.inserted_at, c.updated_at
+FROM canonical_findings c
+JOIN repositories r ON r.id = c.repository_id
+WHERE r.listing_status = 'listed'
+  AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
+  AND EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+              WHERE f.canonical_finding_id = c.id AND s.visibility = 'public')
+"""
+
+_AGGREGATES = """
+COUNT(DISTINCT repository_id) AS repo_count,
+COUNT(DISTINCT id) AS instance_count,
+COUNT(DISTINCT id) FILTER (WHERE status = 'open') AS open_count,
+COUNT(DISTINCT id) FILTER (WHERE status = 'verified') AS verified_count,
+COUNT(DISTINCT id) FILTER (WHERE status = 'fixed') AS fixed_count,
+COUNT(DISTINCT id) FILTER (WHERE status = 'disputed') AS disputed_count,
+MAX(updated_at) AS last_seen_at,
+MIN(inserted_at) AS first_seen_at
+"""
+
+_LIST_SQL = f"""
+WITH pc AS ({_PUBLIC_CANONICALS} AND c.updated_at >= :since {{status_filter}})
+SELECT pattern_key, {_AGGREGATES}
+FROM pc
+GROUP BY pattern_key
+HAVING COUNT(DISTINCT repository_id) >= :min_repos
+ORDER BY repo_count DESC, last_seen_at DESC, pattern_key ASC
+LIMIT :limit
+"""
+
+_GET_SQL = f"""
+WITH pc AS ({_PUBLIC_CANONICALS} AND c.pattern_key = :key)
+SELECT pattern_key, {_AGGREGATES} FROM pc GROUP BY pattern_key
+"""
+
+# Representative (§4.2, leak fixed): among the key's public-join canonicals, open-preferring, then newest;
+# its sample is its newest public occurrence.
+_REPRESENTATIVES_SQL = """
+WITH rep AS (
+  SELECT DISTINCT ON (c.pattern_key) c.pattern_key, c.id, c.title, c.severity, c.file_path
+  FROM canonical_findings c
+  JOIN repositories r ON r.id = c.repository_id
+  WHERE c.pattern_key = ANY(CAST(:keys AS text[]))
+    AND r.listing_status = 'listed'
+    AND EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+                WHERE f.canonical_finding_id = c.id AND s.visibility = 'public')
+  ORDER BY c.pattern_key,
+           CASE c.status WHEN 'open' THEN 0 WHEN 'disputed' THEN 1 WHEN 'verified' THEN 2 ELSE 3 END,
+           c.updated_at DESC, c.id DESC
+)
+SELECT rep.pattern_key, rep.title, rep.severity, rep.file_path AS sample_file_path,
+       sample.public_id AS sample_occurrence_public_id
+FROM rep
+LEFT JOIN LATERAL (
+  SELECT f.public_id FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+  WHERE f.canonical_finding_id = rep.id AND s.visibility = 'public'
+  ORDER BY s.inserted_at DESC, f.id DESC
+  LIMIT 1
+) sample ON true
+"""
+
+# Newest public occurrence per canonical (DISTINCT ON), then the ledger order: newest canonical first.
+_INSTANCES_SQL = """
+WITH rows AS (
+  SELECT DISTINCT ON (c.id)
+    c.id, c.public_id, f.public_id AS occurrence_public_id, c.status, c.severity, c.title, c.file_path,
+    c.detections_count, c.confirmations_count, r.host, r.owner, r.name, c.repository_id,
+    s.commit_sha, s.id AS scan_id, c.updated_at
+  FROM canonical_findings c
+  JOIN repositories r ON r.id = c.repository_id
+  JOIN scan_findings f ON f.canonical_finding_id = c.id
+  JOIN scans s ON s.id = f.scan_id
+  WHERE c.pattern_key = :key AND r.listing_status = 'listed' AND s.visibility = 'public'
+  ORDER BY c.id, s.inserted_at DESC, f.id DESC
+)
+SELECT * FROM rows
+{after}
+ORDER BY updated_at DESC, id DESC
+LIMIT :fetch
+"""
+
+
+async def _representatives(keys: Sequence[str]) -> dict[str, Mapping[Any, Any]]:
+    if not keys:
+        return {}
+    async with db.read_session() as session:
+        rows = (await session.execute(text(_REPRESENTATIVES_SQL), {"keys": list(keys)})).mappings().all()
+    return {row["pattern_key"]: row for row in rows}
+
+
+def _merge(aggregate: Mapping[Any, Any], rep: Mapping[Any, Any] | None) -> dict[str, Any]:
+    return infestation_map({**aggregate, **({k: v for k, v in rep.items() if k != "pattern_key"} if rep else {})})
+
+
+async def list_infestations_legacy(
+    *, days: int = 30, min_repos: int = 2, status: str | None = None, limit: int = 40
+) -> list[dict[str, Any]]:
+    """Online GROUP BY over the public join set: canonicals updated within `days` (exact `since`), optional
+    pre-aggregate status filter, at least `min_repos` distinct repositories. Counts and dates are window-scoped."""
+    days, min_repos, limit, status = clamp_list_options(days=days, min_repos=min_repos, limit=limit, status=status)
+    started = time.perf_counter()
+    since = db.utcnow() - timedelta(days=days)
+    params: dict[str, Any] = {"since": since, "min_repos": min_repos, "limit": limit}
+    status_filter = ""
+    if status is not None:
+        status_filter = "AND c.status = :status"
+        params["status"] = status
+    async with db.read_session() as session:
+        rows = (await session.execute(text(_LIST_SQL.format(status_filter=status_filter)), params)).mappings().all()
+    reps = await _representatives([row["pattern_key"] for row in rows])
+    LIST_DURATION.labels(source="legacy", window=str(window_bucket(days))).observe(time.perf_counter() - started)
+    return [_merge(row, reps.get(row["pattern_key"])) for row in rows]
+
+
+async def get_infestation_legacy(pattern_key: str) -> dict[str, Any] | None:
+    """All-time aggregate of one key over the public join set; None when nothing public remains."""
+    if not pattern_key:
+        return None
+    async with db.read_session() as session:
+        row = (await session.execute(text(_GET_SQL), {"key": pattern_key})).mappings().first()
+    if row is None:
+        return None
+    reps = await _representatives([pattern_key])
+    return _merge(row, reps.get(pattern_key))
+
+
+async def list_instances_legacy(pattern_key: str, *, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+    """The key's public-join canonicals newest-first, each with its newest public occurrence (commit, scan).
+    Returns `{"entries", "next_cursor"}`; the caller clamps `limit`."""
+    limit = clamp(limit, 1, 300)
+    params: dict[str, Any] = {"key": pattern_key, "fetch": limit + 1}
+    after = ""
+    if cursor is not None:
+        at, row_id = decode_cursor(cursor)
+        after = "WHERE (updated_at, id) < (:after_at, :after_id)"
+        params.update(after_at=at, after_id=row_id)
+    async with db.read_session() as session:
+        rows = (await session.execute(text(_INSTANCES_SQL.format(after=after)), params)).mappings().all()
+    entries = [instance_entry(row) for row in rows]
+    return {"entries": entries, "next_cursor": next_cursor(entries, limit, at="updated_at", row_id="id")}
