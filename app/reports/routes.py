@@ -1,5 +1,120 @@
+"""Report API (bearer token): submit reports, record checks and report-level verdicts. Thin: read a capped
+JSON body, authenticate, call the service, answer 201."""
+
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+import hashlib
+import importlib
+import json
+from typing import Any
 
-routes: list[BaseRoute] = []
+from sqlalchemy import text
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
+
+from app import db
+from app.accounts.models import Account
+from app.config import settings
+from app.errors import DomainError, Forbidden, NotFound, Unauthorized, ValidationError
+from app.reports import service
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object, read with a cap of `request_body_limit` bytes (413 beyond it)."""
+    limit = settings().request_body_limit
+    too_large = DomainError({"body": [f"must be at most {limit} bytes"]}, status_code=413)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise too_large
+    try:
+        body = json.loads(bytes(data), parse_constant=_reject_constant)
+    except ValueError:  # includes JSONDecodeError and UnicodeDecodeError
+        raise DomainError({"body": ["must be valid JSON"]}, status_code=400) from None
+    if not isinstance(body, dict):
+        raise ValidationError({"body": ["must be a JSON object"]})
+    return body
+
+
+async def _fallback_authenticate(header: str | None) -> tuple[Account, frozenset[str]]:
+    # Used only while app.accounts.service.authenticate_bearer does not exist yet: sha256 token hash lookup.
+    scheme, _, token = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized({"authorization": ["a bearer token is required"]})
+    digest = hashlib.sha256(token.strip().encode()).digest()
+    async with db.read_session(replica=False) as session:
+        row = (
+            await session.execute(
+                text("SELECT account_id, scopes FROM api_tokens WHERE token_hash = :h AND revoked_at IS NULL"),
+                {"h": digest},
+            )
+        ).first()
+        if row is None:
+            raise Unauthorized({"authorization": ["the token is invalid or revoked"]})
+        account = await session.get(Account, int(row[0]))
+    if account is None or account.state in ("suspended", "banned"):
+        raise Forbidden({"account": ["cannot use the API"]})
+    return account, frozenset(row[1] or ())
+
+
+async def authenticate(request: Request) -> tuple[Account, frozenset[str]]:
+    header = request.headers.get("authorization")
+    try:
+        module = importlib.import_module("app.accounts.service")
+        contract = getattr(module, "authenticate_bearer", None)
+    except ImportError:
+        contract = None
+    if contract is None:
+        return await _fallback_authenticate(header)
+    account, scopes = await contract(header)
+    assert isinstance(account, Account)
+    return account, frozenset(scopes)
+
+
+def _client_ip(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+async def submit_report(request: Request) -> JSONResponse:
+    account, scopes = await authenticate(request)
+    body = await read_json_object(request)
+    p = request.path_params
+    result = await service.submit_report(
+        account, p["host"], p["owner"], p["name"], body, client_ip=_client_ip(request), scopes=scopes
+    )
+    return JSONResponse(result, status_code=201)
+
+
+async def record_check(request: Request) -> JSONResponse:
+    account, scopes = await authenticate(request)
+    body = await read_json_object(request)
+    result = await service.record_check(
+        account, request.path_params["canonical_public_id"], body, client_ip=_client_ip(request), scopes=scopes
+    )
+    return JSONResponse(result, status_code=201)
+
+
+async def record_confirmation(request: Request) -> JSONResponse:
+    account, scopes = await authenticate(request)
+    body = await read_json_object(request)
+    raw_id = request.path_params["scan_id"]
+    if not raw_id.isdigit() or len(raw_id) > 18:
+        raise NotFound({"report": ["not found"]})
+    result = await service.record_confirmation(account, int(raw_id), body, client_ip=_client_ip(request), scopes=scopes)
+    return JSONResponse(result, status_code=201)
+
+
+routes: list[BaseRoute] = [
+    Route("/api/v1/repos/{host}/{owner}/{name}/reports", submit_report, methods=["POST"]),
+    Route("/api/v1/findings/{canonical_public_id}/checks", record_check, methods=["POST"]),
+    Route("/api/v1/reports/{scan_id}/confirmations", record_confirmation, methods=["POST"]),
+]

@@ -1,0 +1,179 @@
+"""The status quorum of domain §1.5, recomputed from scratch every time (never incremental).
+
+Which checks count: at the canonical's `last_seen_commit_sha` (quorum is per commit), provenance human or hybrid,
+account state active, account qualified (trust_tier reviewer or platform_role moderator/admin), and not
+IP-colluding. Collusion is symmetric: a client_ip_hash used by two or more accounts on the same canonical within
+the last 7 days (relative to now, any commit) drops every check carrying that hash.
+Updates are guarded with IS DISTINCT FROM so `updated_at` moves only when a value really changes (§2.7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+THRESHOLD = 2
+COLLUSION_WINDOW = "7 days"
+
+
+@dataclass(frozen=True)
+class Tally:
+    confirmed: int = 0
+    disputed: int = 0
+    fixed: int = 0
+
+
+def status_for(tally: Tally) -> str:
+    """Status rule with threshold 2: fixed, else verified, else disputed, else open."""
+    if tally.fixed - tally.disputed >= THRESHOLD:
+        return "fixed"
+    if tally.confirmed - tally.disputed >= THRESHOLD:
+        return "verified"
+    if tally.disputed > tally.confirmed:
+        return "disputed"
+    return "open"
+
+
+def meets_quorum(tally: Tally) -> bool:
+    return status_for(tally) in ("fixed", "verified")
+
+
+_TALLY = f"""
+WITH colluding AS (
+  SELECT o.client_ip_hash FROM canonical_finding_checks o
+  WHERE o.canonical_finding_id = :canonical_id AND o.client_ip_hash IS NOT NULL
+    AND o.inserted_at >= now() - interval '{COLLUSION_WINDOW}'
+  GROUP BY o.client_ip_hash HAVING count(DISTINCT o.account_id) > 1
+)
+SELECT ch.verdict, count(*) FROM canonical_finding_checks ch
+JOIN accounts a ON a.id = ch.account_id
+WHERE ch.canonical_finding_id = :canonical_id AND ch.commit_sha = :commit_sha
+  AND ch.provenance IN ('human', 'hybrid')
+  AND a.state = 'active'
+  AND (a.trust_tier = 'reviewer' OR a.platform_role IN ('moderator', 'admin'))
+  AND (ch.client_ip_hash IS NULL OR ch.client_ip_hash NOT IN (SELECT client_ip_hash FROM colluding))
+GROUP BY ch.verdict
+"""
+
+
+async def tally_checks(session: AsyncSession, canonical_id: int, commit_sha: str) -> Tally:
+    """Qualified verdict counts for one canonical at one commit."""
+    rows = (await session.execute(text(_TALLY), {"canonical_id": canonical_id, "commit_sha": commit_sha})).all()
+    counts = {str(verdict): int(n) for verdict, n in rows}
+    return Tally(counts.get("confirmed", 0), counts.get("disputed", 0), counts.get("fixed", 0))
+
+
+_APPLY_STATUS = """
+UPDATE canonical_findings SET
+  status = :status, confirmations_count = :c, disputes_count = :d,
+  verified_at = CASE WHEN :status IN ('verified', 'fixed') THEN coalesce(verified_at, now()) END,
+  updated_at = now()
+WHERE id = :id
+  AND (status, confirmations_count, disputes_count, verified_at) IS DISTINCT FROM
+      (:status, :c, :d, CASE WHEN :status IN ('verified', 'fixed') THEN coalesce(verified_at, now()) END)
+"""
+
+
+async def recompute_canonical_status(session: AsyncSession, canonical_id: int) -> bool:
+    """Recompute status, confirmations_count (C), disputes_count (D) and verified_at of one canonical.
+    Returns True when any of them changed (and only then `updated_at` moved)."""
+    commit = (
+        await session.execute(
+            text("SELECT last_seen_commit_sha FROM canonical_findings WHERE id = :id"), {"id": canonical_id}
+        )
+    ).scalar_one_or_none()
+    if commit is None:
+        return False
+    tally = await tally_checks(session, canonical_id, str(commit))
+    result = await session.execute(
+        text(_APPLY_STATUS),
+        {"id": canonical_id, "status": status_for(tally), "c": tally.confirmed, "d": tally.disputed},
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+_REPORT_TALLY = """
+SELECT sc.verdict, count(*) FROM scan_confirmations sc
+JOIN accounts a ON a.id = sc.account_id
+WHERE sc.scan_id = :scan_id AND sc.provenance IN ('human', 'hybrid') AND a.state = 'active'
+  AND (a.trust_tier = 'reviewer' OR a.platform_role IN ('moderator', 'admin'))
+GROUP BY sc.verdict
+"""
+
+_APPLY_SCAN = """
+UPDATE scans SET
+  confirmations_count = :c, disputes_count = :d,
+  verified_at = CASE WHEN :verified THEN coalesce(verified_at, now()) END,
+  review_status = CASE WHEN NOT :verified AND review_status = 'accepted' THEN 'contested' ELSE review_status END,
+  moderation_reason = CASE WHEN NOT :verified AND review_status = 'accepted'
+                           THEN 'verification_quorum_lost' ELSE moderation_reason END,
+  moderation_notes = CASE WHEN NOT :verified AND review_status = 'accepted'
+                          THEN 'Automatically contested: the report no longer meets the verification quorum.'
+                          ELSE moderation_notes END,
+  reviewed_at = CASE WHEN NOT :verified AND review_status = 'accepted' THEN now() ELSE reviewed_at END,
+  updated_at = now()
+WHERE id = :id
+  AND (confirmations_count, disputes_count, verified_at IS NOT NULL) IS DISTINCT FROM (:c, :d, :verified)
+"""
+
+
+async def recompute_scan_verification(session: AsyncSession, scan_id: int) -> bool:
+    """Report-level `verified_at` (§1.5 last paragraph): every canonical of the report meets quorum at the
+    report's commit, or, for a report without canonicals, its own qualified confirmations C−D ≥ 2.
+    Losing quorum on an accepted report flips it to contested (`verification_quorum_lost`). Returns changed."""
+    commit = (
+        await session.execute(text("SELECT commit_sha FROM scans WHERE id = :id"), {"id": scan_id})
+    ).scalar_one_or_none()
+    if commit is None:
+        return False
+    rows = (await session.execute(text(_REPORT_TALLY), {"scan_id": scan_id})).all()
+    counts = {str(verdict): int(n) for verdict, n in rows}
+    report = Tally(counts.get("confirmed", 0), counts.get("disputed", 0))
+    canonical_ids = (
+        (
+            await session.execute(
+                text(
+                    "SELECT DISTINCT canonical_finding_id FROM scan_findings "
+                    "WHERE scan_id = :id AND canonical_finding_id IS NOT NULL ORDER BY 1"
+                ),
+                {"id": scan_id},
+            )
+        )
+        .scalars()
+        .all()
+    )
+    if canonical_ids:
+        verified = True
+        for canonical_id in canonical_ids:
+            if not meets_quorum(await tally_checks(session, int(canonical_id), str(commit))):
+                verified = False
+                break
+    else:
+        verified = report.confirmed - report.disputed >= THRESHOLD
+    result = await session.execute(
+        text(_APPLY_SCAN), {"id": scan_id, "c": report.confirmed, "d": report.disputed, "verified": verified}
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def recompute_scans_at_commit(session: AsyncSession, canonical_id: int, commit_sha: str) -> int:
+    """Report-level verification of every report that carries this canonical at this commit."""
+    scan_ids = (
+        (
+            await session.execute(
+                text(
+                    "SELECT DISTINCT s.id FROM scans s JOIN scan_findings f ON f.scan_id = s.id "
+                    "WHERE f.canonical_finding_id = :cid AND s.commit_sha = :sha ORDER BY s.id"
+                ),
+                {"cid": canonical_id, "sha": commit_sha},
+            )
+        )
+        .scalars()
+        .all()
+    )
+    changed = 0
+    for scan_id in scan_ids:
+        changed += await recompute_scan_verification(session, int(scan_id))
+    return changed

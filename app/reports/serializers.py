@@ -1,0 +1,121 @@
+"""JSON bodies of the report API (product.md "JSON API", domain §9), read inside the writing transaction so the
+response shows exactly what was committed."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import settings
+
+
+def record_path(host: str, owner: str, name: str) -> str:
+    return "/repos/" + "/".join(quote(part, safe="") for part in (host, owner, name))
+
+
+def finding_url(public_id: object) -> str:
+    return f"{settings().base_url}/findings/{public_id}"
+
+
+_REPORT = """
+SELECT s.id, s.commit_sha, s.model, s.prompt_version, s.run_id, s.provenance, s.review_kind, s.findings_count,
+       s.verified_at, s.review_status, s.visibility, r.host, r.owner, r.name, r.listing_status
+FROM scans s JOIN repositories r ON r.id = s.repository_id WHERE s.id = :id
+"""
+
+_FINDINGS = """
+SELECT f.public_id, c.public_id AS canonical_public_id, c.pattern_key, f.title, f.severity, f.disposition
+FROM scan_findings f LEFT JOIN canonical_findings c ON c.id = f.canonical_finding_id
+WHERE f.scan_id = :id ORDER BY f.position, f.id
+"""
+
+
+async def report_response(session: AsyncSession, scan_id: int) -> dict[str, Any]:
+    """The 201 body of a report submission."""
+    s = (await session.execute(text(_REPORT), {"id": scan_id})).mappings().one()
+    findings = (await session.execute(text(_FINDINGS), {"id": scan_id})).mappings().all()
+    return {
+        "id": s["id"],
+        "kind": "report",
+        "repository": f"{s['owner']}/{s['name']}",
+        "commit_sha": s["commit_sha"],
+        # no forge verification in this product: the commit time is unknown
+        "commit_committed_at": None,
+        "model": s["model"],
+        "prompt_version": s["prompt_version"],
+        "run_id": s["run_id"],
+        "provenance": s["provenance"],
+        "provenance_attestation": "self_reported",
+        "review_kind": s["review_kind"],
+        "findings_count": s["findings_count"],
+        "verified": s["verified_at"] is not None,
+        "review_status": s["review_status"],
+        "visibility": s["visibility"],
+        "disclosed": s["visibility"] in ("public", "public_summary") and s["listing_status"] != "quarantined",
+        "record_url": settings().base_url + record_path(s["host"], s["owner"], s["name"]),
+        "findings": [
+            {
+                "public_id": str(f["public_id"]),
+                "canonical_public_id": None if f["canonical_public_id"] is None else str(f["canonical_public_id"]),
+                "pattern_key": f["pattern_key"],
+                "title": f["title"],
+                "severity": f["severity"],
+                "disposition": f["disposition"],
+                "url": finding_url(f["public_id"]),
+            }
+            for f in findings
+        ],
+    }
+
+
+async def check_response(session: AsyncSession, check_id: int) -> dict[str, Any]:
+    """The 201 body of a check: the canonical finding's new status and tallies."""
+    row = (
+        await session.execute(
+            text(
+                "SELECT ch.id, c.public_id, ch.verdict, ch.commit_sha, ch.provenance, c.status,"
+                " c.confirmations_count, c.disputes_count FROM canonical_finding_checks ch"
+                " JOIN canonical_findings c ON c.id = ch.canonical_finding_id WHERE ch.id = :id"
+            ),
+            {"id": check_id},
+        )
+    ).one()
+    return {
+        "id": row[0],
+        "canonical_public_id": str(row[1]),
+        "verdict": row[2],
+        "commit_sha": row[3],
+        "provenance": row[4],
+        "status": row[5],
+        "confirmations_count": row[6],
+        "disputes_count": row[7],
+    }
+
+
+async def confirmation_response(session: AsyncSession, confirmation_id: int, *, checks_recorded: int) -> dict[str, Any]:
+    """The 201 body of a report-level verdict."""
+    row = (
+        await session.execute(
+            text(
+                "SELECT sc.id, sc.scan_id, sc.verdict, sc.provenance, s.commit_sha, s.confirmations_count,"
+                " s.disputes_count, s.verified_at, s.review_status FROM scan_confirmations sc"
+                " JOIN scans s ON s.id = sc.scan_id WHERE sc.id = :id"
+            ),
+            {"id": confirmation_id},
+        )
+    ).one()
+    return {
+        "id": row[0],
+        "report_id": row[1],
+        "verdict": row[2],
+        "provenance": row[3],
+        "commit_sha": row[4],
+        "confirmations_count": row[5],
+        "disputes_count": row[6],
+        "verified": row[7] is not None,
+        "review_status": row[8],
+        "checks_recorded": checks_recorded,
+    }

@@ -1,0 +1,340 @@
+"""Scan Format v1 and check bodies (domain §9, §1.5): pure validation, no database.
+
+Envelope errors are collected together; inside the document the first bad finding stops validation (the original
+reports `findings[i]` and nothing after it). Field names are the API's: `commit_sha`, `document.tarakan_scan_format`,
+`findings[3].file`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from app.errors import ValidationError
+from app.reports.models import (
+    CHECK_VERDICTS,
+    CONFIRMATION_VERDICTS,
+    DISPOSITIONS,
+    PROVENANCES,
+    REVIEW_KINDS,
+    SEVERITIES,
+)
+
+MAX_FINDINGS = 200
+MAX_TITLE = 200
+MAX_DESCRIPTION = 10_000
+MAX_LINE = 1_000_000
+MAX_LABEL = 100  # model, prompt_version
+MAX_RUN_ID = 200
+MAX_NOTES = 2000
+MAX_RAW_DOCUMENT = 2_000_000
+MIN_CHECK_NOTES = 20
+MAX_EVIDENCE = 10_000
+MAX_PATH_BYTES = 500
+MAX_PATH_SEGMENTS = 64
+MAX_SEGMENT_BYTES = 255
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class FindingInput:
+    position: int
+    file_path: str
+    line_start: int | None
+    line_end: int | None
+    severity: str
+    title: str
+    description: str
+    disposition: str
+    claimed_canonical_public_id: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class ReportInput:
+    commit_sha: str
+    provenance: str
+    review_kind: str
+    model: str | None
+    prompt_version: str | None
+    run_id: str | None
+    notes: str | None
+    document: dict[str, Any]
+    raw_document: str
+    findings: list[FindingInput]
+
+
+@dataclass(frozen=True)
+class VerdictInput:
+    """A check (on a canonical finding) or a report-level confirmation."""
+
+    commit_sha: str | None
+    verdict: str
+    provenance: str
+    notes: str
+    evidence: str | None
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    return "must be one of " + ", ".join(values)
+
+
+def canonical_path(raw: object) -> str:
+    """Storage form of a repository path (domain §2.3, case kept). Raises ValueError with the rule broken."""
+    if not isinstance(raw, str):
+        raise ValueError("must be a string")
+    trimmed = raw.strip()
+    if trimmed.startswith("/"):
+        raise ValueError("must be a relative path (no leading /)")
+    segments = [s for s in trimmed.replace("\\", "/").split("/") if s != ""]
+    if ".." in segments:
+        raise ValueError("must not contain .. segments")
+    path = "/".join(s for s in segments if s != ".")
+    if path == "":
+        raise ValueError("must not be blank")
+    try:
+        encoded = path.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates survive json.loads
+        raise ValueError("must be valid UTF-8") from None
+    if len(encoded) > MAX_PATH_BYTES:
+        raise ValueError(f"must be at most {MAX_PATH_BYTES} bytes")
+    parts = path.split("/")
+    if len(parts) > MAX_PATH_SEGMENTS:
+        raise ValueError(f"must have at most {MAX_PATH_SEGMENTS} segments")
+    if _CONTROL.search(path):
+        raise ValueError("must not contain control characters")
+    if any(len(p.encode("utf-8")) > MAX_SEGMENT_BYTES for p in parts):
+        raise ValueError(f"must not have a segment longer than {MAX_SEGMENT_BYTES} bytes")
+    return path
+
+
+def _is_int(value: object) -> bool:
+    # JSON integers only: bool is an int subclass in Python and 5.0 is a float
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def normalize_commit_sha(value: object) -> tuple[str | None, str | None]:
+    """(normalized sha, error message)."""
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        return None, "can't be blank"
+    if not isinstance(value, str):
+        return None, "must be a string"
+    sha = value.strip().lower()
+    if not _COMMIT.match(sha):
+        return None, "must be 40 hexadecimal characters"
+    return sha, None
+
+
+def _optional_text(
+    body: dict[str, Any], field: str, maximum: int, errors: dict[str, list[str]], *, trim: bool
+) -> str | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        errors[field] = ["must be a string"]
+        return None
+    if trim:
+        value = value.strip()
+    if value == "":
+        return None
+    if len(value) > maximum:
+        errors[field] = [f"must be at most {maximum} characters"]
+        return None
+    return value
+
+
+def _enum(body: dict[str, Any], field: str, values: tuple[str, ...], default: str, errors: dict[str, list[str]]) -> str:
+    value = body.get(field)
+    if value is None:
+        return default
+    if not isinstance(value, str) or value not in values:
+        errors[field] = [_one_of(values)]
+        return default
+    return value
+
+
+def _finding(index: int, raw: object) -> FindingInput:
+    """One finding; raises ValidationError naming `findings[i].<key>` at the first broken rule."""
+
+    def fail(key: str | None, message: str) -> ValidationError:
+        return ValidationError({f"findings[{index}]" + (f".{key}" if key else ""): [message]})
+
+    if not isinstance(raw, dict):
+        raise fail(None, "must be an object")
+    file_raw = raw.get("file")
+    if file_raw is None or (isinstance(file_raw, str) and file_raw.strip() == ""):
+        raise fail("file", "must not be blank")
+    try:
+        file_path = canonical_path(file_raw)
+    except ValueError as exc:
+        raise fail("file", str(exc)) from None
+    severity = raw.get("severity")
+    if severity is None:
+        raise fail("severity", "can't be blank")
+    if not isinstance(severity, str) or severity not in SEVERITIES:
+        raise fail("severity", _one_of(SEVERITIES))
+    title = raw.get("title")
+    if not isinstance(title, str) and title is not None:
+        raise fail("title", "must be a string")
+    if title is None or title.strip() == "":
+        raise fail("title", "must not be blank")
+    if len(title) > MAX_TITLE:
+        raise fail("title", f"must be at most {MAX_TITLE} characters")
+    description = raw.get("description")
+    if not isinstance(description, str) and description is not None:
+        raise fail("description", "must be a string")
+    if description is None or description.strip() == "":
+        raise fail("description", "must not be blank")
+    if len(description) > MAX_DESCRIPTION:
+        raise fail("description", f"must be at most {MAX_DESCRIPTION} characters")
+    disposition = raw.get("disposition")
+    if disposition is None:
+        disposition = "new"
+    elif not isinstance(disposition, str) or disposition not in DISPOSITIONS:
+        raise fail("disposition", _one_of(DISPOSITIONS))
+    claimed: uuid.UUID | None = None
+    existing = raw.get("existing_finding_id")
+    if existing is not None:
+        if not isinstance(existing, str):
+            raise fail("existing_finding_id", "must be a UUID string")
+        try:
+            claimed = uuid.UUID(existing.strip())
+        except ValueError:
+            raise fail("existing_finding_id", "must be a UUID string") from None
+    line_start = raw.get("line_start")
+    line_end = raw.get("line_end")
+    for key, value in (("line_start", line_start), ("line_end", line_end)):
+        if value is not None and not _is_int(value):
+            raise fail(key, "must be an integer")
+        if value is not None and not 1 <= value <= MAX_LINE:
+            raise fail(key, f"must be between 1 and {MAX_LINE}")
+    if line_end is not None and line_start is None:
+        raise fail("line_end", "requires line_start")
+    if line_start is not None and line_end is not None and line_end < line_start:
+        raise fail("line_end", "must be greater than or equal to line_start")
+    if line_start is not None and line_end is None:
+        line_end = line_start
+    return FindingInput(
+        position=index,
+        file_path=file_path,
+        line_start=line_start,
+        line_end=line_end,
+        severity=severity,
+        title=title,
+        description=description,
+        disposition=disposition,
+        claimed_canonical_public_id=claimed,
+    )
+
+
+def _document(document: dict[str, Any], errors: dict[str, list[str]]) -> list[FindingInput]:
+    version = document.get("tarakan_scan_format", document.get("tarakan_review_format"))
+    if not _is_int(version) or version != 1:
+        errors["document.tarakan_scan_format"] = ["tarakan_scan_format must be 1"]
+    raw_findings = document.get("findings")
+    if not isinstance(raw_findings, list):
+        errors["document.findings"] = ["must be a list"]
+        return []
+    if len(raw_findings) > MAX_FINDINGS:
+        errors["document.findings"] = [f"must have at most {MAX_FINDINGS} findings"]
+        return []
+    findings: list[FindingInput] = []
+    for index, raw in enumerate(raw_findings):
+        try:
+            findings.append(_finding(index, raw))
+        except ValidationError as exc:
+            errors.update(exc.errors)
+            return []
+    return findings
+
+
+def validate_report(body: dict[str, Any]) -> ReportInput:
+    """The whole report request body (envelope + document). Raises ValidationError with every envelope error and
+    the first bad finding."""
+    errors: dict[str, list[str]] = {}
+    commit_sha, commit_error = normalize_commit_sha(body.get("commit_sha"))
+    if commit_error:
+        errors["commit_sha"] = [commit_error]
+    provenance = _enum(body, "provenance", PROVENANCES, "agent", errors)
+    review_kind = _enum(body, "review_kind", REVIEW_KINDS, "code_review", errors)
+    model = _optional_text(body, "model", MAX_LABEL, errors, trim=True)
+    prompt_version = _optional_text(body, "prompt_version", MAX_LABEL, errors, trim=True)
+    if provenance != "human" or "provenance" in errors:
+        for field, value in (("model", model), ("prompt_version", prompt_version)):
+            if value is None and field not in errors:
+                errors[field] = ["can't be blank unless provenance is human"]
+    run_id = _optional_text(body, "run_id", MAX_RUN_ID, errors, trim=True)
+    notes = _optional_text(body, "notes", MAX_NOTES, errors, trim=False)
+    document = body.get("document")
+    findings: list[FindingInput] = []
+    raw_document = ""
+    if not isinstance(document, dict):
+        errors["document"] = ["must be a JSON object"] if document is not None else ["can't be blank"]
+    else:
+        raw_document = json.dumps(document, ensure_ascii=False)
+        if len(raw_document) > MAX_RAW_DOCUMENT:
+            errors["document"] = [f"must be at most {MAX_RAW_DOCUMENT} characters"]
+        else:
+            findings = _document(document, errors)
+    if errors:
+        raise ValidationError(errors)
+    assert commit_sha is not None and isinstance(document, dict)
+    return ReportInput(
+        commit_sha=commit_sha,
+        provenance=provenance,
+        review_kind=review_kind,
+        model=model,
+        prompt_version=prompt_version,
+        run_id=run_id,
+        notes=notes,
+        document=document,
+        raw_document=raw_document,
+        findings=findings,
+    )
+
+
+def _verdict_body(body: dict[str, Any], verdicts: tuple[str, ...], *, commit_required: bool) -> VerdictInput:
+    errors: dict[str, list[str]] = {}
+    commit_sha: str | None = None
+    if commit_required:
+        commit_sha, commit_error = normalize_commit_sha(body.get("commit_sha"))
+        if commit_error:
+            errors["commit_sha"] = [commit_error]
+    verdict = body.get("verdict")
+    if verdict is None:
+        errors["verdict"] = ["can't be blank"]
+    elif not isinstance(verdict, str) or verdict not in verdicts:
+        errors["verdict"] = [_one_of(verdicts)]
+    # the API default is agent (agent checks never count toward quorum)
+    provenance = _enum(body, "provenance", PROVENANCES, "agent", errors)
+    notes = body.get("notes")
+    if notes is None or (isinstance(notes, str) and notes.strip() == ""):
+        errors["notes"] = ["can't be blank"]
+    elif not isinstance(notes, str):
+        errors["notes"] = ["must be a string"]
+    elif len(notes.strip()) < MIN_CHECK_NOTES:
+        errors["notes"] = [f"must be at least {MIN_CHECK_NOTES} characters"]
+    elif len(notes) > MAX_NOTES:
+        errors["notes"] = [f"must be at most {MAX_NOTES} characters"]
+    evidence = _optional_text(body, "evidence", MAX_EVIDENCE, errors, trim=False)
+    if errors:
+        raise ValidationError(errors)
+    assert isinstance(verdict, str) and isinstance(notes, str)
+    return VerdictInput(
+        commit_sha=commit_sha, verdict=verdict, provenance=provenance, notes=notes.strip(), evidence=evidence
+    )
+
+
+def validate_check(body: dict[str, Any]) -> VerdictInput:
+    """`{commit_sha, verdict, provenance (default agent), notes 20..2000, evidence ≤10,000}`."""
+    return _verdict_body(body, CHECK_VERDICTS, commit_required=True)
+
+
+def validate_confirmation(body: dict[str, Any]) -> VerdictInput:
+    """Report-level verdict: the commit is the report's own."""
+    return _verdict_body(body, CONFIRMATION_VERDICTS, commit_required=False)
