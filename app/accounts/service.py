@@ -1,0 +1,255 @@
+"""Accounts and API tokens: the only place that writes `accounts` and `api_tokens`.
+
+Passwords are argon2id (`app.accounts.passwords`), hashed off the event loop. API tokens are random secrets shown
+once; only their SHA-256 is stored, so a database leak does not leak usable tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, select, text, update
+from sqlalchemy.exc import IntegrityError
+
+from app import db
+from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, TOKEN_SCOPES, TRUST_TIERS, Account, ApiToken
+from app.accounts.passwords import hash_password
+from app.errors import Forbidden, NotFound, Unauthorized, ValidationError
+
+EMAIL_RE = re.compile(
+    r"^[a-z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$"
+)
+EMAIL_MAX = 254
+HANDLE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,38}$")
+# Handles share the URL namespace with the site's own top-level paths (domain §1.6).
+RESERVED_HANDLES = frozenset(
+    {
+        "about", "account", "accounts", "admin", "api", "app", "assets", "atom", "auth", "epidemics", "explore",
+        "feed", "feeds", "findings", "healthz", "help", "home", "infestations", "jobs", "login", "logout",
+        "metrics", "moderation", "moderator", "new", "patterns", "readyz", "register", "repos", "repositories",
+        "reports", "robots", "root", "search", "security", "settings", "signup", "sitemap", "sitemaps", "static",
+        "support", "system", "tarakan", "tokens", "www",
+    }
+)  # fmt: skip
+PASSWORD_MIN = 12
+PASSWORD_MAX = 1024  # argon2 hashes any length; a cap keeps hashing cost bounded
+TOKEN_PREFIX = "tk_"
+TOKEN_RE = re.compile(r"^tk_[A-Za-z0-9_-]{40}$")
+BLOCKED_STATES = frozenset({"suspended", "banned"})
+
+# One atomic statement: concurrent requests with the same token write at most once per 5 minutes, no read first.
+_TOUCH_TOKEN = text(
+    "UPDATE api_tokens SET last_used_at = now() "
+    "WHERE id = :id AND (last_used_at IS NULL OR last_used_at < now() - interval '5 minutes')"
+)
+
+
+def normalize_email(raw: str) -> str:
+    return raw.strip().lower()
+
+
+def normalize_handle(raw: str) -> str:
+    return raw.strip().lower()
+
+
+def _validate_new_account(
+    email: str, handle: str, platform_role: str, trust_tier: str, state: str, password: str | None
+) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    if not email:
+        errors["email"] = ["is required"]
+    elif len(email) > EMAIL_MAX:
+        errors["email"] = [f"must be at most {EMAIL_MAX} characters"]
+    elif not EMAIL_RE.match(email):
+        errors["email"] = ["is not a valid email address"]
+    if not HANDLE_RE.match(handle):
+        errors["handle"] = [
+            "must be 2-39 characters of a-z, 0-9, '_' or '-', starting with a letter or digit",
+        ]
+    elif handle in RESERVED_HANDLES:
+        errors["handle"] = ["is reserved"]
+    if platform_role not in PLATFORM_ROLES:
+        errors["platform_role"] = [f"must be one of {', '.join(PLATFORM_ROLES)}"]
+    if trust_tier not in TRUST_TIERS:
+        errors["trust_tier"] = [f"must be one of {', '.join(TRUST_TIERS)}"]
+    if state not in ACCOUNT_STATES:
+        errors["state"] = [f"must be one of {', '.join(ACCOUNT_STATES)}"]
+    if password is not None and len(password) < PASSWORD_MIN:
+        errors["password"] = [f"must be at least {PASSWORD_MIN} characters"]
+    elif password is not None and len(password) > PASSWORD_MAX:
+        errors["password"] = [f"must be at most {PASSWORD_MAX} characters"]
+    return errors
+
+
+def _duplicate_errors(exc: IntegrityError) -> ValidationError:
+    constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
+    if constraint == "accounts_handle_idx":
+        return ValidationError({"handle": ["is already taken"]})
+    if constraint == "accounts_email_idx":
+        return ValidationError({"email": ["is already registered"]})
+    raise exc
+
+
+async def create_account(
+    email: str,
+    handle: str,
+    *,
+    platform_role: str = "member",
+    trust_tier: str = "new",
+    state: str = "probation",
+    password: str | None = None,
+) -> Account:
+    """Create an account. Every invalid field is reported at once; duplicates name `email` or `handle`."""
+    email = normalize_email(email)
+    handle = normalize_handle(handle)
+    errors = _validate_new_account(email, handle, platform_role, trust_tier, state, password)
+    if errors:
+        raise ValidationError(errors)
+    password_hash = await asyncio.to_thread(hash_password, password) if password is not None else None
+    account = Account(
+        email=email,
+        handle=handle,
+        password_hash=password_hash,
+        platform_role=platform_role,
+        trust_tier=trust_tier,
+        state=state,
+    )
+    try:
+        async with db.transaction() as session:
+            taken = (
+                await session.execute(
+                    select(Account.email, Account.handle).where((Account.email == email) | (Account.handle == handle))
+                )
+            ).all()
+            for taken_email, taken_handle in taken:
+                if taken_email == email:
+                    errors.setdefault("email", []).append("is already registered")
+                if taken_handle == handle:
+                    errors.setdefault("handle", []).append("is already taken")
+            if errors:
+                raise ValidationError(errors)
+            session.add(account)
+            await session.flush()  # a concurrent insert of the same email/handle surfaces here, not at commit
+            await session.refresh(account)
+    except IntegrityError as exc:  # lost a race with another create: same answer as the pre-check
+        raise _duplicate_errors(exc) from None
+    return account
+
+
+async def _one_account(where: ColumnElement[bool]) -> Account | None:
+    async with db.read_session(replica=False) as session:
+        account = (await session.execute(select(Account).where(where))).scalar()
+        if account is not None:
+            session.expunge(account)  # read_session ends with a rollback, which would expire a still-attached row
+        return account
+
+
+async def get_account_by_email(email: str) -> Account | None:
+    return await _one_account(Account.email == normalize_email(email))
+
+
+async def get_account_by_handle(handle: str) -> Account | None:
+    return await _one_account(Account.handle == normalize_handle(handle))
+
+
+async def get_account(account_id: int) -> Account | None:
+    return await _one_account(Account.id == account_id)
+
+
+def account_json(account: Account) -> dict[str, Any]:
+    return {
+        "id": account.id,
+        "email": account.email,
+        "handle": account.handle,
+        "platform_role": account.platform_role,
+        "trust_tier": account.trust_tier,
+        "state": account.state,
+        "inserted_at": account.inserted_at.isoformat() if account.inserted_at else None,
+    }
+
+
+def _token_digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+def validate_scopes(scopes: Iterable[str]) -> list[str]:
+    """Trimmed, de-duplicated, known scopes; at least one."""
+    cleaned = sorted({s.strip() for s in scopes if s.strip()})
+    if not cleaned:
+        raise ValidationError({"scopes": [f"must name at least one of {', '.join(TOKEN_SCOPES)}"]})
+    unknown = [s for s in cleaned if s not in TOKEN_SCOPES]
+    if unknown:
+        raise ValidationError({"scopes": [f"unknown scope {s!r}; allowed: {', '.join(TOKEN_SCOPES)}" for s in unknown]})
+    return cleaned
+
+
+async def create_token(account_id: int, scopes: list[str]) -> str:
+    """Issue an API token and return its secret. This is the only time the secret exists in clear."""
+    cleaned = validate_scopes(scopes)
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(30)  # 30 random bytes = 40 url-safe characters
+    async with db.transaction() as session:
+        if await session.get(Account, account_id) is None:
+            raise NotFound({"account": ["does not exist"]})
+        session.add(
+            ApiToken(account_id=account_id, token_hash=_token_digest(secret), token_prefix=secret[:8], scopes=cleaned)
+        )
+    return secret
+
+
+async def revoke_token(account_id: int, token_prefix: str) -> int:
+    """Revoke an account's live tokens starting with `token_prefix` (as listed to the owner). Returns how many."""
+    async with db.transaction() as session:
+        result = await session.execute(
+            update(ApiToken)
+            .where(
+                ApiToken.account_id == account_id,
+                ApiToken.token_prefix == token_prefix,
+                ApiToken.revoked_at.is_(None),
+            )
+            .values(revoked_at=func.now())
+        )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def _bearer_secret(authorization_header: str | None) -> str:
+    if authorization_header is None or not authorization_header.strip():
+        raise Unauthorized({"authorization": ["a bearer token is required (Authorization: Bearer TOKEN)"]})
+    scheme, _, value = authorization_header.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() != "bearer" or not TOKEN_RE.match(value):
+        raise Unauthorized({"authorization": ["must be 'Bearer' followed by an API token (tk_...)"]})
+    return value
+
+
+async def authenticate_bearer(authorization_header: str | None) -> tuple[Account, frozenset[str]]:
+    """The account and scopes of a bearer token. Unauthorized for a missing, malformed, unknown or revoked token;
+    Forbidden when the account is suspended or banned."""
+    secret = _bearer_secret(authorization_header)
+    async with db.transaction() as session:
+        row = (
+            await session.execute(
+                select(ApiToken.id, ApiToken.scopes, ApiToken.revoked_at, Account)
+                .join(Account, Account.id == ApiToken.account_id)
+                .where(ApiToken.token_hash == _token_digest(secret))
+            )
+        ).one_or_none()
+        if row is None:
+            raise Unauthorized({"authorization": ["is not a valid API token"]})
+        token_id, scopes, revoked_at, account = row
+        if revoked_at is not None:
+            raise Unauthorized({"authorization": ["this API token has been revoked"]})
+        if account.state in BLOCKED_STATES:
+            raise Forbidden({"account": [f"is {account.state}"]})
+        await session.execute(_TOUCH_TOKEN, {"id": token_id})
+    return account, frozenset(scopes)
+
+
+def require_scope(scopes: frozenset[str], *accepted: str) -> None:
+    """Forbidden unless the token carries at least one of the accepted scopes."""
+    if not scopes.intersection(accepted):
+        raise Forbidden({"scope": [f"this API token needs the scope {' or '.join(accepted)}"]})

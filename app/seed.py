@@ -1,0 +1,297 @@
+"""Demo data (domain §10): three accounts, a dozen listed repositories, the 20 infestation patterns of the
+original seed (95 one-finding reports) and a few one-off findings, then a synchronous rollup drain.
+
+Reports go through the real report service, so the demo exercises the same write path as the API. The seed then
+writes canonical statuses directly (bypassing the check quorum, as the original did) and spreads
+`canonical_findings.inserted_at/updated_at` deterministically over 0-400 days so that the 7/30/90/365-day
+windows all have content. Re-running skips every report whose run_id already exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import exists, select, text, update
+
+from app import db
+from app.accounts.models import Account
+from app.accounts.service import create_account, get_account_by_email
+from app.registry.models import Repository
+from app.registry.service import register_repository
+from app.reports.finding_memory import pattern_key
+from app.reports.models import CanonicalFinding, Scan
+
+DEMO_PASSWORD = "tarakan-demo-password"
+MODERATOR_EMAIL = "mod@example.com"
+SEED_MODEL = "seed-agent"
+SEED_PROMPT_VERSION = "epidemic-demo/v2"
+
+# (email, handle, platform_role, trust_tier)
+DEMO_ACCOUNTS = (
+    (MODERATOR_EMAIL, "mod", "moderator", "reviewer"),
+    ("reviewer@example.com", "reviewer", "member", "reviewer"),
+    ("member@example.com", "member", "member", "contributor"),
+)
+
+# Fictional projects: the demo must not publish findings against real repositories.
+# (owner, name, language, stars, description)
+DEMO_REPOSITORIES = (
+    ("acme-labs", "ledgerd", "Go", 4812, "Append-only ledger daemon with a gRPC and REST gateway."),
+    ("northwind", "paystream", "Java", 2306, "Payment event streaming service for small merchants."),
+    ("quillwork", "inkpress", "TypeScript", 9120, "Headless CMS with a Markdown-first editor."),
+    ("hollow-oak", "burrow", "Rust", 1544, "Tiny reverse proxy with automatic TLS."),
+    ("tidewater", "harbor-api", "Python", 733, "Booking API for marinas and dry docks."),
+    ("glasshouse", "sprout", "Ruby", 3408, "Plant-care tracker and reminder service."),
+    ("ironbark", "vaultkeeper", "Elixir", 612, "Secrets broker for Phoenix clusters."),
+    ("moth-and-lamp", "nightjar", "JavaScript", 15230, "Browser extension for dark reading modes."),
+    ("redfern", "chartwell", "Python", 2891, "Dashboards and alerts over Postgres metrics."),
+    ("saltmarsh", "estuary", "Go", 5177, "Log shipping agent with on-disk buffering."),
+    ("copperline", "switchyard", "C", 402, "Embedded MQTT broker for microcontrollers."),
+    ("pebble-works", "mosaic", "PHP", 1288, "Image gallery and album sharing."),
+)
+
+# domain §10: (title, severity, statuses — one per repository, so the list length is the fan-out)
+DEMO_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("SQL injection via string concatenation", "critical", ("open", "open", "verified", "open", "open")),
+    ("Hardcoded credentials in config loader", "high", ("open", "fixed", "open", "verified", "open")),
+    ("Command injection through shell interpolation", "critical", ("open", "open", "open", "open", "verified")),
+    ("Path traversal in archive extract", "high", ("open", "open", "fixed", "open")),
+    ("SSRF via user-controlled URL fetch", "high", ("open", "verified", "open", "open", "open")),
+    ("JWT accepts alg=none", "critical", ("open", "open", "disputed", "open")),
+    ("Missing authorization on admin API route", "critical", ("open", "open", "open", "verified", "open", "open")),
+    ("Insecure deserialization of user input", "high", ("open", "fixed", "open", "open")),
+    ("Open redirect after login", "medium", ("open", "open", "verified", "fixed", "open")),
+    ("Prototype pollution in deep merge", "high", ("open", "open", "open", "open")),
+    ("Debug endpoint left enabled", "medium", ("open", "fixed", "open", "open", "open")),
+    ("Weak random token generation", "medium", ("open", "open", "verified", "open")),
+    ("CORS reflects arbitrary Origin", "medium", ("open", "open", "open", "open", "open")),
+    ("Timing-unsafe secret comparison", "high", ("open", "verified", "open", "open")),
+    ("Unsanitized HTML rendered as markup", "high", ("open", "open", "open", "fixed", "verified", "open", "open")),
+    ("XML external entity in parser", "high", ("open", "open", "verified")),
+    ("LDAP injection in directory search", "high", ("open", "open", "open", "fixed")),
+    ("Mass assignment on privileged fields", "medium", ("open", "verified", "open", "open", "open")),
+    ("Broken access control on object ID", "critical", ("open", "open", "open", "open", "verified", "open")),
+    ("Insecure direct object reference", "high", ("open", "open", "fixed", "open", "open")),
+)
+
+# One-off findings (a single repository each): they never form an infestation but fill repository pages.
+# (repository index, file, line, severity, title, status)
+DEMO_ONE_OFFS = (
+    (0, "internal/api/export.go", 88, "low", "Verbose error leaks SQL statement to client", "open"),
+    (2, "src/editor/paste.ts", 41, "medium", "Clipboard paste bypasses image size limit", "verified"),
+    (4, "harbor/booking/refunds.py", 132, "high", "Refund amount not bounded by original charge", "open"),
+    (7, "src/content/inject.js", 17, "info", "Extension requests broader host permissions than used", "fixed"),
+    (9, "pkg/buffer/segment.go", 203, "medium", "Buffer segment files created world-readable", "open"),
+)
+
+# Age buckets in days: 7d, 30d, 90d, 365d windows and the tail beyond a year. A pattern's first two instances
+# share its bucket, so every window has patterns with at least two repositories (min_repos=2).
+_AGE_BUCKETS = ((0, 6), (7, 29), (30, 89), (90, 364), (365, 400))
+
+
+@dataclass(frozen=True)
+class SeedReport:
+    repository: Repository
+    run_id: str
+    body: dict[str, Any]
+    status: str
+    age_seed: str  # drives the deterministic timestamps
+    bucket: int
+    pattern_key: str | None
+
+
+def _int_hash(value: str) -> int:
+    return int(hashlib.sha256(value.encode()).hexdigest(), 16)
+
+
+def _commit_sha(repository_id: int, i: int, title: str) -> str:
+    return hashlib.sha256(f"seed-epi-v2-{repository_id}-{i}-{title}".encode()).hexdigest()[:40]
+
+
+def _envelope(commit_sha: str, run_id: str, finding: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "commit_sha": commit_sha,
+        "provenance": "agent",
+        "review_kind": "code_review",
+        "model": SEED_MODEL,
+        "prompt_version": SEED_PROMPT_VERSION,
+        "run_id": run_id,
+        "document": {"tarakan_scan_format": 1, "findings": [finding]},
+    }
+
+
+def pattern_reports(repositories: list[Repository]) -> list[SeedReport]:
+    """One report per pattern instance, exactly as domain §10: repositories round-robin from a deterministic
+    offset sha256(title) mod len(repositories)."""
+    reports: list[SeedReport] = []
+    for p, (title, severity, statuses) in enumerate(DEMO_PATTERNS):
+        title_hash = _int_hash(title)
+        offset = title_hash % len(repositories)
+        for i, status in enumerate(statuses):
+            repo = repositories[(offset + i) % len(repositories)]
+            sha = _commit_sha(repo.id, i, title)
+            finding = {
+                "file": f"lib/seed/epidemic_{title_hash % 10000}/mod_{i}.ex",
+                "line_start": 10 + 3 * i,
+                "line_end": 14 + 3 * i,
+                "severity": severity,
+                "title": title,
+                "description": f"Demo epidemic seed: {title} observed in {repo.owner}/{repo.name}.",
+            }
+            bucket = p % len(_AGE_BUCKETS) if i < 2 else (p + i) % len(_AGE_BUCKETS)
+            run_id = f"epi-seed-v2-{sha}"
+            reports.append(
+                SeedReport(repo, run_id, _envelope(sha, run_id, finding), status, run_id, bucket, pattern_key(title))
+            )
+    return reports
+
+
+def one_off_reports(repositories: list[Repository]) -> list[SeedReport]:
+    reports: list[SeedReport] = []
+    for n, (index, path, line, severity, title, status) in enumerate(DEMO_ONE_OFFS):
+        repo = repositories[index % len(repositories)]
+        sha = _commit_sha(repo.id, n, title)
+        finding = {
+            "file": path,
+            "line_start": line,
+            "line_end": line + 2,
+            "severity": severity,
+            "title": title,
+            "description": f"Demo finding: {title} in {repo.owner}/{repo.name}.",
+        }
+        run_id = f"seed-one-off-v2-{sha}"
+        reports.append(
+            SeedReport(repo, run_id, _envelope(sha, run_id, finding), status, run_id, n % len(_AGE_BUCKETS), None)
+        )
+    return reports
+
+
+def seeded_times(report: SeedReport, now: datetime) -> tuple[datetime, datetime]:
+    """(inserted_at, updated_at): updated_at inside the report's age bucket, inserted_at up to 20 days earlier
+    but never beyond 400 days ago."""
+    low, high = _AGE_BUCKETS[report.bucket]
+    h = _int_hash("seed-age-v2-" + report.age_seed)
+    updated = now - timedelta(days=low + h % (high - low + 1), seconds=(h >> 16) % 86_400)
+    inserted = max(updated - timedelta(days=(h >> 40) % 21), now - timedelta(days=400))
+    return inserted, updated
+
+
+async def _demo_accounts() -> tuple[Account, int]:
+    moderator: Account | None = None
+    created = 0
+    for email, handle, role, tier in DEMO_ACCOUNTS:
+        account = await get_account_by_email(email)
+        if account is None:
+            account = await create_account(
+                email, handle, platform_role=role, trust_tier=tier, state="active", password=DEMO_PASSWORD
+            )
+            created += 1
+        if email == MODERATOR_EMAIL:
+            moderator = account
+    assert moderator is not None
+    return moderator, created
+
+
+async def _demo_repositories() -> list[Repository]:
+    repositories: list[Repository] = []
+    for owner, name, language, stars, description in DEMO_REPOSITORIES:
+        repo, created = await register_repository("github.com", owner, name, listing_status="listed")
+        if created:  # forge metadata is not part of registration; the seed fills it in like a sync would
+            async with db.transaction() as session:
+                await session.execute(
+                    update(Repository)
+                    .where(Repository.id == repo.id)
+                    .values(description=description, primary_language=language, stars_count=stars)
+                )
+        repositories.append(repo)
+    return repositories
+
+
+async def _existing_run_ids(account_id: int, run_ids: list[str]) -> set[str]:
+    async with db.read_session(replica=False) as session:
+        rows = await session.execute(
+            select(Scan.run_id).where(Scan.submitted_by_id == account_id, Scan.run_id.in_(run_ids))
+        )
+        return {r for (r,) in rows if r is not None}
+
+
+async def _apply_statuses_and_times(submitted: list[tuple[SeedReport, uuid.UUID]]) -> None:
+    """One transaction: direct status writes, spread timestamps, dirty keys, repository metrics."""
+    from app.infestations.hooks import mark_dirty
+    from app.reports.service import recalculate_repository_metrics
+
+    async with db.transaction() as session:
+        now = (await session.execute(text("SELECT now()"))).scalar_one()
+        for report, canonical_public_id in submitted:
+            inserted, updated = seeded_times(report, now)
+            canonical_id = (
+                await session.execute(
+                    update(CanonicalFinding)
+                    .where(CanonicalFinding.public_id == canonical_public_id)
+                    .values(
+                        status=report.status,
+                        verified_at=updated if report.status in ("verified", "fixed") else None,
+                        inserted_at=inserted,
+                        updated_at=updated,
+                    )
+                    .returning(CanonicalFinding.id)
+                )
+            ).scalar_one()
+            # the report that first saw it is as old as the canonical, so repository pages agree with the atlas
+            await session.execute(
+                text(
+                    "UPDATE scans SET inserted_at = :at, updated_at = :at WHERE id IN "
+                    "(SELECT scan_id FROM scan_findings WHERE canonical_finding_id = :cid)"
+                ),
+                {"at": inserted, "cid": canonical_id},
+            )
+            await session.execute(
+                text("UPDATE scan_findings SET inserted_at = :at, updated_at = :at WHERE canonical_finding_id = :cid"),
+                {"at": inserted, "cid": canonical_id},
+            )
+        await mark_dirty(session, [r.pattern_key for r, _ in submitted], "status")
+        for repository_id in sorted({r.repository.id for r, _ in submitted}):
+            await recalculate_repository_metrics(session, repository_id)
+
+
+async def seed_demo(*, if_empty: bool) -> dict[str, Any]:
+    """Load the demo registry. With `if_empty`, do nothing when any repository exists. Returns a summary."""
+    from app.infestations.projection import drain_all
+    from app.reports.service import submit_report
+
+    if if_empty:
+        async with db.read_session(replica=False) as session:
+            if (await session.execute(select(exists().where(Repository.id.is_not(None))))).scalar():
+                return {"skipped": True, "reason": "the database already has repositories"}
+
+    moderator, accounts_created = await _demo_accounts()
+    repositories = await _demo_repositories()
+    reports = pattern_reports(repositories) + one_off_reports(repositories)
+    already = await _existing_run_ids(moderator.id, [r.run_id for r in reports])
+
+    submitted: list[tuple[SeedReport, uuid.UUID]] = []
+    for report in reports:
+        if report.run_id in already:
+            continue
+        repo = report.repository
+        response = await submit_report(moderator, repo.host, repo.owner, repo.name, report.body)
+        submitted.append((report, uuid.UUID(str(response["findings"][0]["canonical_public_id"]))))
+
+    if submitted:
+        await _apply_statuses_and_times(submitted)
+    refreshed = await drain_all()
+    return {
+        "skipped": False,
+        "accounts_created": accounts_created,
+        "repositories": len(repositories),
+        "reports_submitted": len(submitted),
+        "reports_skipped": len(already),
+        "patterns": len(DEMO_PATTERNS),
+        "rollups_refreshed": refreshed,
+        "moderator_email": MODERATOR_EMAIL,
+        "password": DEMO_PASSWORD,
+    }
