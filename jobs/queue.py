@@ -36,12 +36,15 @@ async def close_pools() -> None:
         await _pools.pop(key).aclose()
 
 
-async def ring_drain() -> None:
+async def ring_drain(*, delay_seconds: float = 0.0, redis: ArqRedis | None = None) -> None:
     """One coalesced drain job per half-second bucket, deferred to the end of the bucket: every ring in a bucket
     happened after its commit and before the job starts, so a ring dropped by arq's job-id uniqueness is
-    always covered by the job that made it redundant."""
-    bucket = int(time.time() / _COALESCE_SECONDS) + 1
-    redis = await pool()
+    always covered by the job that made it redundant.
+
+    `delay_seconds` schedules the drain later (the worker's deferred drain for throttled keys); buckets only move
+    forward in time, so a bucket's id is never reused by a job that already ran."""
+    bucket = int((time.time() + max(0.0, delay_seconds)) / _COALESCE_SECONDS) + 1
+    redis = redis or await pool()
     await redis.enqueue_job(
         DRAIN_JOB,
         _job_id=f"{DRAIN_JOB}:{bucket}",

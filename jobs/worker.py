@@ -1,27 +1,147 @@
-"""arq worker settings and job functions (to be completed by the projection engine)."""
+"""arq worker settings and job functions (the only importer of arq besides jobs/queue.py).
+
+Several workers may run against one Postgres and one Redis: dirty keys are claimed with SKIP LOCKED, and the
+fleet-wide singletons (hourly window recompute, nightly reconcile) run under a lease and record the slot they ran
+for in `job_runs`, so each slot runs once.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from datetime import UTC, datetime
 from typing import Any
 
+from arq import cron
 from arq.connections import RedisSettings
+from arq.worker import Retry, func
 from arq.worker import run_worker as arq_run_worker
+from sqlalchemy import exc as sa_exc
 
+from app import db
 from app.config import settings
+from app.infestations import projection
+from app.ops import leases
+from jobs.queue import close_pools, ring_drain
+
+log = logging.getLogger(__name__)
+
+MAX_TRIES = 5
+WINDOWS_LEASE = "recompute_windows"
+RECONCILE_LEASE = "reconcile"
 
 
-async def drain_dirty_keys(ctx: dict[str, Any]) -> int:
-    from app.infestations.projection import drain
+def _transient(exc: BaseException) -> bool:
+    """Database unreachable or connection dropped: worth an arq retry (not a bug in our SQL)."""
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | OSError | TimeoutError)
 
-    return await drain()
+
+def _retry_defer(ctx: dict[str, Any]) -> int:
+    tries = max(1, int(ctx.get("job_try", 1)))
+    return min(5 << (tries - 1), 120)
+
+
+async def drain_dirty_keys(ctx: dict[str, Any]) -> dict[str, Any]:
+    """One drain batch (at most 200 keys). While claimable work remains, enqueue a continuation; when only
+    throttled or backed-off keys remain, enqueue a drain deferred to the soonest `available_at`."""
+    try:
+        result = await projection.drain(worker_id=ctx.get("worker_id"))
+    except Exception as exc:
+        if _transient(exc):
+            raise Retry(defer=_retry_defer(ctx)) from exc
+        raise
+    try:
+        if result.remaining_claimable > 0:
+            await ring_drain(redis=ctx.get("redis"))
+        elif result.next_available_in_seconds is not None:
+            await ring_drain(delay_seconds=result.next_available_in_seconds, redis=ctx.get("redis"))
+    except Exception as exc:  # the per-minute sweep picks the keys up
+        log.warning("could not enqueue the next drain: %s", exc)
+    return {
+        "refreshed": result.refreshed,
+        "failed": result.failed,
+        "released": result.released,
+        "remaining_claimable": result.remaining_claimable,
+    }
+
+
+async def sweep_dirty_keys(ctx: dict[str, Any]) -> dict[str, Any]:
+    """Every minute: drain whatever is pending (covers rings lost while Redis was down)."""
+    return await drain_dirty_keys(ctx)
+
+
+def _slot(ctx: dict[str, Any], slot: str | None) -> datetime:
+    """The scheduled time a singleton run stands for: explicit, else the job's scheduled score to the minute
+    (arq defers a cron job to its `next_run`, so every worker triggered for it sees the same minute)."""
+    if slot is not None:
+        return datetime.fromisoformat(slot)
+    score = ctx.get("score")
+    when = datetime.fromtimestamp(score / 1000, tz=UTC) if score else datetime.now(UTC)
+    return when.replace(second=0, microsecond=0)
+
+
+async def _singleton(ctx: dict[str, Any], name: str, slot: datetime, job: Any) -> bool:
+    try:
+        return await leases.run_singleton(name, slot, job, holder=ctx.get("worker_id"))
+    except Exception as exc:
+        if _transient(exc):
+            raise Retry(defer=_retry_defer(ctx)) from exc
+        raise
+
+
+async def recompute_windows_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """Hourly window decay over every pattern, once fleet-wide per slot. Returns False when skipped."""
+
+    async def run() -> dict[str, int]:
+        return {"patterns": await projection.recompute_all_windows()}
+
+    return await _singleton(ctx, WINDOWS_LEASE, _slot(ctx, slot), run)
+
+
+async def reconcile_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """Nightly reconcile, once fleet-wide per slot (recorded in `job_runs` as "reconcile")."""
+
+    async def run() -> dict[str, int]:
+        return await projection.reconcile(record=False)
+
+    return await _singleton(ctx, RECONCILE_LEASE, _slot(ctx, slot), run)
+
+
+async def startup(ctx: dict[str, Any]) -> None:
+    ctx["worker_id"] = leases.new_worker_id()
+    log.info("rollup worker %s started", ctx["worker_id"])
+
+
+async def shutdown(ctx: dict[str, Any]) -> None:
+    await close_pools()
+    await db.dispose_engines()
 
 
 class WorkerSettings:
-    functions = [drain_dirty_keys]
+    functions = [
+        func(drain_dirty_keys, keep_result=60, timeout=600, max_tries=MAX_TRIES),
+        func(recompute_windows_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
+        func(reconcile_job, keep_result=3600, timeout=12 * 3600, max_tries=3),
+    ]
+    cron_jobs = [
+        cron(recompute_windows_job, minute=0, timeout=3 * 3600, max_tries=3),
+        cron(reconcile_job, hour=3, minute=30, timeout=12 * 3600, max_tries=3),
+        cron(sweep_dirty_keys, timeout=600, max_tries=1),
+    ]
+    on_startup = startup
+    on_shutdown = shutdown
+    timezone = UTC
+    max_tries = MAX_TRIES
+    max_jobs = 4  # each job holds one database connection at a time
     redis_settings: RedisSettings | None = None
 
 
 def run_worker(*, burst: bool = False) -> int:
+    """`tarakan worker [--burst]`: run jobs until stopped (or, with --burst, until the queue is empty)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     WorkerSettings.redis_settings = RedisSettings.from_dsn(settings().redis_url)
+    asyncio.set_event_loop(asyncio.new_event_loop())  # arq's Worker takes the current loop
     arq_run_worker(WorkerSettings, burst=burst)  # type: ignore[arg-type]
     return 0
