@@ -1,15 +1,91 @@
-"""Security middleware (pure ASGI): security headers on every response. CSRF and sessions come with moderation."""
+"""Security middleware (pure ASGI, never BaseHTTPMiddleware): security headers on every response, CSRF by
+origin checks on unsafe methods, and the session cookie made available to routes.
+
+CSRF (product decision 5): browsers tell us where a request comes from. An unsafe request (POST, PUT, PATCH,
+DELETE) passes when `Sec-Fetch-Site` is `same-origin` or `none` (typed URL, bookmark), else when `Origin` is our
+own origin (BASE_URL's, or the request's own scheme://host). Anything else is refused with 403 before any route
+runs. Two kinds of request carry no ambient browser credential and are exempt: API calls with
+`Authorization: Bearer` and no cookie, and requests with neither a cookie nor any browser provenance header
+(scripts, curl: no browser sent them, so nothing was forged). SameSite=Lax on the session cookie is the second
+layer.
+
+Sessions are loaded lazily by `app.accounts.sessions.current_account(request)` so public pages without a cookie
+never touch the sessions table; this middleware only decides whether a request may reach a route at all.
+"""
 
 from __future__ import annotations
 
-from starlette.datastructures import MutableHeaders
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
+from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.config import settings
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
     "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
 )
+
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Pages with per-user content or credentials: never stored by browsers or shared caches.
+NO_STORE_PREFIXES = ("/moderation", "/login", "/logout")
+
+
+def _origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def _request_origin(scope: Scope, headers: Headers) -> str | None:
+    host = headers.get("host")
+    if not host:
+        return None
+    return f"{scope.get('scheme', 'http')}://{host}".lower()
+
+
+def csrf_refusal(scope: Scope) -> str | None:
+    """Why this request must be refused as cross-origin, or None when it may proceed."""
+    if scope["method"] not in UNSAFE_METHODS:
+        return None
+    headers = Headers(scope=scope)
+    has_cookie = bool(headers.get("cookie"))
+    if not has_cookie and headers.get("authorization", "").lower().startswith("bearer "):
+        return None
+    fetch_site = headers.get("sec-fetch-site")
+    if fetch_site in ("same-origin", "none"):
+        return None
+    origin = headers.get("origin")
+    if origin is not None:
+        allowed = {_origin_of(settings().base_url), _request_origin(scope, headers)}
+        if origin.lower() in allowed:
+            return None
+        return f"the Origin {origin} is not this site"
+    if fetch_site is not None:
+        return f"Sec-Fetch-Site is {fetch_site} and no matching Origin was sent"
+    if not has_cookie:
+        return None
+    return "the request carries a cookie but neither Origin nor Sec-Fetch-Site"
+
+
+class CSRFMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            reason = csrf_refusal(scope)
+            if reason is not None:
+                response = PlainTextResponse(
+                    f"403 Forbidden: cross-origin {scope['method']} refused ({reason}). "
+                    "Submit the form from this site's own pages.",
+                    status_code=403,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class SecurityHeadersMiddleware:
@@ -20,18 +96,32 @@ class SecurityHeadersMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        no_store = str(scope.get("path", "")).startswith(NO_STORE_PREFIXES)
+        started = False
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = MutableHeaders(scope=message)
                 headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
                 headers.setdefault("X-Content-Type-Options", "nosniff")
                 headers.setdefault("Referrer-Policy", "strict-origin-when-cross-origin")
                 headers.setdefault("X-Frame-Options", "DENY")
+                if no_store:
+                    headers["Cache-Control"] = "no-store"
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            # Starlette's ServerErrorMiddleware sits outside us; answer the 500 here so it carries the headers
+            # too, then let the exception propagate to be logged.
+            if not started:
+                await PlainTextResponse("500 Internal Server Error", status_code=500)(scope, receive, send_with_headers)
+            raise
 
 
 def middleware() -> list[Middleware]:
-    return [Middleware(SecurityHeadersMiddleware)]
+    # headers outermost, so the CSRF refusal (and any error page) carries them too
+    return [Middleware(SecurityHeadersMiddleware), Middleware(CSRFMiddleware)]

@@ -1,5 +1,71 @@
+"""Login and logout: `GET/POST /login` (`email`, `password`, optional `next`), `POST /logout`."""
+
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+from typing import Any
 
-routes: list[BaseRoute] = []
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from app.accounts import sessions
+from app.errors import DomainError, RateLimited
+from app.moderation.forms import field, safe_local_path
+from app.templating import templates
+
+
+def _login_page(request: Request, context: dict[str, Any], status_code: int = 200) -> Response:
+    base = {"values": {"email": "", "next": ""}, "errors": {}, "account": None}
+    return templates.TemplateResponse(request, "accounts/login.html", {**base, **context}, status_code=status_code)
+
+
+async def login_form(request: Request) -> Response:
+    account = await sessions.current_account(request)
+    next_path = safe_local_path(request.query_params.get("next"), default="")
+    return _login_page(request, {"values": {"email": "", "next": next_path}, "account": account})
+
+
+async def login_submit(request: Request) -> Response:
+    form = await request.form()
+    email, password = field(form, "email").strip(), field(form, "password")
+    next_path = safe_local_path(field(form, "next"), default="")
+    values = {"email": email, "next": next_path}
+    errors: dict[str, list[str]] = {}
+    if not email:
+        errors["email"] = ["is required"]
+    if not password:
+        errors["password"] = ["is required"]
+    if errors:
+        return _login_page(request, {"values": values, "errors": errors}, status_code=422)
+    try:
+        result = await sessions.login(
+            email,
+            password,
+            client_ip=request.client.host if request.client else None,
+            presented_token=sessions.session_token(request),
+        )
+    except DomainError as exc:
+        response = _login_page(request, {"values": values, "errors": exc.errors}, status_code=exc.status_code)
+        if isinstance(exc, RateLimited):
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
+    from app.moderation.service import can_moderate
+
+    default = "/moderation" if can_moderate(result.account) else "/"
+    response = RedirectResponse(next_path or default, status_code=303)
+    sessions.set_session_cookie(response, result.token)
+    return response
+
+
+async def logout(request: Request) -> Response:
+    await sessions.logout(sessions.session_token(request))
+    response = RedirectResponse("/", status_code=303)
+    sessions.clear_session_cookie(response)
+    return response
+
+
+routes: list[BaseRoute] = [
+    Route("/login", login_form, methods=["GET"]),
+    Route("/login", login_submit, methods=["POST"]),
+    Route("/logout", logout, methods=["POST"]),
+]

@@ -1,7 +1,96 @@
+"""`tarakan moderate scan|repo|account ...`: the console's actions from the command line, on the same services."""
+
 from __future__ import annotations
 
+import argparse
+import json
 from typing import Any
+
+from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
+from app.cli import command
+from app.errors import NotFound
+from app.registry.models import LISTING_STATUSES
+from app.reports.models import VISIBILITIES
+
+
+async def _actor(email: str) -> Account:
+    from app.accounts.service import get_account_by_email
+
+    account = await get_account_by_email(email)
+    if account is None:
+        raise NotFound({"as": [f"no account with email {email.strip().lower()}"]})
+    return account
+
+
+async def _report(outcome: Any) -> int:
+    from app.moderation.service import describe_backlog, pending_rollup_backlog
+
+    print(
+        json.dumps(
+            {
+                "audit_event_id": outcome.audit_event_id,
+                "action": outcome.action,
+                "subject": f"{outcome.subject_type} {outcome.subject_id}",
+                "before": outcome.before,
+                "after": outcome.after,
+            }
+        )
+    )
+    print(f"atlas: {describe_backlog(await pending_rollup_backlog())}")
+    return 0
+
+
+async def _scan(args: argparse.Namespace) -> int:
+    from app.moderation.service import change_scan_visibility
+
+    actor = await _actor(args.as_email)
+    return await _report(await change_scan_visibility(actor, args.scan_id, args.visibility, args.reason, args.notes))
+
+
+async def _repo(args: argparse.Namespace) -> int:
+    from app.moderation.service import change_repository_listing, parse_repository_slug
+
+    host, owner, name = parse_repository_slug(args.repository)
+    actor = await _actor(args.as_email)
+    return await _report(
+        await change_repository_listing(actor, host, owner, name, args.listing, args.reason, args.notes)
+    )
+
+
+async def _account(args: argparse.Namespace) -> int:
+    from app.moderation.service import change_account
+
+    actor = await _actor(args.as_email)
+    return await _report(
+        await change_account(
+            actor, args.handle, platform_role=args.role, state=args.state, reason=args.reason, notes=args.notes
+        )
+    )
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reason", required=True, help="reason code, 3-100 characters")
+    parser.add_argument("--notes", required=True, help="evidence notes, 20-4000 characters")
+    parser.add_argument("--as", dest="as_email", required=True, metavar="EMAIL", help="the acting moderator")
 
 
 def register(sub: Any) -> None:
     """Add this feature's subcommands to the `tarakan` parser."""
+    moderate = sub.add_parser("moderate", help="moderation actions (audited)", description="moderation actions")
+    actions = moderate.add_subparsers(dest="moderate_command", required=True, metavar="ACTION")
+
+    scan = command(actions, "scan", _scan, "change a report's visibility")
+    scan.add_argument("scan_id", type=int, metavar="SCAN_ID")
+    scan.add_argument("--visibility", required=True, choices=VISIBILITIES)
+    _common(scan)
+
+    repo = command(actions, "repo", _repo, "change a repository's listing status")
+    repo.add_argument("repository", metavar="HOST/OWNER/NAME")
+    repo.add_argument("--listing", required=True, choices=LISTING_STATUSES)
+    _common(repo)
+
+    account = command(actions, "account", _account, "change an account's platform role and/or state")
+    account.add_argument("handle", metavar="HANDLE")
+    account.add_argument("--role", choices=PLATFORM_ROLES)
+    account.add_argument("--state", choices=ACCOUNT_STATES)
+    _common(account)

@@ -1,5 +1,317 @@
+"""The moderation console (`/moderation`): lists and plain HTML forms, enhanced by htmx when it is loaded.
+
+Without JavaScript a successful action answers 303 back to the page it came from with `?recorded=<audit id>`,
+which that page turns into the "recorded; the atlas will reflect it" message; with htmx (`HX-Request`) it answers
+the updated form fragment. Invalid input re-renders the form with the errors next to the fields and what was
+typed (422), as a full page without JavaScript and as the fragment with it.
+"""
+
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+from typing import Any
+from urllib.parse import quote
 
-routes: list[BaseRoute] = []
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
+from app.accounts.sessions import current_account
+from app.errors import DomainError
+from app.moderation import queries, service
+from app.moderation.forms import field, safe_local_path, with_query
+from app.registry.models import LISTING_STATUSES
+from app.reports.models import VISIBILITIES
+from app.templating import templates
+
+CHOICES = {
+    "visibilities": VISIBILITIES,
+    "listing_statuses": LISTING_STATUSES,
+    "platform_roles": PLATFORM_ROLES,
+    "account_states": ACCOUNT_STATES,
+}
+
+
+def _page(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> Response:
+    return templates.TemplateResponse(request, name, {**CHOICES, **context}, status_code=status_code)
+
+
+def _error_page(request: Request, status_code: int, title: str, message: str, **extra: Any) -> Response:
+    return _page(
+        request, "moderation/error.html", {"title": title, "message": message, **extra}, status_code=status_code
+    )
+
+
+async def _moderator(request: Request) -> tuple[Account | None, Response | None]:
+    """The acting moderator, or the response that turns the request away: anonymous GET → the login page
+    (coming back here after), anonymous POST → 401, anyone else → 403."""
+    account = await current_account(request)
+    if account is None:
+        if request.method == "GET":
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return None, RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+        return None, _error_page(
+            request, 401, "Log in to moderate", "Your session has ended or you are not logged in.", login=True
+        )
+    if not service.can_moderate(account):
+        return account, _error_page(
+            request,
+            403,
+            "Moderators only",
+            "The moderation console is for moderators and admins in good standing.",
+        )
+    return account, None
+
+
+async def _flash(request: Request) -> str | None:
+    """The message for `?recorded=<audit event id>` after a no-JS action."""
+    raw = request.query_params.get("recorded", "")
+    if not raw.isdigit() or len(raw) > 18:
+        return None
+    event = await queries.get_audit_event(int(raw))
+    if event is None:
+        return None
+    return _recorded_message(event, await service.pending_rollup_backlog())
+
+
+def _recorded_message(event: dict[str, Any], backlog: dict[str, Any]) -> str:
+    changes = ", ".join(f"{k} {event['before'].get(k)} → {v}" for k, v in (event["after"] or {}).items())
+    return (
+        f"Recorded as audit event #{event['id']}: {event['subject_type']} {event['subject_id']}: {changes}. "
+        f"Atlas: {service.describe_backlog(backlog)}."
+    )
+
+
+def _cursor(request: Request) -> str | None:
+    return request.query_params.get("cursor") or None
+
+
+async def reports_page(request: Request) -> Response:
+    account, refusal = await _moderator(request)
+    if refusal:
+        return refusal
+    repository = request.query_params.get("repository", "").strip()
+    visibility = request.query_params.get("visibility", "")
+    try:
+        page = await queries.list_recent_reports(
+            repository=repository or None, visibility=visibility or None, cursor=_cursor(request)
+        )
+    except DomainError as exc:
+        return _error_page(request, exc.status_code, "Bad filter", _messages(exc))
+    return _page(
+        request,
+        "moderation/reports.html",
+        {
+            "account": account,
+            "section": "reports",
+            "page": page,
+            "filters": {"repository": repository, "visibility": visibility},
+            **await _list_context(request, page),
+        },
+    )
+
+
+async def repositories_page(request: Request) -> Response:
+    account, refusal = await _moderator(request)
+    if refusal:
+        return refusal
+    listing_status = request.query_params.get("listing_status", "")
+    try:
+        page = await queries.list_repositories(listing_status=listing_status or None, cursor=_cursor(request))
+    except DomainError as exc:
+        return _error_page(request, exc.status_code, "Bad filter", _messages(exc))
+    return _page(
+        request,
+        "moderation/repositories.html",
+        {
+            "account": account,
+            "section": "repositories",
+            "page": page,
+            "filters": {"listing_status": listing_status},
+            **await _list_context(request, page),
+        },
+    )
+
+
+async def accounts_page(request: Request) -> Response:
+    account, refusal = await _moderator(request)
+    if refusal:
+        return refusal
+    role = request.query_params.get("platform_role", "")
+    state = request.query_params.get("state", "")
+    try:
+        page = await queries.list_accounts(platform_role=role or None, state=state or None, cursor=_cursor(request))
+    except DomainError as exc:
+        return _error_page(request, exc.status_code, "Bad filter", _messages(exc))
+    return _page(
+        request,
+        "moderation/accounts.html",
+        {
+            "account": account,
+            "section": "accounts",
+            "page": page,
+            "filters": {"platform_role": role, "state": state},
+            **await _list_context(request, page),
+        },
+    )
+
+
+async def audit_page(request: Request) -> Response:
+    account, refusal = await _moderator(request)
+    if refusal:
+        return refusal
+    try:
+        page = await queries.list_audit_events(cursor=_cursor(request))
+    except DomainError as exc:
+        return _error_page(request, exc.status_code, "Bad cursor", _messages(exc))
+    return _page(
+        request,
+        "moderation/audit.html",
+        {"account": account, "section": "audit", "page": page, **await _list_context(request, page)},
+    )
+
+
+async def _list_context(request: Request, page: dict[str, Any]) -> dict[str, Any]:
+    here = _here(request)
+    cursor = page["next_cursor"]
+    return {
+        "flash": await _flash(request),
+        "return_to": here,
+        "next_href": with_query(here, cursor=cursor) if cursor else None,
+    }
+
+
+def _here(request: Request) -> str:
+    query = "&".join(f"{quote(k)}={quote(v)}" for k, v in request.query_params.multi_items() if k != "recorded")
+    return request.url.path + (f"?{query}" if query else "")
+
+
+def _messages(exc: DomainError) -> str:
+    return "; ".join(f"{k}: {', '.join(v)}" if k != "base" else ", ".join(v) for k, v in exc.errors.items())
+
+
+async def _act(
+    request: Request,
+    *,
+    partial: str,
+    subject: dict[str, Any],
+    values: dict[str, str],
+    action: Any,
+    default_return: str,
+) -> Response:
+    """Run one moderation action from a form and answer for both the no-JS and the htmx form."""
+    htmx = request.headers.get("hx-request") == "true"
+    return_to = safe_local_path(values.get("return_to"), default=default_return, prefix="/moderation")
+    context: dict[str, Any] = {"subject": subject, "values": values, "errors": {}, "return_to": return_to}
+    try:
+        outcome: service.ActionOutcome = await action()
+    except DomainError as exc:
+        context["errors"] = exc.errors
+        status = exc.status_code
+        if htmx:
+            return _page(request, partial, context, status_code=status)
+        return _page(request, "moderation/form_page.html", {**context, "partial": partial}, status_code=status)
+    if not htmx:
+        return RedirectResponse(with_query(return_to, recorded=str(outcome.audit_event_id)), status_code=303)
+    event = await queries.get_audit_event(outcome.audit_event_id)
+    assert event is not None
+    fresh = {k: v for k, v in values.items() if k not in ("reason", "notes")}
+    for key, value in outcome.after.items():
+        subject = {**subject, key: value}
+        fresh[key] = value
+    context.update(
+        subject=subject,
+        values=fresh,
+        flash=_recorded_message(event, await service.pending_rollup_backlog()),
+    )
+    return _page(request, partial, context)
+
+
+async def scan_visibility(request: Request) -> Response:
+    actor, refusal = await _moderator(request)
+    if refusal:
+        return refusal
+    assert actor is not None
+    raw_id = request.path_params["scan_id"]
+    report = await queries.get_report(raw_id) if 0 < raw_id < 2**63 else None
+    if report is None:
+        return _error_page(request, 404, "Not found", f"No report with id {raw_id}.")
+    form = await request.form()
+    values = {k: field(form, k) for k in ("visibility", "reason", "notes", "return_to")}
+    return await _act(
+        request,
+        partial="moderation/_scan_form.html",
+        subject=report,
+        values=values,
+        action=lambda: service.change_scan_visibility(
+            actor, raw_id, values["visibility"], values["reason"], values["notes"]
+        ),
+        default_return="/moderation",
+    )
+
+
+async def repository_listing(request: Request) -> Response:
+    actor, refusal = await _moderator(request)
+    if refusal:
+        return refusal
+    assert actor is not None
+    host, owner, name = (request.path_params[k] for k in ("host", "owner", "name"))
+    repo = await queries.get_repository(host, owner, name)
+    if repo is None:
+        return _error_page(request, 404, "Not found", f"No repository {host}/{owner}/{name}.")
+    form = await request.form()
+    values = {k: field(form, k) for k in ("listing_status", "reason", "notes", "return_to")}
+    return await _act(
+        request,
+        partial="moderation/_repository_form.html",
+        subject=repo,
+        values=values,
+        action=lambda: service.change_repository_listing(
+            actor,
+            repo["host"],
+            repo["owner"],
+            repo["name"],
+            values["listing_status"],
+            values["reason"],
+            values["notes"],
+        ),
+        default_return="/moderation/repositories",
+    )
+
+
+async def account_change(request: Request) -> Response:
+    actor, refusal = await _moderator(request)
+    if refusal:
+        return refusal
+    assert actor is not None
+    target = await queries.get_account(request.path_params["handle"])
+    if target is None:
+        return _error_page(request, 404, "Not found", f"No account @{request.path_params['handle']}.")
+    form = await request.form()
+    values = {k: field(form, k) for k in ("platform_role", "state", "reason", "notes", "return_to")}
+    return await _act(
+        request,
+        partial="moderation/_account_form.html",
+        subject=target,
+        values=values,
+        action=lambda: service.change_account(
+            actor,
+            target["handle"],
+            platform_role=values["platform_role"] or None,
+            state=values["state"] or None,
+            reason=values["reason"],
+            notes=values["notes"],
+        ),
+        default_return="/moderation/accounts",
+    )
+
+
+routes: list[BaseRoute] = [
+    Route("/moderation", reports_page, methods=["GET"]),
+    Route("/moderation/repositories", repositories_page, methods=["GET"]),
+    Route("/moderation/accounts", accounts_page, methods=["GET"]),
+    Route("/moderation/audit", audit_page, methods=["GET"]),
+    Route("/moderation/scans/{scan_id:int}/visibility", scan_visibility, methods=["POST"]),
+    Route("/moderation/repos/{host}/{owner}/{name}/listing", repository_listing, methods=["POST"]),
+    Route("/moderation/accounts/{handle}", account_change, methods=["POST"]),
+]

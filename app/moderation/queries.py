@@ -1,0 +1,222 @@
+"""Reads of the moderation console: keyset-paginated, capped lists of reports, repositories, accounts and the
+audit log. Moderators see every row whatever its visibility or listing (the console is where they undo things)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+
+from app import db
+from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES
+from app.errors import ValidationError
+from app.infestations.cursors import InvalidCursor, decode_cursor, encode_cursor
+from app.registry.models import LISTING_STATUSES
+from app.reports.models import VISIBILITIES
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 100
+# id-only keysets reuse the (timestamp, id) cursor shape with a fixed timestamp
+_EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+
+
+def clamp_limit(limit: int | None) -> int:
+    if limit is None:
+        return DEFAULT_LIMIT
+    return max(1, min(MAX_LIMIT, limit))
+
+
+def _choice(field: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
+    if value is None or value == "":
+        return None
+    if value not in allowed:
+        raise ValidationError({field: [f"must be one of {', '.join(allowed)}"]}, status_code=400)
+    return value
+
+
+def _page(rows: list[dict[str, Any]], limit: int, at: str | None, row_id: str) -> dict[str, Any]:
+    next_cursor = None
+    if len(rows) > limit:
+        del rows[limit:]
+        last = rows[-1]
+        next_cursor = encode_cursor(last[at] if at else _EPOCH, int(last[row_id]))
+    return {"entries": rows, "next_cursor": next_cursor}
+
+
+def _id_cursor(cursor: str | None) -> int | None:
+    if not cursor:
+        return None
+    at, row_id = decode_cursor(cursor)
+    if at != _EPOCH:
+        raise InvalidCursor()
+    return row_id
+
+
+async def list_recent_reports(
+    *, repository: str | None = None, visibility: str | None = None, limit: int | None = None, cursor: str | None = None
+) -> dict[str, Any]:
+    """Newest reports first (keyset on inserted_at DESC, id DESC), optionally for one `host/owner/name`."""
+    from app.moderation.service import parse_repository_slug
+
+    limit = clamp_limit(limit)
+    visibility = _choice("visibility", visibility, VISIBILITIES)
+    params: dict[str, Any] = {"limit": limit + 1, "visibility": visibility}
+    where = ["(CAST(:visibility AS text) IS NULL OR s.visibility = :visibility)"]
+    if repository:
+        try:
+            params["host"], params["owner"], params["name"] = parse_repository_slug(repository)
+        except ValidationError as exc:
+            raise ValidationError(exc.errors, status_code=400) from None
+        where.append("r.host = :host AND r.owner = :owner AND r.name = :name")
+    if cursor:
+        params["at"], params["after_id"] = decode_cursor(cursor)
+        where.append("(s.inserted_at, s.id) < (:at, :after_id)")
+    sql = f"""
+        SELECT s.id, s.commit_sha, s.visibility, s.review_status, s.findings_count, s.inserted_at,
+               s.moderation_reason, s.reviewed_at, r.host, r.owner, r.name, r.listing_status,
+               a.handle AS submitter_handle
+        FROM scans s
+        JOIN repositories r ON r.id = s.repository_id
+        JOIN accounts a ON a.id = s.submitted_by_id
+        WHERE {" AND ".join(where)}
+        ORDER BY s.inserted_at DESC, s.id DESC
+        LIMIT :limit"""
+    async with db.read_session(replica=False) as session:
+        rows = [dict(r._mapping) for r in await session.execute(text(sql), params)]
+    return _page(rows, limit, "inserted_at", "id")
+
+
+async def get_report(scan_id: int) -> dict[str, Any] | None:
+    async with db.read_session(replica=False) as session:
+        row = (
+            await session.execute(
+                text(
+                    """SELECT s.id, s.commit_sha, s.visibility, s.review_status, s.findings_count, s.inserted_at,
+                              s.moderation_reason, s.reviewed_at, r.host, r.owner, r.name, r.listing_status,
+                              a.handle AS submitter_handle
+                       FROM scans s JOIN repositories r ON r.id = s.repository_id
+                       JOIN accounts a ON a.id = s.submitted_by_id WHERE s.id = :id"""
+                ),
+                {"id": scan_id},
+            )
+        ).one_or_none()
+    return dict(row._mapping) if row is not None else None
+
+
+async def list_repositories(
+    *, listing_status: str | None = None, limit: int | None = None, cursor: str | None = None
+) -> dict[str, Any]:
+    """Newest repositories first (keyset on id DESC), optionally one listing status."""
+    limit = clamp_limit(limit)
+    listing_status = _choice("listing_status", listing_status, LISTING_STATUSES)
+    after_id = _id_cursor(cursor)
+    async with db.read_session(replica=False) as session:
+        result = await session.execute(
+            text(
+                """SELECT id, host, owner, name, listing_status, status, scan_count, open_findings_count,
+                          inserted_at
+                   FROM repositories
+                   WHERE (CAST(:listing AS text) IS NULL OR listing_status = :listing)
+                     AND (CAST(:after_id AS bigint) IS NULL OR id < :after_id)
+                   ORDER BY id DESC LIMIT :limit"""
+            ),
+            {"listing": listing_status, "after_id": after_id, "limit": limit + 1},
+        )
+        rows = [dict(r._mapping) for r in result]
+    return _page(rows, limit, None, "id")
+
+
+async def get_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
+    async with db.read_session(replica=False) as session:
+        row = (
+            await session.execute(
+                text(
+                    """SELECT id, host, owner, name, listing_status, status, scan_count, open_findings_count,
+                              inserted_at
+                       FROM repositories WHERE host = :host AND owner = :owner AND name = :name"""
+                ),
+                {"host": host.lower(), "owner": owner.lower(), "name": name.lower()},
+            )
+        ).one_or_none()
+    return dict(row._mapping) if row is not None else None
+
+
+async def list_accounts(
+    *,
+    platform_role: str | None = None,
+    state: str | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """Newest accounts first (keyset on id DESC), optionally one role and/or state."""
+    limit = clamp_limit(limit)
+    platform_role = _choice("platform_role", platform_role, PLATFORM_ROLES)
+    state = _choice("state", state, ACCOUNT_STATES)
+    after_id = _id_cursor(cursor)
+    async with db.read_session(replica=False) as session:
+        result = await session.execute(
+            text(
+                """SELECT id, handle, platform_role, trust_tier, state, last_seen_at, inserted_at
+                   FROM accounts
+                   WHERE (CAST(:role AS text) IS NULL OR platform_role = :role)
+                     AND (CAST(:state AS text) IS NULL OR state = :state)
+                     AND (CAST(:after_id AS bigint) IS NULL OR id < :after_id)
+                   ORDER BY id DESC LIMIT :limit"""
+            ),
+            {"role": platform_role, "state": state, "after_id": after_id, "limit": limit + 1},
+        )
+        rows = [dict(r._mapping) for r in result]
+    return _page(rows, limit, None, "id")
+
+
+async def get_account(handle: str) -> dict[str, Any] | None:
+    async with db.read_session(replica=False) as session:
+        row = (
+            await session.execute(
+                text(
+                    """SELECT id, handle, platform_role, trust_tier, state, last_seen_at, inserted_at
+                       FROM accounts WHERE handle = :handle"""
+                ),
+                {"handle": handle.strip().lower()},
+            )
+        ).one_or_none()
+    return dict(row._mapping) if row is not None else None
+
+
+async def list_audit_events(*, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
+    """The audit log, newest first (keyset on the (inserted_at DESC, id DESC) index)."""
+    limit = clamp_limit(limit)
+    params: dict[str, Any] = {"limit": limit + 1}
+    where = "TRUE"
+    if cursor:
+        params["at"], params["after_id"] = decode_cursor(cursor)
+        where = "(e.inserted_at, e.id) < (:at, :after_id)"
+    async with db.read_session(replica=False) as session:
+        result = await session.execute(
+            text(
+                f"""SELECT e.id, e.action, e.subject_type, e.subject_id, e.before, e.after, e.reason, e.notes,
+                           e.inserted_at, a.handle AS actor_handle
+                    FROM audit_events e LEFT JOIN accounts a ON a.id = e.actor_id
+                    WHERE {where}
+                    ORDER BY e.inserted_at DESC, e.id DESC LIMIT :limit"""
+            ),
+            params,
+        )
+        rows = [dict(r._mapping) for r in result]
+    return _page(rows, limit, "inserted_at", "id")
+
+
+async def get_audit_event(event_id: int) -> dict[str, Any] | None:
+    async with db.read_session(replica=False) as session:
+        row = (
+            await session.execute(
+                text(
+                    """SELECT e.id, e.action, e.subject_type, e.subject_id, e.before, e.after, e.reason, e.notes,
+                              e.inserted_at, a.handle AS actor_handle
+                       FROM audit_events e LEFT JOIN accounts a ON a.id = e.actor_id WHERE e.id = :id"""
+                ),
+                {"id": event_id},
+            )
+        ).one_or_none()
+    return dict(row._mapping) if row is not None else None
