@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import json
 import sys
 from typing import Any
 
-from sqlalchemy import select
-
-from app import db
 from app.accounts.models import Account
+from app.accounts.service import get_account_by_email
 from app.errors import NotFound, ValidationError
 
 
@@ -43,19 +39,7 @@ def read_body(path: str) -> dict[str, Any]:
 
 
 async def account_by_email(email: str) -> Account:
-    try:
-        finder = getattr(importlib.import_module("app.accounts.service"), "get_account_by_email", None)
-    except ImportError:
-        finder = None
-    account: Account | None
-    if finder is not None:
-        found = finder(email)
-        account = await found if inspect.isawaitable(found) else found
-    else:  # fallback while the accounts service is being built
-        async with db.read_session(replica=False) as session:
-            account = (
-                await session.execute(select(Account).where(Account.email == email.strip().lower()))
-            ).scalar_one_or_none()
+    account = await get_account_by_email(email)
     if account is None:
         raise NotFound({"as": [f"no account with email {email}"]})
     return account

@@ -3,20 +3,17 @@ JSON body, authenticate, call the service, answer 201."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import json
 from typing import Any
 
-from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from app import db
 from app.accounts.models import Account
+from app.accounts.service import authenticate_bearer
 from app.config import settings
-from app.errors import DomainError, Forbidden, NotFound, Unauthorized, ValidationError
+from app.errors import DomainError, NotFound, ValidationError
 from app.reports import service
 
 
@@ -45,39 +42,8 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     return body
 
 
-async def _fallback_authenticate(header: str | None) -> tuple[Account, frozenset[str]]:
-    # Used only while app.accounts.service.authenticate_bearer does not exist yet: sha256 token hash lookup.
-    scheme, _, token = (header or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized({"authorization": ["a bearer token is required"]})
-    digest = hashlib.sha256(token.strip().encode()).digest()
-    async with db.read_session(replica=False) as session:
-        row = (
-            await session.execute(
-                text("SELECT account_id, scopes FROM api_tokens WHERE token_hash = :h AND revoked_at IS NULL"),
-                {"h": digest},
-            )
-        ).first()
-        if row is None:
-            raise Unauthorized({"authorization": ["the token is invalid or revoked"]})
-        account = await session.get(Account, int(row[0]))
-    if account is None or account.state in ("suspended", "banned"):
-        raise Forbidden({"account": ["cannot use the API"]})
-    return account, frozenset(row[1] or ())
-
-
 async def authenticate(request: Request) -> tuple[Account, frozenset[str]]:
-    header = request.headers.get("authorization")
-    try:
-        module = importlib.import_module("app.accounts.service")
-        contract = getattr(module, "authenticate_bearer", None)
-    except ImportError:
-        contract = None
-    if contract is None:
-        return await _fallback_authenticate(header)
-    account, scopes = await contract(header)
-    assert isinstance(account, Account)
-    return account, frozenset(scopes)
+    return await authenticate_bearer(request.headers.get("authorization"))
 
 
 def _client_ip(request: Request) -> str | None:

@@ -5,10 +5,6 @@ the rollup worker."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import importlib
-import inspect
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import db
 from app.accounts.models import Account
-from app.config import settings
 from app.errors import Forbidden, NotFound, RateLimited, ValidationError
 from app.infestations.hooks import mark_dirty, mark_repository_dirty, mark_scan_dirty, schedule_refresh_after_commit
+from app.ops.secrets import client_ip_hash
 from app.reports.assimilation import assimilate_scan
 from app.reports.models import CanonicalFindingCheck, Scan, ScanConfirmation, ScanFinding
 from app.reports.quorum import recompute_canonical_status, recompute_scan_verification, recompute_scans_at_commit
@@ -71,29 +67,6 @@ class RepositoryRow:
     listing_status: str
     participation_mode: str
     submitted_by_id: int | None
-
-
-# --- contracts owned by other features, with private fallbacks while they are being built -----------------
-
-
-def _contract(module: str, name: str) -> Any | None:
-    try:
-        return getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
-
-
-async def client_ip_hash(ip: str | None) -> bytes | None:
-    """HMAC-SHA256 of "client-ip:"+ip keyed by the app secret (app.ops.secrets when present)."""
-    if not ip:
-        return None
-    shared = _contract("app.ops.secrets", "client_ip_hash")
-    if shared is not None:
-        value = shared(ip)
-        if inspect.isawaitable(value):
-            value = await value
-        return value if isinstance(value, bytes) or value is None else bytes(value)
-    return hmac.new(settings().secret_key.encode(), f"client-ip:{ip}".encode(), hashlib.sha256).digest()
 
 
 # --- shared helpers --------------------------------------------------------------------------------------
@@ -235,13 +208,13 @@ async def submit_report(
     """Validate and store one report, assimilate its findings, recalculate the repository's metrics and mark its
     infestation keys dirty, all in one transaction. Returns the 201 body."""
     _require_scope(scopes, SUBMIT_SCOPES)
-    report = validate_report(body)
-    scan_fields({"notes": report.notes, "document": report.document})
     async with db.transaction() as session:
         actor = await _actor(session, account.id, lock=True)
         _require_acting_state(actor)
         repo = _require_visible(actor, await _repository_by_name(session, host, owner, name))
         _require_not_paused(actor, repo)
+        report = validate_report(body)
+        scan_fields({"notes": report.notes, "document": report.document})
         if report.run_id is not None:
             taken = await session.execute(
                 text("SELECT 1 FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id"),
@@ -321,9 +294,6 @@ async def record_check(
         public_id = uuid.UUID(str(canonical_public_id))
     except ValueError:
         raise NotFound({"finding": ["not found"]}) from None
-    check = validate_check(body)
-    scan_fields({"notes": check.notes, "evidence": check.evidence})
-    assert check.commit_sha is not None
     ip_hash = await client_ip_hash(client_ip)
     async with db.transaction() as session:
         actor = await _actor(session, account.id, lock=False)
@@ -341,6 +311,9 @@ async def record_check(
             raise NotFound({"finding": ["not found"]}) from None
         _require_verifier(actor)
         _require_not_paused(actor, repo)
+        check = validate_check(body)
+        scan_fields({"notes": check.notes, "evidence": check.evidence})
+        assert check.commit_sha is not None
         # serialize checks on one canonical so each quorum recompute sees the others
         await session.execute(text("SELECT 1 FROM canonical_findings WHERE id = :id FOR UPDATE"), {"id": canonical_id})
         occurrence = (
@@ -427,8 +400,6 @@ async def record_confirmation(
 ) -> dict[str, Any]:
     """A report-level verdict (confirmed/disputed), copied onto checks of the report's canonicals at its commit."""
     _require_scope(scopes, VERIFY_SCOPES)
-    verdict = validate_confirmation(body)
-    scan_fields({"notes": verdict.notes, "evidence": verdict.evidence})
     ip_hash = await client_ip_hash(client_ip)
     async with db.transaction() as session:
         actor = await _actor(session, account.id, lock=False)
@@ -449,6 +420,8 @@ async def record_confirmation(
         _require_not_paused(actor, repo)
         if submitter_id == actor.id:
             raise Forbidden({"account": ["conflict of interest: you submitted this report"]})
+        verdict = validate_confirmation(body)
+        scan_fields({"notes": verdict.notes, "evidence": verdict.evidence})
         await session.execute(text("SELECT 1 FROM scans WHERE id = :id FOR UPDATE"), {"id": scan_id})
         confirmation = ScanConfirmation(
             scan_id=scan_id,
