@@ -1,5 +1,186 @@
+"""Public pages of the infestation atlas: the ranked index and a pattern's show page, each with its JSON twin.
+
+Pages work without JavaScript (plain GET forms, real `?cursor=` links); htmx upgrades them by asking for
+fragments (`HX-Request`), so those responses vary on that header.
+"""
+
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
 
-routes: list[BaseRoute] = []
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from app.infestations import queries
+from app.infestations.cursors import InvalidCursor
+from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout, infestation_path
+from app.site.web import (
+    error_page,
+    is_fragment_request,
+    json_error,
+    json_twin,
+    not_found,
+    page,
+    split_json_suffix,
+)
+
+WINDOWS = (7, 30, 90, 365)
+MIN_REPOS_CHOICES = (2, 3, 5, 10)
+STATUS_CHOICES = ("all", "open", "verified", "fixed", "disputed")
+INDEX_LIMIT = 50
+LIMIT_MAX = 100
+CONSTELLATION_TOP = 30  # the picture stays light; the table below carries all rows
+LEDGER_PAGE = 50
+
+
+@dataclass(frozen=True)
+class Filters:
+    days: int = 30
+    min_repos: int = 2
+    status: str = "all"
+    limit: int = INDEX_LIMIT
+
+    def query_status(self) -> str | None:
+        return None if self.status == "all" else self.status
+
+    def query_string(self) -> str:
+        return urlencode({"days": self.days, "min_repos": self.min_repos, "status": self.status})
+
+
+def _choice(raw: str | None, allowed: tuple[int, ...], default: int) -> int:
+    try:
+        value = int(raw) if raw is not None else default
+    except ValueError:
+        return default
+    return value if value in allowed else default
+
+
+def parse_filters(params: Mapping[str, str]) -> Filters:
+    """Only the form's values are accepted; anything else quietly falls back to the default (never a 4xx or
+    500: a stale bookmark or a hand-edited URL still shows the atlas)."""
+    status = params.get("status", "all")
+    try:
+        limit = max(1, min(int(params.get("limit", INDEX_LIMIT)), LIMIT_MAX))
+    except ValueError:
+        limit = INDEX_LIMIT
+    return Filters(
+        days=_choice(params.get("days"), WINDOWS, 30),
+        min_repos=_choice(params.get("min_repos"), MIN_REPOS_CHOICES, 2),
+        status=status if status in STATUS_CHOICES else "all",
+        limit=limit,
+    )
+
+
+async def _list(filters: Filters) -> list[dict[str, Any]]:
+    return await queries.list_infestations(
+        days=filters.days, min_repos=filters.min_repos, status=filters.query_status(), limit=filters.limit
+    )
+
+
+async def index(request: Request) -> Response:
+    filters = parse_filters(request.query_params)
+    items = await _list(filters)
+    context = {
+        "filters": filters,
+        "items": items,
+        "constellation": constellation_layout(items, limit=CONSTELLATION_TOP),
+        "windows": WINDOWS,
+        "min_repos_choices": MIN_REPOS_CHOICES,
+        "status_choices": STATUS_CHOICES,
+    }
+    json_url = f"/infestations.json?{filters.query_string()}"
+    name = "infestations/_results.html" if is_fragment_request(request) else "infestations/index.html"
+    return page(request, name, context, json_url=json_url, vary_hx=True)
+
+
+async def index_json(request: Request) -> Response:
+    filters = parse_filters(request.query_params)
+    return json_twin({"items": await _list(filters)})
+
+
+async def _show_data(request: Request, raw_key: str, *, with_repositories: bool = True) -> dict[str, Any] | Response:
+    """Everything the show page and its twin need, or the error response (404 unknown key, 400 bad cursor)."""
+    key = queries.parse_pattern_key(raw_key)
+    infestation = await queries.get_infestation(key) if key is not None else None
+    if key is None or infestation is None or infestation["repo_count"] < 1:
+        return not_found(request, "No infestation is recorded under this pattern key.")
+    cursor = request.query_params.get("cursor") or None
+    try:
+        instances = await queries.list_instances_page(key, limit=LEDGER_PAGE, cursor=cursor)
+        repositories: dict[str, Any] = {"entries": [], "next_cursor": None}
+        if with_repositories:
+            repositories = await queries.list_pattern_repos_page(
+                key, limit=SATELLITE_CAP, cursor=request.query_params.get("repos_cursor") or None
+            )
+    except InvalidCursor:
+        return error_page(request, 400, "Bad cursor", "The cursor in this address is not one this site issued.")
+    return {"infestation": infestation, "instances": instances, "repositories": repositories, "cursor": cursor}
+
+
+async def show(request: Request) -> Response:
+    raw, as_json = split_json_suffix(request.path_params["pattern_key"])
+    data = await _show_data(request, raw)
+    if isinstance(data, Response):
+        if as_json:
+            field = "cursor" if data.status_code == 400 else "pattern_key"
+            message = "is not a cursor this server issued" if data.status_code == 400 else "not found"
+            return json_error(data.status_code, field, message)
+        return data
+    if as_json:
+        return json_twin(
+            {
+                "infestation": data["infestation"],
+                "repositories": data["repositories"],
+                "instances": data["instances"],
+            }
+        )
+    return _show_page(request, data)
+
+
+def _show_page(request: Request, data: dict[str, Any]) -> Response:
+    key = data["infestation"]["pattern_key"]
+    context = {
+        **data,
+        "graph": hub_layout(data["infestation"], data["repositories"]["entries"], cap=SATELLITE_CAP),
+    }
+    json_url = f"{infestation_path(key)}.json"
+    return page(request, "infestations/show.html", context, json_url=json_url, vary_hx=True)
+
+
+async def instances(request: Request) -> Response:
+    """The ledger from `?cursor=`: rows plus the next control for htmx (appended in place), the whole show page
+    (starting at the cursor) for everyone else."""
+    raw = request.path_params["pattern_key"]
+    if request.url.path.endswith("/instances.json"):
+        key = queries.parse_pattern_key(raw)
+        if key is None or await queries.get_infestation(key) is None:
+            return json_error(404, "pattern_key", "not found")
+        try:
+            page_ = await queries.list_instances_page(
+                key, limit=LEDGER_PAGE, cursor=request.query_params.get("cursor") or None
+            )
+        except InvalidCursor:
+            return json_error(400, "cursor", "is not a cursor this server issued")
+        return json_twin(page_)
+    fragment = is_fragment_request(request)
+    data = await _show_data(request, raw, with_repositories=not fragment)
+    if isinstance(data, Response):
+        return data
+    if not fragment:
+        return _show_page(request, data)
+    context = data
+    json_url = f"{infestation_path(data['infestation']['pattern_key'])}/instances.json"
+    return page(request, "infestations/_ledger_fragment.html", context, json_url=json_url, vary_hx=True)
+
+
+routes: list[BaseRoute] = [
+    Route("/infestations", index, methods=["GET", "HEAD"]),
+    Route("/infestations.json", index_json, methods=["GET", "HEAD"]),
+    Route("/infestations/{pattern_key}/instances", instances, methods=["GET", "HEAD"]),
+    Route("/infestations/{pattern_key}/instances.json", instances, methods=["GET", "HEAD"]),
+    Route("/infestations/{pattern_key}", show, methods=["GET", "HEAD"]),
+]

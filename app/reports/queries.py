@@ -1,0 +1,177 @@
+"""Public reads of reports and findings, and the one place that decides what a viewer may see of a report.
+
+Domain §1.1-1.2: a quarantined repository hides all its reports from anonymous viewers; `public` reports are
+shown in full, `public_summary` reports as a header only (no findings, notes or confirmations), `restricted`
+reports not at all. Privileged viewers (moderators, later submitters and repository stewards) see more: extend
+`report_access` and `Viewer`, every page goes through it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import text
+
+from app import db
+
+Access = Literal["full", "header", "hidden"]
+
+REPORTS_PER_REPOSITORY_MAX = 50
+FINDINGS_PER_PAGE_MAX = 500
+CHECKS_PER_FINDING_MAX = 50
+RECENT_REPORTS_MAX = 50
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who is looking. Only the anonymous view exists on the public site for now."""
+
+    account_id: int | None = None
+    privileged: bool = False
+
+
+ANONYMOUS = Viewer()
+
+
+def repository_visible(viewer: Viewer, listing_status: str) -> bool:
+    return viewer.privileged or listing_status != "quarantined"
+
+
+def report_access(viewer: Viewer, *, listing_status: str, visibility: str) -> Access:
+    """What `viewer` may see of one report: everything, its header, or nothing."""
+    if viewer.privileged:
+        return "full"
+    if not repository_visible(viewer, listing_status):
+        return "hidden"
+    if visibility == "public":
+        return "full"
+    if visibility == "public_summary":
+        return "header"
+    return "hidden"
+
+
+def visible_visibilities(viewer: Viewer) -> list[str]:
+    """The scan visibilities worth fetching for `viewer` (pre-filter; `report_access` stays the judge)."""
+    return ["public", "public_summary", "restricted"] if viewer.privileged else ["public", "public_summary"]
+
+
+_REPORT_COLUMNS = """
+s.id, s.commit_sha, s.model, s.provenance, s.review_kind, s.review_status, s.visibility, s.findings_count,
+s.inserted_at
+"""
+
+_REPOSITORY_REPORTS = f"""
+SELECT {_REPORT_COLUMNS}
+FROM scans s
+WHERE s.repository_id = :repository_id AND s.visibility = ANY(CAST(:visibilities AS text[]))
+ORDER BY s.inserted_at DESC, s.id DESC
+LIMIT :limit
+"""
+
+_FINDINGS_OF_REPORTS = """
+SELECT f.scan_id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end,
+       c.status, c.pattern_key
+FROM scan_findings f
+LEFT JOIN canonical_findings c ON c.id = f.canonical_finding_id
+WHERE f.scan_id = ANY(CAST(:scan_ids AS bigint[]))
+ORDER BY f.scan_id DESC, f.position, f.id
+LIMIT :limit
+"""
+
+_RECENT_REPORTS = f"""
+SELECT {_REPORT_COLUMNS}, r.host, r.owner, r.name, r.listing_status
+FROM scans s
+JOIN repositories r ON r.id = s.repository_id
+WHERE r.listing_status = 'listed' AND s.visibility = ANY(CAST(:visibilities AS text[]))
+ORDER BY s.inserted_at DESC, s.id DESC
+LIMIT :limit
+"""
+
+_FINDING = """
+SELECT f.id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end, f.description,
+       f.disposition, f.inserted_at,
+       s.id AS scan_id, s.commit_sha, s.visibility, s.model, s.provenance, s.inserted_at AS reported_at,
+       r.id AS repository_id, r.host, r.owner, r.name, r.listing_status,
+       c.id AS canonical_id, c.public_id AS canonical_public_id, c.status, c.pattern_key,
+       c.confirmations_count, c.disputes_count, c.detections_count, c.last_seen_commit_sha,
+       EXISTS (SELECT 1 FROM infestation_patterns p WHERE p.pattern_key = c.pattern_key) AS has_infestation
+FROM scan_findings f
+JOIN scans s ON s.id = f.scan_id
+JOIN repositories r ON r.id = s.repository_id
+LEFT JOIN canonical_findings c ON c.id = f.canonical_finding_id
+WHERE f.public_id = :public_id
+"""
+
+_CHECKS = """
+SELECT k.verdict, k.provenance, k.commit_sha, k.inserted_at
+FROM canonical_finding_checks k
+WHERE k.canonical_finding_id = :canonical_id
+ORDER BY k.inserted_at DESC, k.id DESC
+LIMIT :limit
+"""
+
+
+async def list_repository_reports(
+    repository_id: int, listing_status: str, *, viewer: Viewer = ANONYMOUS, limit: int = 20
+) -> list[dict[str, Any]]:
+    """Newest reports of one repository that `viewer` may see; full ones carry their findings (capped)."""
+    limit = max(1, min(limit, REPORTS_PER_REPOSITORY_MAX))
+    async with db.read_session() as session:
+        rows = (
+            await session.execute(
+                text(_REPOSITORY_REPORTS),
+                {"repository_id": repository_id, "visibilities": visible_visibilities(viewer), "limit": limit},
+            )
+        ).mappings()
+        reports = []
+        for row in rows:
+            access = report_access(viewer, listing_status=listing_status, visibility=row["visibility"])
+            if access != "hidden":
+                reports.append({**row, "access": access, "findings": []})
+        full = {r["id"]: r for r in reports if r["access"] == "full"}
+        if full:
+            findings = (
+                await session.execute(
+                    text(_FINDINGS_OF_REPORTS), {"scan_ids": list(full), "limit": FINDINGS_PER_PAGE_MAX}
+                )
+            ).mappings()
+            for finding in findings:
+                full[finding["scan_id"]]["findings"].append(dict(finding))
+    return reports
+
+
+async def list_recent_public_reports(*, viewer: Viewer = ANONYMOUS, limit: int = 10) -> list[dict[str, Any]]:
+    """Newest reports on listed repositories (headers only: the home page lists, it does not expand)."""
+    limit = max(1, min(limit, RECENT_REPORTS_MAX))
+    async with db.read_session() as session:
+        rows = (
+            await session.execute(text(_RECENT_REPORTS), {"visibilities": visible_visibilities(viewer), "limit": limit})
+        ).mappings()
+        reports = []
+        for row in rows:
+            access = report_access(viewer, listing_status=row["listing_status"], visibility=row["visibility"])
+            if access != "hidden":
+                reports.append({**row, "access": access})
+    return reports
+
+
+async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> dict[str, Any] | None:
+    """One finding occurrence with its canonical status and checks, or None when `viewer` may not see it in
+    full (restricted or summary-only report, quarantined repository) or it does not exist."""
+    async with db.read_session() as session:
+        row = (await session.execute(text(_FINDING), {"public_id": public_id})).mappings().first()
+        if row is None:
+            return None
+        if report_access(viewer, listing_status=row["listing_status"], visibility=row["visibility"]) != "full":
+            return None
+        finding = dict(row)
+        checks: list[dict[str, Any]] = []
+        if finding["canonical_id"] is not None:
+            result = await session.execute(
+                text(_CHECKS), {"canonical_id": finding["canonical_id"], "limit": CHECKS_PER_FINDING_MAX}
+            )
+            checks = [dict(c) for c in result.mappings()]
+        finding["checks"] = checks
+    return finding

@@ -1,0 +1,122 @@
+"""The home page's infestation section as one shared, versioned fragment.
+
+Refresh discipline (design "Home LiveView refresh discipline"): every open home page polls
+`/fragments/home-infestations` at most once per 15 s (htmx `every 15s`). The server's work per interval must not
+grow with the number of open pages, so:
+
+* the fragment's version is a cheap aggregate of the rollup table (`max(refreshed_at)`, row count) plus the
+  current hour (window decay moves patterns in and out without a refresh), computed at most once per
+  `VERSION_TTL_SECONDS` per process whatever the number of pollers (single flight);
+* the strong `ETag` is derived from that version, and a matching `If-None-Match` gets a 304 before any list query;
+* the rendered fragment is kept per version, so the list query runs once per change per process, not once per page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+
+from app import db
+from app.infestations import queries
+from app.infestations.svg import constellation_layout
+from app.templating import environment
+
+VERSION_TTL_SECONDS = 5.0
+HOME_TOP = 12
+HOME_DAYS = 30
+POLL_SECONDS = 15
+
+_VERSION_SQL = "SELECT max(refreshed_at) AS refreshed, count(*) AS patterns FROM infestation_patterns"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    etag: str
+    html: str
+    items: list[dict[str, Any]]
+
+
+@dataclass
+class _State:
+    etag: str | None = None
+    etag_at: float = 0.0
+    rendered: Rendered | None = None
+    version_queries: int = 0  # observability for tests and operators: how often the version was computed
+    renders: int = 0  # how often the list query ran
+
+
+_state = _State()
+_version_lock: asyncio.Lock | None = None
+_render_lock: asyncio.Lock | None = None
+
+
+def _locks() -> tuple[asyncio.Lock, asyncio.Lock]:
+    global _version_lock, _render_lock
+    if _version_lock is None or _render_lock is None:
+        _version_lock, _render_lock = asyncio.Lock(), asyncio.Lock()
+    return _version_lock, _render_lock
+
+
+def stats() -> dict[str, int]:
+    return {"version_queries": _state.version_queries, "renders": _state.renders}
+
+
+def clear() -> None:
+    """Forget the cached version and fragment of this process (tests; after a deploy)."""
+    global _state
+    _state = _State()
+
+
+async def current_etag() -> str:
+    """The strong ETag of the current fragment; at most one version query per TTL per process."""
+    now = time.monotonic()
+    if _state.etag is not None and now - _state.etag_at < VERSION_TTL_SECONDS:
+        return _state.etag
+    version_lock, _ = _locks()
+    async with version_lock:
+        if _state.etag is not None and time.monotonic() - _state.etag_at < VERSION_TTL_SECONDS:
+            return _state.etag  # another request refreshed it while we waited
+        async with db.read_session() as session:
+            row = (await session.execute(text(_VERSION_SQL))).mappings().one()
+        _state.version_queries += 1
+        hour = int(time.time() // 3600)
+        refreshed = row["refreshed"].isoformat() if row["refreshed"] is not None else "-"
+        digest = hashlib.sha256(f"{refreshed}|{row['patterns']}|{hour}".encode()).hexdigest()[:32]
+        _state.etag = f'"home-infestations-{digest}"'
+        _state.etag_at = time.monotonic()
+        return _state.etag
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    candidates = [c.strip() for c in if_none_match.split(",")]
+    return "*" in candidates or etag in candidates
+
+
+async def rendered(etag: str) -> Rendered:
+    """The fragment for `etag`, rendered once per version per process."""
+    current = _state.rendered
+    if current is not None and current.etag == etag:
+        return current
+    _, render_lock = _locks()
+    async with render_lock:
+        current = _state.rendered
+        if current is not None and current.etag == etag:
+            return current
+        items = await queries.list_infestations(days=HOME_DAYS, min_repos=2, limit=HOME_TOP)
+        _state.renders += 1
+        html = environment.get_template("site/_home_infestations.html").render(
+            etag=etag,
+            items=items,
+            constellation=constellation_layout(items, limit=HOME_TOP),
+            poll_seconds=POLL_SECONDS,
+        )
+        result = Rendered(etag=etag, html=html, items=items)
+        _state.rendered = result
+        return result
