@@ -175,8 +175,9 @@ def seeded_times(report: SeedReport, now: datetime) -> tuple[datetime, datetime]
     but never beyond 400 days ago."""
     low, high = _AGE_BUCKETS[report.bucket]
     h = _int_hash("seed-age-v2-" + report.age_seed)
-    updated = now - timedelta(days=low + h % (high - low + 1), seconds=(h >> 16) % 86_400)
-    inserted = max(updated - timedelta(days=(h >> 40) % 21), now - timedelta(days=400))
+    oldest = now - timedelta(days=400)
+    updated = max(now - timedelta(days=low + h % (high - low + 1), seconds=(h >> 16) % 86_400), oldest)
+    inserted = max(updated - timedelta(days=(h >> 40) % 21), oldest)
     return inserted, updated
 
 

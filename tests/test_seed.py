@@ -1,0 +1,131 @@
+"""The demo seed (domain §10): accounts, listed repositories, 20 patterns / 95 instances, windows with content,
+rollups drained, and idempotent re-runs."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+
+from sqlalchemy import func, select, text
+
+from app import db
+from app.accounts.models import Account
+from app.accounts.passwords import verify_password
+from app.registry.models import Repository
+from app.reports.finding_memory import pattern_key
+from app.reports.models import Scan
+from app.seed import DEMO_ONE_OFFS, DEMO_PASSWORD, DEMO_PATTERNS, DEMO_REPOSITORIES, seed_demo
+from tests import factories
+
+
+def test_pattern_table_matches_domain_section_10() -> None:
+    statuses = Counter(s for _, _, row in DEMO_PATTERNS for s in row)
+    assert len(DEMO_PATTERNS) == 20
+    assert sum(statuses.values()) == 95
+    assert statuses == {"open": 74, "verified": 12, "fixed": 8, "disputed": 1}
+    assert {len(row) for _, _, row in DEMO_PATTERNS} == {3, 4, 5, 6, 7}
+
+
+async def _scalar(sql: str, **params: object) -> object:
+    async with db.read_session(replica=False) as session:
+        return (await session.execute(text(sql), params)).scalar_one()
+
+
+async def test_seed_builds_the_demo_registry_and_is_idempotent() -> None:
+    summary = await seed_demo(if_empty=True)
+    assert summary["skipped"] is False
+    assert summary["reports_submitted"] == 95 + len(DEMO_ONE_OFFS)
+    assert summary["reports_skipped"] == 0
+
+    async with db.read_session(replica=False) as session:
+        moderator = (await session.execute(select(Account).where(Account.handle == "mod"))).scalar_one()
+        assert (moderator.email, moderator.platform_role, moderator.trust_tier, moderator.state) == (
+            "mod@example.com",
+            "moderator",
+            "reviewer",
+            "active",
+        )
+        assert moderator.password_hash is not None
+        assert verify_password(moderator.password_hash, DEMO_PASSWORD)[0]
+        assert (await session.execute(select(func.count()).select_from(Account))).scalar_one() == 3
+        repos = (await session.execute(select(Repository).order_by(Repository.id))).scalars().all()
+        assert len(repos) == len(DEMO_REPOSITORIES)
+        assert all(r.listing_status == "listed" and r.description and r.primary_language for r in repos)
+        assert all(r.stars_count > 0 for r in repos)
+        # metrics were recalculated: every repository with an open or verified canonical says so
+        assert sum(r.scan_count for r in repos) == 95 + len(DEMO_ONE_OFFS)
+        assert all(r.status in ("findings", "reviewed") for r in repos if r.scan_count)
+        session.expunge_all()  # keep the rows readable after the session's closing rollback
+
+    # statuses written directly, exactly the §10 tallies for the pattern instances
+    tallies = dict(
+        await _session_rows(
+            "SELECT status, count(*) FROM canonical_findings WHERE pattern_key = ANY(:keys) GROUP BY status",
+            keys=[pattern_key(t) for t, _, _ in DEMO_PATTERNS],
+        )
+    )
+    assert tallies == {"open": 74, "verified": 12, "fixed": 8, "disputed": 1}
+    # verified/fixed carry verified_at, the others do not
+    assert (
+        await _scalar(
+            "SELECT count(*) FROM canonical_findings WHERE (status IN ('verified','fixed')) <> (verified_at IS NOT NULL)"
+        )
+        == 0
+    )
+
+    # round-robin from sha256(title) mod len(repos), commit sha as §10, one report per instance
+    title, _, statuses = DEMO_PATTERNS[0]
+    offset = int(hashlib.sha256(title.encode()).hexdigest(), 16) % len(repos)
+    expected_repo = repos[offset]
+    sha = hashlib.sha256(f"seed-epi-v2-{expected_repo.id}-0-{title}".encode()).hexdigest()[:40]
+    async with db.read_session(replica=False) as session:
+        scan = (await session.execute(select(Scan).where(Scan.commit_sha == sha))).scalar_one()
+        assert scan.repository_id == expected_repo.id
+        assert (scan.model, scan.prompt_version, scan.visibility) == ("seed-agent", "epidemic-demo/v2", "public")
+        assert scan.run_id is not None and scan.run_id.startswith("epi-seed-v2-")
+    assert await _scalar(
+        "SELECT count(DISTINCT repository_id) FROM canonical_findings WHERE pattern_key = :k", k=pattern_key(title)
+    ) == len(statuses)
+
+    # timestamps spread over 0-400 days, and every window has an infestation (>= 2 repositories)
+    assert await _scalar("SELECT count(*) FROM canonical_findings WHERE updated_at < now() - interval '401 days'") == 0
+    assert await _scalar("SELECT count(*) FROM canonical_findings WHERE inserted_at > updated_at") == 0
+    for days in (7, 30, 90, 365):
+        spread = await _scalar(
+            "SELECT max(n) FROM (SELECT count(DISTINCT repository_id) AS n FROM canonical_findings "
+            "WHERE pattern_key IS NOT NULL AND updated_at >= now() - make_interval(days => :d) "
+            "GROUP BY pattern_key) t",
+            d=days,
+        )
+        assert isinstance(spread, int) and spread >= 2, days
+    beyond_a_year = await _scalar(
+        "SELECT count(*) FROM canonical_findings WHERE updated_at < now() - interval '365 days'"
+    )
+    assert isinstance(beyond_a_year, int) and beyond_a_year > 0
+
+    # rollups drained synchronously: the 20 patterns are projected, nothing left pending
+    # (a pattern seen once still has a row; the one-offs are single-repository patterns)
+    assert await _scalar("SELECT count(*) FROM infestation_patterns WHERE repo_count >= 2") == 20
+    assert await _scalar("SELECT count(*) FROM infestation_patterns WHERE repo_count = 1") == len(DEMO_ONE_OFFS)
+    assert await _scalar("SELECT count(*) FROM infestation_dirty_keys") == 0
+    assert await _scalar("SELECT sum(instance_count) FROM infestation_patterns WHERE repo_count >= 2") == 95
+
+    # a second run adds nothing
+    again = await seed_demo(if_empty=False)
+    assert again["reports_submitted"] == 0
+    assert again["reports_skipped"] == 95 + len(DEMO_ONE_OFFS)
+    assert await _scalar("SELECT count(*) FROM scans") == 95 + len(DEMO_ONE_OFFS)
+    assert await _scalar("SELECT count(*) FROM accounts") == 3
+
+
+async def _session_rows(sql: str, **params: object) -> list[tuple[str, int]]:
+    async with db.read_session(replica=False) as session:
+        return [(str(a), int(b)) for a, b in (await session.execute(text(sql), params)).all()]
+
+
+async def test_if_empty_skips_when_any_repository_exists() -> None:
+    await factories.create_repository("someone", "something")
+    summary = await seed_demo(if_empty=True)
+    assert summary["skipped"] is True
+    assert await _scalar("SELECT count(*) FROM accounts") == 0
+    assert await _scalar("SELECT count(*) FROM repositories") == 1
