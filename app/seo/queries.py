@@ -1,0 +1,150 @@
+"""Reads that only the crawler surfaces need: child-page boundaries, public infestation keys, feed entries.
+
+Public infestation pages: an `infestation_patterns` row with `repo_count >= 2` (all-time, listed+public). A
+single-repository pattern is not an infestation (the atlas never lists it, min_repos is at least 2), so its show
+page is not worth a crawler's visit even though it renders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+
+from app import db
+from app.reports.indexable import INDEXABLE_WHERE
+
+PUBLIC_PATTERN_WHERE = "repo_count >= 2"
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One child sitemap page: every row with `first <= key < next bucket's first` (the last one is open)."""
+
+    first: Any
+    count: int
+    lastmod: datetime | None
+
+
+# One pass per kind numbers the rows in key order and keeps the first key of every page. The children then read
+# a key range each (an index range scan), never `OFFSET`; and because the ranges partition the key space, a row is
+# in exactly one child even when the cached boundaries are a little stale.
+_BUCKETS_SQL = {
+    "repos": """
+        SELECT min(id) AS first, count(*) AS count, max(updated_at) AS lastmod FROM (
+          SELECT id, updated_at, (row_number() OVER (ORDER BY id) - 1) / :size AS page
+          FROM repositories WHERE listing_status = 'listed'
+        ) t GROUP BY page ORDER BY page
+    """,
+    "findings": f"""
+        SELECT min(id) AS first, count(*) AS count, max(updated_at) AS lastmod FROM (
+          SELECT f.id, f.updated_at, (row_number() OVER (ORDER BY f.id) - 1) / :size AS page
+          FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
+          WHERE {INDEXABLE_WHERE}
+        ) t GROUP BY page ORDER BY page
+    """,
+    "infestations": f"""
+        SELECT min(pattern_key) AS first, count(*) AS count, max(updated_at) AS lastmod FROM (
+          SELECT pattern_key, updated_at, (row_number() OVER (ORDER BY pattern_key) - 1) / :size AS page
+          FROM infestation_patterns WHERE {PUBLIC_PATTERN_WHERE}
+        ) t GROUP BY page ORDER BY page
+    """,
+}
+
+
+async def child_buckets(kind: str, size: int) -> list[Bucket]:
+    async with db.read_session() as session:
+        rows = (await session.execute(text(_BUCKETS_SQL[kind]), {"size": size})).mappings().all()
+    return [Bucket(first=r["first"], count=int(r["count"]), lastmod=r["lastmod"]) for r in rows]
+
+
+# a range scan of the primary key
+_PATTERN_PAGE_SQL = f"""
+SELECT pattern_key, updated_at FROM infestation_patterns
+WHERE {PUBLIC_PATTERN_WHERE} AND pattern_key > :after AND pattern_key >= :start {{before}}
+ORDER BY pattern_key
+LIMIT :fetch
+"""
+_PATTERN_PAGE = text(_PATTERN_PAGE_SQL.format(before=""))
+_PATTERN_PAGE_BEFORE = text(_PATTERN_PAGE_SQL.format(before="AND pattern_key < :before"))
+
+
+async def list_public_pattern_keys_page(
+    *, limit: int = 1_000, after: str = "", start: str = "", before: str | None = None
+) -> dict[str, Any]:
+    """Keyset page of public infestation pages by pattern_key, `start <= key < before` and `key > after`:
+    `{"patterns": [...], "next_after": str | None}`."""
+    limit = max(1, min(limit, 5_000))
+    query = _PATTERN_PAGE if before is None else _PATTERN_PAGE_BEFORE
+    params = {"after": after, "start": start, "before": before, "fetch": limit + 1}
+    async with db.read_session() as session:
+        rows = [dict(r) for r in (await session.execute(query, params)).mappings()]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {"patterns": rows, "next_after": rows[-1]["pattern_key"] if more else None}
+
+
+_NEWEST_PATTERNS_SQL = text(
+    f"""
+    SELECT pattern_key, title, severity, repo_count, instance_count, open_count, verified_count, fixed_count,
+           disputed_count, first_seen_at, last_seen_at, sample_occurrence_public_id
+    FROM infestation_patterns
+    WHERE {PUBLIC_PATTERN_WHERE} AND first_seen_at IS NOT NULL
+    ORDER BY first_seen_at DESC, pattern_key
+    LIMIT :limit
+    """
+)
+
+
+async def list_newest_infestations(*, limit: int = 20) -> list[dict[str, Any]]:
+    """Public infestations by all-time first sighting, newest first (the "new" half of the atlas feed)."""
+    async with db.read_session() as session:
+        rows = (await session.execute(_NEWEST_PATTERNS_SQL, {"limit": max(1, min(limit, 100))})).mappings().all()
+    return [dict(r) for r in rows]
+
+
+_REPOSITORY_SQL = text(
+    """
+    SELECT id, host, owner, name, canonical_url, listing_status, updated_at, inserted_at
+    FROM repositories WHERE host = :host AND owner = :owner AND name = :name
+    """
+)
+
+
+async def get_public_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
+    """A repository anonymous visitors may see (listed or pending; quarantined hides the whole record)."""
+    async with db.read_session() as session:
+        row = (
+            (await session.execute(_REPOSITORY_SQL, {"host": host, "owner": owner.lower(), "name": name.lower()}))
+            .mappings()
+            .first()
+        )
+    if row is None or row["listing_status"] == "quarantined":
+        return None
+    return dict(row)
+
+
+_PUBLIC_REPORTS_SQL = text(
+    """
+    SELECT s.id, s.commit_sha, s.visibility, s.review_status, s.provenance, s.review_kind, s.model,
+           s.findings_count, s.confirmations_count, s.disputes_count, s.inserted_at, s.updated_at,
+           a.handle AS submitted_by
+    FROM scans s JOIN accounts a ON a.id = s.submitted_by_id
+    WHERE s.repository_id = :repository_id AND s.visibility IN ('public', 'public_summary')
+    ORDER BY s.inserted_at DESC, s.id DESC
+    LIMIT :limit
+    """
+)
+
+
+async def list_public_reports(repository_id: int, *, limit: int = 30) -> list[dict[str, Any]]:
+    """Newest reports of one repository that anonymous visitors may see (public and public_summary headers)."""
+    async with db.read_session() as session:
+        rows = (
+            await session.execute(
+                _PUBLIC_REPORTS_SQL, {"repository_id": repository_id, "limit": max(1, min(limit, 100))}
+            )
+        ).mappings()
+        return [dict(r) for r in rows]

@@ -1,0 +1,230 @@
+"""Sitemaps (sitemaps.org 0.9, domain §7.4, design "Sitemap" phases A and B).
+
+Below `SITEMAP_INDEX_THRESHOLD` (20,000) listed repositories `/sitemap.xml` is one streamed `urlset` (hubs,
+findings, repositories, infestation pages, capped at 50,000 URLs). At or above it, a `sitemapindex` of children of
+at most ~10,000 URLs each, addressed by key ranges whose first keys are computed in one pass per kind and cached
+(see docs/seo.md). Every body is produced page by page from keyset reads, one short read session per page.
+
+XML: every text node goes through `xml.sax.saxutils.escape` (path segments are also percent-encoded);
+`lastmod` is the UTC date of a real timestamp, and is left out when there is none.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+from xml.sax.saxutils import escape
+
+from app.registry.listing import list_listed_repositories_page
+from app.registry.stats import SingleFlightCache, registry_stats
+from app.reports.indexable import list_indexable_findings_page
+from app.seo.queries import Bucket, child_buckets, list_public_pattern_keys_page
+from app.seo.settings import CHILD_PAGE_SIZE, PROTOCOL_MAX_URLS, seo_settings, sitemap_cache_ttl
+
+NAMESPACE = "http://www.sitemaps.org/schemas/sitemap/0.9"
+XML_DECLARATION = '<?xml version="1.0" encoding="UTF-8"?>\n'
+URLSET_OPEN = f'{XML_DECLARATION}<urlset xmlns="{NAMESPACE}">\n'
+URLSET_CLOSE = "</urlset>\n"
+STREAM_PAGE = 5_000  # rows per read session while streaming
+KINDS = ("repos", "findings", "infestations")
+
+PageWalker = AsyncGenerator[list[str], None]
+
+# Hubs: the pages a crawler should enter through. They change constantly and have no single honest timestamp,
+# so they carry no lastmod (the protocol makes it optional).
+HUBS: tuple[tuple[str, str], ...] = (("/", "0.9"), ("/infestations", "0.85"), ("/search", "0.5"))
+
+
+def lastmod(at: datetime | None) -> str:
+    return "" if at is None else f"<lastmod>{at.astimezone(UTC).date().isoformat()}</lastmod>"
+
+
+def url_entry(loc: str, at: datetime | None, priority: str) -> str:
+    return f"<url><loc>{escape(loc)}</loc>{lastmod(at)}<priority>{priority}</priority></url>\n"
+
+
+def repository_path(host: str, owner: str, name: str) -> str:
+    return "/repos/" + "/".join(quote(part, safe="") for part in (host, owner, name))
+
+
+def finding_priority(status: str | None, confirmations_count: int) -> str:
+    if status == "verified":
+        return "0.85"
+    return "0.75" if confirmations_count > 0 else "0.65"
+
+
+def hub_entries(base: str) -> list[str]:
+    return [url_entry(base + path, None, priority) for path, priority in HUBS]
+
+
+def finding_entries(base: str, rows: Iterable[dict[str, Any]]) -> list[str]:
+    prefix = f"<url><loc>{escape(base)}/findings/"
+    return [
+        f"{prefix}{r['public_id']}</loc>{lastmod(r['updated_at'])}"
+        f"<priority>{finding_priority(r['status'], r['confirmations_count'])}</priority></url>\n"
+        for r in rows
+    ]
+
+
+def repository_entries(base: str, rows: Iterable[dict[str, Any]]) -> list[str]:
+    return [url_entry(base + repository_path(r["host"], r["owner"], r["name"]), r["updated_at"], "0.8") for r in rows]
+
+
+def infestation_entries(base: str, rows: Iterable[dict[str, Any]]) -> list[str]:
+    return [url_entry(f"{base}/infestations/{r['pattern_key']}", r["updated_at"], "0.7") for r in rows]
+
+
+# ---- keyset page walkers: one short read session per page, bounded by an optional key range ----------------
+
+
+async def finding_pages(base: str, lo: int = 0, hi: int | None = None) -> PageWalker:
+    after: int | None = lo
+    while after is not None:
+        page = await list_indexable_findings_page(limit=STREAM_PAGE, after_id=after, before_id=hi)
+        yield finding_entries(base, page["findings"])
+        after = page["next_after_id"]
+
+
+async def repository_pages(base: str, lo: int = 0, hi: int | None = None) -> PageWalker:
+    after: int | None = lo
+    while after is not None:
+        page = await list_listed_repositories_page(limit=STREAM_PAGE, after_id=after, before_id=hi)
+        yield repository_entries(base, page["repositories"])
+        after = page["next_after_id"]
+
+
+async def infestation_pages(base: str, start: str = "", hi: str | None = None) -> PageWalker:
+    after: str | None = ""
+    while after is not None:
+        page = await list_public_pattern_keys_page(limit=STREAM_PAGE, start=start, after=after, before=hi)
+        yield infestation_entries(base, page["patterns"])
+        after = page["next_after"]
+
+
+async def urlset_body(sources: list[PageWalker], *, cap: int) -> AsyncIterator[str]:
+    """`<urlset>` streamed from page walkers in order, stopping after `cap` URLs."""
+    yield URLSET_OPEN
+    left = cap
+    for source in sources:
+        async for entries in source:
+            if left <= 0:
+                break
+            chunk = entries[:left]
+            left -= len(chunk)
+            if chunk:
+                yield "".join(chunk)
+        await source.aclose()
+        if left <= 0:
+            break
+    yield URLSET_CLOSE
+
+
+async def _hub_pages(base: str) -> PageWalker:
+    yield hub_entries(base)
+
+
+def single_urlset(base: str, cap: int) -> AsyncIterator[str]:
+    """Phase A: hubs, findings, repositories, infestation pages in one file."""
+    return urlset_body(
+        [_hub_pages(base), finding_pages(base), repository_pages(base), infestation_pages(base)], cap=cap
+    )
+
+
+# ---- phase B: the index and its children ----------------------------------------------------------------------
+
+_buckets: SingleFlightCache[list[Bucket]] = SingleFlightCache(sitemap_cache_ttl, maxsize=8)
+
+
+async def buckets(kind: str) -> list[Bucket]:
+    return await _buckets.get(kind, lambda: child_buckets(kind, CHILD_PAGE_SIZE))
+
+
+def invalidate_buckets() -> None:
+    _buckets.invalidate()
+
+
+async def use_index() -> bool:
+    stats = await registry_stats()
+    return int(stats["repositories"]) >= seo_settings().index_threshold
+
+
+@dataclass(frozen=True)
+class ChildRef:
+    path: str
+    lastmod: datetime | None
+
+
+async def index_children() -> list[ChildRef]:
+    children = [ChildRef("/sitemap/hubs.xml", None)]
+    for kind in KINDS:
+        for n, bucket in enumerate(await buckets(kind), start=1):
+            children.append(ChildRef(f"/sitemap/{kind}/{n}.xml", bucket.lastmod))
+    return children
+
+
+def sitemapindex_xml(base: str, children: list[ChildRef]) -> str:
+    parts = [f'{XML_DECLARATION}<sitemapindex xmlns="{NAMESPACE}">\n']
+    parts.extend(f"<sitemap><loc>{escape(base + c.path)}</loc>{lastmod(c.lastmod)}</sitemap>\n" for c in children)
+    parts.append("</sitemapindex>\n")
+    return "".join(parts)
+
+
+def hubs_xml(base: str) -> str:
+    return URLSET_OPEN + "".join(hub_entries(base)) + URLSET_CLOSE
+
+
+async def child_urlset(kind: str, page: int) -> AsyncIterator[str] | None:
+    """The body of `/sitemap/{kind}/{page}.xml`, or None when the page does not exist."""
+    pages = await buckets(kind)
+    if not 1 <= page <= len(pages):
+        return None
+    base = seo_settings().base_url
+    first = pages[page - 1].first
+    following = pages[page].first if page < len(pages) else None
+    walker: PageWalker
+    if kind == "infestations":
+        walker = infestation_pages(base, start=str(first), hi=following)
+    elif kind == "repos":
+        walker = repository_pages(base, lo=int(first) - 1, hi=following)
+    else:
+        walker = finding_pages(base, lo=int(first) - 1, hi=following)
+    # stale boundaries can let a range grow past 10,000: still a valid file up to the protocol's 50,000
+    return urlset_body([walker], cap=PROTOCOL_MAX_URLS)
+
+
+# ---- gzip for streamed bodies -------------------------------------------------------------------------------
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    for part in accept_encoding.split(","):
+        token, _, params = part.strip().partition(";")
+        if token.strip().lower() in ("gzip", "*"):
+            q = params.strip().lower()
+            return not (q.startswith("q=") and _q_value(q[2:]) == 0.0)
+    return False
+
+
+def _q_value(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        return 1.0
+
+
+async def encode_stream(body: AsyncIterator[str], *, gzip: bool) -> AsyncIterator[bytes]:
+    """UTF-8 encode, and gzip when asked, flushing after every chunk so the client sees bytes as pages arrive."""
+    if not gzip:
+        async for chunk in body:
+            yield chunk.encode()
+        return
+    compressor = zlib.compressobj(5, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    flush: Callable[[int], bytes] = compressor.flush
+    async for chunk in body:
+        data = compressor.compress(chunk.encode()) + flush(zlib.Z_SYNC_FLUSH)
+        if data:
+            yield data
+    yield flush(zlib.Z_FINISH)
