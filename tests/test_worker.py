@@ -1,0 +1,130 @@
+"""The arq worker: a real `tarakan worker` process drains rung keys; the drain job chains continuations."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from app import db
+from app.accounts.models import Account
+from app.infestations import hooks, projection
+from app.reports.finding_memory import pattern_key
+from jobs import queue, worker
+from tests import factories as f
+from tests.conftest import spawn
+
+TITLE = "Path traversal in upload handler"
+KEY = pattern_key(TITLE)
+
+
+async def repo_count(key: str = KEY) -> int | None:
+    async with db.read_session(replica=False) as session:
+        value = (
+            await session.execute(
+                text("SELECT repo_count FROM infestation_patterns WHERE pattern_key = :k"), {"k": key}
+            )
+        ).scalar()
+    return None if value is None else int(value)
+
+
+async def dirty_count() -> int:
+    async with db.read_session(replica=False) as session:
+        return int((await session.execute(text("SELECT count(*) FROM infestation_dirty_keys"))).scalar_one())
+
+
+async def queued_drains() -> list[tuple[str, float]]:
+    """Drain jobs waiting in arq's queue, with the time (epoch seconds) each becomes due."""
+    redis = await queue.pool()
+    entries = await redis.zrange("arq:queue", 0, -1, withscores=True)
+    return [
+        (job_id.decode(), score / 1000)
+        for job_id, score in entries
+        if job_id.decode().startswith(f"{queue.DRAIN_JOB}:")
+    ]
+
+
+@pytest.fixture
+async def empty_queue() -> None:
+    redis = await queue.pool()
+    await redis.flushdb()
+
+
+@pytest.fixture
+async def reporter() -> Account:
+    return await f.create_account()
+
+
+async def two_repository_pattern(reporter: Account) -> None:
+    for _ in range(2):
+        await f.create_instance(await f.create_repository(), reporter, TITLE)
+    async with db.transaction() as session:
+        await hooks.mark_dirty(session, [KEY], "assimilate")
+
+
+async def test_a_running_worker_refreshes_a_rung_key_within_seconds(reporter: Account, empty_queue: None) -> None:
+    proc = spawn("worker")
+    try:
+        await two_repository_pattern(reporter)
+        await hooks.schedule_refresh_after_commit()
+        deadline = time.monotonic() + 20  # process start-up included
+        while await repo_count() != 2:
+            assert proc.poll() is None, "the worker exited"
+            assert time.monotonic() < deadline, "the worker did not refresh the key in time"
+            await asyncio.sleep(0.1)
+        assert await dirty_count() == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(proc.wait, 15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    assert proc.returncode == 0
+
+
+async def test_worker_burst_runs_the_queued_drain_and_exits(reporter: Account, empty_queue: None) -> None:
+    await two_repository_pattern(reporter)
+    await queue.ring_drain()
+    proc = spawn("worker", "--burst")
+    assert await asyncio.to_thread(proc.wait, 30) == 0
+    assert await repo_count() == 2
+    assert await dirty_count() == 0
+
+
+async def test_the_drain_job_chains_a_continuation_while_claimable_keys_remain(empty_queue: None) -> None:
+    keys = [f"{n:064x}" for n in range(1, 206)]  # 205 keys without source rows: quick refreshes
+    async with db.transaction() as session:
+        await hooks.mark_dirty(session, keys, "reconcile")
+    ctx: dict[str, Any] = {"worker_id": "worker-1", "redis": await queue.pool(), "job_try": 1}
+
+    first = await worker.drain_dirty_keys(ctx)
+    assert (first["refreshed"], first["remaining_claimable"]) == (200, 5)
+    [(_, due)] = await queued_drains()
+    assert due <= time.time() + 1, "the continuation should run at once"
+
+    second = await worker.drain_dirty_keys(ctx)
+    assert (second["refreshed"], second["remaining_claimable"]) == (5, 0)
+    assert await dirty_count() == 0
+
+
+async def test_the_drain_job_defers_itself_to_a_throttled_keys_available_time(
+    reporter: Account, empty_queue: None
+) -> None:
+    await two_repository_pattern(reporter)
+    [claim] = await projection.claim_dirty_keys("worker-1", 10)
+    await projection.refresh_pattern(KEY)
+    async with db.transaction() as session:  # re-dirtied during its refresh: a hot key
+        await hooks.mark_dirty(session, [KEY], "status")
+    assert await projection.settle_refreshed(claim, "worker-1", elapsed=0.0, throttle=True) is False
+    ctx: dict[str, Any] = {"worker_id": "worker-2", "redis": await queue.pool(), "job_try": 1}
+
+    result = await worker.drain_dirty_keys(ctx)
+
+    assert (result["refreshed"], result["remaining_claimable"]) == (0, 0)
+    [(_, due)] = await queued_drains()
+    assert time.time() + 28 <= due <= time.time() + 31
