@@ -123,7 +123,7 @@ def _parse_public_id(raw: str) -> uuid.UUID | None:
         parsed = uuid.UUID(raw)
     except ValueError:
         return None
-    return parsed if str(parsed) == raw.lower() else None  # one address per finding
+    return parsed if str(parsed) == raw else None  # one address per finding: canonical lowercase form
 
 
 async def finding_page(request: Request) -> Response:

@@ -1,0 +1,117 @@
+"""The atlas layouts are pure and deterministic, stay inside their frame, and carry links and accessible names."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout, repo_path
+from app.templating import environment
+from e2e.seed import HOSTILE_NAME, HOSTILE_TITLE
+from e2e.soup import attrs, soup
+
+
+def pattern(rank: int, repos: int, *, open_count: int | None = None, fixed: int = 0) -> dict[str, Any]:
+    opened = repos if open_count is None else open_count
+    return {
+        "pattern_key": f"{rank:064x}",
+        "title": f"Pattern number {rank}",
+        "severity": "high",
+        "repo_count": repos,
+        "instance_count": opened + fixed,
+        "open_count": opened,
+        "verified_count": 0,
+        "fixed_count": fixed,
+        "disputed_count": 0,
+    }
+
+
+def repo(i: int, *, instances: int = 1, status: str = "open") -> dict[str, Any]:
+    return {
+        "repository_id": i,
+        "host": "github.com",
+        "owner": "acme",
+        "name": f"r{i}",
+        "status": status,
+        "instance_count": instances,
+        "open_count": instances if status == "open" else 0,
+    }
+
+
+def test_constellation_is_deterministic_and_ranked_outward() -> None:
+    items = [pattern(i, 40 - i) for i in range(30)]
+    first = constellation_layout(items)
+    assert first == constellation_layout([dict(i) for i in items])
+    cx, cy = first.width / 2, first.height / 2
+    distances = [math.hypot(n.x - cx, n.y - cy) for n in first.nodes]
+    assert distances[0] == 0
+    # spiral radius grows with rank (x is stretched, so compare the unstretched radius)
+    radial = [math.hypot((n.x - cx) / 1.7, n.y - cy) for n in first.nodes]
+    assert all(a <= b + 0.5 for a, b in itertools.pairwise(radial[1:]))
+
+
+def test_constellation_nodes_fit_the_frame_and_do_not_overlap() -> None:
+    for count in (1, 2, 12, 30, 50):
+        layout = constellation_layout([pattern(i, 100 - i) for i in range(count)], limit=50)
+        assert len(layout.nodes) == count
+        for node in layout.nodes:
+            assert node.r <= node.x <= layout.width - node.r
+            assert node.r <= node.y <= layout.height - node.r
+        for a, b in itertools.combinations(layout.nodes, 2):
+            assert math.hypot(a.x - b.x, a.y - b.y) >= a.r + b.r, (count, a.rank, b.rank)
+
+
+def test_constellation_sizes_colours_and_labels() -> None:
+    items = [
+        pattern(1, 50),
+        pattern(2, 25, open_count=1, fixed=10),
+        pattern(3, 5),
+        pattern(4, 4),
+        pattern(5, 3),
+        pattern(6, 2),
+        pattern(7, 2),
+    ]
+    layout = constellation_layout(items)
+    radii = [n.r for n in layout.nodes]
+    assert radii == sorted(radii, reverse=True) and radii[0] > radii[2]
+    assert [n.tone for n in layout.nodes[:3]] == ["open", "fixed", "open"]
+    assert [n.label is not None for n in layout.nodes] == [True] * 5 + [False] * 2
+    assert [e.tone for e in layout.legend] == ["open", "fixed"]
+    assert layout.nodes[0].href == f"/infestations/{1:064x}"
+    assert layout.nodes[0].aria_label == "#1 Pattern number 1: 50 repositories, 50 open, high"
+    assert constellation_layout(items, limit=3).nodes[-1].rank == 3
+    assert constellation_layout([]).nodes == ()
+
+
+def test_hub_caps_satellites_and_counts_the_rest() -> None:
+    entries = [repo(i, instances=1 + i % 7, status=("open", "fixed", "verified", "weird")[i % 4]) for i in range(80)]
+    graph = hub_layout({"title": "Hub", "repo_count": 100}, entries)
+    assert len(graph.satellites) == SATELLITE_CAP == 64
+    assert graph.more == 36
+    assert graph == hub_layout({"title": "Hub", "repo_count": 100}, [dict(e) for e in entries])
+    for sat in graph.satellites:
+        assert sat.r <= sat.x <= graph.width - sat.r and sat.r <= sat.y <= graph.height - sat.r
+    for a, b in itertools.combinations(graph.satellites, 2):
+        assert math.hypot(a.x - b.x, a.y - b.y) >= a.r + b.r
+    assert {s.status for s in graph.satellites} == {"open", "fixed", "verified", "disputed"}
+    biggest = max(graph.satellites, key=lambda s: s.instance_count)
+    smallest = min(graph.satellites, key=lambda s: s.instance_count)
+    assert biggest.r > smallest.r
+    small = hub_layout({"title": "Hub", "repo_count": 3}, entries[:3])
+    assert (len(small.satellites), small.more) == (3, 0)
+    assert hub_layout({"title": "Hub", "repo_count": 64}, entries[:64]).more == 0
+
+
+def test_hostile_text_is_escaped_in_the_rendered_svg() -> None:
+    items = [pattern(1, 3) | {"title": HOSTILE_TITLE}]
+    template = environment.get_template("infestations/_constellation.svg.html")
+    html = template.render(constellation=constellation_layout(items))
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    graph = hub_layout({"title": HOSTILE_TITLE, "repo_count": 1}, [repo(1) | {"name": HOSTILE_NAME}])
+    hub_html = environment.get_template("infestations/_hub.svg.html").render(graph=graph)
+    assert "<svg onload" not in hub_html
+    page = soup(hub_html)
+    assert attrs(page, "a.satellite", "href") == [repo_path("github.com", "acme", HOSTILE_NAME)]
+    assert attrs(page, "a.satellite", "aria-label") == [f"acme/{HOSTILE_NAME}: 1 instance, open"]
+    assert len(page.select("svg")) == 1
