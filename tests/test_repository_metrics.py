@@ -1,0 +1,121 @@
+"""Repository metric recalculation (domain §1.7) and the pending → listed promotion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+
+from app import db
+from app.registry.models import Repository
+from app.reports.finding_memory import pattern_key
+from app.reports.service import recalculate_repository_metrics, record_check, submit_report
+from tests import factories
+from tests.test_report_validation import finding, report_body
+
+NOTES = "Reproduced with the proof of concept."
+
+
+async def repository_row(repo: Repository) -> dict[str, Any]:
+    async with db.read_session(replica=False) as session:
+        row = await session.execute(text("SELECT * FROM repositories WHERE id = :id"), {"id": repo.id})
+        return dict(row.mappings().one())
+
+
+async def set_visibility(scan_id: int, visibility: str) -> None:
+    async with db.transaction() as session:
+        await session.execute(text("UPDATE scans SET visibility = :v WHERE id = :id"), {"v": visibility, "id": scan_id})
+
+
+async def test_metrics_follow_reports_visibility_and_status() -> None:
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository()
+    assert (await repository_row(repo))["status"] == "unscanned"
+    first = await submit_report(
+        account, repo.host, repo.owner, repo.name, report_body(findings=[finding(), finding(title="XSS in template")])
+    )
+    row = await repository_row(repo)
+    assert (row["scan_count"], row["open_findings_count"], row["verified_findings_count"], row["status"]) == (
+        1,
+        2,
+        0,
+        "findings",
+    )
+    assert row["last_scanned_at"] is not None
+    for _ in range(2):
+        reviewer = await factories.create_account(state="active", trust_tier="reviewer")
+        await record_check(
+            reviewer,
+            first["findings"][0]["canonical_public_id"],
+            {"commit_sha": "a" * 40, "verdict": "confirmed", "provenance": "human", "notes": NOTES},
+        )
+    row = await repository_row(repo)
+    assert (row["open_findings_count"], row["verified_findings_count"]) == (2, 1)  # verified is still not fixed
+    # public_summary still counts for metrics; restricted does not
+    await set_visibility(int(first["id"]), "public_summary")
+    async with db.transaction() as session:
+        assert await recalculate_repository_metrics(session, repo.id) == ("listed", "listed")
+    assert (await repository_row(repo))["scan_count"] == 1
+    await set_visibility(int(first["id"]), "restricted")
+    async with db.transaction() as session:
+        await recalculate_repository_metrics(session, repo.id)
+    row = await repository_row(repo)
+    assert (row["scan_count"], row["open_findings_count"], row["verified_findings_count"], row["status"]) == (
+        0,
+        0,
+        0,
+        "unscanned",
+    )
+    assert row["last_scanned_at"] is None
+
+
+async def test_status_reviewed_when_everything_is_fixed() -> None:
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository()
+    result = await submit_report(account, repo.host, repo.owner, repo.name, report_body())
+    for _ in range(2):
+        reviewer = await factories.create_account(state="active", platform_role="moderator")
+        await record_check(
+            reviewer,
+            result["findings"][0]["canonical_public_id"],
+            {"commit_sha": "a" * 40, "verdict": "fixed", "provenance": "human", "notes": NOTES},
+        )
+    row = await repository_row(repo)
+    assert (row["open_findings_count"], row["status"]) == (0, "reviewed")
+    empty = await factories.create_repository()
+    await submit_report(account, empty.host, empty.owner, empty.name, report_body(findings=[]))
+    assert (await repository_row(empty))["status"] == "reviewed"
+
+
+async def test_pending_repository_is_listed_by_its_first_public_report() -> None:
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository(listing_status="pending")
+    # a public occurrence of another pattern, stored before (rows only, no metrics yet): the listing flip must
+    # mark its key too, not only the new report's
+    await factories.create_instance(repo, account, "Open redirect after login")
+    before = (await repository_row(repo))["updated_at"]
+    await submit_report(account, repo.host, repo.owner, repo.name, report_body())
+    row = await repository_row(repo)
+    assert (row["listing_status"], row["scan_count"]) == ("listed", 2)
+    assert row["updated_at"] > before
+    async with db.read_session(replica=False) as session:
+        dirty: dict[str, str] = dict(
+            (await session.execute(text("SELECT pattern_key, reason FROM infestation_dirty_keys"))).all()
+        )
+    assert dirty == {
+        pattern_key("SQL injection in login"): "assimilate",
+        pattern_key("Open redirect after login"): "listing_change",
+    }
+
+
+async def test_recalculation_without_change_does_not_touch_the_row() -> None:
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository(listing_status="pending")
+    await submit_report(account, repo.host, repo.owner, repo.name, report_body())
+    before = await repository_row(repo)
+    async with db.transaction() as session:
+        assert await recalculate_repository_metrics(session, repo.id) == ("listed", "listed")
+    assert (await repository_row(repo))["updated_at"] == before["updated_at"]
+    quarantined = await factories.create_repository(listing_status="quarantined")
+    async with db.transaction() as session:
+        assert await recalculate_repository_metrics(session, quarantined.id) == ("quarantined", "quarantined")
