@@ -12,6 +12,7 @@ from lxml import etree
 from sqlalchemy import text
 
 from app import db
+from app.registry.stats import reset_registry_stats_cache
 from tests import factories
 
 NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
@@ -26,13 +27,14 @@ def no_caches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("REGISTRY_STATS_TTL", "0")
     monkeypatch.setenv("SITEMAP_CACHE_TTL", "0")
     monkeypatch.setenv("BASE_URL", BASE)
+    reset_registry_stats_cache()
     yield
 
 
 async def sql(statement: str, **params: Any) -> list[Any]:
     async with db.transaction() as session:
         result = await session.execute(text(statement), params)
-        return list(result.scalars()) if result.returns_rows else []
+        return list(result.scalars()) if "RETURNING" in statement or statement.lstrip().startswith("SELECT") else []
 
 
 async def add_repositories(start: int, stop: int, *, listing: str = "listed", owner: str = "o") -> list[int]:

@@ -102,6 +102,11 @@ class SingleFlightCache(Generic[V]):
         self._generation += 1
         self._fresh.clear()
 
+    def reset(self) -> None:
+        """Forget everything, the last known values included (test isolation)."""
+        self.invalidate()
+        self._last.clear()
+
 
 _STATS_SQL = text(
     """
@@ -163,3 +168,8 @@ def invalidate_registry_stats() -> None:
     """Forget the cached stats of this process. Call after the commit of anything that changes the registry
     (report submitted, check or confirmation recorded, visibility or listing moderated, repository registered)."""
     _cache.invalidate()
+
+
+def reset_registry_stats_cache() -> None:
+    """Forget even the value served while a refresh runs. For test isolation (truncated tables), not production."""
+    _cache.reset()

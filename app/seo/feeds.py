@@ -75,7 +75,9 @@ def render(feed: Feed) -> str:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
 
 
 def _infestation_entry(base: str, item: dict[str, Any], spread: str) -> Entry:
