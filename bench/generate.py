@@ -25,6 +25,7 @@ class Tier:
 
 
 TIERS = {
+    "T": Tier("T", 2_000, 300, 500, 3, 1_000),  # smoke run of the benchmark itself
     "A": Tier("A", 10_000, 2_000, 2_000, 6, 20_000),
     "B": Tier("B", 100_000, 20_000, 12_000, 9, 60_000),
 }
@@ -75,7 +76,7 @@ def generate(dsn: str, tier: Tier, *, progress: bool = True) -> dict[str, int]:
         say("scans")
         # shared patterns: fan-out ~ hot / rank (Zipf, alpha 1), at least 1; repos spread by multiplicative hashing
         conn.execute(
-            f"""
+            """
             CREATE TEMP TABLE gen_canon AS
             WITH p AS (
               SELECT r AS rank, 'shared pattern ' || r || ' injection in handler' AS title,

@@ -1,0 +1,386 @@
+"""Infestation read/write benchmark (issue 3 item 10, issue 4 item 9). Not a test: prints figures and writes
+them to docs/benchmarks.md.
+
+    .venv/bin/python -m bench.infestations_bench --tier A      # ~2 min
+    .venv/bin/python -m bench.infestations_bench --tier B      # ~15-25 min on 2 cores
+
+Each tier runs on a throw-away embedded Postgres + Valkey: generate the registry in SQL (bench/generate.py),
+backfill the rollups through the real `backfill`, then time both paths in the same run (machines are noisy;
+the ratios hold): list legacy vs rollup per window (wall time and database execution time from EXPLAIN ANALYZE),
+get, instance pages, repository pages, refresh of the hot key, commit-to-rollup lag under a sustained report
+rate with a real `tarakan worker`, and page budgets against a real `tarakan serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+from app.devservices import Postgres, Redis, free_port, pdeathsig
+from bench.generate import TIERS, Tier, generate
+
+ROOT = Path(__file__).resolve().parent.parent
+HOT_TITLE = "shared pattern 1 injection in handler"
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"p50_ms": statistics.median(values) * 1000, "p95_ms": pct(values, 0.95) * 1000, "n": len(values)}
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], runs: int, warmup: int = 2) -> list[float]:
+    for _ in range(warmup):
+        await fn()
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        await fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def explain_ms(dsn: str, sql: str, params: dict[str, Any], runs: int) -> list[float]:
+    """Database execution time of one statement (EXPLAIN ANALYZE), seconds."""
+    out = []
+    with psycopg.connect(dsn) as conn:
+        for i in range(runs + 2):
+            plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()[0]  # type: ignore[index]
+            if i >= 2:
+                out.append((plan[0]["Execution Time"] + plan[0].get("Planning Time", 0)) / 1000)
+    return out
+
+
+async def measure_reads(dsn: str, results: dict[str, Any], runs: int) -> None:
+    from app.infestations import legacy, queries
+    from app.reports.finding_memory import pattern_key
+
+    hot = pattern_key(HOT_TITLE)
+    for window in (7, 30, 90, 365):
+        rollup = await timed(functools.partial(queries.list_infestations_rollup, days=window, limit=50), runs)
+        legacy_t = await timed(functools.partial(legacy.list_infestations_legacy, days=window, limit=50), 3, warmup=1)
+        sql = queries.ranked_list_sql(window).replace(":min_repos", "%(min_repos)s")
+        sql = sql.replace(":since", "%(since)s").replace(":limit", "%(limit)s")
+        since = datetime.now(UTC) - timedelta(days=window)
+        db_time = explain_ms(dsn, sql, {"min_repos": 2, "since": since, "limit": 50}, runs // 2)
+        results[f"list_{window}d"] = {
+            "rollup": summary(rollup),
+            "rollup_db": summary(db_time) if db_time else None,
+            "legacy": summary(legacy_t),
+            "speedup_p50": statistics.median(legacy_t) / statistics.median(rollup),
+        }
+        print(f"  list {window}d: {json.dumps(results[f'list_{window}d'])}", flush=True)
+    results["get_hot"] = summary(await timed(lambda: queries.get_infestation(hot), runs))
+    first = await queries.list_instances_page(hot, limit=50)
+    results["instances_page_first"] = summary(await timed(lambda: queries.list_instances_page(hot, limit=50), runs))
+    deep_cursor = first["next_cursor"]
+    for _ in range(20):  # walk 20 pages in, then time a deep page
+        page = await queries.list_instances_page(hot, limit=50, cursor=deep_cursor)
+        deep_cursor = page["next_cursor"] or deep_cursor
+    results["instances_page_deep"] = summary(
+        await timed(lambda: queries.list_instances_page(hot, limit=50, cursor=deep_cursor), runs)
+    )
+    results["pattern_repos_page"] = summary(await timed(lambda: queries.list_pattern_repos_page(hot, limit=64), runs))
+    with psycopg.connect(dsn) as conn:
+        repo_id = conn.execute(
+            "SELECT repository_id FROM infestation_pattern_repos GROUP BY repository_id ORDER BY count(*) DESC LIMIT 1"
+        ).fetchone()[0]  # type: ignore[index]
+    results["repo_infestations"] = summary(
+        await timed(lambda: queries.list_repository_infestations(repo_id, limit=50), runs)
+    )
+    for name in ("get_hot", "instances_page_first", "instances_page_deep", "pattern_repos_page", "repo_infestations"):
+        print(f"  {name}: {json.dumps(results[name])}", flush=True)
+
+
+async def measure_refresh(results: dict[str, Any]) -> None:
+    from app.infestations import projection
+    from app.reports.finding_memory import pattern_key
+
+    hot = pattern_key(HOT_TITLE)
+    results["refresh_hot"] = summary(await timed(lambda: projection.refresh_pattern(hot, reason="bench"), 5, warmup=1))
+    print(f"  refresh hot key: {json.dumps(results['refresh_hot'])}", flush=True)
+
+
+async def measure_lag(dsn: str, results: dict[str, Any], rate: float, seconds: float) -> None:
+    """Submit reports at `rate`/s through the real service while a real worker drains; lag = commit →
+    the canonical's instance row carries its new updated_at."""
+    from app.accounts.service import get_account_by_email
+
+    account = await get_account_by_email("bench@example.com")
+    assert account is not None
+    with psycopg.connect(dsn) as conn:
+        repos = conn.execute(
+            "SELECT host, owner, name FROM repositories WHERE listing_status = 'listed' ORDER BY id LIMIT 2000"
+        ).fetchall()
+    from app.reports.service import submit_report
+
+    pending: dict[int, float] = {}
+    lags: list[float] = []
+    done = asyncio.Event()
+    rng = random.Random(7)
+
+    async def poll() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not (done.is_set() and not pending):
+                if pending:
+                    ids = list(pending)
+                    rows = conn.execute(
+                        "SELECT i.canonical_finding_id FROM infestation_pattern_instances i "
+                        "JOIN canonical_findings c ON c.id = i.canonical_finding_id "
+                        "WHERE i.canonical_finding_id = ANY(%s) AND i.updated_at = c.updated_at",
+                        (ids,),
+                    ).fetchall()
+                    now = time.perf_counter()
+                    for (cid,) in rows:
+                        lags.append(now - pending.pop(cid))
+                await asyncio.sleep(0.02)
+                if done.is_set() and time.perf_counter() - last_submit[0] > 60:
+                    break
+
+    last_submit = [time.perf_counter()]
+    poller = asyncio.create_task(poll())
+    interval = 1 / rate
+    start = time.perf_counter()
+    n = 0
+    while time.perf_counter() - start < seconds:
+        host, owner, name = repos[rng.randrange(len(repos))]
+        shared = rng.randrange(2, 3000)  # shared patterns, not the hot one
+        title = f"shared pattern {shared} injection in handler" if rng.random() < 0.5 else f"fresh finding {n} xyz"
+        body = {
+            "commit_sha": f"{n:040x}",
+            "model": "bench",
+            "prompt_version": "bench/lag",
+            "run_id": f"lag-{n}",
+            "document": {
+                "tarakan_scan_format": 1,
+                "findings": [
+                    {"file": f"lag/file_{n}.py", "severity": "high", "title": title, "description": "lag probe",
+                     "line_start": 1 + n % 1000}
+                ],
+            },
+        }  # fmt: skip
+        out = await submit_report(account, host, owner, name, body)
+        committed = time.perf_counter()
+        last_submit[0] = committed
+        with psycopg.connect(dsn) as conn:
+            cid = conn.execute(
+                "SELECT canonical_finding_id FROM scan_findings WHERE public_id = %s",
+                (out["findings"][0]["public_id"],),
+            ).fetchone()[0]  # type: ignore[index]
+        pending[cid] = committed
+        n += 1
+        await asyncio.sleep(max(0.0, start + n * interval - time.perf_counter()))
+    done.set()
+    await asyncio.wait_for(poller, timeout=90)
+    results["lag"] = {**summary(lags), "reports": n, "rate_per_s": n / seconds, "unreflected": len(pending)}
+    print(f"  commit-to-rollup lag: {json.dumps(results['lag'])}", flush=True)
+
+
+def measure_pages(base: str, hot: str, results: dict[str, Any], runs: int) -> None:
+    with httpx.Client(base_url=base, timeout=30) as client:
+        for name, path in (("page_index", "/infestations"), ("page_show_hot", f"/infestations/{hot}")):
+            for _ in range(3):
+                client.get(path)
+            times = []
+            size = 0
+            for _ in range(runs):
+                t = time.perf_counter()
+                r = client.get(path)
+                times.append(time.perf_counter() - t)
+                assert r.status_code == 200, (path, r.status_code)
+                size = len(r.content)
+            results[name] = {**summary(times), "html_bytes": size}
+            print(f"  {name}: {json.dumps(results[name])}", flush=True)
+
+
+def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT, preexec_fn=pdeathsig(signal.SIGTERM),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str, Any]:
+    tmp = tempfile.mkdtemp(prefix=f"tarakan-bench-{tier.name}-")
+    pg = Postgres(os.path.join(tmp, "pg"), fast_unsafe=True).start()
+    redis = Redis(os.path.join(tmp, "redis")).start()
+    env = {**os.environ, "DATABASE_URL": pg.url, "REDIS_URL": redis.url, "SECRET_KEY": "bench",
+           "REGISTRY_STATS_TTL": "30", "INFESTATIONS_READ_FROM_ROLLUP": "true"}  # fmt: skip
+    os.environ.update(env)
+    dsn = pg.url.replace("postgresql+psycopg://", "postgresql://")
+    results: dict[str, Any] = {"tier": tier.name}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        from app.migrate import upgrade_to_head
+
+        upgrade_to_head()
+        t = time.perf_counter()
+        results["rows"] = generate(dsn, tier)
+        results["generate_s"] = time.perf_counter() - t
+
+        async def backfill() -> int:
+            from app import db
+            from app.infestations import projection
+
+            try:
+                return await projection.backfill(progress=lambda m: print("  " + m, flush=True))
+            finally:
+                await db.dispose_engines()
+
+        t = time.perf_counter()
+        results["backfill_keys"] = asyncio.run(backfill())
+        results["backfill_s"] = time.perf_counter() - t
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+        print(f"[{tier.name}] backfill {results['backfill_keys']} keys in {results['backfill_s']:.1f}s", flush=True)
+
+        async def reads() -> None:
+            from app import db
+            from jobs.queue import close_pools
+
+            try:
+                await measure_reads(dsn, results, runs)
+                await measure_refresh(results)
+                procs.append(spawn(["worker"], env))
+                await asyncio.sleep(2)
+                await measure_lag(dsn, results, rate, lag_seconds)
+            finally:
+                await close_pools()
+                await db.dispose_engines()
+
+        asyncio.run(reads())
+        port = free_port()
+        procs.append(spawn(["serve", "--port", str(port)], {**env, "BASE_URL": f"http://127.0.0.1:{port}"}))
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("server did not start")
+            time.sleep(0.1)
+        from app.reports.finding_memory import pattern_key
+
+        measure_pages(base, pattern_key(HOT_TITLE), results, runs)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        redis.stop()
+        pg.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
+def render(all_results: list[dict[str, Any]], command: str) -> str:
+    lines = [
+        "## Infestations (issue 3 item 10, issue 4 item 9)",
+        "",
+        f"Command: `{command}` (machine: {os.cpu_count()} cores; embedded Postgres with fsync off; "
+        "one process, loopback). Times in ms, p50 / p95.",
+        "",
+    ]
+    for r in all_results:
+        rows = r["rows"]
+        lines += [
+            f"### Tier {r['tier']}: {rows['repositories']:,} repositories, {rows['canonical_findings']:,} canonical "
+            f"findings, {rows['scan_findings']:,} occurrences, {rows['pattern_keys']:,} pattern keys, hot pattern in "
+            f"{rows['hot_repos']:,} repositories",
+            "",
+            f"Generation {r['generate_s']:.1f} s; backfill of {r['backfill_keys']:,} keys {r['backfill_s']:.1f} s.",
+            "",
+            "| read | rollup p50 / p95 | rollup DB time p50 / p95 | legacy p50 / p95 | legacy ÷ rollup (p50) |",
+            "|---|---|---|---|---|",
+        ]
+        for w in (7, 30, 90, 365):
+            x = r[f"list_{w}d"]
+            db_ = x["rollup_db"]
+            dbs = f"{db_['p50_ms']:.2f} / {db_['p95_ms']:.2f}" if db_ else "—"
+            lines.append(
+                f"| list {w}d (limit 50) | {x['rollup']['p50_ms']:.2f} / {x['rollup']['p95_ms']:.2f} | {dbs} | "
+                f"{x['legacy']['p50_ms']:.0f} / {x['legacy']['p95_ms']:.0f} | {x['speedup_p50']:.0f}× |"
+            )
+        lines += ["", "| operation | p50 | p95 |", "|---|---|---|"]
+        for name, label in (
+            ("get_hot", "get_infestation (hot key)"),
+            ("instances_page_first", "list_instances_page, first page (hot key)"),
+            ("instances_page_deep", "list_instances_page, page 21 (hot key)"),
+            ("pattern_repos_page", "list_pattern_repos_page 64 (hot key)"),
+            ("repo_infestations", "list_repository_infestations (busiest repository)"),
+            ("refresh_hot", "refresh_pattern of the hot key"),
+            ("lag", "commit-to-rollup lag (real worker)"),
+            ("page_index", "GET /infestations (server + loopback)"),
+            ("page_show_hot", "GET /infestations/{hot key}"),
+        ):
+            x = r[name]
+            lines.append(f"| {label} | {x['p50_ms']:.1f} ms | {x['p95_ms']:.1f} ms |")
+        lag = r["lag"]
+        lines += [
+            "",
+            f"Lag run: {lag['reports']} reports at {lag['rate_per_s']:.1f}/s, {lag['unreflected']} not reflected at "
+            f"the end. Show page HTML of the hot key: {r['page_show_hot']['html_bytes']:,} bytes.",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def write_section(markdown: str, heading: str = "## Infestations") -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n\nFigures measured on this project's machines.\n"
+    start = text.find(heading)
+    if start >= 0:
+        end = text.find("\n## ", start + len(heading))
+        text = text[:start] + markdown.rstrip() + "\n" + (text[end:] if end >= 0 else "")
+    else:
+        text = text.rstrip() + "\n\n" + markdown.rstrip() + "\n"
+    path.write_text(text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", choices=["T", "A", "B", "both"], default="A")
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--lag-seconds", type=float, default=30)
+    parser.add_argument("--rate", type=float, default=20)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    tiers = ["A", "B"] if args.tier == "both" else [args.tier]
+    all_results = [run_tier(TIERS[t], args.runs, args.lag_seconds, args.rate) for t in tiers]
+    md = render(all_results, "python -m bench.infestations_bench " + " ".join(sys.argv[1:]))
+    print(md)
+    (ROOT / "bench" / "out").mkdir(exist_ok=True)
+    (ROOT / "bench" / "out" / "infestations.json").write_text(json.dumps(all_results, indent=2, default=str))
+    if not args.no_write:
+        write_section(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
