@@ -14,7 +14,8 @@ from typing import Any
 
 from arq import cron
 from arq.connections import RedisSettings
-from arq.worker import Retry, func
+from arq.worker import Retry as Retry  # re-exported: tests assert the retry without importing arq
+from arq.worker import func
 from arq.worker import run_worker as arq_run_worker
 from sqlalchemy import exc as sa_exc
 

@@ -200,7 +200,7 @@ async def test_window_columns_equal_a_direct_count_for_each_window(reporter: Acc
     for n, (age, status) in enumerate(ages_and_statuses):
         await f.create_instance(repos[n % 5], reporter, TITLE, status=status, updated_at=ago(age))
     # noise that must not count: a restricted report and a quarantined repository, both fresh
-    await f.create_instance(repos[0], reporter, TITLE + " again", visibility="restricted", updated_at=ago(1))
+    await f.create_instance(repos[0], reporter, TITLE.upper(), visibility="restricted", updated_at=ago(1))
     quarantined = await f.create_repository(listing_status="quarantined")
     await f.create_instance(quarantined, reporter, TITLE, updated_at=ago(1))
 

@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from app import db
 from app.accounts.models import Account
+from app.devservices import free_port
 from app.infestations import hooks, projection
 from app.reports.finding_memory import pattern_key
 from jobs import queue, worker
@@ -128,3 +129,12 @@ async def test_the_drain_job_defers_itself_to_a_throttled_keys_available_time(
     assert (result["refreshed"], result["remaining_claimable"]) == (0, 0)
     [(_, due)] = await queued_drains()
     assert time.time() + 28 <= due <= time.time() + 31
+
+
+async def test_the_drain_job_asks_arq_to_retry_with_backoff_when_the_database_is_unreachable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", f"postgresql://tarakan@127.0.0.1:{free_port()}/tarakan")  # nothing listens
+    with pytest.raises(worker.Retry) as retry:
+        await worker.drain_dirty_keys({"worker_id": "worker-1", "job_try": 3})
+    assert retry.value.defer_score == 20_000  # 5 s doubled per try
