@@ -3,6 +3,7 @@ rate limits and the daily quota, the request body limit, and nothing written on 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Any
@@ -14,7 +15,9 @@ from sqlalchemy import text
 from app import db
 from app.accounts.models import Account
 from app.accounts.service import create_token
+from app.errors import ValidationError
 from app.registry.models import Repository
+from app.reports.service import submit_report
 from tests import factories
 from tests.test_report_validation import COMMIT, finding, report_body, row_counts
 
@@ -298,3 +301,18 @@ async def test_check_and_confirmation_endpoints(client: httpx.AsyncClient) -> No
     assert response.json()["checks_recorded"] == 1
     assert (await post(client, "/api/v1/reports/999999/confirmations", verify, confirmation)).status_code == 404
     assert (await post(client, "/api/v1/reports/abc/confirmations", verify, confirmation)).status_code == 404
+
+
+async def test_concurrent_submissions_of_one_run_store_one_report() -> None:
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository()
+    body = report_body(run_id="racing-run")
+    results = await asyncio.gather(
+        *(submit_report(account, repo.host, repo.owner, repo.name, dict(body)) for _ in range(3)),
+        return_exceptions=True,
+    )
+    stored = [r for r in results if isinstance(r, dict)]
+    refused = [r for r in results if isinstance(r, ValidationError)]
+    assert len(stored) == 1 and len(refused) == 2, results
+    assert all(r.errors == {"run_id": ["this agent run was already submitted"]} for r in refused)
+    assert (await row_counts())["scans"] == 1
