@@ -460,9 +460,14 @@ async def record_confirmation(
                     )
                 ).scalars()
             ]
+        commit_sha = (
+            await session.execute(text("SELECT commit_sha FROM scans WHERE id = :id"), {"id": scan_id})
+        ).scalar_one()
         for canonical_id in sorted(copied):
             await recompute_canonical_status(session, canonical_id)
-        await recompute_scan_verification(session, scan_id)
+            # other reports of the same finding at the same commit gain the same checks
+            await recompute_scans_at_commit(session, canonical_id, str(commit_sha))
+        await recompute_scan_verification(session, scan_id)  # its own tallies, and reports without findings
         await recalculate_repository_metrics(session, repository_id)
         await mark_scan_dirty(session, scan_id, "status")
         response = await confirmation_response(session, confirmation.id, checks_recorded=len(copied))
