@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
 
 from app import db
 from app.reports.indexable import INDEXABLE_WHERE
@@ -62,7 +62,7 @@ async def child_buckets(kind: str, size: int) -> list[Bucket]:
 
 # a range scan of the primary key
 _PATTERN_PAGE_SQL = f"""
-SELECT pattern_key, updated_at FROM infestation_patterns
+SELECT pattern_key, to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') FROM infestation_patterns
 WHERE {PUBLIC_PATTERN_WHERE} AND pattern_key > :after AND pattern_key >= :start {{before}}
 ORDER BY pattern_key
 LIMIT :fetch
@@ -71,19 +71,19 @@ _PATTERN_PAGE = text(_PATTERN_PAGE_SQL.format(before=""))
 _PATTERN_PAGE_BEFORE = text(_PATTERN_PAGE_SQL.format(before="AND pattern_key < :before"))
 
 
-async def list_public_pattern_keys_page(
+async def public_pattern_sitemap_rows(
     *, limit: int = 1_000, after: str = "", start: str = "", before: str | None = None
-) -> dict[str, Any]:
-    """Keyset page of public infestation pages by pattern_key, `start <= key < before` and `key > after`:
-    `{"patterns": [...], "next_after": str | None}`."""
+) -> tuple[list[Row[Any]], str | None]:
+    """Keyset page of public infestation pages, `start <= key < before` and `key > after`, as
+    `(pattern_key, UTC date text of updated_at)` tuples, and the next cursor (None at the end)."""
     limit = max(1, min(limit, 5_000))
     query = _PATTERN_PAGE if before is None else _PATTERN_PAGE_BEFORE
     params = {"after": after, "start": start, "before": before, "fetch": limit + 1}
     async with db.read_session() as session:
-        rows = [dict(r) for r in (await session.execute(query, params)).mappings()]
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return {"patterns": rows, "next_after": rows[-1]["pattern_key"] if more else None}
+        rows = list((await session.execute(query, params)).all())
+    if len(rows) > limit:
+        return rows[:limit], str(rows[limit - 1][0])
+    return rows, None
 
 
 _NEWEST_PATTERNS_SQL = text(

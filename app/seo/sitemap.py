@@ -11,18 +11,22 @@ XML: every text node goes through `xml.sax.saxutils.escape` (path segments are a
 
 from __future__ import annotations
 
+import asyncio
+import re
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 from xml.sax.saxutils import escape
 
-from app.registry.listing import list_listed_repositories_page
+from sqlalchemy import Row
+
+from app.registry.listing import listed_repositories_sitemap_rows
 from app.registry.stats import SingleFlightCache, registry_stats
-from app.reports.indexable import list_indexable_findings_page
-from app.seo.queries import Bucket, child_buckets, list_public_pattern_keys_page
+from app.reports.indexable import indexable_findings_sitemap_rows
+from app.seo.queries import Bucket, child_buckets, public_pattern_sitemap_rows
 from app.seo.settings import CHILD_PAGE_SIZE, PROTOCOL_MAX_URLS, seo_settings, sitemap_cache_ttl
 
 NAMESPACE = "http://www.sitemaps.org/schemas/sitemap/0.9"
@@ -30,6 +34,7 @@ XML_DECLARATION = '<?xml version="1.0" encoding="UTF-8"?>\n'
 URLSET_OPEN = f'{XML_DECLARATION}<urlset xmlns="{NAMESPACE}">\n'
 URLSET_CLOSE = "</urlset>\n"
 STREAM_PAGE = 5_000  # rows per read session while streaming
+STREAM_FIRST_PAGE = 500
 KINDS = ("repos", "findings", "infestations")
 
 PageWalker = AsyncGenerator[list[str], None]
@@ -39,16 +44,28 @@ PageWalker = AsyncGenerator[list[str], None]
 HUBS: tuple[tuple[str, str], ...] = (("/", "0.9"), ("/infestations", "0.85"), ("/search", "0.5"))
 
 
-def lastmod(at: datetime | None) -> str:
-    return "" if at is None else f"<lastmod>{at.astimezone(UTC).date().isoformat()}</lastmod>"
+def lastmod(at: datetime | str | None) -> str:
+    """`<lastmod>` with the UTC date of a real timestamp (or a date the database already formatted)."""
+    if at is None:
+        return ""
+    day = at if isinstance(at, str) else at.astimezone(UTC).date().isoformat()
+    return f"<lastmod>{day}</lastmod>"
 
 
-def url_entry(loc: str, at: datetime | None, priority: str) -> str:
+def url_entry(loc: str, at: datetime | str | None, priority: str) -> str:
     return f"<url><loc>{escape(loc)}</loc>{lastmod(at)}<priority>{priority}</priority></url>\n"
 
 
+_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]+")
+
+
+def _segment(part: str) -> str:
+    # owner and name are nearly always unreserved characters: skip quote() (the slow path) for them
+    return part if _UNRESERVED.fullmatch(part) else quote(part, safe="")
+
+
 def repository_path(host: str, owner: str, name: str) -> str:
-    return "/repos/" + "/".join(quote(part, safe="") for part in (host, owner, name))
+    return f"/repos/{_segment(host)}/{_segment(owner)}/{_segment(name)}"
 
 
 def finding_priority(status: str | None, confirmations_count: int) -> str:
@@ -61,48 +78,77 @@ def hub_entries(base: str) -> list[str]:
     return [url_entry(base + path, None, priority) for path, priority in HUBS]
 
 
-def finding_entries(base: str, rows: Iterable[dict[str, Any]]) -> list[str]:
+def finding_entries(base: str, rows: Iterable[Sequence[Any]]) -> list[str]:
+    """Rows `(id, public_id, date, status, confirmations_count)`: a uuid and a date need no escaping."""
     prefix = f"<url><loc>{escape(base)}/findings/"
     return [
-        f"{prefix}{r['public_id']}</loc>{lastmod(r['updated_at'])}"
-        f"<priority>{finding_priority(r['status'], r['confirmations_count'])}</priority></url>\n"
-        for r in rows
+        f"{prefix}{public_id}</loc>{lastmod(day)}<priority>{finding_priority(status, confirmations)}</priority></url>\n"
+        for _, public_id, day, status, confirmations in rows
     ]
 
 
-def repository_entries(base: str, rows: Iterable[dict[str, Any]]) -> list[str]:
-    return [url_entry(base + repository_path(r["host"], r["owner"], r["name"]), r["updated_at"], "0.8") for r in rows]
+def repository_entries(base: str, rows: Iterable[Sequence[Any]]) -> list[str]:
+    """Rows `(id, host, owner, name, date)`: segments are percent-encoded, then the whole loc XML-escaped."""
+    return [url_entry(base + repository_path(host, owner, name), day, "0.8") for _, host, owner, name, day in rows]
 
 
-def infestation_entries(base: str, rows: Iterable[dict[str, Any]]) -> list[str]:
-    return [url_entry(f"{base}/infestations/{r['pattern_key']}", r["updated_at"], "0.7") for r in rows]
+def infestation_entries(base: str, rows: Iterable[Sequence[Any]]) -> list[str]:
+    """Rows `(pattern_key, date)`: keys are 64 hex characters."""
+    prefix = f"<url><loc>{escape(base)}/infestations/"
+    return [f"{prefix}{key}</loc>{lastmod(day)}<priority>0.7</priority></url>\n" for key, day in rows]
 
 
 # ---- keyset page walkers: one short read session per page, bounded by an optional key range ----------------
 
 
-async def finding_pages(base: str, lo: int = 0, hi: int | None = None) -> PageWalker:
-    after: int | None = lo
-    while after is not None:
-        page = await list_indexable_findings_page(limit=STREAM_PAGE, after_id=after, before_id=hi)
-        yield finding_entries(base, page["findings"])
-        after = page["next_after_id"]
+Cursor = TypeVar("Cursor", int, str)
+Fetch = Callable[[Cursor, int], Awaitable[tuple[list[Row[Any]], Cursor | None]]]
 
 
-async def repository_pages(base: str, lo: int = 0, hi: int | None = None) -> PageWalker:
-    after: int | None = lo
-    while after is not None:
-        page = await list_listed_repositories_page(limit=STREAM_PAGE, after_id=after, before_id=hi)
-        yield repository_entries(base, page["repositories"])
-        after = page["next_after_id"]
+def _discard(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned prefetch must not log "exception never retrieved"
 
 
-async def infestation_pages(base: str, start: str = "", hi: str | None = None) -> PageWalker:
-    after: str | None = ""
-    while after is not None:
-        page = await list_public_pattern_keys_page(limit=STREAM_PAGE, start=start, after=after, before=hi)
-        yield infestation_entries(base, page["patterns"])
-        after = page["next_after"]
+async def _prefetching(
+    fetch: Fetch[Cursor], first: Cursor, render: Callable[[list[Row[Any]]], list[str]]
+) -> PageWalker:
+    """Yield rendered pages while the next page's query already runs (its own short session), so Postgres and
+    the send overlap. The first page is small, so the first URLs leave quickly."""
+    pending: asyncio.Task[tuple[list[Row[Any]], Cursor | None]] | None = asyncio.ensure_future(
+        fetch(first, STREAM_FIRST_PAGE)
+    )
+    try:
+        while pending is not None:
+            rows, after = await pending
+            pending = asyncio.ensure_future(fetch(after, STREAM_PAGE)) if after is not None else None
+            yield render(rows)
+    finally:
+        # stopped early (cap reached, client gone): let the one query in flight finish on its own rather than
+        # cancel it mid-statement; it only reads and closes its session
+        if pending is not None and not pending.done():
+            pending.add_done_callback(_discard)
+
+
+def finding_pages(base: str, lo: int = 0, hi: int | None = None) -> PageWalker:
+    async def fetch(after: int, limit: int) -> tuple[list[Row[Any]], int | None]:
+        return await indexable_findings_sitemap_rows(limit=limit, after_id=after, before_id=hi)
+
+    return _prefetching(fetch, lo, lambda rows: finding_entries(base, rows))
+
+
+def repository_pages(base: str, lo: int = 0, hi: int | None = None) -> PageWalker:
+    async def fetch(after: int, limit: int) -> tuple[list[Row[Any]], int | None]:
+        return await listed_repositories_sitemap_rows(limit=limit, after_id=after, before_id=hi)
+
+    return _prefetching(fetch, lo, lambda rows: repository_entries(base, rows))
+
+
+def infestation_pages(base: str, start: str = "", hi: str | None = None) -> PageWalker:
+    async def fetch(after: str, limit: int) -> tuple[list[Row[Any]], str | None]:
+        return await public_pattern_sitemap_rows(limit=limit, start=start, after=after, before=hi)
+
+    return _prefetching(fetch, "", lambda rows: infestation_entries(base, rows))
 
 
 async def urlset_body(sources: list[PageWalker], *, cap: int) -> AsyncIterator[str]:
