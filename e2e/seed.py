@@ -3,8 +3,12 @@ the projection drain, exactly as a submitted report reaches the atlas."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from sqlalchemy import text
 
@@ -15,6 +19,8 @@ from app.infestations.projection import drain_all
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from tests import factories
+
+T = TypeVar("T")
 
 HOSTILE_TITLE = "<script>alert(1)</script> SQL injection in login"
 HOSTILE_NAME = '"><svg onload=alert(1)>'
@@ -87,3 +93,17 @@ async def occurrence_public_ids(key: str) -> list[str]:
             {"key": key},
         )
         return [str(v) for v in rows]
+
+
+def run_async(make: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine from a sync browser test: in its own thread and event loop (the sync Playwright API and
+    pytest-asyncio's session loop both live on the main thread), disposing that loop's engines at the end."""
+
+    async def wrapper() -> T:
+        try:
+            return await make()
+        finally:
+            await db.dispose_engines()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, wrapper()).result()

@@ -7,6 +7,7 @@ SVG with autoescaping; every node carries its link and accessible name here so t
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -113,9 +114,9 @@ def constellation_layout(
     n = len(rows)
     cx, cy = width / 2, height / 2
     # spiral step chosen so the last rank still fits vertically; x is stretched to use the wide frame
-    step = min(46.0, (cy - 44) / math.sqrt(n + 0.5)) if n else 46.0
+    step = min(80.0, (cy - 44) / math.sqrt(n + 0.5)) if n else 80.0
     stretch = min(1.7, (cx - 60) / (cy - 44))
-    max_r = min(30.0, step * 0.72)
+    max_r = min(34.0, step * 0.72)
     min_r = 5.0
     top = max((_int(r, "repo_count") for r in rows), default=1) or 1
     nodes = []
@@ -209,7 +210,9 @@ def hub_layout(
     instance count and coloured by their primary status. `more` counts the listed repositories not drawn."""
     drawn = list(entries)[: min(cap, SATELLITE_CAP)]
     cx, cy = width / 2, height / 2
-    radii = (cy * 0.40, cy * 0.65, cy * 0.88)
+    rings_used = sum(1 for start in itertools.accumulate((0, *RING_CAPACITY[:-1])) if start < len(drawn))
+    # spread whatever rings are used across the frame (a small pattern should not huddle around the hub)
+    radii = {1: (cy * 0.70,), 2: (cy * 0.50, cy * 0.84)}.get(rings_used, (cy * 0.40, cy * 0.65, cy * 0.88))
     stretch = 1.25
     top = max((_int(e, "instance_count") for e in drawn), default=1) or 1
     satellites = []
