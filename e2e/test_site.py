@@ -250,3 +250,33 @@ def test_keyboard_reaches_every_constellation_node(page: Page, live_server: str,
     # the focused star is visibly marked (focus ring drawn in the signal colour)
     ring = page.evaluate("getComputedStyle(document.activeElement.querySelector('.focus-ring')).stroke")
     assert ring not in ("none", "")
+
+
+def test_home_atlas_refreshes_in_place_and_unchanged_polls_are_304(
+    page: Page, live_server: str, console_errors: list[str]
+) -> None:
+    first = seed("Exposed admin console", repos=2, name_prefix="first")
+    statuses: list[int] = []
+    page.on(
+        "response",
+        lambda r: statuses.append(r.status) if r.url.endswith("/fragments/home-infestations") else None,
+    )
+    page.goto(f"{live_server}/")
+    # the server may still hold the previous test's version for a few seconds: reload until it catches up
+    for _ in range(20):
+        if page.locator(f'#home-map a[href="/infestations/{first.key}"]').count() == 1:
+            break
+        page.wait_for_timeout(500)
+        page.reload()
+    star = page.locator(f'#home-map a[href="/infestations/{first.key}"]')
+    expect(star).to_have_count(1)
+    page.evaluate("window.__sameDocument = true")
+    # one poll later (15 s) nothing changed: a 304, and the section is left exactly as it was
+    page.wait_for_timeout(16_000)
+    assert 304 in statuses
+    expect(star).to_have_count(1)
+    second = seed("Unauthenticated metrics endpoint", repos=3, name_prefix="second")
+    # the next polls pick the new version up and swap the section in place
+    expect(page.locator("#home-atlas tbody tr").first).to_contain_text(second.title, timeout=40_000)
+    assert page.evaluate("window.__sameDocument === true")
+    assert 200 in statuses
