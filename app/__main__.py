@@ -8,12 +8,26 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from types import FrameType
 
 from app.devservices import Postgres, Redis, pdeathsig
 
 _die_with_parent = pdeathsig(signal.SIGTERM)  # children get SIGTERM if this launcher dies, even by SIGKILL
+
+
+def _wait_http(url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and all(p.poll() is None for p in procs):
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"the web server did not answer {url}")
 
 
 def main() -> int:
@@ -31,6 +45,7 @@ def main() -> int:
     port = os.environ.get("PORT", "8000")
     os.environ.setdefault("BASE_URL", f"http://127.0.0.1:{port}")
     procs: list[subprocess.Popen[bytes]] = []
+    seed: subprocess.Popen[bytes] | None = None
     signalled: set[int] = set()
 
     def stop(*_: object) -> None:  # SIGINT once per child: a second one makes uvicorn skip its lifespan shutdown
@@ -46,22 +61,35 @@ def main() -> int:
     try:
         tarakan = [sys.executable, "-m", "app.cli"]
         subprocess.run([*tarakan, "migrate"], check=True)
-        subprocess.run([*tarakan, "seed", "--demo", "--if-empty"], check=True)
         procs.append(
             subprocess.Popen([*tarakan, "serve", "--port", port], start_new_session=True, preexec_fn=_die_with_parent)
         )
         procs.append(subprocess.Popen([*tarakan, "worker"], start_new_session=True, preexec_fn=_die_with_parent))
-        print(f"[run] Tarakan is starting at http://127.0.0.1:{port}/ (set up in {time.perf_counter() - t0:.1f}s)")
+        # the demo seed fills an empty database while the site is already up (it is idempotent and skips
+        # a database that has repositories); the page shows the registry as the reports land
+        seed = subprocess.Popen([*tarakan, "seed", "--demo", "--if-empty"], preexec_fn=_die_with_parent)
+        _wait_http(f"http://127.0.0.1:{port}/healthz", procs)
+        print(f"[run] Tarakan is up at http://127.0.0.1:{port}/ ({time.perf_counter() - t0:.1f}s)")
         print("[run] Ctrl-C stops everything", flush=True)
         while all(p.poll() is None for p in procs):
+            if seed is not None and seed.poll() is not None:
+                if seed.returncode != 0:
+                    print(f"[run] demo seed failed with {seed.returncode}", file=sys.stderr)
+                seed = None
             time.sleep(0.2)
     except KeyboardInterrupt:
         pass
     except subprocess.CalledProcessError as exc:
         print(f"[run] {' '.join(map(str, exc.cmd))} failed with {exc.returncode}", file=sys.stderr)
         return 1
+    except RuntimeError as exc:
+        print(f"[run] {exc}", file=sys.stderr)
+        return 1
     finally:
         stop()
+        if seed is not None and seed.poll() is None:
+            seed.terminate()
+            seed.wait(15)
         for p in procs:
             try:
                 p.wait(15)

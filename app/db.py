@@ -105,4 +105,5 @@ async def read_session(*, replica: bool = True) -> AsyncIterator[AsyncSession]:
         try:
             yield session
         finally:
+            session.expunge_all()  # objects read here stay usable after the session ends
             await session.rollback()

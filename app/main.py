@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from app import db
-from app.errors import DomainError, RateLimited
+from app.errors import DomainError, RateLimited, Unauthorized
 from app.templating import ROOT
 
 
@@ -50,7 +50,11 @@ def _middleware() -> list[Middleware]:
 
 async def domain_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DomainError)
-    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
+    headers: dict[str, str] = {}
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(exc.retry_after)
+    if isinstance(exc, Unauthorized):
+        headers["WWW-Authenticate"] = 'Bearer realm="tarakan"'
     return JSONResponse({"errors": exc.errors}, status_code=exc.status_code, headers=headers)
 
 
