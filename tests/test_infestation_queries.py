@@ -489,6 +489,8 @@ async def test_pattern_repos_page_and_repository_infestations() -> None:
     assert [i["pattern_key"] for i in mine] == [pattern_key(SQLI), pattern_key(XSS), pattern_key(TRAVERSAL)]
     assert mine[1]["repository_status"] == "verified" and mine[1]["repo_count"] == 9
     assert len(await list_repository_infestations(5, limit=1)) == 1
+    shared = await list_repository_infestations(5, min_repos=3)
+    assert [i["pattern_key"] for i in shared] == [pattern_key(SQLI), pattern_key(XSS)]
 
 
 def _b64(raw: str) -> str:

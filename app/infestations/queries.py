@@ -256,17 +256,24 @@ SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurren
        m.primary_status AS repository_status, m.sample_occurrence_public_id AS repository_occurrence_public_id
 FROM infestation_pattern_repos m
 JOIN infestation_patterns p ON p.pattern_key = m.pattern_key
-WHERE m.repository_id = :repository_id
+WHERE m.repository_id = :repository_id AND p.repo_count >= :min_repos
 ORDER BY p.repo_count DESC, p.pattern_key ASC
 LIMIT :limit
 """
 
 
-async def list_repository_infestations(repository_id: int, *, limit: int = 50) -> list[dict[str, Any]]:
-    """Patterns one repository takes part in, widest spread first (max 100). Each item is the pattern's all-time
-    infestation map plus this repository's share: `repository_instance_count`, `repository_open_count`,
-    `repository_status` and `repository_occurrence_public_id`."""
-    params = {"repository_id": int(repository_id), "limit": clamp(limit, 1, PAGE_MAX)}
+async def list_repository_infestations(
+    repository_id: int, *, limit: int = 50, min_repos: int = 1
+) -> list[dict[str, Any]]:
+    """Patterns one repository takes part in, widest spread first (max 100; `min_repos=2` keeps only patterns
+    shared with other repositories). Each item is the pattern's all-time infestation map plus this repository's
+    share: `repository_instance_count`, `repository_open_count`, `repository_status` and
+    `repository_occurrence_public_id`."""
+    params = {
+        "repository_id": int(repository_id),
+        "limit": clamp(limit, 1, PAGE_MAX),
+        "min_repos": clamp(min_repos, 1, 50),
+    }
     async with db.read_session() as session:
         rows = (await session.execute(text(_REPOSITORY_INFESTATIONS_SQL), params)).mappings().all()
     items = []
