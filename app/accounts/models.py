@@ -86,6 +86,7 @@ class LoginAttempt(Base):
     __table_args__ = (
         Index("login_attempts_email_idx", "email", "attempted_at"),
         Index("login_attempts_ip_idx", "ip_hash", "attempted_at"),
+        Index("login_attempts_attempted_at_idx", "attempted_at"),  # pruning of expired attempts
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)

@@ -145,6 +145,13 @@ async def login(email: str, password: str, *, client_ip: str | None, presented_t
                 text("INSERT INTO login_attempts (email, ip_hash) VALUES (:email, :ip)"),
                 {"email": email, "ip": ip_hash},
             )
+            # bounded pruning: only the last 15 minutes matter, so each failure removes up to 100 expired rows
+            await session.execute(
+                text(
+                    "DELETE FROM login_attempts WHERE id IN (SELECT id FROM login_attempts "
+                    "WHERE attempted_at < now() - interval '1 day' LIMIT 100)"
+                )
+            )
             failed = True
         else:
             failed = False

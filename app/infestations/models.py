@@ -16,6 +16,8 @@ WINDOWS = (7, 30, 90, 365)
 class InfestationPattern(Base):
     __tablename__ = "infestation_patterns"
     __table_args__ = (
+        # min/max(refreshed_at): the home fragment's version and the oldest-refresh gauge read one index end
+        Index("infestation_patterns_refreshed_at_idx", "refreshed_at"),
         Index(
             "infestation_patterns_rank_7d_idx",
             text("repo_count_7d DESC"),
