@@ -18,6 +18,7 @@ from app.accounts.models import Account
 from app.errors import Forbidden, NotFound, RateLimited, ValidationError
 from app.infestations.hooks import mark_dirty, mark_repository_dirty, mark_scan_dirty, schedule_refresh_after_commit
 from app.ops.secrets import client_ip_hash
+from app.registry.stats import invalidate_registry_stats
 from app.reports.assimilation import assimilate_scan
 from app.reports.models import CanonicalFindingCheck, Scan, ScanConfirmation, ScanFinding
 from app.reports.quorum import recompute_canonical_status, recompute_scan_verification, recompute_scans_at_commit
@@ -271,6 +272,7 @@ async def submit_report(
         await mark_scan_dirty(session, scan.id, "assimilate")
         response = await report_response(session, scan.id)
     await schedule_refresh_after_commit()
+    invalidate_registry_stats()  # counts, contributors and metrics moved
     return response
 
 
@@ -367,6 +369,7 @@ async def record_check(
         await mark_dirty(session, [key], "status")
         response = await check_response(session, row.id)
     await schedule_refresh_after_commit()
+    invalidate_registry_stats()  # counts, contributors and metrics moved
     return response
 
 
@@ -472,6 +475,7 @@ async def record_confirmation(
         await mark_scan_dirty(session, scan_id, "status")
         response = await confirmation_response(session, confirmation.id, checks_recorded=len(copied))
     await schedule_refresh_after_commit()
+    invalidate_registry_stats()  # counts, contributors and metrics moved
     return response
 
 
