@@ -175,12 +175,14 @@ async def test_finding_priority_follows_canonical_status_and_confirmations(clien
 
 
 async def test_single_urlset_is_capped(client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    await add_repositories(1, 20)
+    await add_repositories(1, 1_200)  # more than the first streamed page: the next one is being prefetched
     monkeypatch.setenv("SITEMAP_MAX_URLS", "10")
     root = await get_xml(client, "/sitemap.xml")
     urls = locs(root)
     assert len(urls) == 10
     assert urls[3:] == [f"{BASE}/repos/github.com/o{g}/r{g}" for g in range(1, 8)]
+    monkeypatch.setenv("SITEMAP_MAX_URLS", "1000")
+    assert len(locs(await get_xml(client, "/sitemap.xml"))) == 1_000  # the abandoned prefetch left no harm
 
 
 async def test_threshold_switches_to_a_sitemap_index_at_20000_listed(client: httpx.AsyncClient) -> None:
