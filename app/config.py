@@ -35,6 +35,20 @@ def _int(name: str, default: int, minimum: int = 0) -> int:
     return value
 
 
+def seconds(name: str, default: float) -> float:
+    """A non-negative number of seconds (0 disables the cache or delay it configures)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from exc
+    if value < 0:
+        raise ConfigError(f"{name} must be >= 0, got {raw!r}")
+    return value
+
+
 def normalize_database_url(url: str) -> str:
     """Accept postgresql:// and postgres:// and use the psycopg 3 driver."""
     for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
@@ -53,7 +67,12 @@ class Settings:
     local_dev: bool
     db_pool_size: int
     hot_key_interval_seconds: int
+    claim_seconds: int
     request_body_limit: int
+    registry_stats_ttl: float
+    sitemap_index_threshold: int
+    sitemap_max_urls: int
+    sitemap_cache_ttl: float
 
 
 def settings() -> Settings:
@@ -75,7 +94,15 @@ def settings() -> Settings:
         local_dev=base_url.startswith("http://127.0.0.1") or base_url.startswith("http://localhost"),
         db_pool_size=_int("DB_POOL_SIZE", 10, minimum=1),
         hot_key_interval_seconds=_int("INFESTATIONS_HOT_KEY_INTERVAL", 30),
+        # a claim outlives any sane refresh; keys of a worker that died are taken over when it expires
+        claim_seconds=_int("INFESTATIONS_CLAIM_SECONDS", 300, minimum=1),
         request_body_limit=_int("REQUEST_BODY_LIMIT", 4 * 1024 * 1024, minimum=1024),
+        registry_stats_ttl=seconds("REGISTRY_STATS_TTL", 30.0),
+        # listed repositories at which /sitemap.xml becomes a sitemapindex (design: 20,000)
+        sitemap_index_threshold=_int("SITEMAP_INDEX_THRESHOLD", 20_000, minimum=1),
+        # cap of one urlset (protocol: 50,000); the benchmark raises it to stream 10^6 URLs in one file
+        sitemap_max_urls=_int("SITEMAP_MAX_URLS", 50_000, minimum=1),
+        sitemap_cache_ttl=seconds("SITEMAP_CACHE_TTL", 60.0),
     )
 
 

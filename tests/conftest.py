@@ -64,7 +64,10 @@ def truncate_all() -> None:
 
 @pytest.fixture(autouse=True)
 def clean_database(services: dict[str, str]) -> None:
+    from app.registry.stats import reset_registry_stats_cache
+
     truncate_all()
+    reset_registry_stats_cache()  # in-process caches must not outlive the rows they describe
 
 
 @pytest.fixture

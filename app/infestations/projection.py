@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], Any]
 
-CLAIM_SECONDS = 300  # a claim outlives any sane refresh; a worker that died releases its keys when it expires
 MAX_BACKOFF_SECONDS = 300
 RECONCILE_BATCH = 500
 BACKFILL_BATCH = 200
@@ -315,9 +314,9 @@ class DrainResult:
     refreshed_keys: list[str] = field(default_factory=list)
 
 
-_CLAIM = f"""
+_CLAIM = """
 UPDATE infestation_dirty_keys d
-SET claimed_by = :me, claimed_until = now() + interval '{CLAIM_SECONDS} seconds', attempts = d.attempts + 1
+SET claimed_by = :me, claimed_until = now() + make_interval(secs => :claim_seconds), attempts = d.attempts + 1
 WHERE d.pattern_key IN (
   SELECT pattern_key FROM infestation_dirty_keys
   WHERE available_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
@@ -358,7 +357,11 @@ FROM infestation_dirty_keys
 async def claim_dirty_keys(worker_id: str, batch_size: int) -> list[ClaimedKey]:
     """Claim up to `batch_size` available keys in a short transaction (SKIP LOCKED: workers never collide)."""
     async with db.transaction() as session:
-        rows = (await session.execute(text(_CLAIM), {"me": worker_id, "n": batch_size})).all()
+        rows = (
+            await session.execute(
+                text(_CLAIM), {"me": worker_id, "n": batch_size, "claim_seconds": settings().claim_seconds}
+            )
+        ).all()
     return sorted(
         (ClaimedKey(r.pattern_key, int(r.version), int(r.attempts), r.reason) for r in rows),
         key=lambda c: c.pattern_key,

@@ -9,7 +9,6 @@ it) holds the value; one refresher per key recomputes it while concurrent caller
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Generic, TypeVar
 
@@ -17,25 +16,9 @@ from cachetools import TTLCache
 from sqlalchemy import text
 
 from app import db
-from app.config import ConfigError
+from app.config import settings
 
 V = TypeVar("V")
-
-DEFAULT_STATS_TTL = 30.0
-
-
-def ttl_from_env(name: str, default: float) -> float:
-    """Seconds from the environment (0 disables caching); read at call time so tests and operators can change it."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from exc
-    if value < 0:
-        raise ConfigError(f"{name} must be >= 0, got {raw!r}")
-    return value
 
 
 class SingleFlightCache(Generic[V]):
@@ -150,9 +133,7 @@ async def query_registry_stats() -> dict[str, int]:
     }
 
 
-_cache: SingleFlightCache[dict[str, int]] = SingleFlightCache(
-    lambda: ttl_from_env("REGISTRY_STATS_TTL", DEFAULT_STATS_TTL), maxsize=4
-)
+_cache: SingleFlightCache[dict[str, int]] = SingleFlightCache(lambda: settings().registry_stats_ttl, maxsize=4)
 
 
 async def registry_stats() -> dict[str, Any]:

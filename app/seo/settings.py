@@ -1,15 +1,10 @@
-"""Sitemap knobs, read from the environment at call time.
-
-These belong in `app.config.Settings` (the integrator moves them there); until then they are parsed here with the
-same rules (integers, validated, clear error naming the variable).
-"""
+"""Sitemap knobs, from `app.config.settings()` (read at call time so tests and operators can change them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.config import _int, settings
-from app.registry.stats import ttl_from_env
+from app.config import settings
 
 # Protocol limits (sitemaps.org): 50,000 URLs per file; the design's threshold for the index is 20,000 listed.
 PROTOCOL_MAX_URLS = 50_000
@@ -25,13 +20,14 @@ class SeoSettings:
 
 
 def seo_settings() -> SeoSettings:
+    cfg = settings()
     return SeoSettings(
-        base_url=settings().base_url,
-        index_threshold=_int("SITEMAP_INDEX_THRESHOLD", 20_000, minimum=1),
-        max_urls=_int("SITEMAP_MAX_URLS", PROTOCOL_MAX_URLS, minimum=1),
-        cache_ttl=sitemap_cache_ttl(),
+        base_url=cfg.base_url,
+        index_threshold=cfg.sitemap_index_threshold,
+        max_urls=cfg.sitemap_max_urls,
+        cache_ttl=cfg.sitemap_cache_ttl,
     )
 
 
 def sitemap_cache_ttl() -> float:
-    return ttl_from_env("SITEMAP_CACHE_TTL", 60.0)
+    return settings().sitemap_cache_ttl
