@@ -16,8 +16,8 @@ from starlette.routing import BaseRoute, Route
 from app.infestations.queries import list_repository_infestations
 from app.infestations.svg import finding_path, repo_path
 from app.registry import queries
-from app.reports.queries import ANONYMOUS, get_finding, list_repository_reports, repository_visible
-from app.site.web import json_error, json_twin, not_found, page, split_json_suffix
+from app.reports.queries import Viewer, get_finding, list_repository_reports, repository_visible
+from app.site.web import cache_for, json_error, json_twin, not_found, page, split_json_suffix, viewer_for
 
 REPOSITORY_REPORTS = 20
 REPOSITORY_INFESTATIONS = 50
@@ -42,9 +42,9 @@ _PUBLIC_REPOSITORY_FIELDS = (
 )
 
 
-async def _visible_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
+async def _visible_repository(viewer: Viewer, host: str, owner: str, name: str) -> dict[str, Any] | None:
     repository = await queries.get_repository(host.lower(), owner.lower(), name.lower())
-    if repository is None or not repository_visible(ANONYMOUS, repository["listing_status"]):
+    if repository is None or not repository_visible(viewer, repository["listing_status"]):
         return None
     return repository
 
@@ -53,18 +53,19 @@ async def repository_page(request: Request) -> Response:
     host, owner, raw_name = (request.path_params[k] for k in ("host", "owner", "name"))
     # A repository may itself be named `x.json`: the exact name wins, `x.json` is then the twin of `x` only when
     # no repository carries that name (and `x.json.json` is always the twin of `x.json`).
-    repository = await _visible_repository(host, owner, raw_name)
+    viewer = await viewer_for(request)
+    repository = await _visible_repository(viewer, host, owner, raw_name)
     as_json = False
     if repository is None:
         name, as_json = split_json_suffix(raw_name)
         if as_json:
-            repository = await _visible_repository(host, owner, name)
+            repository = await _visible_repository(viewer, host, owner, name)
     if repository is None:
         if as_json:
             return json_error(404, "repository", "not found")
         return not_found(request, "No repository is recorded at this address.")
     reports = await list_repository_reports(
-        repository["id"], repository["listing_status"], viewer=ANONYMOUS, limit=REPOSITORY_REPORTS
+        repository["id"], repository["listing_status"], viewer=viewer, limit=REPOSITORY_REPORTS
     )
     infestations = await list_repository_infestations(repository["id"], limit=REPOSITORY_INFESTATIONS)
     path = repo_path(repository["host"], repository["owner"], repository["name"])
@@ -74,7 +75,8 @@ async def repository_page(request: Request) -> Response:
                 "repository": {k: repository[k] for k in _PUBLIC_REPOSITORY_FIELDS} | {"url": path},
                 "reports": [_report_json(r) for r in reports],
                 "infestations": infestations,
-            }
+            },
+            cache=cache_for(viewer),
         )
     context = {
         "repository": repository,
@@ -83,7 +85,7 @@ async def repository_page(request: Request) -> Response:
         "external_url": repository["canonical_url"] if repository["canonical_url"].startswith("https://") else None,
     }
     json_url = f"{path}.json"
-    return page(request, "registry/repository.html", context, json_url=json_url)
+    return page(request, "registry/repository.html", context, json_url=json_url, cache=cache_for(viewer))
 
 
 def _report_json(report: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +131,8 @@ def _parse_public_id(raw: str) -> uuid.UUID | None:
 async def finding_page(request: Request) -> Response:
     raw, as_json = split_json_suffix(request.path_params["ref"])
     public_id = _parse_public_id(raw)
-    finding = await get_finding(public_id, viewer=ANONYMOUS) if public_id is not None else None
+    viewer = await viewer_for(request)
+    finding = await get_finding(public_id, viewer=viewer) if public_id is not None else None
     if finding is None:
         if as_json:
             return json_error(404, "finding", "not found")
@@ -156,11 +159,12 @@ async def finding_page(request: Request) -> Response:
                     "repository": {"host": finding["host"], "owner": finding["owner"], "name": finding["name"]},
                 },
                 "checks": finding["checks"],
-            }
+            },
+            cache=cache_for(viewer),
         )
     context = {"finding": finding}
     json_url = f"{finding_path(finding['public_id'])}.json"
-    return page(request, "reports/finding.html", context, json_url=json_url)
+    return page(request, "reports/finding.html", context, json_url=json_url, cache=cache_for(viewer))
 
 
 def _search_limit(raw: str | None) -> int:

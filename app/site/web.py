@@ -14,11 +14,36 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from app.accounts.sessions import current_account, session_token
 from app.infestations.svg import finding_path, infestation_path, repo_path
+from app.reports.queries import ANONYMOUS, Viewer
 from app.templating import environment, templates
 
 PUBLIC_CACHE = "public, max-age=30"
 ERROR_CACHE = "public, max-age=5"
+PRIVATE_CACHE = "private, no-store"  # what a privileged viewer sees must never sit in a shared cache
+
+PRIVILEGED_ROLES = ("moderator", "admin")
+ACTING_STATES = ("probation", "active")
+
+
+async def viewer_for(request: Request) -> Viewer:
+    """Who is looking: anonymous unless a session cookie names a live session. Platform reviewers, moderators and
+    admins see restricted and summary-only reports and quarantined repositories in full (domain §1.1-1.2)."""
+    if session_token(request) is None:
+        return ANONYMOUS  # public pages without a cookie never touch the sessions table
+    account = await current_account(request)
+    if account is None:
+        return ANONYMOUS
+    privileged = account.state in ACTING_STATES and (
+        account.platform_role in PRIVILEGED_ROLES or account.trust_tier == "reviewer"
+    )
+    return Viewer(account_id=account.id, privileged=privileged)
+
+
+def cache_for(viewer: Viewer) -> str:
+    return PRIVATE_CACHE if viewer.privileged else PUBLIC_CACHE
+
 
 # Template helpers (autoescaping still applies to what they return: they return plain str).
 environment.globals.update(repo_path=repo_path, infestation_path=infestation_path, finding_path=finding_path)
