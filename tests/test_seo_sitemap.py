@@ -174,15 +174,36 @@ async def test_finding_priority_follows_canonical_status_and_confirmations(clien
     assert priority(with_confirmations.public_id) == "0.75"
 
 
-async def test_single_urlset_is_capped(client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_single_urlset_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cap is the last guard of one file (bucket counts may be stale by a minute)."""
+    from app.seo.sitemap import single_urlset
+
     await add_repositories(1, 1_200)  # more than the first streamed page: the next one is being prefetched
-    monkeypatch.setenv("SITEMAP_MAX_URLS", "10")
-    root = await get_xml(client, "/sitemap.xml")
-    urls = locs(root)
+    body = "".join([chunk async for chunk in single_urlset(BASE, 10)])
+    urls = locs(parse(body.encode()))
     assert len(urls) == 10
     assert urls[3:] == [f"{BASE}/repos/github.com/o{g}/r{g}" for g in range(1, 8)]
+    body = "".join([chunk async for chunk in single_urlset(BASE, 1_000)])
+    assert len(locs(parse(body.encode()))) == 1_000  # the abandoned prefetch left no harm
+
+
+async def test_more_urls_than_one_file_holds_switch_to_the_index_early(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below 20,000 listed repositories, a registry with more public URLs than one urlset may hold still gets an
+    index, so no public page is cut off."""
+    await add_repositories(1, 1_200)
     monkeypatch.setenv("SITEMAP_MAX_URLS", "1000")
-    assert len(locs(await get_xml(client, "/sitemap.xml"))) == 1_000  # the abandoned prefetch left no harm
+    root = await get_xml(client, "/sitemap.xml")
+    assert root.tag == f"{{{NS}}}sitemapindex"
+    children = [loc.text for loc in root.iter(f"{{{NS}}}loc")]
+    seen: list[str] = []
+    for child in children:
+        seen += locs(await get_xml(client, child.removeprefix(BASE)))
+    repos = [u for u in seen if "/repos/" in u]
+    assert sorted(repos) == sorted(f"{BASE}/repos/github.com/o{g}/r{g}" for g in range(1, 1_201))
+    monkeypatch.setenv("SITEMAP_MAX_URLS", "50000")
+    assert (await get_xml(client, "/sitemap.xml")).tag == f"{{{NS}}}urlset"
 
 
 async def test_threshold_switches_to_a_sitemap_index_at_20000_listed(client: httpx.AsyncClient) -> None:

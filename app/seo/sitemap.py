@@ -194,8 +194,16 @@ def invalidate_buckets() -> None:
 
 
 async def use_index() -> bool:
+    """The index at 20,000 listed repositories (design gate), or earlier when one urlset could not hold every
+    public URL (a small registry with many findings): a crawler must always reach every public page."""
+    cfg = seo_settings()
     stats = await registry_stats()
-    return int(stats["repositories"]) >= seo_settings().index_threshold
+    if int(stats["repositories"]) >= cfg.index_threshold:
+        return True
+    projected = len(hub_entries(cfg.base_url))
+    for kind in KINDS:
+        projected += sum(bucket.count for bucket in await buckets(kind))
+    return projected > cfg.max_urls
 
 
 @dataclass(frozen=True)
