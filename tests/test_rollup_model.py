@@ -27,10 +27,10 @@ from app.errors import DomainError
 from app.infestations import hooks, projection
 from app.infestations.legacy import get_infestation_legacy, list_infestations_legacy
 from app.infestations.queries import get_infestation, list_infestations_rollup
-from app.moderation.service import change_repository_listing, change_scan_visibility
+from app.moderation.service import change_account, change_repository_listing, change_scan_visibility
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
-from app.reports.service import submit_report
+from app.reports.service import record_check, submit_report
 from jobs.queue import close_pools
 from tests import factories
 from tests.conftest import truncate_all
@@ -46,6 +46,7 @@ TITLES = (
 )
 KEYS = tuple(pattern_key(t) for t in TITLES)
 REPOSITORIES = 5
+REVIEWERS = 3
 WINDOWS = (7, 30, 90, 365)
 STATUS_FILTERS: tuple[str | None, ...] = (None, "open", "verified", "disputed", "fixed")
 # everything but first_seen_at, which is window-scoped in legacy and all-time in the rollup list (domain §5.7)
@@ -96,6 +97,7 @@ def run(step: Callable[[], Awaitable[T]]) -> T:
 class RollupModel(RuleBasedStateMachine):
     reporter: Account
     moderator: Account
+    reviewers: list[Account]
     repositories: list[Repository]
 
     @initialize()
@@ -107,6 +109,10 @@ class RollupModel(RuleBasedStateMachine):
             self.reporter = await factories.create_account(platform_role="moderator")
             self.moderator = await factories.create_account(platform_role="moderator")
             self.repositories = [await factories.create_repository() for _ in range(REPOSITORIES)]
+            # qualified checkers: their human checks move canonical statuses through the real quorum
+            self.reviewers = [
+                await factories.create_account(trust_tier="reviewer", state="active") for _ in range(REVIEWERS)
+            ]
 
         run(setup)
         self.scan_ids: list[int] = []
@@ -197,6 +203,41 @@ class RollupModel(RuleBasedStateMachine):
             return
         scan_id = self.scan_ids[pick % len(self.scan_ids)]
         self.step(lambda: change_scan_visibility(self.moderator, scan_id, visibility, REASON, NOTES))
+
+    @rule(
+        pick=st.integers(0, 10_000),
+        reviewer=st.integers(0, REVIEWERS - 1),
+        verdict=st.sampled_from(("confirmed", "disputed", "fixed")),
+    )
+    def check_finding(self, pick: int, reviewer: int, verdict: str) -> None:
+        """A qualified human check at the canonical's last seen commit, through the real check service (refused
+        checks, e.g. a repeated one or a commit seen only in a hidden report, leave everything unchanged)."""
+
+        async def check() -> None:
+            async with db.read_session(replica=False) as session:
+                rows = (
+                    await session.execute(
+                        text("SELECT public_id, last_seen_commit_sha FROM canonical_findings ORDER BY id")
+                    )
+                ).all()
+            if not rows:
+                return
+            public_id, commit = rows[pick % len(rows)]
+            body = {
+                "commit_sha": commit,
+                "verdict": verdict,
+                "provenance": "human",
+                "notes": "Checked by the model-based test at this commit.",
+            }
+            await record_check(self.reviewers[reviewer], str(public_id), body, client_ip=f"198.51.100.{reviewer + 1}")
+
+        self.step(check)
+
+    @rule(reviewer=st.integers(0, REVIEWERS - 1), state=st.sampled_from(("active", "suspended")))
+    def change_reviewer_state(self, reviewer: int, state: str) -> None:
+        """An account change: authority revalidation recomputes the statuses its checks supported."""
+        handle = self.reviewers[reviewer].handle
+        self.step(lambda: change_account(self.moderator, handle, state=state, reason=REASON, notes=NOTES))
 
     @rule(repo=st.integers(0, REPOSITORIES - 1), listing=st.sampled_from(("listed", "pending", "quarantined")))
     def flip_listing(self, repo: int, listing: str) -> None:
