@@ -70,6 +70,7 @@ def main() -> int:
         seed = subprocess.Popen([*tarakan, "seed", "--demo", "--if-empty"], preexec_fn=_die_with_parent)
         _wait_http(f"http://127.0.0.1:{port}/healthz", procs)
         print(f"[run] Tarakan is up at http://127.0.0.1:{port}/ ({time.perf_counter() - t0:.1f}s)")
+        print(f"[run] DATABASE_URL={os.environ['DATABASE_URL']} REDIS_URL={os.environ['REDIS_URL']}")
         print("[run] Ctrl-C stops everything", flush=True)
         while all(p.poll() is None for p in procs):
             if seed is not None and seed.poll() is not None:
