@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from app import db
 from app.infestations.cursors import decode_cursor, next_cursor
+from app.infestations.models import WINDOWED_AGGREGATES
 from app.metrics import LIST_DURATION
 
 STATUSES = ("open", "verified", "disputed", "fixed")
@@ -30,13 +31,7 @@ INFESTATION_KEYS = (
     "severity",
     "sample_file_path",
     "sample_occurrence_public_id",
-    "repo_count",
-    "instance_count",
-    "open_count",
-    "verified_count",
-    "fixed_count",
-    "disputed_count",
-    "last_seen_at",
+    *WINDOWED_AGGREGATES,
     "first_seen_at",
 )
 

@@ -11,6 +11,16 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.db import Base
 
 WINDOWS = (7, 30, 90, 365)
+# the aggregates kept for each window (domain §5.3) as `{name}_{W}d`; the all-time columns carry the bare names
+WINDOWED_AGGREGATES = (
+    "repo_count",
+    "instance_count",
+    "open_count",
+    "verified_count",
+    "fixed_count",
+    "disputed_count",
+    "last_seen_at",
+)
 
 
 class InfestationPattern(Base):

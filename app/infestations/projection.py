@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import db
 from app.config import settings
 from app.infestations import hooks
-from app.infestations.models import WINDOWS
+from app.infestations.models import WINDOWED_AGGREGATES, WINDOWS
 from app.metrics import (
     DIRTY_BACKLOG,
     DIRTY_OLDEST_AGE,
@@ -124,19 +124,7 @@ def _since(window: int) -> str:
 
 
 def _window_columns() -> list[str]:
-    return [
-        f"{name}_{w}d"
-        for w in WINDOWS
-        for name in (
-            "repo_count",
-            "instance_count",
-            "open_count",
-            "verified_count",
-            "fixed_count",
-            "disputed_count",
-            "last_seen_at",
-        )
-    ]
+    return [f"{name}_{w}d" for w in WINDOWS for name in WINDOWED_AGGREGATES]
 
 
 def _window_aggregates() -> str:

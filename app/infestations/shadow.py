@@ -12,21 +12,14 @@ import logging
 from typing import Any
 
 from app.infestations.legacy import list_infestations_legacy
+from app.infestations.models import WINDOWED_AGGREGATES, WINDOWS
 from app.infestations.queries import list_infestations_rollup
 from app.metrics import SHADOW_MISMATCHES
 
 log = logging.getLogger(__name__)
 
-COMPARED = (
-    "repo_count",
-    "instance_count",
-    "open_count",
-    "verified_count",
-    "fixed_count",
-    "disputed_count",
-    "last_seen_at",
-)
-SHADOW_WINDOWS = (7, 30, 90, 365)
+COMPARED = WINDOWED_AGGREGATES  # not first_seen_at: window-scoped in legacy, all-time in the rollup (§5.7)
+SHADOW_WINDOWS = WINDOWS
 SHADOW_STATUSES: tuple[str | None, ...] = (None, "open", "verified", "disputed", "fixed")
 SHADOW_MIN_REPOS = (2, 3, 5, 10)
 
