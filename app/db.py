@@ -1,6 +1,8 @@
 """Database engines, sessions and the one transaction helper every service uses.
 
-Writes go to the primary. Public reads may use DATABASE_REPLICA_URL (same as the primary when unset).
+Writes go to the primary. Public reads (`read_session()`, replica=True) go to DATABASE_REPLICA_URL when it is set,
+except inside `primary_reads()` (the request right after a moderator's write, see app/security.py); moderator pages
+and anything that must see its own writes use `read_session(replica=False)`. Unset, everything reads the primary.
 `transaction()` counts open transactions in a context variable so that post-commit hooks can refuse to run
 inside one (ringing the worker before commit could let it read a state without our change).
 """
@@ -9,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 
 from sqlalchemy import MetaData
@@ -71,13 +73,35 @@ def replica_engine() -> AsyncEngine:
     return _engine_for(cfg.database_replica_url)
 
 
-def use_primary_for_reads() -> None:
-    _force_primary.set(True)
+def use_primary_for_reads() -> contextvars.Token[bool]:
+    """Route this context's replica reads to the primary; returns the token that `reset_primary_reads` takes."""
+    return _force_primary.set(True)
 
 
-async def dispose_engines() -> None:
+def reset_primary_reads(token: contextvars.Token[bool]) -> None:
+    _force_primary.reset(token)
+
+
+def reads_use_primary() -> bool:
+    """True when a replica read in this context would go to the primary anyway (no replica, or forced)."""
+    return settings().database_replica_url is None or _force_primary.get()
+
+
+@contextmanager
+def primary_reads() -> Iterator[None]:
+    """Within the block, replica reads go to the primary (read-your-writes); the previous routing comes back after,
+    also when the block runs in the caller's own task (an in-process ASGI client)."""
+    token = use_primary_for_reads()
+    try:
+        yield
+    finally:
+        reset_primary_reads(token)
+
+
+async def dispose_engines(url: str | None = None) -> None:
+    """Close this loop's pools (all of them, or only the one for `url`, e.g. a replica that goes away)."""
     loop_id = id(asyncio.get_running_loop())
-    for key in [k for k in _engines if k[0] == loop_id]:
+    for key in [k for k in _engines if k[0] == loop_id and (url is None or k[1] == url)]:
         await _engines.pop(key).dispose()
 
 

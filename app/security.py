@@ -11,6 +11,12 @@ layer.
 
 Sessions are loaded lazily by `app.accounts.sessions.current_account(request)` so public pages without a cookie
 never touch the sessions table; this middleware only decides whether a request may reach a route at all.
+
+Read-your-writes with a read replica (`DATABASE_REPLICA_URL`): after a successful unsafe request (status < 400)
+that carried a session cookie, the response sets the short-lived `tarakan_rw` cookie, and every request carrying
+it reads the primary (`db.primary_reads()`), so the page a moderator lands on after an action shows that action
+even while the replica lags. The cookie is a routing hint, not a credential (so no Secure flag: it must work on
+plain-http local setups too); forging it only moves that browser's reads to the primary.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from starlette.middleware import Middleware
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import db
+from app.accounts.sessions import COOKIE_NAME as SESSION_COOKIE_NAME
 from app.config import settings
 
 CONTENT_SECURITY_POLICY = (
@@ -122,6 +130,47 @@ class SecurityHeadersMiddleware:
             raise
 
 
+READ_YOUR_WRITES_COOKIE = "tarakan_rw"
+# Longer than any sane replica lag, short enough that a moderator's browsing goes back to the replica soon.
+READ_YOUR_WRITES_SECONDS = 15
+
+
+def _has_cookie(headers: Headers, name: str) -> bool:
+    for part in headers.get("cookie", "").split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name and value:
+            return True
+    return False
+
+
+class ReadYourWritesMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        mark = scope["method"] in UNSAFE_METHODS and _has_cookie(headers, SESSION_COOKIE_NAME)
+
+        async def send_with_mark(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                MutableHeaders(scope=message).append(
+                    "Set-Cookie",
+                    f"{READ_YOUR_WRITES_COOKIE}=1; Max-Age={READ_YOUR_WRITES_SECONDS}; HttpOnly; SameSite=Lax; Path=/",
+                )
+            await send(message)
+
+        if _has_cookie(headers, READ_YOUR_WRITES_COOKIE):
+            # the handler runs in this same context, so its replica reads see the flag
+            with db.primary_reads():
+                await self.app(scope, receive, send_with_mark if mark else send)
+        else:
+            await self.app(scope, receive, send_with_mark if mark else send)
+
+
 def middleware() -> list[Middleware]:
-    # headers outermost, so the CSRF refusal (and any error page) carries them too
-    return [Middleware(SecurityHeadersMiddleware), Middleware(CSRFMiddleware)]
+    # headers outermost, so the CSRF refusal (and any error page) carries them too; a refused request never
+    # reaches the read-your-writes mark
+    return [Middleware(SecurityHeadersMiddleware), Middleware(CSRFMiddleware), Middleware(ReadYourWritesMiddleware)]
