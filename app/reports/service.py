@@ -187,6 +187,18 @@ async def _enforce_limits(session: AsyncSession, actor: Actor, repository_id: in
         )
 
 
+async def _insert_once(session: AsyncSession, row: object, unique_index: str, taken: dict[str, list[str]]) -> None:
+    """Insert a row guarded by a unique index; losing the race (or repeating oneself) is a 422, not a 500."""
+    try:
+        async with session.begin_nested():
+            session.add(row)
+            await session.flush()
+    except IntegrityError as exc:
+        if _is_unique_violation(exc, unique_index):
+            raise ValidationError(taken) from None
+        raise
+
+
 def _is_unique_violation(exc: IntegrityError, index: str) -> bool:
     return index in str(exc.orig)
 
@@ -350,14 +362,7 @@ async def record_check(
             evidence=check.evidence,
             client_ip_hash=ip_hash,
         )
-        try:
-            async with session.begin_nested():
-                session.add(row)
-                await session.flush()
-        except IntegrityError as exc:
-            if _is_unique_violation(exc, "canonical_finding_checks_unique_idx"):
-                raise ValidationError(CHECK_TAKEN) from None
-            raise
+        await _insert_once(session, row, "canonical_finding_checks_unique_idx", CHECK_TAKEN)
         await recompute_canonical_status(session, canonical_id)
         await recompute_scans_at_commit(session, canonical_id, check.commit_sha)
         await recalculate_repository_metrics(session, repository_id)
@@ -435,14 +440,7 @@ async def record_confirmation(
             evidence=verdict.evidence,
             client_ip_hash=ip_hash,
         )
-        try:
-            async with session.begin_nested():
-                session.add(confirmation)
-                await session.flush()
-        except IntegrityError as exc:
-            if _is_unique_violation(exc, "scan_confirmations_unique_idx"):
-                raise ValidationError(CONFIRMATION_TAKEN) from None
-            raise
+        await _insert_once(session, confirmation, "scan_confirmations_unique_idx", CONFIRMATION_TAKEN)
         copied: list[int] = []
         # checks need a public occurrence at the commit, so only a public report's verdict reaches canonicals
         if visibility == "public":
