@@ -322,3 +322,27 @@ async def test_backfill_and_recompute_all_windows_visit_every_key(reporter: Acco
         pattern_key(t) for t in titles
     }
     assert await projection.recompute_all_windows() == 4
+
+
+async def test_concurrent_backfill_projects_exactly_what_a_serial_one_does(reporter: Account) -> None:
+    from app.infestations.shadow import shadow_compare_all
+
+    repos = [await f.create_repository() for _ in range(3)]
+    for n in range(9):
+        for repo in repos[: 1 + n % 3]:
+            await f.create_instance(repo, reporter, f"Concurrent pattern {n}", status=("open", "fixed")[n % 2])
+    serial = await projection.backfill(progress=None)
+    before = await rows("SELECT * FROM infestation_pattern_repos ORDER BY pattern_key, repository_id")
+    counts = await rows("SELECT pattern_key, repo_count, instance_count FROM infestation_patterns ORDER BY 1")
+    async with db.transaction() as session:
+        for table in ("infestation_patterns", "infestation_pattern_instances", "infestation_pattern_repos"):
+            await session.execute(text(f"DELETE FROM {table}"))
+    assert await rows("SELECT pattern_key FROM infestation_pattern_repos") == []
+    assert await projection.backfill(progress=None, concurrency=4) == serial == 9
+    assert await rows("SELECT pattern_key, repo_count, instance_count FROM infestation_patterns ORDER BY 1") == counts
+    after = await rows("SELECT * FROM infestation_pattern_repos ORDER BY pattern_key, repository_id")
+    strip = ("inserted_at", "updated_at")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in after] == [
+        {k: v for k, v in r.items() if k not in strip} for r in before
+    ]
+    assert await shadow_compare_all() == []

@@ -61,7 +61,7 @@ async def _reconcile(args: argparse.Namespace) -> int:
 async def _backfill(args: argparse.Namespace) -> int:
     from app.infestations.projection import backfill
 
-    await backfill(progress=_progress)
+    await backfill(progress=_progress, concurrency=args.concurrency)
     return 0
 
 
@@ -100,6 +100,9 @@ def register(sub: Any) -> None:
     refresh.add_argument("key", metavar="KEY", help="pattern key (64 hex)")
     command(inf_sub, "recompute-windows", _recompute_windows, "recompute the 7/30/90/365-day window columns")
     command(inf_sub, "reconcile", _reconcile, "re-project every source key, then delete orphan patterns")
-    command(inf_sub, "backfill", _backfill, "project every key of the public join set inline")
+    backfill_cmd = command(inf_sub, "backfill", _backfill, "project every key of the public join set inline")
+    backfill_cmd.add_argument(
+        "--concurrency", type=int, default=1, choices=range(1, 17), metavar="N", help="keys refreshed at once (1-16)"
+    )
     command(inf_sub, "shadow-compare", _shadow_compare, "compare rollup and legacy reads; exit 1 on any mismatch")
     command(inf_sub, "cutover-check", _cutover_check, "check the hard cutover gates; exit 1 if any fails")

@@ -12,6 +12,7 @@ refreshes at most 200 keys, then enqueues a continuation job while work remains 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -490,17 +491,25 @@ async def reconcile(*, progress: Progress | None = None, record: bool = True) ->
     return summary
 
 
-async def backfill(*, progress: Progress | None = print) -> int:
-    """Project every key of the public join set inline (batch 200, chained cursor). Returns keys refreshed."""
+async def backfill(*, progress: Progress | None = print, concurrency: int = 1) -> int:
+    """Project every key of the public join set inline (batch 200, chained cursor). Returns keys refreshed.
+
+    `concurrency` refreshes that many keys at once (one connection each): keys are independent, and a first
+    backfill of a large registry is bound by round trips, not by any one key."""
     done = 0
     cursor = ""
     while keys := await _page(_SOURCE_KEYS_PAGE, cursor, BACKFILL_BATCH):
         cursor = keys[-1]
-        for key in keys:
-            await refresh_pattern(key, reason="backfill")
-            done += 1
-            if progress and done % 1000 == 0:
-                progress(f"backfill: {done} keys refreshed (at {key[:12]})")
+        lanes = [keys[i :: max(1, concurrency)] for i in range(max(1, concurrency))]
+
+        async def run(lane: list[str]) -> None:
+            for key in lane:
+                await refresh_pattern(key, reason="backfill")
+
+        await asyncio.gather(*(run(lane) for lane in lanes if lane))
+        before, done = done, done + len(keys)
+        if progress and done // 1000 > before // 1000:
+            progress(f"backfill: {done} keys refreshed (at {keys[-1][:12]})")
     if progress:
         progress(f"backfill: done, {done} keys refreshed")
     return done
