@@ -244,7 +244,7 @@ def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str
             from app.infestations import projection
 
             try:
-                return await projection.backfill(progress=lambda m: print("  " + m, flush=True))
+                return await projection.backfill(progress=lambda m: print("  " + m, flush=True), concurrency=3)
             finally:
                 await db.dispose_engines()
 
