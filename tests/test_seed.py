@@ -109,6 +109,14 @@ async def test_seed_builds_the_demo_registry_and_is_idempotent() -> None:
     assert await _scalar("SELECT count(*) FROM infestation_patterns WHERE repo_count = 1") == len(DEMO_ONE_OFFS)
     assert await _scalar("SELECT count(*) FROM infestation_dirty_keys") == 0
     assert await _scalar("SELECT sum(instance_count) FROM infestation_patterns WHERE repo_count >= 2") == 95
+    # the gate: shadow-compare finds no mismatch on the demo seed, and every cutover gate but the
+    # nightly reconcile (never run here) passes
+    from app.infestations.cutover import cutover_check
+    from app.infestations.shadow import shadow_compare_all
+
+    assert await shadow_compare_all() == []
+    failed = [gate for gate, passed, _ in await cutover_check() if not passed]
+    assert len(failed) <= 1 and all("reconcile" in gate for gate in failed), failed
 
     # a second run adds nothing
     again = await seed_demo(if_empty=False)
