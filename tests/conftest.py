@@ -3,6 +3,7 @@ migrated once with Alembic; every test starts from empty tables."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -82,14 +83,18 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A real `tarakan` process that dies with the test run, even on SIGKILL."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", *args],
-        env={**os.environ, **(env or {})},
-        cwd=ROOT,
-        preexec_fn=pdeathsig(signal.SIGTERM),
-    )
+def spawn(*args: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """A real `tarakan` process that dies with the test run, even on SIGKILL. With `log`, its stdout and stderr
+    go to that file (tests that wait for a log line or show a process's log on failure)."""
+    with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *args],
+            env={**os.environ, **(env or {})},
+            cwd=ROOT,
+            preexec_fn=pdeathsig(signal.SIGTERM),
+            stdout=out,
+            stderr=subprocess.STDOUT if out is not None else None,
+        )
 
 
 def wait_http(url: str, timeout: float = 30) -> None:

@@ -1,0 +1,409 @@
+"""N instances on one Postgres and one Redis (horizontal-scaling design), with real processes: two `tarakan serve`
+on different ports and two `tarakan worker`, all on the test session's embedded Postgres and Valkey.
+
+- a session opened on one server is valid on the other (and revoked everywhere by a logout on either);
+- a burst of reports spread over both servers is fully projected after the workers drain: no dirty key left and
+  the rollup read equals the legacy read for every window x status;
+- the hourly and nightly singletons triggered on both workers for one slot run once;
+- a worker SIGKILLed in the middle of a refresh loses nothing: the survivor takes the key over once the claim
+  expires, and the rollups equal a recomputation.
+
+The workers run with `INFESTATIONS_CLAIM_SECONDS=3` (a dead worker's claim expires quickly) and
+`INFESTATIONS_HOT_KEY_INTERVAL=1` (a key re-dirtied during its refresh is retried after 1 s instead of 30 s, so the
+burst settles within the test's bounded wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from app import db
+from app.accounts.service import create_account, create_token
+from app.accounts.sessions import COOKIE_NAME
+from app.devservices import free_port
+from app.infestations import hooks, projection
+from app.infestations.queries import list_infestations_rollup
+from app.infestations.shadow import shadow_compare, shadow_compare_all
+from app.reports.finding_memory import pattern_key
+from jobs import queue
+from tests import factories
+from tests.conftest import spawn, wait_http
+
+PASSWORD = "correct horse battery staple"
+WORKER_ENV = {"INFESTATIONS_CLAIM_SECONDS": "3", "INFESTATIONS_HOT_KEY_INTERVAL": "1"}
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+class Fleet:
+    """Two web servers and two workers; a worker that died (or was killed by a test) is replaced on demand."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.servers: list[str] = []
+        self._server_procs: list[subprocess.Popen[bytes]] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self._logs: dict[int, Path] = {}
+
+    def start_server(self) -> None:
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        self._server_procs.append(spawn("serve", "--port", str(port), env={"BASE_URL": base}))
+        self.servers.append(base)
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        log = self.logs / f"worker-{len(self._logs) + 1}.log"
+        proc = spawn("worker", env=WORKER_ENV, log=log)
+        self._logs[proc.pid] = log
+        self.workers.append(proc)
+        return proc
+
+    def worker_log(self, proc: subprocess.Popen[bytes]) -> str:
+        return self._logs[proc.pid].read_text(errors="replace")
+
+    def wait_workers_ready(self, timeout: float = 30) -> None:
+        """Every live worker ran its arq startup (it logs its worker id), so it is polling the queue."""
+        deadline = time.monotonic() + timeout
+        for proc in self.workers:
+            while "rollup worker" not in self.worker_log(proc):
+                assert proc.poll() is None, f"worker {proc.pid} exited:\n{self.worker_log(proc)}"
+                assert time.monotonic() < deadline, f"worker {proc.pid} did not start:\n{self.worker_log(proc)}"
+                time.sleep(0.05)
+
+    def ensure_workers(self) -> None:
+        self.workers = [p for p in self.workers if p.poll() is None]
+        while len(self.workers) < 2:
+            self.start_worker()
+        self.wait_workers_ready()
+
+    def worker_by_pid(self, pid: int) -> subprocess.Popen[bytes]:
+        return next(p for p in self.workers if p.pid == pid)
+
+    def stop(self) -> None:
+        for proc in self.workers:
+            _stop(proc, signal.SIGTERM)
+        for proc in self._server_procs:
+            _stop(proc, signal.SIGINT)
+
+
+@pytest.fixture(scope="module")
+def fleet_processes(services: dict[str, str]) -> Iterator[Fleet]:
+    with tempfile.TemporaryDirectory(prefix="tarakan-fleet-") as logs:
+        fleet = Fleet(Path(logs))
+        try:
+            for _ in range(2):
+                fleet.start_server()
+            for _ in range(2):
+                fleet.start_worker()
+            for base in fleet.servers:
+                wait_http(f"{base}/healthz")
+            fleet.wait_workers_ready()
+            yield fleet
+        finally:
+            fleet.stop()
+
+
+@pytest.fixture
+def fleet(fleet_processes: Fleet) -> Fleet:
+    fleet_processes.ensure_workers()
+    return fleet_processes
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
+        await asyncio.sleep(0.1)
+
+
+async def scalar(sql: str, **params: Any) -> Any:
+    async with db.read_session(replica=False) as session:
+        return (await session.execute(text(sql), params)).scalar()
+
+
+async def dirty_count() -> int:
+    return int(await scalar("SELECT count(*) FROM infestation_dirty_keys"))
+
+
+async def no_dirty_key() -> bool:
+    return await dirty_count() == 0
+
+
+# --- sessions -----------------------------------------------------------------------------------------------------
+
+
+async def test_a_login_on_one_server_is_valid_on_the_other(fleet: Fleet) -> None:
+    await create_account(
+        "mod@example.com", "mod", platform_role="moderator", trust_tier="reviewer", state="active", password=PASSWORD
+    )
+    a, b = fleet.servers
+    # separate clients: nothing is carried from one server to the other except what we pass explicitly
+    async with httpx.AsyncClient(base_url=a) as on_a, httpx.AsyncClient(base_url=b) as on_b:
+        login = await on_a.post(
+            "/login", data={"email": "mod@example.com", "password": PASSWORD}, headers={"Origin": a}
+        )
+        assert login.status_code == 303, login.text
+        assert login.headers["location"] == "/moderation"
+        session = {"Cookie": f"{COOKIE_NAME}={login.cookies[COOKIE_NAME]}"}
+
+        anonymous = await on_b.get("/moderation")
+        assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/login")
+        console = await on_b.get("/moderation", headers=session)
+        assert console.status_code == 200, console.text
+        assert "@mod" in console.text or "mod" in console.text
+
+        logout = await on_b.post("/logout", headers={**session, "Origin": b})
+        assert logout.status_code == 303
+        after = await on_a.get("/moderation", headers=session)
+        assert after.status_code == 303, "a logout on B must end the session on A too"
+
+
+# --- burst of reports -----------------------------------------------------------------------------------------------
+
+TITLES = [
+    "SQL injection in login handler",
+    "Hard-coded AWS secret key",
+    "Path traversal in upload handler",
+    "Open redirect after login",
+]
+BURST = 40
+REPOSITORIES = 8
+
+
+def burst_report(i: int) -> dict[str, Any]:
+    """Report i: two findings whose titles rotate, so every title lands in several repositories."""
+    findings = [
+        {
+            "file": f"src/module{i}_{n}.py",
+            "line_start": 10 + n,
+            "line_end": 12 + n,
+            "severity": "high",
+            "title": TITLES[(i + n) % len(TITLES)],
+            "description": "found by the multi-instance burst",
+        }
+        for n in range(2)
+    ]
+    return {
+        "commit_sha": f"{i:040x}",
+        "model": "gpt-test",
+        "prompt_version": "review/v1",
+        "run_id": f"burst-{i}",
+        "document": {"tarakan_scan_format": 1, "findings": findings},
+    }
+
+
+async def test_a_burst_of_reports_on_both_servers_is_fully_reflected_after_the_drain(fleet: Fleet) -> None:
+    # a moderator: exempt from the per-minute report limits, so the whole burst is accepted
+    agent = await create_account("agent@example.com", "agent", platform_role="moderator", state="active")
+    bearer = {"Authorization": f"Bearer {await create_token(agent.id, ['findings:submit'])}"}
+    repos = [await factories.create_repository() for _ in range(REPOSITORIES)]
+
+    async with httpx.AsyncClient(timeout=30) as http:
+        limit = asyncio.Semaphore(8)
+
+        async def submit(i: int) -> httpx.Response:
+            repo = repos[i % REPOSITORIES]
+            server = fleet.servers[i % 2]
+            async with limit:
+                return await http.post(
+                    f"{server}/api/v1/repos/{repo.host}/{repo.owner}/{repo.name}/reports",
+                    headers=bearer,
+                    content=json.dumps(burst_report(i)),
+                )
+
+        responses = await asyncio.gather(*(submit(i) for i in range(BURST)))
+    assert [r.status_code for r in responses] == [201] * BURST, [r.text for r in responses if r.status_code != 201]
+
+    await eventually(no_dirty_key, timeout=30, what="the workers drain every dirty key")
+    assert await shadow_compare_all() == []
+
+    # and the rollups are not trivially equal: every title spans the repositories its reports went to
+    expected: dict[str, set[int]] = {}
+    for i in range(BURST):
+        for n in range(2):
+            expected.setdefault(pattern_key(TITLES[(i + n) % len(TITLES)]), set()).add(repos[i % REPOSITORIES].id)
+    listed = await list_infestations_rollup(days=30, min_repos=2, limit=40)
+    assert {item["pattern_key"]: item["repo_count"] for item in listed} == {k: len(v) for k, v in expected.items()}
+    assert sum(item["instance_count"] for item in listed) == BURST * 2
+    assert await dirty_count() == 0
+
+
+# --- singletons -----------------------------------------------------------------------------------------------------
+
+
+async def test_hourly_and_nightly_jobs_triggered_on_both_workers_run_once_per_slot(fleet: Fleet) -> None:
+    reporter = await factories.create_account()
+    for _ in range(2):
+        await factories.create_instance(await factories.create_repository(), reporter, TITLES[0])
+    await projection.refresh_pattern(pattern_key(TITLES[0]))
+    # the slot the next hourly cron run stands for (a cron firing during the test shares it)
+    slot = (datetime.now(UTC) + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0).isoformat()
+    # Three triggers per job for one slot, all due at the same instant (as when every worker's cron fires on
+    # time): a worker takes up to max_jobs=4 due jobs at once, so at least two triggers of one job run
+    # concurrently inside one worker, and the other worker takes what is left.
+    due = datetime.now(UTC) + timedelta(seconds=1)
+    redis = await queue.pool()
+    triggers: dict[str, list[Any]] = {}
+    for n in range(3):
+        for job_name in ("recompute_windows_job", "reconcile_job"):
+            job = await redis.enqueue_job(
+                job_name, slot=slot, _job_id=f"{job_name}:{slot}:{n}:{uuid.uuid4().hex}", _defer_until=due
+            )
+            assert job is not None
+            triggers.setdefault(job_name, []).append(job)
+
+    results = {name: sorted([await job.result(timeout=30) for job in jobs]) for name, jobs in triggers.items()}
+    logs = "\n".join(fleet.worker_log(p) for p in fleet.workers)
+    assert results == {"recompute_windows_job": [False, False, True], "reconcile_job": [False, False, True]}, logs
+
+    async with db.read_session(replica=False) as session:
+        runs = {
+            r.name: r for r in await session.execute(text("SELECT name, holder, finished_at, detail FROM job_runs"))
+        }
+    assert set(runs) == {"recompute_windows", "reconcile"}
+    worker_pids = {p.pid for p in fleet.workers}
+    for run in runs.values():
+        detail = json.loads(run.detail)
+        assert (detail["state"], datetime.fromisoformat(detail["slot"])) == ("done", datetime.fromisoformat(slot))
+        assert run.finished_at is not None
+        assert int(run.holder.split(":")[1]) in worker_pids, "ran in one of the worker processes"
+    assert json.loads(runs["recompute_windows"].detail)["result"] == {"patterns": 1}
+    assert json.loads(runs["reconcile"].detail)["result"]["source_keys"] == 1
+
+
+# --- a worker killed mid-refresh -----------------------------------------------------------------------------------
+
+BIG_TITLE = "Server-side request forgery in webhook fetcher"
+BIG_KEY = pattern_key(BIG_TITLE)
+BIG_REPOSITORIES = 20
+# 12,000 instances: a refresh takes ~0.5 s, long enough to be caught in the middle (the claim is polled every
+# 10 ms), short enough that the full shadow comparison afterwards stays within a few seconds
+BIG_PER_REPOSITORY = 600
+
+
+async def build_big_pattern(account_id: int) -> None:
+    """BIG_REPOSITORIES listed repositories, one public report each, BIG_PER_REPOSITORY canonicals of one pattern
+    per repository with one occurrence each, written in SQL (the ORM would take minutes)."""
+    params = {"key": BIG_KEY, "title": BIG_TITLE, "account": account_id}
+    statements = [
+        """INSERT INTO repositories (host, owner, name, canonical_url, listing_status)
+           SELECT 'github.com', 'big', 'repo' || g, 'https://github.com/big/repo' || g, 'listed'
+           FROM generate_series(1, :repos) g""",
+        """INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, visibility)
+           SELECT r.id, :account, substr(md5(r.id::text) || md5(r.name), 1, 40), 'gpt-test', 'review/v1', 'public'
+           FROM repositories r WHERE r.owner = 'big'""",
+        """INSERT INTO canonical_findings (repository_id, fingerprint, pattern_key, file_path, line_start, line_end,
+             severity, title, description, status, first_seen_commit_sha, last_seen_commit_sha, detections_count)
+           SELECT s.repository_id, md5(s.repository_id || ':' || n), :key, 'src/fetch' || n || '.py', 1, 1, 'high',
+             :title, 'fetches any URL', 'open', s.commit_sha, s.commit_sha, 1
+           FROM scans s JOIN repositories r ON r.id = s.repository_id, generate_series(1, :per_repo) n
+           WHERE r.owner = 'big'""",
+        """INSERT INTO scan_findings (scan_id, position, file_path, line_start, line_end, severity, title, description,
+             canonical_finding_id, fingerprint, disposition)
+           SELECT s.id, row_number() OVER (PARTITION BY s.id ORDER BY c.id) - 1, c.file_path, 1, 1, 'high', c.title,
+             c.description, c.id, c.fingerprint, 'new'
+           FROM canonical_findings c JOIN scans s ON s.repository_id = c.repository_id
+           WHERE c.pattern_key = :key""",
+    ]
+    async with db.transaction() as session:
+        for sql in statements:
+            await session.execute(text(sql), {**params, "repos": BIG_REPOSITORIES, "per_repo": BIG_PER_REPOSITORY})
+    async with db.transaction() as session:
+        await session.execute(text("ANALYZE repositories, scans, canonical_findings, scan_findings"))
+
+
+async def projection_rows(key: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Everything projected for `key`, without the bookkeeping timestamps a refresh rewrites by design."""
+    queries = {
+        "pattern": "SELECT * FROM infestation_patterns WHERE pattern_key = :k",
+        "repos": "SELECT * FROM infestation_pattern_repos WHERE pattern_key = :k ORDER BY repository_id",
+        "instances": "SELECT * FROM infestation_pattern_instances WHERE pattern_key = :k ORDER BY canonical_finding_id",
+    }
+    skipped = {"refreshed_at", "updated_at", "inserted_at"}
+    rows: dict[str, list[tuple[Any, ...]]] = {}
+    async with db.read_session(replica=False) as session:
+        for name, sql in queries.items():
+            result = await session.execute(text(sql), {"k": key})
+            keep = [i for i, column in enumerate(result.keys()) if column not in skipped or name == "instances"]
+            rows[name] = [tuple(row[i] for i in keep) for row in result]
+    return rows
+
+
+async def test_killing_a_worker_in_the_middle_of_a_refresh_loses_nothing(fleet: Fleet) -> None:
+    reporter = await factories.create_account()
+    await build_big_pattern(reporter.id)
+    assert await projection.refresh_pattern(BIG_KEY) == BIG_REPOSITORIES * BIG_PER_REPOSITORY
+    # a change the rollups have not seen yet: a third of the instances were fixed
+    async with db.transaction() as session:
+        await session.execute(
+            text(
+                "UPDATE canonical_findings SET status = 'fixed', updated_at = now() "
+                "WHERE pattern_key = :k AND id % 3 = 0"
+            ),
+            {"k": BIG_KEY},
+        )
+    assert await shadow_compare(days=30, min_repos=2, status="fixed") != [], "the comparison must see the stale rollup"
+
+    async with db.transaction() as session:
+        await hooks.mark_dirty(session, [BIG_KEY], "status")
+    await hooks.schedule_refresh_after_commit()
+
+    claimed_by: str | None = None
+    deadline = time.monotonic() + 15
+    while claimed_by is None:
+        assert time.monotonic() < deadline, "no worker claimed the key"
+        claimed_by = await scalar("SELECT claimed_by FROM infestation_dirty_keys WHERE pattern_key = :k", k=BIG_KEY)
+        if claimed_by is None:
+            await asyncio.sleep(0.01)
+    victim = fleet.worker_by_pid(int(claimed_by.split(":")[1]))
+    victim.send_signal(signal.SIGKILL)
+    await asyncio.to_thread(victim.wait, 10)
+    killed_at = await scalar("SELECT now()")
+
+    # the refresh was really cut short: the key is still dirty, still claimed by the dead worker, rollup stale
+    assert await scalar("SELECT claimed_by FROM infestation_dirty_keys WHERE pattern_key = :k", k=BIG_KEY) == (
+        claimed_by
+    ), "the worker finished before it was killed; the refresh must take longer"
+    survivor = next(p for p in fleet.workers if p.poll() is None)
+
+    async def claim_expired() -> bool:
+        return bool(
+            await scalar("SELECT claimed_until < now() FROM infestation_dirty_keys WHERE pattern_key = :k", k=BIG_KEY)
+        )
+
+    await eventually(claim_expired, timeout=10, what="the dead worker's claim expires")
+    await queue.ring_drain()  # the next commit's ring (or the survivor's minute sweep) would do the same
+
+    await eventually(no_dirty_key, timeout=30, what="the survivor refreshes the abandoned key")
+    refreshed_at = await scalar("SELECT refreshed_at FROM infestation_patterns WHERE pattern_key = :k", k=BIG_KEY)
+    assert refreshed_at > killed_at, "refreshed after the kill, so by the survivor"
+    assert survivor.poll() is None, fleet.worker_log(survivor)
+    assert await shadow_compare_all() == []
+
+    before = await projection_rows(BIG_KEY)
+    assert len(before["instances"]) == BIG_REPOSITORIES * BIG_PER_REPOSITORY
+    await projection.refresh_pattern(BIG_KEY)
+    assert await projection_rows(BIG_KEY) == before, "a recomputation from source changes nothing"
+    assert await dirty_count() == 0
