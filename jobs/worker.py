@@ -85,7 +85,10 @@ def _slot(ctx: dict[str, Any], slot: str | None) -> datetime:
 
 async def _singleton(ctx: dict[str, Any], name: str, slot: datetime, job: Any) -> bool:
     try:
-        return await leases.run_singleton(name, slot, job, holder=ctx.get("worker_id"))
+        # one holder per job, not per process: a worker runs several jobs at once, and two triggers of one slot
+        # landing in the same worker must not both pass as "the same holder"
+        holder = f"{ctx.get('worker_id')}:{ctx.get('job_id')}"
+        return await leases.run_singleton(name, slot, job, holder=holder)
     except Exception as exc:
         if _transient(exc):
             raise Retry(defer=_retry_defer(ctx)) from exc

@@ -285,3 +285,31 @@ async def test_with_redis_down_a_submitted_report_commits_and_its_keys_wait_in_p
     monkeypatch.undo()
     assert await projection.drain_all() == 1
     assert await repo_count() == 1
+
+
+async def test_a_cancelled_drain_hands_its_unfinished_claims_back_at_once(reporter: Account) -> None:
+    """A worker stopping mid-batch (arq cancels the job on SIGTERM) must not leave its keys claimed until the
+    claim expires: they are released and the next drain takes them."""
+    repo = await f.create_repository()
+    other = pattern_key("Another pattern waiting in the batch")
+    await f.create_instance(repo, reporter, TITLE)
+    await mark(KEY, other)
+    async with db.engine().connect() as blocker:
+        await blocker.execute(text("SELECT pg_advisory_lock(hashtextextended(:k, 0))"), {"k": KEY})
+        await blocker.commit()
+        draining = asyncio.create_task(projection.drain(worker_id="stopping-worker"))
+        deadline = time.monotonic() + 10
+        while (row := await dirty()) is None or row["claimed_by"] != "stopping-worker":
+            assert time.monotonic() < deadline, "the drain never claimed the key"
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)  # the refresh is now waiting on the lock
+        draining.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await draining
+        await blocker.execute(text("SELECT pg_advisory_unlock(hashtextextended(:k, 0))"), {"k": KEY})
+        await blocker.commit()
+    claims = await rows("SELECT pattern_key, claimed_by FROM infestation_dirty_keys ORDER BY pattern_key")
+    assert claims == [{"pattern_key": k, "claimed_by": None} for k in sorted([KEY, other])]
+    again = await projection.drain(throttle=False)
+    assert sorted(again.refreshed_keys) == sorted([KEY, other])
+    assert await repo_count() == 1

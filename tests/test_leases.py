@@ -138,13 +138,13 @@ async def test_a_slot_whose_holder_died_mid_run_runs_again() -> None:
 async def test_the_worker_singleton_jobs_run_once_for_the_same_cron_slot() -> None:
     # two workers that both picked up the 03:30 trigger (arq passes the scheduled time as the job's score)
     score = int(SLOT.timestamp() * 1000) + 250
-    ctx_a: dict[str, Any] = {"worker_id": "worker-a", "score": score, "job_try": 1}
-    ctx_b: dict[str, Any] = {"worker_id": "worker-b", "score": score + 700, "job_try": 1}
+    ctx_a: dict[str, Any] = {"worker_id": "worker-a", "job_id": "cron:a", "score": score, "job_try": 1}
+    ctx_b: dict[str, Any] = {"worker_id": "worker-b", "job_id": "cron:b", "score": score + 700, "job_try": 1}
 
     assert await worker.reconcile_job(ctx_a) is True
     assert await worker.reconcile_job(ctx_b) is False
     run = await job_run("reconcile")
-    assert run is not None and run["holder"] == "worker-a"
+    assert run is not None and run["holder"] == "worker-a:cron:a"  # holders are per job, not per process
     detail = json.loads(run["detail"])
     assert detail["slot"] == SLOT.isoformat()
     assert detail["result"] == {"source_keys": 0, "refreshed": 0, "orphans_checked": 0, "orphans_removed": 0}

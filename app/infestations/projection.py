@@ -391,21 +391,45 @@ async def drain(*, batch_size: int = 200, throttle: bool = True, worker_id: str 
     """Claim up to `batch_size` dirty keys, refresh each (sorted), delete only what was refreshed."""
     me = worker_id or new_worker_id()
     result = DrainResult()
-    for claim in await claim_dirty_keys(me, batch_size):
-        started = time.monotonic()
-        try:
-            await refresh_pattern(claim.pattern_key, reason=claim.reason)
-        except Exception:
-            log.exception("refresh of %s failed (attempt %d); retrying with backoff", claim.pattern_key, claim.attempts)
-            result.failed += 1
-            await settle_failed(claim, me)
-            continue
-        result.refreshed += 1
-        result.refreshed_keys.append(claim.pattern_key)
-        if not await settle_refreshed(claim, me, elapsed=time.monotonic() - started, throttle=throttle):
-            result.released += 1
+    claims = await claim_dirty_keys(me, batch_size)
+    settled = 0
+    try:
+        for claim in claims:
+            await _drain_one(claim, me, throttle, result)
+            settled += 1
+    except asyncio.CancelledError:
+        # a worker stopping (SIGTERM) hands its unfinished claims back at once instead of after the claim TTL
+        await asyncio.shield(_release_claims([c.pattern_key for c in claims[settled:]], me))
+        raise
     _, result.remaining_claimable, result.next_available_in_seconds = await dirty_backlog()
     return result
+
+
+async def _release_claims(keys: list[str], me: str) -> None:
+    if keys:
+        async with db.transaction() as session:
+            await session.execute(
+                text(
+                    "UPDATE infestation_dirty_keys SET claimed_by = NULL, claimed_until = NULL "
+                    "WHERE claimed_by = :me AND pattern_key = ANY(CAST(:keys AS text[]))"
+                ),
+                {"me": me, "keys": keys},
+            )
+
+
+async def _drain_one(claim: ClaimedKey, me: str, throttle: bool, result: DrainResult) -> None:
+    started = time.monotonic()
+    try:
+        await refresh_pattern(claim.pattern_key, reason=claim.reason)
+    except Exception:
+        log.exception("refresh of %s failed (attempt %d); retrying with backoff", claim.pattern_key, claim.attempts)
+        result.failed += 1
+        await settle_failed(claim, me)
+        return
+    result.refreshed += 1
+    result.refreshed_keys.append(claim.pattern_key)
+    if not await settle_refreshed(claim, me, elapsed=time.monotonic() - started, throttle=throttle):
+        result.released += 1
 
 
 async def _release_throttled() -> None:
