@@ -43,9 +43,10 @@ def _routes() -> list[BaseRoute]:
 
 
 def _middleware() -> list[Middleware]:
+    from app.metrics import ServerTimingMiddleware
     from app.security import middleware
 
-    return middleware()
+    return [Middleware(ServerTimingMiddleware), *middleware()]
 
 
 async def domain_error(request: Request, exc: Exception) -> Response:

@@ -88,7 +88,8 @@ def generate(dsn: str, tier: Tier, *, progress: bool = True) -> dict[str, int]:
               SELECT p.title, i, 1 + ((p.rank::bigint * 2654435761 + i::bigint * 40503) %% %(n)s) AS repo_id
               FROM p, LATERAL generate_series(1, p.fanout) i
               UNION ALL
-              SELECT 'rare finding ' || (1 + ((g::bigint * 2246822519) %% %(pool)s)) || ' in module', k,
+              SELECT 'rare finding ' || (1 + ((g::bigint * 2246822519 + k::bigint * 3266489917) %% %(pool)s))
+                     || ' in module', k,
                      g AS repo_id
               FROM generate_series(1, %(n)s) g, generate_series(1, %(rare)s) k
             ) x
