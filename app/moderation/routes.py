@@ -8,6 +8,7 @@ typed (422), as a full page without JavaScript and as the fragment with it.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -86,89 +87,60 @@ def _cursor(request: Request) -> str | None:
     return request.query_params.get("cursor") or None
 
 
-async def reports_page(request: Request) -> Response:
+async def _list_page(
+    request: Request,
+    section: str,
+    filters: dict[str, str],
+    load: Callable[[str | None], Awaitable[dict[str, Any]]],
+) -> Response:
+    """One console list: the moderator check, the keyset page, bad filters and cursors as a 400 page."""
     account, refusal = await _moderator(request)
     if refusal:
         return refusal
-    repository = request.query_params.get("repository", "").strip()
-    visibility = request.query_params.get("visibility", "")
     try:
-        page = await queries.list_recent_reports(
-            repository=repository or None, visibility=visibility or None, cursor=_cursor(request)
-        )
+        page = await load(_cursor(request))
     except DomainError as exc:
         return _error_page(request, exc.status_code, "Bad filter", _messages(exc))
-    return _page(
+    context = {"account": account, "section": section, "page": page, "filters": filters}
+    return _page(request, f"moderation/{section}.html", {**context, **await _list_context(request, page)})
+
+
+async def reports_page(request: Request) -> Response:
+    repository = request.query_params.get("repository", "").strip()
+    visibility = request.query_params.get("visibility", "")
+    return await _list_page(
         request,
-        "moderation/reports.html",
-        {
-            "account": account,
-            "section": "reports",
-            "page": page,
-            "filters": {"repository": repository, "visibility": visibility},
-            **await _list_context(request, page),
-        },
+        "reports",
+        {"repository": repository, "visibility": visibility},
+        lambda cursor: queries.list_recent_reports(
+            repository=repository or None, visibility=visibility or None, cursor=cursor
+        ),
     )
 
 
 async def repositories_page(request: Request) -> Response:
-    account, refusal = await _moderator(request)
-    if refusal:
-        return refusal
     listing_status = request.query_params.get("listing_status", "")
-    try:
-        page = await queries.list_repositories(listing_status=listing_status or None, cursor=_cursor(request))
-    except DomainError as exc:
-        return _error_page(request, exc.status_code, "Bad filter", _messages(exc))
-    return _page(
+    return await _list_page(
         request,
-        "moderation/repositories.html",
-        {
-            "account": account,
-            "section": "repositories",
-            "page": page,
-            "filters": {"listing_status": listing_status},
-            **await _list_context(request, page),
-        },
+        "repositories",
+        {"listing_status": listing_status},
+        lambda cursor: queries.list_repositories(listing_status=listing_status or None, cursor=cursor),
     )
 
 
 async def accounts_page(request: Request) -> Response:
-    account, refusal = await _moderator(request)
-    if refusal:
-        return refusal
     role = request.query_params.get("platform_role", "")
     state = request.query_params.get("state", "")
-    try:
-        page = await queries.list_accounts(platform_role=role or None, state=state or None, cursor=_cursor(request))
-    except DomainError as exc:
-        return _error_page(request, exc.status_code, "Bad filter", _messages(exc))
-    return _page(
+    return await _list_page(
         request,
-        "moderation/accounts.html",
-        {
-            "account": account,
-            "section": "accounts",
-            "page": page,
-            "filters": {"platform_role": role, "state": state},
-            **await _list_context(request, page),
-        },
+        "accounts",
+        {"platform_role": role, "state": state},
+        lambda cursor: queries.list_accounts(platform_role=role or None, state=state or None, cursor=cursor),
     )
 
 
 async def audit_page(request: Request) -> Response:
-    account, refusal = await _moderator(request)
-    if refusal:
-        return refusal
-    try:
-        page = await queries.list_audit_events(cursor=_cursor(request))
-    except DomainError as exc:
-        return _error_page(request, exc.status_code, "Bad cursor", _messages(exc))
-    return _page(
-        request,
-        "moderation/audit.html",
-        {"account": account, "section": "audit", "page": page, **await _list_context(request, page)},
-    )
+    return await _list_page(request, "audit", {}, lambda cursor: queries.list_audit_events(cursor=cursor))
 
 
 async def _list_context(request: Request, page: dict[str, Any]) -> dict[str, Any]:
