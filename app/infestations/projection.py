@@ -53,31 +53,60 @@ _REPRESENTATIVE_ORDER = f"{_STATUS_RANK}, updated_at DESC, canonical_finding_id 
 
 _LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"
 
+_INSTANCE_COLUMNS = (
+    "pattern_key, repository_id, status, severity, title, file_path, sample_occurrence_public_id, sample_scan_id, "
+    "sample_commit_sha, inserted_at, updated_at"
+)
+
 # One row per canonical of the public join set (domain §3), carrying its newest PUBLIC occurrence as the sample.
-_INSERT_INSTANCES = """
-INSERT INTO infestation_pattern_instances AS i (
-  canonical_finding_id, pattern_key, repository_id, status, severity, title, file_path,
-  sample_occurrence_public_id, sample_scan_id, sample_commit_sha, inserted_at, updated_at)
-SELECT DISTINCT ON (c.id)
-  c.id, c.pattern_key, c.repository_id, c.status, c.severity, COALESCE(NULLIF(c.title, ''), 'Unknown pattern'),
-  c.file_path, f.public_id, s.id, s.commit_sha, c.inserted_at, c.updated_at
-FROM canonical_findings c
-JOIN repositories r ON r.id = c.repository_id
-JOIN scan_findings f ON f.canonical_finding_id = c.id
-JOIN scans s ON s.id = f.scan_id
-WHERE c.pattern_key = :key AND c.pattern_key <> ''
-  AND r.listing_status = 'listed'
-  AND s.visibility = 'public'
-ORDER BY c.id, s.inserted_at DESC, f.id DESC
--- a canonical whose pattern_key changed still has its row under the old key: move it
-ON CONFLICT (canonical_finding_id) DO UPDATE SET
-  pattern_key = EXCLUDED.pattern_key, repository_id = EXCLUDED.repository_id, status = EXCLUDED.status,
-  severity = EXCLUDED.severity, title = EXCLUDED.title, file_path = EXCLUDED.file_path,
-  sample_occurrence_public_id = EXCLUDED.sample_occurrence_public_id, sample_scan_id = EXCLUDED.sample_scan_id,
-  sample_commit_sha = EXCLUDED.sample_commit_sha, inserted_at = EXCLUDED.inserted_at,
-  updated_at = EXCLUDED.updated_at
+# The key's instance rows are reconciled with it in one statement: rows that really changed are updated (a refresh
+# of a hot key under a storm rewrites a handful of its 10^4 rows, not all of them), rows that left the join set are
+# deleted, and a canonical whose pattern_key changed has its row moved here from its old key.
+_SYNC_INSTANCES = f"""
+WITH src AS (
+  SELECT DISTINCT ON (c.id)
+    c.id AS canonical_finding_id, c.pattern_key, c.repository_id, c.status, c.severity,
+    COALESCE(NULLIF(c.title, ''), 'Unknown pattern') AS title, c.file_path,
+    f.public_id AS sample_occurrence_public_id, s.id AS sample_scan_id, s.commit_sha AS sample_commit_sha,
+    c.inserted_at, c.updated_at
+  FROM canonical_findings c
+  JOIN repositories r ON r.id = c.repository_id
+  JOIN scan_findings f ON f.canonical_finding_id = c.id
+  JOIN scans s ON s.id = f.scan_id
+  WHERE c.pattern_key = :key AND c.pattern_key <> ''
+    AND r.listing_status = 'listed'
+    AND s.visibility = 'public'
+  ORDER BY c.id, s.inserted_at DESC, f.id DESC
+),
+upserted AS (
+  INSERT INTO infestation_pattern_instances AS i (canonical_finding_id, {_INSTANCE_COLUMNS})
+  SELECT canonical_finding_id, {_INSTANCE_COLUMNS} FROM src
+  ON CONFLICT (canonical_finding_id) DO UPDATE SET ({_INSTANCE_COLUMNS}) = (
+    EXCLUDED.pattern_key, EXCLUDED.repository_id, EXCLUDED.status, EXCLUDED.severity, EXCLUDED.title,
+    EXCLUDED.file_path, EXCLUDED.sample_occurrence_public_id, EXCLUDED.sample_scan_id, EXCLUDED.sample_commit_sha,
+    EXCLUDED.inserted_at, EXCLUDED.updated_at)
+  WHERE (i.{_INSTANCE_COLUMNS.replace(", ", ", i.")}) IS DISTINCT FROM (
+    EXCLUDED.pattern_key, EXCLUDED.repository_id, EXCLUDED.status, EXCLUDED.severity, EXCLUDED.title,
+    EXCLUDED.file_path, EXCLUDED.sample_occurrence_public_id, EXCLUDED.sample_scan_id, EXCLUDED.sample_commit_sha,
+    EXCLUDED.inserted_at, EXCLUDED.updated_at)
+  RETURNING 1
+),
+removed AS (
+  DELETE FROM infestation_pattern_instances i
+  WHERE i.pattern_key = :key AND NOT EXISTS (SELECT 1 FROM src WHERE src.canonical_finding_id = i.canonical_finding_id)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM src) AS instances, (SELECT count(*) FROM upserted) AS written,
+       (SELECT count(*) FROM removed) AS removed
 """
 
+_MEMBERSHIP_COLUMNS = (
+    "instance_count, open_count, verified_count, fixed_count, disputed_count, primary_status, severity, title, "
+    "sample_occurrence_public_id, first_seen_at, last_seen_at"
+)
+_MEMBERSHIP_EXCLUDED = ", ".join(f"EXCLUDED.{c}" for c in _MEMBERSHIP_COLUMNS.split(", "))
+
+# Memberships from the key's instance rows; unchanged memberships are not rewritten.
 _UPSERT_MEMBERSHIPS = f"""
 INSERT INTO infestation_pattern_repos AS m (
   pattern_key, repository_id, instance_count, open_count, verified_count, fixed_count, disputed_count,
@@ -101,13 +130,9 @@ JOIN (
   FROM infestation_pattern_instances WHERE pattern_key = :key
   ORDER BY repository_id, {_REPRESENTATIVE_ORDER}
 ) rep USING (repository_id)
-ON CONFLICT (pattern_key, repository_id) DO UPDATE SET
-  instance_count = EXCLUDED.instance_count, open_count = EXCLUDED.open_count,
-  verified_count = EXCLUDED.verified_count, fixed_count = EXCLUDED.fixed_count,
-  disputed_count = EXCLUDED.disputed_count, primary_status = EXCLUDED.primary_status,
-  severity = EXCLUDED.severity, title = EXCLUDED.title,
-  sample_occurrence_public_id = EXCLUDED.sample_occurrence_public_id,
-  first_seen_at = EXCLUDED.first_seen_at, last_seen_at = EXCLUDED.last_seen_at, updated_at = now()
+ON CONFLICT (pattern_key, repository_id) DO UPDATE SET ({_MEMBERSHIP_COLUMNS}) = ({_MEMBERSHIP_EXCLUDED}),
+  updated_at = now()
+WHERE (m.{_MEMBERSHIP_COLUMNS.replace(", ", ", m.")}) IS DISTINCT FROM ({_MEMBERSHIP_EXCLUDED})
 """
 
 _DELETE_STALE_MEMBERSHIPS = """
@@ -231,17 +256,15 @@ async def _delete_projection(session: AsyncSession, key: str) -> None:
 async def refresh_pattern(pattern_key: str, *, reason: str = "manual") -> int:
     """Recompute one key's instances, memberships and pattern row from source, in one transaction.
 
-    Returns the number of instance rows written; 0 means the key left the public join set and its projection was
-    hard-deleted (its show page then 404s). Serialized per key by a transaction-scoped advisory lock."""
+    Returns the number of instances the key now has (its public join set); 0 means the key left the public join
+    set and its projection was hard-deleted (its show page then 404s). Serialized per key by a transaction-scoped
+    advisory lock. Only rows that really changed are written."""
     started = time.perf_counter()
     try:
         async with db.transaction() as session:
             await session.execute(text(_LOCK_KEY), {"key": pattern_key})
-            await session.execute(
-                text("DELETE FROM infestation_pattern_instances WHERE pattern_key = :key"), {"key": pattern_key}
-            )
-            inserted = await session.execute(text(_INSERT_INSTANCES), {"key": pattern_key})
-            instances = int(inserted.rowcount or 0)  # type: ignore[attr-defined]
+            synced = (await session.execute(text(_SYNC_INSTANCES), {"key": pattern_key})).mappings().one()
+            instances = int(synced["instances"])
             if instances == 0:
                 await _delete_projection(session, pattern_key)
             else:
