@@ -28,22 +28,16 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 
-from app.devservices import Postgres, Redis, free_port, pdeathsig
+from app.devservices import Postgres, Redis, free_port
+from bench.common import ROOT, pct, spawn, wait_http, write_section
 from bench.generate import TIERS, Tier, generate
 
-ROOT = Path(__file__).resolve().parent.parent
 HOT_TITLE = "shared pattern 1 injection in handler"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -215,13 +209,6 @@ def measure_pages(base: str, hot: str, results: dict[str, Any], runs: int) -> No
             print(f"  {name}: {json.dumps(results[name])}", flush=True)
 
 
-def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT, preexec_fn=pdeathsig(signal.SIGTERM),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-
-
 def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str, Any]:
     tmp = tempfile.mkdtemp(prefix=f"tarakan-bench-{tier.name}-")
     pg = Postgres(os.path.join(tmp, "pg"), fast_unsafe=True).start()
@@ -274,16 +261,7 @@ def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str
         port = free_port()
         procs.append(spawn(["serve", "--port", str(port)], {**env, "BASE_URL": f"http://127.0.0.1:{port}"}))
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("server did not start")
-            time.sleep(0.1)
+        wait_http(base + "/healthz")
         from app.reports.finding_memory import pattern_key
 
         measure_pages(base, pattern_key(HOT_TITLE), results, runs)
@@ -362,18 +340,6 @@ def render(all_results: list[dict[str, Any]], command: str) -> str:
     return "\n".join(lines)
 
 
-def write_section(markdown: str, heading: str = "## Infestations") -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nFigures measured on this project's machines.\n"
-    start = text.find(heading)
-    if start >= 0:
-        end = text.find("\n## ", start + len(heading))
-        text = text[:start] + markdown.rstrip() + "\n" + (text[end:] if end >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + markdown.rstrip() + "\n"
-    path.write_text(text)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tier", choices=["T", "A", "B", "both"], default="A")
@@ -389,7 +355,7 @@ def main() -> int:
     (ROOT / "bench" / "out").mkdir(exist_ok=True)
     (ROOT / "bench" / "out" / "infestations.json").write_text(json.dumps(all_results, indent=2, default=str))
     if not args.no_write:
-        write_section(md)
+        write_section(md, "## Infestations")
     return 0
 
 

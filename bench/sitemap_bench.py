@@ -37,17 +37,12 @@ from typing import Any
 import httpx
 import psycopg
 
-from app.devservices import Postgres, Redis, free_port, pdeathsig
+from app.devservices import Postgres, Redis, free_port
+from bench.common import ROOT, pct, spawn, wait_http, write_section
 from bench.generate import TIERS, generate
 
-ROOT = Path(__file__).resolve().parent.parent
 HEADING = "## Sitemap"
 TARGETS = {"urls_per_s": 50_000, "first_byte_ms": 100, "rss_growth_mb": 50}
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def p50_p95(values: list[float]) -> tuple[float, float]:
@@ -70,30 +65,6 @@ def reset_peak(pid: int) -> bool:
         return True
     except OSError:
         return False
-
-
-def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", *args],
-        env={**os.environ, **env},
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=pdeathsig(signal.SIGTERM),
-    )
-
-
-def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{url} did not answer")
-        time.sleep(0.1)
 
 
 def stream(client: httpx.Client, url: str, *, gzip: bool) -> dict[str, Any]:
@@ -390,19 +361,6 @@ def render(r: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
-def write_section(markdown: str) -> None:
-    """Replace (or append) only the Sitemap section of docs/benchmarks.md; other sections stay as they are."""
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nFigures measured on this project's machines.\n"
-    start = text.find(HEADING + "\n")
-    if start >= 0:
-        end = text.find("\n## ", start + len(HEADING))
-        text = text[:start] + markdown.rstrip() + "\n" + (text[end:] if end >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + markdown.rstrip() + "\n"
-    path.write_text(text)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tier", choices=sorted(TIERS), default="B")
@@ -418,7 +376,7 @@ def main() -> int:
     (ROOT / "bench" / "out").mkdir(exist_ok=True)
     (ROOT / "bench" / "out" / "sitemap.json").write_text(json.dumps(results, indent=2, default=str))
     if not args.no_write:
-        write_section(md)
+        write_section(md, HEADING)
     return 0
 
 
