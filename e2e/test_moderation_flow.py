@@ -13,7 +13,7 @@ from app.infestations.hooks import mark_dirty
 from app.infestations.projection import drain_all
 from app.reports.finding_memory import pattern_key
 from tests import conftest as shared
-from tests.test_moderation_support import NOTES, PASSWORD, TITLE, make_account, two_repository_pattern
+from tests.moderation.support import NOTES, PASSWORD, TITLE, make_account, two_repository_pattern
 
 CHROMIUM = "/usr/bin/chromium"
 

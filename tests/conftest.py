@@ -40,7 +40,7 @@ def services() -> Iterator[dict[str, str]]:
         redis = Redis(os.path.join(tmp, "redis")).start()
         started.append(redis)
         os.environ["REDIS_URL"] = redis.url
-    # the whole suite reads public pages through the replica path, pointed at the primary (tests/test_replica.py
+    # the whole suite reads public pages through the replica path, pointed at the primary (tests/kernel/test_replica.py
     # points it elsewhere to prove the routing)
     os.environ.setdefault("DATABASE_REPLICA_URL", os.environ["DATABASE_URL"])
     os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")

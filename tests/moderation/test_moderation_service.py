@@ -17,7 +17,7 @@ from app.infestations.queries import list_infestations
 from app.moderation import service
 from app.reports.finding_memory import pattern_key
 from app.reports.service import record_check
-from tests.test_moderation_support import NOTES, TITLE, make_account, two_repository_pattern
+from tests.moderation.support import NOTES, TITLE, make_account, two_repository_pattern
 
 
 async def rows(sql: str, **params: Any) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from app import db
 from app.accounts.passwords import verify_password
 from app.accounts.sessions import COOKIE_NAME, load_session, open_session
-from tests.test_moderation_support import PASSWORD, SAME_ORIGIN, make_account
+from tests.moderation.support import PASSWORD, SAME_ORIGIN, make_account
 
 
 async def rows(sql: str, **params: Any) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from app import db
 from app.infestations.shadow import describe_mismatches, shadow_compare, shadow_compare_all
 from app.reports.finding_memory import pattern_key
 from tests import factories
-from tests.test_infestation_queries import HARDCODED, SQLI, TRAVERSAL, XSS, build_registry, refresh_all
+from tests.infestations.test_infestation_queries import HARDCODED, SQLI, TRAVERSAL, XSS, build_registry, refresh_all
 
 
 def mismatches_counted() -> float:

@@ -14,7 +14,7 @@ from sqlalchemy import text
 from app import db
 from app.accounts.models import Account
 from tests import factories
-from tests.test_moderation_support import HTMX, NOTES, SAME_ORIGIN, act_as, make_account, two_repository_pattern
+from tests.moderation.support import HTMX, NOTES, SAME_ORIGIN, act_as, make_account, two_repository_pattern
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from app import db
 from app.accounts.models import Account
-from tests.test_moderation_support import NOTES, SAME_ORIGIN, act_as, make_account, two_repository_pattern
+from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account, two_repository_pattern
 
 VISITORS: dict[str, dict[str, str] | None] = {
     "anonymous": None,

@@ -24,8 +24,8 @@ from app.config import normalize_database_url
 from app.migrate import upgrade_to_head
 from app.security import READ_YOUR_WRITES_COOKIE
 from tests.conftest import _plain_url
-from tests.test_moderation_support import NOTES, SAME_ORIGIN, act_as, make_account
-from tests.test_report_validation import report_body
+from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
+from tests.reports.test_report_validation import report_body
 
 PROBE_DB = "replica_probe"
 WIDGET = "/repos/github.com/probe/widget.json"

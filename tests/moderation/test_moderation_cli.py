@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from app import db
 from tests.conftest import ROOT
-from tests.test_moderation_support import NOTES, make_account, two_repository_pattern
+from tests.moderation.support import NOTES, make_account, two_repository_pattern
 
 
 async def tarakan(*args: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from app.accounts.sessions import COOKIE_NAME, load_session, open_session
-from tests.test_moderation_support import NOTES, make_account, two_repository_pattern
+from tests.moderation.support import NOTES, make_account, two_repository_pattern
 
 HEADERS = ("content-security-policy", "x-content-type-options", "referrer-policy", "x-frame-options")
 

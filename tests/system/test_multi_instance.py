@@ -416,7 +416,7 @@ def test_data_md_classifies_every_table() -> None:
     """docs/data.md says for every table whether it is derived or authoritative (the scaling decisions rest on it)."""
     from app.models import metadata
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "data.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "data.md").read_text()
     rows = [line for line in doc.splitlines() if line.startswith("| `")]
     classified = {name for line in rows for name in line.split("|")[1].replace("`", " ").replace(",", " ").split()}
     missing = sorted((set(metadata.tables) | {"alembic_version"}) - classified)
