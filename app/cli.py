@@ -9,8 +9,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.config import ConfigError
-from app.errors import DomainError
+from app.kernel.config import ConfigError
+from app.kernel.errors import DomainError
 
 Handler = Callable[[argparse.Namespace], Awaitable[int] | int]
 
@@ -22,7 +22,7 @@ def command(sub: Any, name: str, handler: Handler, help: str) -> argparse.Argume
 
 
 async def _run_async(handler: Handler, args: argparse.Namespace) -> int:
-    from app import db
+    from app.kernel import db
     from jobs.queue import close_pools
 
     try:

@@ -12,9 +12,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from app import db
-from app.errors import DomainError, RateLimited, Unauthorized
-from app.templating import ROOT
+from app.kernel import db
+from app.kernel.errors import DomainError, RateLimited, Unauthorized
+from app.kernel.templating import ROOT
 
 
 def _routes() -> list[BaseRoute]:
@@ -43,8 +43,8 @@ def _routes() -> list[BaseRoute]:
 
 
 def _middleware() -> list[Middleware]:
-    from app.metrics import ServerTimingMiddleware
-    from app.security import middleware
+    from app.kernel.metrics import ServerTimingMiddleware
+    from app.kernel.security import middleware
 
     return [Middleware(ServerTimingMiddleware), *middleware()]
 

@@ -1,13 +1,13 @@
 """Every model, imported once so Alembic and the drift test see the whole schema."""
 
 from app.accounts.models import Account, ApiToken, LoginAttempt, WebSession
-from app.db import Base
 from app.infestations.models import (
     InfestationDirtyKey,
     InfestationPattern,
     InfestationPatternInstance,
     InfestationPatternRepo,
 )
+from app.kernel.db import Base
 from app.moderation.models import AuditEvent
 from app.ops.models import AppSecret, InstanceLease, JobRun
 from app.registry.models import Repository

@@ -17,9 +17,9 @@ from typing import Any
 
 from sqlalchemy import exists, select, text, update
 
-from app import db
 from app.accounts.models import Account
 from app.accounts.service import create_account, get_account_by_email
+from app.kernel import db
 from app.registry.models import Repository
 from app.registry.service import register_repository
 from app.reports.finding_memory import pattern_key

@@ -228,8 +228,8 @@ def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str
         results["generate_s"] = time.perf_counter() - t
 
         async def backfill() -> int:
-            from app import db
             from app.infestations import projection
+            from app.kernel import db
 
             try:
                 return await projection.backfill(progress=lambda m: print("  " + m, flush=True), concurrency=3)
@@ -244,7 +244,7 @@ def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str
         print(f"[{tier.name}] backfill {results['backfill_keys']} keys in {results['backfill_s']:.1f}s", flush=True)
 
         async def reads() -> None:
-            from app import db
+            from app.kernel import db
             from jobs.queue import close_pools
 
             try:

@@ -208,7 +208,7 @@ def run_index(base: str, pid: int, runs: int, expected: int) -> list[dict[str, A
 
 
 async def stats_costs(runs: int) -> dict[str, float]:
-    from app import db
+    from app.kernel import db
     from app.registry import stats
 
     try:

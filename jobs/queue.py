@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
 
-from app.config import settings
+from app.kernel.config import settings
 
 DRAIN_JOB = "drain_dirty_keys"
 _COALESCE_SECONDS = 0.5

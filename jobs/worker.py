@@ -19,9 +19,9 @@ from arq.worker import func
 from arq.worker import run_worker as arq_run_worker
 from sqlalchemy import exc as sa_exc
 
-from app import db
-from app.config import settings
 from app.infestations import projection
+from app.kernel import db
+from app.kernel.config import settings
 from app.ops import leases
 from jobs.queue import close_pools, ring_drain
 

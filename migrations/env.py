@@ -3,7 +3,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from app.config import settings
+from app.kernel.config import settings
 from app.models import metadata
 
 target_metadata = metadata

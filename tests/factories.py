@@ -6,8 +6,8 @@ import hashlib
 import itertools
 from datetime import datetime
 
-from app import db
 from app.accounts.models import Account
+from app.kernel import db
 from app.registry.models import Repository
 from app.reports.finding_memory import fingerprint, pattern_key
 from app.reports.models import CanonicalFinding, Scan, ScanFinding

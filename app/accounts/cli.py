@@ -9,7 +9,7 @@ from typing import Any
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, TRUST_TIERS
 from app.cli import command
-from app.errors import NotFound, ValidationError
+from app.kernel.errors import NotFound, ValidationError
 
 
 async def _accounts_create(args: argparse.Namespace) -> int:

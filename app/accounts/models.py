@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import ARRAY, BigInteger, CheckConstraint, DateTime, ForeignKey, Index, LargeBinary, Text, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.kernel.db import Base
 
 PLATFORM_ROLES = ("member", "moderator", "admin")
 TRUST_TIERS = ("new", "contributor", "reviewer")

@@ -9,9 +9,9 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.accounts import sessions
-from app.errors import DomainError, RateLimited
+from app.kernel.errors import DomainError, RateLimited
+from app.kernel.templating import templates
 from app.moderation.forms import field, safe_local_path
-from app.templating import templates
 
 
 def _login_page(request: Request, context: dict[str, Any], status_code: int = 200) -> Response:

@@ -16,10 +16,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 
-from app import db
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, TOKEN_SCOPES, TRUST_TIERS, Account, ApiToken
 from app.accounts.passwords import hash_password
-from app.errors import Forbidden, NotFound, Unauthorized, ValidationError
+from app.kernel import db
+from app.kernel.errors import Forbidden, NotFound, Unauthorized, ValidationError
 
 EMAIL_RE = re.compile(
     r"^[a-z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$"

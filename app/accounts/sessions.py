@@ -28,14 +28,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
-from app import db
 from app.accounts.models import Account
 from app.accounts.passwords import hash_password, verify_password
-from app.config import settings
-from app.errors import DomainError, RateLimited
+from app.kernel import db
+from app.kernel.config import settings
+from app.kernel.errors import DomainError, RateLimited
+from app.kernel.security import SESSION_COOKIE_NAME
 from app.ops.secrets import client_ip_hash
 
-COOKIE_NAME = "tarakan_session"
+COOKIE_NAME = SESSION_COOKIE_NAME
 IDLE_TIMEOUT = timedelta(hours=12)
 ABSOLUTE_LIFETIME = timedelta(days=7)
 TOUCH_INTERVAL = timedelta(minutes=5)

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from app.cli import command
-from app.errors import ValidationError
+from app.kernel.errors import ValidationError
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 

@@ -13,7 +13,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from app.errors import ValidationError
+from app.kernel.errors import ValidationError
 
 _MAX_CURSOR_LENGTH = 200
 

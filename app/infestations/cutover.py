@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from app import db
 from app.infestations.shadow import shadow_compare_all
+from app.kernel import db
 
 COVERAGE_THRESHOLD = 0.99
 RECENT_REFRESH_HOURS = 26  # hourly window recompute and nightly reconcile both bump refreshed_at

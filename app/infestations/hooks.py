@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import db
+from app.kernel import db
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import db
 from app.infestations.cursors import decode_cursor, next_cursor
 from app.infestations.models import WINDOWED_AGGREGATES
-from app.metrics import LIST_DURATION
+from app.kernel import db
+from app.kernel.metrics import LIST_DURATION
 
 STATUSES = ("open", "verified", "disputed", "fixed")
 UNKNOWN_TITLE = "Unknown pattern"

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, Integer, Text, Uuid, func, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.kernel.db import Base
 
 WINDOWS = (7, 30, 90, 365)
 # the aggregates kept for each window (domain §5.3) as `{name}_{W}d`; the all-time columns carry the bare names

@@ -23,11 +23,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import db
-from app.config import settings
 from app.infestations import hooks
 from app.infestations.models import WINDOWED_AGGREGATES, WINDOWS
-from app.metrics import (
+from app.kernel import db
+from app.kernel.config import settings
+from app.kernel.metrics import (
     DIRTY_BACKLOG,
     DIRTY_OLDEST_AGE,
     RECONCILE_KEYS,

@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import config, db
 from app.infestations.cursors import decode_cursor, next_cursor
 from app.infestations.legacy import (
     STATUSES,
@@ -27,7 +26,8 @@ from app.infestations.legacy import (
     list_instances_legacy,
     window_bucket,
 )
-from app.metrics import LIST_DURATION
+from app.kernel import config, db
+from app.kernel.metrics import LIST_DURATION
 
 __all__ = [
     "get_infestation",

@@ -14,7 +14,7 @@ from typing import Any
 from app.infestations.legacy import list_infestations_legacy
 from app.infestations.models import WINDOWED_AGGREGATES, WINDOWS
 from app.infestations.queries import list_infestations_rollup
-from app.metrics import SHADOW_MISMATCHES
+from app.kernel.metrics import SHADOW_MISMATCHES
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.cli import command
-from app.errors import NotFound
+from app.kernel.errors import NotFound
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES
-from app.errors import ValidationError
 from app.infestations.cursors import InvalidCursor, decode_cursor, encode_cursor
+from app.kernel import db
+from app.kernel.errors import ValidationError
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
 

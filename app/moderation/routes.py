@@ -18,12 +18,12 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import current_account
-from app.errors import DomainError
+from app.kernel.errors import DomainError
+from app.kernel.templating import templates
 from app.moderation import queries, service
 from app.moderation.forms import field, safe_local_path, with_query
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
-from app.templating import templates
 
 CHOICES = {
     "visibilities": VISIBILITIES,

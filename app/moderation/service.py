@@ -15,11 +15,11 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import db
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import revoke_account_sessions
-from app.errors import Forbidden, NotFound, ValidationError
 from app.infestations.hooks import mark_repository_dirty, mark_scan_dirty, schedule_refresh_after_commit
+from app.kernel import db
+from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.moderation.models import AuditEvent
 from app.registry.models import LISTING_STATUSES, Repository
 from app.registry.stats import invalidate_registry_stats

@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import db
+from app.kernel import db
 
 log = logging.getLogger(__name__)
 

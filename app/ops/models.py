@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, Text, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.kernel.db import Base
 
 
 class InstanceLease(Base):

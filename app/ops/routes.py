@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from app import db
-from app.metrics import DIRTY_BACKLOG, DIRTY_OLDEST_AGE, OLDEST_REFRESHED_AGE
+from app.kernel import db
+from app.kernel.metrics import DIRTY_BACKLOG, DIRTY_OLDEST_AGE, OLDEST_REFRESHED_AGE
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ async def _refresh_gauges() -> None:
 
 
 async def metrics(request: Request) -> Response:
-    """Prometheus text exposition of every metric in app.metrics (and the process defaults)."""
+    """Prometheus text exposition of every metric in app.kernel.metrics (and the process defaults)."""
     try:
         await _refresh_gauges()
     except Exception as exc:  # a database outage must not hide the counters; readyz reports it

@@ -13,8 +13,8 @@ import secrets as _random
 
 from sqlalchemy import text
 
-from app import db
-from app.config import settings
+from app.kernel import db
+from app.kernel.config import settings
 
 SECRET_NAME = "secret_key"
 

@@ -10,8 +10,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.accounts.service import authenticate_bearer, require_scope
-from app.config import settings
-from app.errors import DomainError, ValidationError
+from app.kernel.config import settings
+from app.kernel.errors import DomainError, ValidationError
 from app.registry.models import Repository
 from app.registry.service import register_repository
 from app.registry.validation import validate_repo_ref

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from app.cli import command
-from app.errors import NotFound, ValidationError
+from app.kernel.errors import NotFound, ValidationError
 from app.registry.models import LISTING_STATUSES
 
 

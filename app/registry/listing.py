@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Row, text
 
-from app import db
+from app.kernel import db
 
 DEFAULT_PAGE = 1_000
 MAX_PAGE = 5_000

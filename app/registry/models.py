@@ -6,7 +6,7 @@ from sqlalchemy import BigInteger, Boolean, CheckConstraint, DateTime, ForeignKe
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.accounts.models import _in
-from app.db import Base
+from app.kernel.db import Base
 
 LISTING_STATUSES = ("pending", "listed", "quarantined")
 REPOSITORY_STATUSES = ("unscanned", "scanning", "findings", "reviewed", "stale")

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from app import db
+from app.kernel import db
 
 SEARCH_DEFAULT = 20
 SEARCH_MAX = 50

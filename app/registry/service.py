@@ -5,10 +5,10 @@ from __future__ import annotations
 from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 
-from app import db
 from app.accounts.models import Account
-from app.errors import Forbidden, NotFound, ValidationError
 from app.infestations.hooks import mark_repository_dirty, schedule_refresh_after_commit
+from app.kernel import db
+from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.moderation.models import AuditEvent
 from app.registry.models import LISTING_STATUSES, Repository
 from app.registry.stats import invalidate_registry_stats

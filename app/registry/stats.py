@@ -15,8 +15,8 @@ from typing import Any, Generic, TypeVar
 from cachetools import TTLCache
 from sqlalchemy import text
 
-from app import db
-from app.config import settings
+from app.kernel import db
+from app.kernel.config import settings
 
 V = TypeVar("V")
 

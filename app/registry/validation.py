@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from app.errors import ValidationError
+from app.kernel.errors import ValidationError
 
 ALLOWED_HOSTS = ("github.com", "gitlab.com", "codeberg.org", "tarakan.lol")
 OWNER_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,37}[a-z0-9])?$")

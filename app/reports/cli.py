@@ -9,7 +9,7 @@ from typing import Any
 
 from app.accounts.models import Account
 from app.accounts.service import get_account_by_email
-from app.errors import NotFound, ValidationError
+from app.kernel.errors import NotFound, ValidationError
 
 
 def parse_repository(raw: str) -> tuple[str, str, str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Row, text
 
-from app import db
+from app.kernel import db
 from app.registry.listing import DEFAULT_PAGE, clamp_limit
 
 INDEXABLE_WHERE = "s.visibility = 'public' AND r.listing_status = 'listed'"

@@ -19,7 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.accounts.models import _in
-from app.db import Base
+from app.kernel.db import Base
 
 PROVENANCES = ("agent", "human", "hybrid")
 REVIEW_KINDS = ("code_review", "threat_model", "privacy_review", "business_logic")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from sqlalchemy import text
 
-from app import db
+from app.kernel import db
 
 Access = Literal["full", "header", "hidden"]
 

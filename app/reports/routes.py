@@ -12,8 +12,8 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.models import Account
 from app.accounts.service import authenticate_bearer
-from app.config import settings
-from app.errors import DomainError, NotFound, ValidationError
+from app.kernel.config import settings
+from app.kernel.errors import DomainError, NotFound, ValidationError
 from app.reports import service
 
 

@@ -9,7 +9,7 @@ from urllib.parse import quote
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.config import settings
+from app.kernel.config import settings
 
 
 def record_path(host: str, owner: str, name: str) -> str:

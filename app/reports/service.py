@@ -13,10 +13,10 @@ from sqlalchemy import insert, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import db
 from app.accounts.models import Account
-from app.errors import Forbidden, NotFound, RateLimited, ValidationError
 from app.infestations.hooks import mark_dirty, mark_repository_dirty, mark_scan_dirty, schedule_refresh_after_commit
+from app.kernel import db
+from app.kernel.errors import Forbidden, NotFound, RateLimited, ValidationError
 from app.ops.secrets import client_ip_hash
 from app.registry.stats import invalidate_registry_stats
 from app.reports.assimilation import assimilate_scan

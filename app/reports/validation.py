@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from app.errors import ValidationError
+from app.kernel.errors import ValidationError
 from app.reports.models import (
     CHECK_VERDICTS,
     CONFIRMATION_VERDICTS,

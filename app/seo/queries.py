@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Row, text
 
-from app import db
+from app.kernel import db
 from app.reports.indexable import INDEXABLE_WHERE
 
 PUBLIC_PATTERN_WHERE = "repo_count >= 2"

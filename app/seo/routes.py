@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from app.errors import NotFound
+from app.kernel.errors import NotFound
 from app.seo import feeds
 from app.seo.settings import seo_settings
 from app.seo.sitemap import (

@@ -1,10 +1,10 @@
-"""Sitemap knobs, from `app.config.settings()` (read at call time so tests and operators can change them)."""
+"""Sitemap knobs, from `app.kernel.config.settings()` (read at call time so tests and operators can change them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.config import settings
+from app.kernel.config import settings
 
 # Protocol limits (sitemaps.org): 50,000 URLs per file; the design's threshold for the index is 20,000 listed.
 PROTOCOL_MAX_URLS = 50_000

@@ -21,10 +21,10 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import db
 from app.infestations import queries
 from app.infestations.svg import constellation_layout
-from app.templating import environment
+from app.kernel import db
+from app.kernel.templating import environment
 
 VERSION_TTL_SECONDS = 5.0
 HOME_TOP = 12

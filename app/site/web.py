@@ -16,8 +16,8 @@ from starlette.responses import JSONResponse, Response
 
 from app.accounts.sessions import current_account, session_token
 from app.infestations.svg import finding_path, infestation_path, repo_path
+from app.kernel.templating import environment, templates
 from app.reports.queries import ANONYMOUS, Viewer
-from app.templating import environment, templates
 
 PUBLIC_CACHE = "public, max-age=30"
 ERROR_CACHE = "public, max-age=5"

@@ -10,11 +10,11 @@ import pytest
 from argon2 import PasswordHasher, Type
 from sqlalchemy import func, select, text
 
-from app import db
 from app.accounts.models import Account
 from app.accounts.passwords import hash_password, verify_password
 from app.accounts.service import create_account, get_account_by_email, get_account_by_handle
-from app.errors import ValidationError
+from app.kernel import db
+from app.kernel.errors import ValidationError
 from app.ops import secrets as app_secrets
 from app.ops.models import AppSecret
 

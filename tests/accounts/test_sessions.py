@@ -9,9 +9,9 @@ import httpx
 from argon2 import PasswordHasher, Type
 from sqlalchemy import text
 
-from app import db
 from app.accounts.passwords import verify_password
 from app.accounts.sessions import COOKIE_NAME, load_session, open_session
+from app.kernel import db
 from tests.moderation.support import PASSWORD, SAME_ORIGIN, make_account
 
 

@@ -10,10 +10,10 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import func, select, text
 
-from app import db
 from app.accounts.models import ApiToken
 from app.accounts.service import authenticate_bearer, create_token, require_scope, revoke_token
-from app.errors import Forbidden, NotFound, Unauthorized, ValidationError
+from app.kernel import db
+from app.kernel.errors import Forbidden, NotFound, Unauthorized, ValidationError
 from tests import factories
 
 

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import text
 
-from app import db
 from app.infestations import hooks, projection
 from app.infestations.cutover import cutover_check
+from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from tests.infestations.test_infestation_queries import SQLI, XSS, build_registry
 

@@ -12,7 +12,6 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import text
 
-from app import db
 from app.infestations import projection
 from app.infestations.cursors import InvalidCursor, decode_cursor, encode_cursor
 from app.infestations.legacy import INFESTATION_KEYS, INSTANCE_KEYS
@@ -28,6 +27,7 @@ from app.infestations.queries import (
     parse_pattern_key,
     ranked_list_sql,
 )
+from app.kernel import db
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from tests import factories

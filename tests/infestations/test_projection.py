@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import Account
 from app.infestations import projection
 from app.infestations.models import WINDOWS
+from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import Account
 from app.infestations import hooks, projection
+from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
 from tests.conftest import ROOT

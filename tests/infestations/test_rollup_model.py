@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import Account
-from app.errors import DomainError
 from app.infestations import hooks, projection
 from app.infestations.legacy import get_infestation_legacy, list_infestations_legacy
 from app.infestations.queries import get_infestation, list_infestations_rollup
+from app.kernel import db
+from app.kernel.errors import DomainError
 from app.moderation.service import change_account, change_repository_listing, change_scan_visibility
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key

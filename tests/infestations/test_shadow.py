@@ -8,8 +8,8 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import text
 
-from app import db
 from app.infestations.shadow import describe_mismatches, shadow_compare, shadow_compare_all
+from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from tests import factories
 from tests.infestations.test_infestation_queries import HARDCODED, SQLI, TRAVERSAL, XSS, build_registry, refresh_all

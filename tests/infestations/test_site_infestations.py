@@ -8,7 +8,7 @@ from datetime import datetime
 import httpx
 from sqlalchemy import text
 
-from app import db
+from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from e2e.seed import HOSTILE_TITLE, account, project, seed_pattern
 from e2e.soup import attr, maybe, one, soup

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout, repo_path
-from app.templating import environment
+from app.kernel.templating import environment
 from e2e.seed import HOSTILE_NAME, HOSTILE_TITLE
 from e2e.soup import attrs, soup
 

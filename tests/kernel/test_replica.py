@@ -17,12 +17,12 @@ from bs4 import BeautifulSoup
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app import db
 from app.accounts.models import Account
 from app.accounts.service import create_token
-from app.config import normalize_database_url
+from app.kernel import db
+from app.kernel.config import normalize_database_url
+from app.kernel.security import READ_YOUR_WRITES_COOKIE
 from app.migrate import upgrade_to_head
-from app.security import READ_YOUR_WRITES_COOKIE
 from tests.conftest import _plain_url
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
 from tests.reports.test_report_validation import report_body

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import db
+from app.kernel import db
 from tests.conftest import ROOT
 from tests.moderation.support import NOTES, make_account, two_repository_pattern
 

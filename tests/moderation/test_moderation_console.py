@@ -11,8 +11,8 @@ import pytest
 from bs4 import BeautifulSoup
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import Account
+from app.kernel import db
 from tests import factories
 from tests.moderation.support import HTMX, NOTES, SAME_ORIGIN, act_as, make_account, two_repository_pattern
 

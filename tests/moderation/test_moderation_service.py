@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import Account
-from app.errors import DomainError, Forbidden, NotFound, ValidationError
 from app.infestations.hooks import mark_dirty
 from app.infestations.projection import drain_all
 from app.infestations.queries import list_infestations
+from app.kernel import db
+from app.kernel.errors import DomainError, Forbidden, NotFound, ValidationError
 from app.moderation import service
 from app.reports.finding_memory import pattern_key
 from app.reports.service import record_check

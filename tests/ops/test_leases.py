@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app import db
+from app.kernel import db
 from app.ops import leases
 from jobs import worker
 

@@ -6,8 +6,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from app import db
 from app.infestations import hooks, projection
+from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from tests import factories
 

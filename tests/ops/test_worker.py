@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import Account
 from app.devservices import free_port
 from app.infestations import hooks, projection
+from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from jobs import queue, worker
 from tests import factories as f

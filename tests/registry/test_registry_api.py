@@ -10,9 +10,9 @@ import httpx
 import pytest
 from sqlalchemy import func, select, text
 
-from app import db
 from app.accounts.service import create_token
-from app.errors import Forbidden, NotFound, ValidationError
+from app.kernel import db
+from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.moderation.models import AuditEvent
 from app.registry.models import Repository
 from app.registry.service import delete_repository, get_repository, register_repository

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import db
+from app.kernel import db
 from app.registry.listing import list_listed_repositories_page, stream_listed_repositories
 from app.reports.indexable import list_indexable_findings_page, stream_indexable_findings
 from tests import factories

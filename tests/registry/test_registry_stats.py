@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app import db
-from app.config import ConfigError
+from app.kernel import db
+from app.kernel.config import ConfigError
 from app.registry import stats
 from app.registry.stats import SingleFlightCache, invalidate_registry_stats, registry_stats, reset_registry_stats_cache
 from tests import factories

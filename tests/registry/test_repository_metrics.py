@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import db
+from app.kernel import db
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.service import recalculate_repository_metrics, record_check, submit_report

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from app import db
 from app.accounts.models import Account
+from app.kernel import db
 from app.registry.models import Repository
 from app.reports.assimilation import assimilate_scan, refresh_canonical_counters
 from app.reports.finding_memory import fingerprint, legacy_fingerprint, legacy_normalize, pattern_key

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import Account
-from app.errors import Forbidden, NotFound, ValidationError
+from app.kernel import db
+from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.service import record_check, record_confirmation, submit_report

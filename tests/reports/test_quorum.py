@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import Account
+from app.kernel import db
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.quorum import Tally, recompute_canonical_status, status_for

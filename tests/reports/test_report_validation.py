@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app import db
-from app.errors import ValidationError
+from app.kernel import db
+from app.kernel.errors import ValidationError
 from app.reports.secrets_scanner import find_secret
 from app.reports.service import submit_report
 from app.reports.validation import canonical_path, validate_check, validate_report

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import Account
 from app.accounts.service import create_token
-from app.errors import ValidationError
+from app.kernel import db
+from app.kernel.errors import ValidationError
 from app.registry.models import Repository
 from app.reports.service import submit_report
 from tests import factories

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import ValidationError
+from app.kernel.errors import ValidationError
 from app.reports.cli import parse_repository, read_body
 from tests import factories
 from tests.conftest import ROOT

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from lxml import etree
 
-from app import db
 from app.infestations.projection import refresh_pattern
+from app.kernel import db
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from tests import factories

@@ -11,7 +11,7 @@ import pytest
 from lxml import etree
 from sqlalchemy import text
 
-from app import db
+from app.kernel import db
 from app.registry.stats import reset_registry_stats_cache
 from tests import factories
 

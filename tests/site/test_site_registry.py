@@ -7,8 +7,8 @@ import uuid
 import httpx
 from sqlalchemy import text as sql
 
-from app import db
 from app.accounts.models import Account
+from app.kernel import db
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, ScanFinding
 from e2e.seed import HOSTILE_NAME, HOSTILE_TITLE, occurrence_public_ids, project, seed_pattern

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from app import db
 from app.accounts.models import Account
+from app.kernel import db
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account, two_repository_pattern
 
 VISITORS: dict[str, dict[str, str] | None] = {

@@ -31,13 +31,13 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from app import db
 from app.accounts.service import create_account, create_token
 from app.accounts.sessions import COOKIE_NAME
 from app.devservices import free_port
 from app.infestations import hooks, projection
 from app.infestations.queries import list_infestations_rollup
 from app.infestations.shadow import shadow_compare, shadow_compare_all
+from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from jobs import queue
 from tests import factories

@@ -8,9 +8,9 @@ from collections import Counter
 
 from sqlalchemy import func, select, text
 
-from app import db
 from app.accounts.models import Account
 from app.accounts.passwords import verify_password
+from app.kernel import db
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.models import Scan

@@ -1,7 +1,7 @@
 """Database engines, sessions and the one transaction helper every service uses.
 
 Writes go to the primary. Public reads (`read_session()`, replica=True) go to DATABASE_REPLICA_URL when it is set,
-except inside `primary_reads()` (the request right after a moderator's write, see app/security.py); moderator pages
+except inside `primary_reads()` (the request right after a moderator's write, see app/kernel/security.py); moderator pages
 and anything that must see its own writes use `read_session(replica=False)`. Unset, everything reads the primary.
 `transaction()` counts open transactions in a context variable so that post-commit hooks can refuse to run
 inside one (ringing the worker before commit could let it read a state without our change).
@@ -19,7 +19,7 @@ from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
 
-from app.config import settings
+from app.kernel.config import settings
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",

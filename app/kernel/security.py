@@ -28,14 +28,15 @@ from starlette.middleware import Middleware
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import db
-from app.accounts.sessions import COOKIE_NAME as SESSION_COOKIE_NAME
-from app.config import settings
+from app.kernel import db
+from app.kernel.config import settings
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
     "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
 )
+
+SESSION_COOKIE_NAME = "tarakan_session"  # issued by app/accounts/sessions.py; CSRF checks requests that carry it
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Pages with per-user content or credentials: never stored by browsers or shared caches.
