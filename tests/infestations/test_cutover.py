@@ -11,7 +11,7 @@ from app.infestations import hooks, projection
 from app.infestations.cutover import cutover_check
 from app.kernel import db
 from app.reports.finding_memory import pattern_key
-from tests.infestations.test_infestation_queries import SQLI, XSS, build_registry
+from tests.infestations.support import SQLI, XSS, build_registry
 
 GATES = ["backfill coverage", "rank indexes valid", "dirty backlog drained", "recent reconcile", "shadow-compare clean"]
 

@@ -34,7 +34,7 @@ from app.reports.service import record_check, submit_report
 from jobs.queue import close_pools
 from tests import factories
 from tests.conftest import truncate_all
-from tests.infestations.test_infestation_queries import shift_clock
+from tests.infestations.support import shift_clock
 
 T = TypeVar("T")
 

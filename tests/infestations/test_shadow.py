@@ -12,7 +12,7 @@ from app.infestations.shadow import describe_mismatches, shadow_compare, shadow_
 from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from tests import factories
-from tests.infestations.test_infestation_queries import HARDCODED, SQLI, TRAVERSAL, XSS, build_registry, refresh_all
+from tests.infestations.support import HARDCODED, SQLI, TRAVERSAL, XSS, build_registry, refresh_all
 
 
 def mismatches_counted() -> float:

@@ -25,7 +25,7 @@ from app.kernel.security import READ_YOUR_WRITES_COOKIE
 from app.migrate import upgrade_to_head
 from tests.conftest import _plain_url
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
-from tests.reports.test_report_validation import report_body
+from tests.reports.support import report_body
 
 PROBE_DB = "replica_probe"
 WIDGET = "/repos/github.com/probe/widget.json"

@@ -11,7 +11,7 @@ from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.service import recalculate_repository_metrics, record_check, submit_report
 from tests import factories
-from tests.reports.test_report_validation import finding, report_body
+from tests.reports.support import finding, report_body
 
 NOTES = "Reproduced with the proof of concept."
 

@@ -18,7 +18,7 @@ from app.reports.models import Scan
 from app.reports.quorum import recompute_canonical_status
 from app.reports.service import record_check, submit_report
 from tests import factories
-from tests.reports.test_report_validation import finding, report_body, row_counts
+from tests.reports.support import finding, report_body, row_counts
 
 SHA_A, SHA_B, SHA_C = "a" * 40, "b" * 40, "c" * 40
 

@@ -15,7 +15,7 @@ from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.service import record_check, record_confirmation, submit_report
 from tests import factories
-from tests.reports.test_report_validation import finding, report_body, row_counts
+from tests.reports.support import finding, report_body, row_counts
 
 SHA_A, SHA_B = "a" * 40, "b" * 40
 NOTES = "Reproduced with the proof of concept."

@@ -17,7 +17,7 @@ from app.reports.finding_memory import pattern_key
 from app.reports.quorum import Tally, recompute_canonical_status, status_for
 from app.reports.service import record_check, refresh_repository_checks, submit_report
 from tests import factories
-from tests.reports.test_report_validation import finding, report_body
+from tests.reports.support import finding, report_body
 
 SHA_A, SHA_B = "a" * 40, "b" * 40
 NOTES = "Reproduced with the proof of concept."

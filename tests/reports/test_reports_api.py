@@ -19,7 +19,7 @@ from app.kernel.errors import ValidationError
 from app.registry.models import Repository
 from app.reports.service import submit_report
 from tests import factories
-from tests.reports.test_report_validation import COMMIT, finding, report_body, row_counts
+from tests.reports.support import COMMIT, finding, report_body, row_counts
 
 
 async def token_for(account: Account, *scopes: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ from app.kernel.errors import ValidationError
 from app.reports.cli import parse_repository, read_body
 from tests import factories
 from tests.conftest import ROOT
-from tests.reports.test_report_validation import finding, report_body, row_counts
+from tests.reports.support import finding, report_body, row_counts
 
 
 async def tarakan(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
