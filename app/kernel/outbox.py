@@ -1,0 +1,103 @@
+"""The outbox of the infestation projection: which pattern keys must be recounted (docs/domain.md §5).
+
+Every service that changes the public join set calls one of the `mark_*_dirty` functions *inside* its
+transaction (the keys commit or roll back with the change). Marking also queues, through
+`app.kernel.aftercommit`, one ring of the rollup worker after the commit, never before it: a worker woken
+early could read the state without the change. Postgres holds the pending work, so nothing is lost if Redis is
+down at commit time (the ring is a warning then, and the periodic sweep drains the keys).
+
+Infrastructure, not a feature: any feature may mark keys in its own transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.kernel import db
+from app.kernel.aftercommit import after_commit
+from app.kernel.public import HAS_PUBLIC_OCCURRENCE
+
+log = logging.getLogger(__name__)
+
+_UPSERT_DIRTY = """
+INSERT INTO infestation_dirty_keys AS d (pattern_key, reason)
+SELECT k, :reason FROM ({source}) AS keys(k)
+WHERE k IS NOT NULL AND k <> ''
+ORDER BY k
+ON CONFLICT (pattern_key) DO UPDATE
+  SET version = d.version + 1, dirtied_at = now(), reason = EXCLUDED.reason
+"""
+
+# Delist-safe: keys already projected for the repository plus keys of its canonicals with a public
+# occurrence, ignoring listing_status (after a delist the listed join alone would return nothing).
+KEYS_FOR_REPOSITORY = f"""
+SELECT m.pattern_key FROM infestation_pattern_repos m WHERE m.repository_id = :repository_id
+UNION
+SELECT c.pattern_key FROM canonical_findings c
+WHERE c.repository_id = :repository_id AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
+  AND {HAS_PUBLIC_OCCURRENCE}
+"""
+
+KEYS_FOR_SCAN = """
+SELECT DISTINCT c.pattern_key FROM scan_findings f
+JOIN canonical_findings c ON c.id = f.canonical_finding_id
+WHERE f.scan_id = :scan_id AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
+"""
+
+
+async def mark_dirty(session: AsyncSession, keys: Iterable[str | None], reason: str) -> int:
+    """Record pattern keys whose rollups must be recomputed. Returns how many keys were marked."""
+    unique = sorted({k for k in keys if k})
+    if not unique:
+        return 0
+    result = await session.execute(
+        text(_UPSERT_DIRTY.format(source="SELECT unnest(CAST(:keys AS text[]))")),
+        {"keys": unique, "reason": reason},
+    )
+    return _marked(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> int:
+    """Keys of the canonicals linked to one report (visibility and listing are irrelevant here)."""
+    result = await session.execute(
+        text(_UPSERT_DIRTY.format(source=KEYS_FOR_SCAN)), {"scan_id": scan_id, "reason": reason}
+    )
+    return _marked(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def mark_repository_dirty(session: AsyncSession, repository_id: int, reason: str) -> int:
+    """Delist-safe repository fan-out. One INSERT ... SELECT, whatever the number of keys; the drain job
+    then refreshes them in sorted batches of at most 200 per job, chaining continuation jobs."""
+    result = await session.execute(
+        text(_UPSERT_DIRTY.format(source=KEYS_FOR_REPOSITORY)), {"repository_id": repository_id, "reason": reason}
+    )
+    return _marked(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _marked(rowcount: int | None) -> int:
+    count = int(rowcount or 0)
+    if count and db.in_transaction():
+        after_commit(ring_drain)
+    return count
+
+
+async def ring_drain() -> None:
+    """Ring the rollup worker; a Redis outage is a warning (the dirty rows stay, the periodic sweep drains them)."""
+    from jobs.queue import ring_drain as enqueue_drain  # arq lives with the jobs; imported late, where it is used
+
+    try:
+        await enqueue_drain()
+    except Exception as exc:
+        log.warning("could not ring the rollup worker (%s); the periodic sweep will pick the keys up", exc)
+
+
+async def schedule_refresh_after_commit() -> None:
+    """Ring the worker now, from outside any transaction (callers that marked keys without `db.transaction()`).
+    Raises inside a transaction: the worker could read the state before it."""
+    if db.in_transaction():
+        raise RuntimeError("schedule_refresh_after_commit() called inside a transaction")
+    await ring_drain()
