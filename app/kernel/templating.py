@@ -7,6 +7,8 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.templating import Jinja2Templates
 
+from app.kernel.urls import finding_path, infestation_path, path_for, repo_path
+
 ROOT = Path(__file__).resolve().parents[2]
 
 environment = Environment(
@@ -16,3 +18,7 @@ environment = Environment(
     lstrip_blocks=True,
 )
 templates = Jinja2Templates(env=environment)
+# URL builders, registered once (autoescaping still applies to what they return: plain str).
+environment.globals.update(
+    repo_path=repo_path, infestation_path=infestation_path, finding_path=finding_path, path_for=path_for
+)

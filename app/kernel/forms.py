@@ -1,4 +1,4 @@
-"""Form plumbing shared by the moderation and login routes: text fields from a form body, safe local redirects."""
+"""Form plumbing: text fields from a form body, safe local redirects, query strings."""
 
 from __future__ import annotations
 

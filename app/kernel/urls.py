@@ -1,0 +1,53 @@
+"""Where things live: path builders for the public records, and `path_for` for named routes.
+
+Segments are percent-encoded: repository names and pattern keys are attacker-controlled. The builders are plain
+functions (layouts and templates call them without an application); `path_for(name, **params)` builds any named
+route of the running application (`install` is called once by `app.main`). Both are Jinja globals
+(`app.kernel.templating`).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from starlette.routing import Router
+
+
+def _seg(value: object) -> str:
+    return quote(str(value), safe="")
+
+
+def infestation_path(pattern_key: str) -> str:
+    return f"/infestations/{_seg(pattern_key)}"
+
+
+def repo_path(host: object, owner: object, name: object) -> str:
+    """Public path of a repository page."""
+    return f"/repos/{_seg(host)}/{_seg(owner)}/{_seg(name)}"
+
+
+def finding_path(occurrence_public_id: object) -> str:
+    return f"/findings/{_seg(occurrence_public_id)}"
+
+
+def twin_path(path: str) -> str:
+    """The JSON twin of a page path (the one format rule: the `.json` suffix), query string kept."""
+    base, sep, query = path.partition("?")
+    return f"{base}.json{sep}{query}"
+
+
+_router: Router | None = None
+
+
+def install(router: Router) -> None:
+    global _router
+    _router = router
+
+
+def path_for(name: str, /, **params: object) -> str:
+    """The path of the route named `name`, its parameters percent-encoded (`format` is passed as is: "" for the
+    page, ".json" for its twin)."""
+    if _router is None:
+        raise RuntimeError("no application installed its routes")
+    encoded = {k: v if k == "format" else _seg(v) for k, v in params.items()}
+    return str(_router.url_path_for(name, **encoded))

@@ -1,0 +1,153 @@
+"""Rendering a page or its JSON twin, the one format rule, and the one error path.
+
+The format rule (Datasette-style): a public page's JSON twin is the same route with a `.json` suffix. Routes say
+so with the `{format:format}` path parameter (`""` or `".json"`, lazily matched after the last segment, so
+`/findings/<id>.json` splits into `<id>` and `.json`); `wants_json(request)` reads it. API paths (`/api/...`) are
+JSON only.
+
+Every public HTML page announces its JSON twin (`Link: <...json>; rel="alternate"`), is cacheable for a short
+while by shared caches, and error pages are cached only briefly so a page that appears later is not hidden for
+long. Errors are raised (`app.kernel.errors`), never returned: `error_response` answers them as the site's HTML
+error page or as `{"errors": {field: [messages]}}`, by the same format rule.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any, Protocol
+
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from app.kernel.errors import DomainError
+from app.kernel.templating import templates
+
+PUBLIC_CACHE = "public, max-age=30"
+ERROR_CACHE = "public, max-age=5"
+PRIVATE_CACHE = "private, no-store"  # what a privileged viewer sees must never sit in a shared cache
+
+JSON_SUFFIX = ".json"
+# Documents for machines (feeds, sitemaps) answer their errors in JSON like the API does.
+_MACHINE_SUFFIXES = (JSON_SUFFIX, ".xml", ".atom", ".txt")
+
+
+class _StemConvertor(Convertor[str]):
+    """One path segment, matched lazily so a following `{format}` can take a `.json` suffix."""
+
+    regex = "[^/]+?"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+class _FormatConvertor(Convertor[str]):
+    """`""` (the HTML page) or `".json"` (its twin)."""
+
+    regex = r"(?:\.json)?"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+class _TwinConvertor(_FormatConvertor):
+    """Only `".json"`: for a twin whose page lives elsewhere (`/index.json` is the twin of `/`)."""
+
+    regex = r"\.json"
+
+
+register_url_convertor("stem", _StemConvertor())
+register_url_convertor("format", _FormatConvertor())
+register_url_convertor("twin", _TwinConvertor())
+
+
+def wants_json(request: Request) -> bool:
+    """The one format rule: the route's `.json` suffix, or an API path."""
+    if "format" in request.path_params:
+        return bool(request.path_params["format"] == JSON_SUFFIX)
+    return request.url.path.startswith("/api/")
+
+
+def _error_wants_json(request: Request) -> bool:
+    if "format" in request.path_params:
+        return wants_json(request)
+    path = request.url.path
+    return path.startswith("/api/") or path.endswith(_MACHINE_SUFFIXES)
+
+
+class _Viewing(Protocol):
+    @property
+    def privileged(self) -> bool: ...
+
+
+def cache_for(viewer: _Viewing) -> str:
+    return PRIVATE_CACHE if viewer.privileged else PUBLIC_CACHE
+
+
+def jsonable(value: Any) -> Any:
+    """ISO 8601 datetimes and string UUIDs, recursively (JSON twins)."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def is_fragment_request(request: Request) -> bool:
+    """An htmx swap asks for the fragment; a history restore (back button, cache miss) needs the full page."""
+    return request.headers.get("HX-Request") == "true" and request.headers.get("HX-History-Restore-Request") != "true"
+
+
+def alternate_link(json_url: str) -> str:
+    return f'<{json_url}>; rel="alternate"; type="application/json"'
+
+
+def page(
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    *,
+    status_code: int = 200,
+    json_url: str | None = None,
+    vary_hx: bool = False,
+    cache: str | None = PUBLIC_CACHE,
+) -> Response:
+    """A template page. `cache=None` leaves Cache-Control to the middleware (console and login pages)."""
+    headers = {"Cache-Control": cache} if cache is not None else {}
+    context = {**context, "json_url": json_url}  # the layout announces it in <head> too
+    if json_url is not None:
+        headers["Link"] = alternate_link(json_url)
+    if vary_hx:
+        headers["Vary"] = "HX-Request"
+    return templates.TemplateResponse(request, name, context, status_code=status_code, headers=headers)
+
+
+def json_twin(data: Any, *, status_code: int = 200, cache: str = PUBLIC_CACHE) -> JSONResponse:
+    return JSONResponse(jsonable(data), status_code=status_code, headers={"Cache-Control": cache})
+
+
+def error_response(request: Request, exc: DomainError) -> Response:
+    """The one answer to a raised error: the JSON shape for twins, the API and machine documents, else the
+    site's error page. Public twins and pages are cached briefly; API answers carry no cache header."""
+    headers = exc.headers()
+    if _error_wants_json(request):
+        if "format" in request.path_params:
+            headers["Cache-Control"] = ERROR_CACHE
+        return JSONResponse({"errors": exc.errors}, status_code=exc.status_code, headers=headers)
+    context = {"status_code": exc.status_code, "heading": exc.title, "message": exc.message}
+    response = page(request, "site/error.html", context, status_code=exc.status_code, cache=ERROR_CACHE)
+    headers.pop("WWW-Authenticate", None)  # a page's way to authenticate is the login link it shows
+    response.headers.update(headers)
+    return response
