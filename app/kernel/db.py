@@ -3,8 +3,9 @@
 Writes go to the primary. Public reads (`read_session()`, replica=True) go to DATABASE_REPLICA_URL when it is set,
 except inside `primary_reads()` (the request right after a moderator's write, see app/kernel/security.py); moderator pages
 and anything that must see its own writes use `read_session(replica=False)`. Unset, everything reads the primary.
-`transaction()` counts open transactions in a context variable so that post-commit hooks can refuse to run
-inside one (ringing the worker before commit could let it read a state without our change).
+`transaction()` counts open transactions in a context variable, and the outermost one runs the steps queued with
+`app.kernel.aftercommit.after_commit()` once it has committed (ringing the worker before commit could let it read
+a state without our change).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
 
+from app.kernel import aftercommit
 from app.kernel.config import settings
 
 NAMING = {
@@ -111,14 +113,18 @@ def in_transaction() -> bool:
 
 @asynccontextmanager
 async def transaction() -> AsyncIterator[AsyncSession]:
-    """One unit of work on the primary: commits on success, rolls back on any exception."""
+    """One unit of work on the primary: commits on success, rolls back on any exception. The outermost one runs
+    its after-commit steps once it has committed (and drops them on rollback)."""
     maker = async_sessionmaker(engine(), expire_on_commit=False)
+    steps_token = None if in_transaction() else aftercommit.open_steps()
     token = _open_transactions.set(_open_transactions.get() + 1)
     try:
         async with maker() as session, session.begin():
             yield session
     finally:
         _open_transactions.reset(token)
+        steps = [] if steps_token is None else aftercommit.close_steps(steps_token)
+    await aftercommit.run_steps(steps)  # reached only after the commit: an exception skips it
 
 
 @asynccontextmanager
