@@ -16,10 +16,10 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.infestations.cursors import decode_cursor, next_cursor
 from app.infestations.models import WINDOWED_AGGREGATES
 from app.kernel import db
 from app.kernel.metrics import LIST_DURATION
+from app.kernel.paging import Page, after_cursor, keyset_page, time_id_cursor
 
 STATUSES = ("open", "verified", "disputed", "fixed")
 UNKNOWN_TITLE = "Unknown pattern"
@@ -56,6 +56,10 @@ INSTANCE_KEYS = (
 )
 
 
+# Instance ledgers and satellites are newest-first on `(updated_at, id)` (`id` the canonical's or repository's).
+BY_UPDATED_AT = time_id_cursor("updated_at", "id")
+
+
 def clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, int(value)))
 
@@ -78,14 +82,14 @@ def window_bucket(days: int) -> int:
     return 7 if days <= 7 else 30 if days <= 30 else 90 if days <= 90 else 365
 
 
-def _uuid_str(value: object) -> str | None:
+def uuid_str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
 def infestation_map(row: Mapping[Any, Any]) -> dict[str, Any]:
     item = {key: row.get(key) for key in INFESTATION_KEYS}
     item["title"] = item["title"] or UNKNOWN_TITLE
-    item["sample_occurrence_public_id"] = _uuid_str(item["sample_occurrence_public_id"])
+    item["sample_occurrence_public_id"] = uuid_str(item["sample_occurrence_public_id"])
     for key in ("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count"):
         item[key] = int(item[key] or 0)
     return item
@@ -93,8 +97,8 @@ def infestation_map(row: Mapping[Any, Any]) -> dict[str, Any]:
 
 def instance_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
     entry = {key: row[key] for key in INSTANCE_KEYS}
-    entry["public_id"] = _uuid_str(entry["public_id"])
-    entry["occurrence_public_id"] = _uuid_str(entry["occurrence_public_id"])
+    entry["public_id"] = uuid_str(entry["public_id"])
+    entry["occurrence_public_id"] = uuid_str(entry["occurrence_public_id"])
     return entry
 
 
@@ -177,7 +181,7 @@ WITH rows AS (
   ORDER BY c.id, s.inserted_at DESC, f.id DESC
 )
 SELECT * FROM rows
-{after}
+WHERE {after}
 ORDER BY updated_at DESC, id DESC
 LIMIT :fetch
 """
@@ -227,17 +231,14 @@ async def get_infestation_legacy(pattern_key: str) -> dict[str, Any] | None:
     return _merge(row, reps.get(pattern_key))
 
 
-async def list_instances_legacy(pattern_key: str, *, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+async def list_instances_legacy(
+    pattern_key: str, *, limit: int = 50, cursor: str | None = None
+) -> Page[dict[str, Any]]:
     """The key's public-join canonicals newest-first, each with its newest public occurrence (commit, scan).
     Returns `{"entries", "next_cursor"}`; the caller clamps `limit`."""
     limit = clamp(limit, 1, 300)
-    params: dict[str, Any] = {"key": pattern_key, "fetch": limit + 1}
-    after = ""
-    if cursor is not None:
-        at, row_id = decode_cursor(cursor)
-        after = "WHERE (updated_at, id) < (:after_at, :after_id)"
-        params.update(after_at=at, after_id=row_id)
+    after, params = after_cursor(cursor, "(updated_at, id)")
+    params.update(key=pattern_key, fetch=limit + 1)
     async with db.read_session() as session:
         rows = (await session.execute(text(_INSTANCES_SQL.format(after=after)), params)).mappings().all()
-    entries = [instance_entry(row) for row in rows]
-    return {"entries": entries, "next_cursor": next_cursor(entries, limit, at="updated_at", row_id="id")}
+    return keyset_page([instance_entry(row) for row in rows], limit, BY_UPDATED_AT)

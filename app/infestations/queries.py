@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.infestations.cursors import decode_cursor, next_cursor
 from app.infestations.legacy import (
+    BY_UPDATED_AT,
     STATUSES,
     clamp,
     clamp_list_options,
@@ -24,10 +24,12 @@ from app.infestations.legacy import (
     instance_entry,
     list_infestations_legacy,
     list_instances_legacy,
+    uuid_str,
     window_bucket,
 )
 from app.kernel import config, db
 from app.kernel.metrics import LIST_DURATION
+from app.kernel.paging import Page, after_cursor, keyset_page
 
 __all__ = [
     "get_infestation",
@@ -177,37 +179,30 @@ SELECT i.canonical_finding_id AS id, c.public_id, i.sample_occurrence_public_id 
 FROM infestation_pattern_instances i
 JOIN repositories r ON r.id = i.repository_id
 JOIN canonical_findings c ON c.id = i.canonical_finding_id
-WHERE i.pattern_key = :key {after}
+WHERE i.pattern_key = :key AND {after}
 ORDER BY i.updated_at DESC, i.canonical_finding_id DESC
 LIMIT :fetch
 """
 
 
-async def _fetch_instances(pattern_key: str, *, limit: int, cursor: str | None) -> dict[str, Any]:
-    params: dict[str, Any] = {"key": pattern_key, "fetch": limit + 1}
-    after = ""
-    if cursor is not None:
-        at, row_id = decode_cursor(cursor)
-        after = "AND (i.updated_at, i.canonical_finding_id) < (:after_at, :after_id)"
-        params.update(after_at=at, after_id=row_id)
-    key = parse_pattern_key(pattern_key)
-    if key is None:
+async def _fetch_instances(pattern_key: str, *, limit: int, cursor: str | None) -> Page[dict[str, Any]]:
+    after, params = after_cursor(cursor, "(i.updated_at, i.canonical_finding_id)")
+    if parse_pattern_key(pattern_key) is None:
         return {"entries": [], "next_cursor": None}
+    params.update(key=pattern_key, fetch=limit + 1)
     async with db.read_session() as session:
         rows = (await session.execute(text(_INSTANCES_SQL.format(after=after)), params)).mappings().all()
-    entries = [instance_entry(row) for row in rows]
-    return {"entries": entries, "next_cursor": next_cursor(entries, limit, at="updated_at", row_id="id")}
+    return keyset_page([instance_entry(row) for row in rows], limit, BY_UPDATED_AT)
 
 
 async def list_instances(pattern_key: str, *, limit: int = 100) -> list[dict[str, Any]]:
     """Newest-first instances of a pattern as a plain list (default 100, max 300): for list consumers such as
     swarm checks. Not built on list_instances_page, whose cap of 100 would starve them."""
     page = await _fetch_instances(pattern_key, limit=clamp(limit, 1, LIST_INSTANCES_MAX), cursor=None)
-    entries: list[dict[str, Any]] = page["entries"]
-    return entries
+    return page["entries"]
 
 
-async def list_instances_page(pattern_key: str, *, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+async def list_instances_page(pattern_key: str, *, limit: int = 50, cursor: str | None = None) -> Page[dict[str, Any]]:
     """One ledger page `{"entries", "next_cursor"}` (default 50, max 100), keyset on
     `(updated_at DESC, canonical id DESC)`. A malformed cursor raises InvalidCursor (400)."""
     return await _fetch_instances(pattern_key, limit=clamp(limit, 1, PAGE_MAX), cursor=cursor)
@@ -219,33 +214,26 @@ SELECT m.repository_id AS id, m.repository_id, r.host, r.owner, r.name, m.primar
        m.last_seen_at AS updated_at
 FROM infestation_pattern_repos m
 JOIN repositories r ON r.id = m.repository_id
-WHERE m.pattern_key = :key {after}
+WHERE m.pattern_key = :key AND {after}
 ORDER BY m.last_seen_at DESC, m.repository_id DESC
 LIMIT :fetch
 """
 
 
-async def list_pattern_repos_page(pattern_key: str, *, limit: int = 64, cursor: str | None = None) -> dict[str, Any]:
+async def list_pattern_repos_page(
+    pattern_key: str, *, limit: int = 64, cursor: str | None = None
+) -> Page[dict[str, Any]]:
     """Repositories affected by a pattern, most recently seen first (default 64 = the graph's satellites,
     max 100), keyset on `(last_seen_at DESC, repository_id DESC)`."""
     limit = clamp(limit, 1, PAGE_MAX)
-    params: dict[str, Any] = {"key": pattern_key, "fetch": limit + 1}
-    after = ""
-    if cursor is not None:
-        at, row_id = decode_cursor(cursor)
-        after = "AND (m.last_seen_at, m.repository_id) < (:after_at, :after_id)"
-        params.update(after_at=at, after_id=row_id)
+    after, params = after_cursor(cursor, "(m.last_seen_at, m.repository_id)")
     if parse_pattern_key(pattern_key) is None:
         return {"entries": [], "next_cursor": None}
+    params.update(key=pattern_key, fetch=limit + 1)
     async with db.read_session() as session:
         rows = (await session.execute(text(_REPOS_SQL.format(after=after)), params)).mappings().all()
-    entries = []
-    for row in rows:
-        entry = dict(row)
-        occurrence = entry["occurrence_public_id"]
-        entry["occurrence_public_id"] = None if occurrence is None else str(occurrence)
-        entries.append(entry)
-    return {"entries": entries, "next_cursor": next_cursor(entries, limit, at="updated_at", row_id="id")}
+    entries = [{**row, "occurrence_public_id": uuid_str(row["occurrence_public_id"])} for row in rows]
+    return keyset_page(entries, limit, BY_UPDATED_AT)
 
 
 _REPOSITORY_INFESTATIONS_SQL = """
@@ -282,7 +270,6 @@ async def list_repository_infestations(
         item["repository_instance_count"] = int(row["repository_instance_count"])
         item["repository_open_count"] = int(row["repository_open_count"])
         item["repository_status"] = row["repository_status"]
-        occurrence = row["repository_occurrence_public_id"]
-        item["repository_occurrence_public_id"] = None if occurrence is None else str(occurrence)
+        item["repository_occurrence_public_id"] = uuid_str(row["repository_occurrence_public_id"])
         items.append(item)
     return items

@@ -16,8 +16,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from app.infestations import queries
-from app.infestations.cursors import InvalidCursor
 from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout, infestation_path
+from app.kernel.paging import InvalidCursor, Page
 from app.site.web import (
     error_page,
     is_fragment_request,
@@ -111,7 +111,7 @@ async def _show_data(request: Request, raw_key: str, *, with_repositories: bool 
     cursor = request.query_params.get("cursor") or None
     try:
         instances = await queries.list_instances_page(key, limit=LEDGER_PAGE, cursor=cursor)
-        repositories: dict[str, Any] = {"entries": [], "next_cursor": None}
+        repositories: Page[dict[str, Any]] = {"entries": [], "next_cursor": None}
         if with_repositories:
             repositories = await queries.list_pattern_repos_page(
                 key, limit=SATELLITE_CAP, cursor=request.query_params.get("repos_cursor") or None

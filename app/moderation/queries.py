@@ -3,28 +3,28 @@ audit log. Moderators see every row whatever its visibility or listing (the cons
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES
-from app.infestations.cursors import InvalidCursor, decode_cursor, encode_cursor
-from app.kernel import db
+from app.kernel import db, paging
 from app.kernel.errors import ValidationError
+from app.kernel.paging import Page, after_cursor, decode_id_cursor, encode_id_cursor, keyset_page, time_id_cursor
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
-# id-only keysets reuse the (timestamp, id) cursor shape with a fixed timestamp
-_EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+BY_INSERTED_AT = time_id_cursor("inserted_at", "id")
+
+
+def _by_id(row: dict[str, Any]) -> str:
+    return encode_id_cursor(row["id"])
 
 
 def clamp_limit(limit: int | None) -> int:
-    if limit is None:
-        return DEFAULT_LIMIT
-    return max(1, min(MAX_LIMIT, limit))
+    return paging.clamp_limit(limit, MAX_LIMIT, default=DEFAULT_LIMIT)
 
 
 def _choice(field: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
@@ -35,27 +35,13 @@ def _choice(field: str, value: str | None, allowed: tuple[str, ...]) -> str | No
     return value
 
 
-def _page(rows: list[dict[str, Any]], limit: int, at: str | None, row_id: str) -> dict[str, Any]:
-    next_cursor = None
-    if len(rows) > limit:
-        del rows[limit:]
-        last = rows[-1]
-        next_cursor = encode_cursor(last[at] if at else _EPOCH, int(last[row_id]))
-    return {"entries": rows, "next_cursor": next_cursor}
-
-
 def _id_cursor(cursor: str | None) -> int | None:
-    if not cursor:
-        return None
-    at, row_id = decode_cursor(cursor)
-    if at != _EPOCH:
-        raise InvalidCursor()
-    return row_id
+    return decode_id_cursor(cursor) if cursor else None
 
 
 async def list_recent_reports(
     *, repository: str | None = None, visibility: str | None = None, limit: int | None = None, cursor: str | None = None
-) -> dict[str, Any]:
+) -> Page[dict[str, Any]]:
     """Newest reports first (keyset on inserted_at DESC, id DESC), optionally for one `host/owner/name`."""
     from app.moderation.service import parse_repository_slug
 
@@ -69,9 +55,9 @@ async def list_recent_reports(
         except ValidationError as exc:
             raise ValidationError(exc.errors, status_code=400) from None
         where.append("r.host = :host AND r.owner = :owner AND r.name = :name")
-    if cursor:
-        params["at"], params["after_id"] = decode_cursor(cursor)
-        where.append("(s.inserted_at, s.id) < (:at, :after_id)")
+    after, cursor_params = after_cursor(cursor or None, "(s.inserted_at, s.id)")
+    where.append(after)
+    params.update(cursor_params)
     sql = f"""
         SELECT s.id, s.commit_sha, s.visibility, s.review_status, s.findings_count, s.inserted_at,
                s.moderation_reason, s.reviewed_at, r.host, r.owner, r.name, r.listing_status,
@@ -84,7 +70,7 @@ async def list_recent_reports(
         LIMIT :limit"""
     async with db.read_session(replica=False) as session:
         rows = [dict(r._mapping) for r in await session.execute(text(sql), params)]
-    return _page(rows, limit, "inserted_at", "id")
+    return keyset_page(rows, limit, BY_INSERTED_AT)
 
 
 async def get_report(scan_id: int) -> dict[str, Any] | None:
@@ -106,7 +92,7 @@ async def get_report(scan_id: int) -> dict[str, Any] | None:
 
 async def list_repositories(
     *, listing_status: str | None = None, limit: int | None = None, cursor: str | None = None
-) -> dict[str, Any]:
+) -> Page[dict[str, Any]]:
     """Newest repositories first (keyset on id DESC), optionally one listing status."""
     limit = clamp_limit(limit)
     listing_status = _choice("listing_status", listing_status, LISTING_STATUSES)
@@ -124,7 +110,7 @@ async def list_repositories(
             {"listing": listing_status, "after_id": after_id, "limit": limit + 1},
         )
         rows = [dict(r._mapping) for r in result]
-    return _page(rows, limit, None, "id")
+    return keyset_page(rows, limit, _by_id)
 
 
 async def get_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
@@ -148,7 +134,7 @@ async def list_accounts(
     state: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
-) -> dict[str, Any]:
+) -> Page[dict[str, Any]]:
     """Newest accounts first (keyset on id DESC), optionally one role and/or state."""
     limit = clamp_limit(limit)
     platform_role = _choice("platform_role", platform_role, PLATFORM_ROLES)
@@ -167,7 +153,7 @@ async def list_accounts(
             {"role": platform_role, "state": state, "after_id": after_id, "limit": limit + 1},
         )
         rows = [dict(r._mapping) for r in result]
-    return _page(rows, limit, None, "id")
+    return keyset_page(rows, limit, _by_id)
 
 
 async def get_account(handle: str) -> dict[str, Any] | None:
@@ -184,14 +170,11 @@ async def get_account(handle: str) -> dict[str, Any] | None:
     return dict(row._mapping) if row is not None else None
 
 
-async def list_audit_events(*, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
+async def list_audit_events(*, limit: int | None = None, cursor: str | None = None) -> Page[dict[str, Any]]:
     """The audit log, newest first (keyset on the (inserted_at DESC, id DESC) index)."""
     limit = clamp_limit(limit)
-    params: dict[str, Any] = {"limit": limit + 1}
-    where = "TRUE"
-    if cursor:
-        params["at"], params["after_id"] = decode_cursor(cursor)
-        where = "(e.inserted_at, e.id) < (:at, :after_id)"
+    where, params = after_cursor(cursor or None, "(e.inserted_at, e.id)")
+    params["limit"] = limit + 1
     async with db.read_session(replica=False) as session:
         result = await session.execute(
             text(
@@ -204,7 +187,7 @@ async def list_audit_events(*, limit: int | None = None, cursor: str | None = No
             params,
         )
         rows = [dict(r._mapping) for r in result]
-    return _page(rows, limit, "inserted_at", "id")
+    return keyset_page(rows, limit, BY_INSERTED_AT)
 
 
 async def get_audit_event(event_id: int) -> dict[str, Any] | None:

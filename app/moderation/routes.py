@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Route
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import current_account
 from app.kernel.errors import DomainError
+from app.kernel.paging import Page
 from app.kernel.templating import templates
 from app.moderation import queries, service
 from app.moderation.forms import field, safe_local_path, with_query
@@ -91,7 +92,7 @@ async def _list_page(
     request: Request,
     section: str,
     filters: dict[str, str],
-    load: Callable[[str | None], Awaitable[dict[str, Any]]],
+    load: Callable[[str | None], Awaitable[Page[dict[str, Any]]]],
 ) -> Response:
     """One console list: the moderator check, the keyset page, bad filters and cursors as a 400 page."""
     account, refusal = await _moderator(request)
@@ -143,7 +144,7 @@ async def audit_page(request: Request) -> Response:
     return await _list_page(request, "audit", {}, lambda cursor: queries.list_audit_events(cursor=cursor))
 
 
-async def _list_context(request: Request, page: dict[str, Any]) -> dict[str, Any]:
+async def _list_context(request: Request, page: Page[dict[str, Any]]) -> dict[str, Any]:
     here = _here(request)
     cursor = page["next_cursor"]
     return {

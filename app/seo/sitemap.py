@@ -23,8 +23,9 @@ from xml.sax.saxutils import escape
 
 from sqlalchemy import Row
 
+from app.kernel.cache import SingleFlightCache
 from app.registry.listing import listed_repositories_sitemap_rows
-from app.registry.stats import SingleFlightCache, registry_stats
+from app.registry.stats import registry_stats
 from app.reports.indexable import indexable_findings_sitemap_rows
 from app.seo.queries import Bucket, child_buckets, public_pattern_sitemap_rows
 from app.seo.settings import CHILD_PAGE_SIZE, PROTOCOL_MAX_URLS, seo_settings, sitemap_cache_ttl

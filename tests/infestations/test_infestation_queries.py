@@ -12,7 +12,6 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from app.infestations import projection
-from app.infestations.cursors import InvalidCursor, decode_cursor, encode_cursor
 from app.infestations.legacy import INFESTATION_KEYS, INSTANCE_KEYS
 from app.infestations.queries import (
     get_infestation,
@@ -27,6 +26,7 @@ from app.infestations.queries import (
     ranked_list_sql,
 )
 from app.kernel import db
+from app.kernel.paging import InvalidCursor, decode_cursor, encode_cursor
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from tests import factories

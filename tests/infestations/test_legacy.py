@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from app.infestations.cursors import InvalidCursor
 from app.infestations.legacy import (
     INFESTATION_KEYS,
     INSTANCE_KEYS,
@@ -16,6 +15,7 @@ from app.infestations.legacy import (
     list_instances_legacy,
 )
 from app.kernel import db
+from app.kernel.paging import InvalidCursor
 from app.reports.finding_memory import pattern_key
 from tests import factories
 

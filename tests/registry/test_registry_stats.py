@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy import text
 
 from app.kernel import db
+from app.kernel.cache import SingleFlightCache
 from app.kernel.config import ConfigError
 from app.registry import stats
-from app.registry.stats import SingleFlightCache, invalidate_registry_stats, registry_stats, reset_registry_stats_cache
+from app.registry.stats import invalidate_registry_stats, registry_stats, reset_registry_stats_cache
 from tests import factories
 
 

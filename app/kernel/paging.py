@@ -1,0 +1,137 @@
+"""Keyset paging: one result shape, one cursor codec, one limit clamp, for every paged list and stream.
+
+Every page is `{"entries": [...], "next_cursor": str | None}`: the query fetches `limit + 1` rows, and the extra
+row, when it comes back, says that another page follows (so a caller never issues a last, empty query). The
+next page starts after the last row shown. There is no OFFSET anywhere.
+
+Public cursors are opaque: url-safe base64 (no padding) of a compact JSON pair `[iso timestamp, id]`, the keyset
+of the last row already shown. A cursor carries no authority (any well-formed cursor only moves the start of a
+list the caller may already read), so it is not signed; anything that does not decode to exactly that shape is
+an `InvalidCursor` (400), never a 500. Lists keyed by id alone reuse the pair with a fixed timestamp.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import Any, Generic, TypedDict, TypeVar
+
+from app.kernel.errors import ValidationError
+
+DEFAULT_PAGE = 1_000
+MAX_PAGE = 5_000  # the largest page any list reads in one statement (sitemap streams, bulk listings)
+
+_MAX_CURSOR_LENGTH = 200
+_EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+
+E = TypeVar("E")
+R = TypeVar("R")
+
+
+class Page(TypedDict, Generic[E]):
+    entries: list[E]
+    next_cursor: str | None
+
+
+class InvalidCursor(ValidationError):
+    """A malformed `cursor` parameter: the client sent something we never issued."""
+
+    status_code = 400
+
+    def __init__(self, message: str = "is not a cursor this server issued") -> None:
+        super().__init__({"cursor": [message]})
+
+
+def clamp_limit(limit: int | None, maximum: int = MAX_PAGE, *, default: int = DEFAULT_PAGE) -> int:
+    """`limit` within 1..maximum; None is `default`."""
+    if limit is None:
+        return default
+    return max(1, min(int(limit), maximum))
+
+
+def encode_cursor(at: datetime, row_id: int) -> str:
+    raw = json.dumps([at.isoformat(), row_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(raw: str) -> tuple[datetime, int]:
+    """The keyset `(timestamp, id)` of a cursor, or InvalidCursor."""
+    if not isinstance(raw, str) or not raw or len(raw) > _MAX_CURSOR_LENGTH:
+        raise InvalidCursor()
+    try:
+        decoded = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
+        value = json.loads(decoded)
+    except (binascii.Error, ValueError):
+        raise InvalidCursor() from None
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)):
+        raise InvalidCursor()
+    stamp, row_id = value
+    # bool is an int subclass; a cursor id is a positive bigint
+    if isinstance(row_id, bool) or not isinstance(row_id, int) or not 0 < row_id < 2**63:
+        raise InvalidCursor()
+    try:
+        at = datetime.fromisoformat(stamp)
+    except ValueError:
+        raise InvalidCursor() from None
+    if at.tzinfo is None:
+        raise InvalidCursor()
+    return at, row_id
+
+
+def encode_id_cursor(row_id: int) -> str:
+    """The cursor of a list keyed by id alone."""
+    return encode_cursor(_EPOCH, int(row_id))
+
+
+def decode_id_cursor(raw: str) -> int:
+    """The id of an `encode_id_cursor` cursor, or InvalidCursor (a timestamp cursor is not an id cursor)."""
+    at, row_id = decode_cursor(raw)
+    if at != _EPOCH:
+        raise InvalidCursor()
+    return row_id
+
+
+def after_cursor(cursor: str | None, keyset: str) -> tuple[str, dict[str, Any]]:
+    """For a newest-first list ordered by the row value `keyset` DESC (e.g. `(s.inserted_at, s.id)`): the SQL
+    predicate that starts after the cursor's row, with its parameters; `TRUE` on the first page (no cursor)."""
+    if cursor is None:
+        return "TRUE", {}
+    at, row_id = decode_cursor(cursor)
+    return f"{keyset} < (:cursor_at, :cursor_id)", {"cursor_at": at, "cursor_id": row_id}
+
+
+def time_id_cursor(at: str, row_id: str) -> Callable[[Mapping[str, Any]], str]:
+    """`cursor_of` for rows keyed by `(timestamp, id)` under the given column names."""
+
+    def cursor_of(row: Mapping[str, Any]) -> str:
+        stamp, ident = row[at], row[row_id]
+        assert isinstance(stamp, datetime), f"{at} is the keyset timestamp"
+        return encode_cursor(stamp, int(ident))
+
+    return cursor_of
+
+
+def keyset_page(rows: list[R], limit: int, cursor_of: Callable[[R], str]) -> Page[R]:
+    """The page of rows fetched with `limit + 1`: trims `rows` to `limit` in place and, when the extra row came
+    back, sets `next_cursor` to `cursor_of(last row shown)`."""
+    if len(rows) <= limit:
+        return {"entries": rows, "next_cursor": None}
+    del rows[limit:]
+    return {"entries": rows, "next_cursor": cursor_of(rows[-1])}
+
+
+async def stream_entries(
+    fetch: Callable[[str | None], Awaitable[Page[E]]], cursor: str | None = None
+) -> AsyncIterator[E]:
+    """Every entry of a paged list, page after page from `cursor` (None: the start); `fetch` opens its own short
+    read session per page, so a stream never holds one for its whole length."""
+    while True:
+        page = await fetch(cursor)
+        for entry in page["entries"]:
+            yield entry
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return
