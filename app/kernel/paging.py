@@ -19,6 +19,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar
 
+from sqlalchemy import Row, TextClause, text
+
+from app.kernel import db
 from app.kernel.errors import ValidationError
 
 DEFAULT_PAGE = 1_000
@@ -121,6 +124,40 @@ def keyset_page(rows: list[R], limit: int, cursor_of: Callable[[R], str]) -> Pag
         return {"entries": rows, "next_cursor": None}
     del rows[limit:]
     return {"entries": rows, "next_cursor": cursor_of(rows[-1])}
+
+
+def id_range_statements(page_sql: str, columns: Mapping[str, str], before: str) -> dict[tuple[str, bool], TextClause]:
+    """The statements of an ascending-id list, one per `(shape, bounded)`: `page_sql` has `{columns}` (one
+    select list per shape) and `{before}` (the upper bound `before`, spliced only when bounded), and reads
+    `:after_id` and `:fetch` (and `:before_id`)."""
+    return {
+        (shape, bounded): text(page_sql.format(columns=select, before=before if bounded else ""))
+        for shape, select in columns.items()
+        for bounded in (False, True)
+    }
+
+
+def _first_column_cursor(row: Row[Any]) -> str:
+    return encode_id_cursor(int(row[0]))
+
+
+async def id_range_page(
+    statements: Mapping[tuple[str, bool], TextClause],
+    shape: str,
+    *,
+    limit: int,
+    cursor: str | None,
+    after_id: int,
+    before_id: int | None,
+) -> Page[Row[Any]]:
+    """One page of an ascending-id list (the id is the first column) in one short read session: rows with
+    `after_id < id < before_id` (None: no upper bound), continuing after `cursor` when given."""
+    limit = clamp_limit(limit)
+    start = decode_id_cursor(cursor) if cursor is not None else max(0, int(after_id))
+    params = {"after_id": start, "before_id": before_id, "fetch": limit + 1}
+    async with db.read_session() as session:
+        rows = list((await session.execute(statements[shape, before_id is not None], params)).all())
+    return keyset_page(rows, limit, _first_column_cursor)
 
 
 async def stream_entries(

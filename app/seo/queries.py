@@ -14,7 +14,8 @@ from typing import Any
 from sqlalchemy import Row, text
 
 from app.kernel import db
-from app.reports.indexable import INDEXABLE_WHERE
+from app.kernel.paging import Page, clamp_limit, keyset_page
+from app.kernel.public import PUBLIC_JOIN, listed_repository
 
 PUBLIC_PATTERN_WHERE = "repo_count >= 2"
 
@@ -32,17 +33,17 @@ class Bucket:
 # a key range each (an index range scan), never `OFFSET`; and because the ranges partition the key space, a row is
 # in exactly one child even when the cached boundaries are a little stale.
 _BUCKETS_SQL = {
-    "repos": """
+    "repos": f"""
         SELECT min(id) AS first, count(*) AS count, max(updated_at) AS lastmod FROM (
           SELECT id, updated_at, (row_number() OVER (ORDER BY id) - 1) / :size AS page
-          FROM repositories WHERE listing_status = 'listed'
+          FROM repositories WHERE {listed_repository(None)}
         ) t GROUP BY page ORDER BY page
     """,
     "findings": f"""
         SELECT min(id) AS first, count(*) AS count, max(updated_at) AS lastmod FROM (
           SELECT f.id, f.updated_at, (row_number() OVER (ORDER BY f.id) - 1) / :size AS page
           FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
-          WHERE {INDEXABLE_WHERE}
+          WHERE {PUBLIC_JOIN}
         ) t GROUP BY page ORDER BY page
     """,
     "infestations": f"""
@@ -71,19 +72,22 @@ _PATTERN_PAGE = text(_PATTERN_PAGE_SQL.format(before=""))
 _PATTERN_PAGE_BEFORE = text(_PATTERN_PAGE_SQL.format(before="AND pattern_key < :before"))
 
 
+def _key_cursor(row: Row[Any]) -> str:
+    return str(row[0])
+
+
 async def public_pattern_sitemap_rows(
-    *, limit: int = 1_000, after: str = "", start: str = "", before: str | None = None
-) -> tuple[list[Row[Any]], str | None]:
-    """Keyset page of public infestation pages, `start <= key < before` and `key > after`, as
-    `(pattern_key, UTC date text of updated_at)` tuples, and the next cursor (None at the end)."""
-    limit = max(1, min(limit, 5_000))
+    *, limit: int = 1_000, cursor: str | None = None, start: str = "", before: str | None = None
+) -> Page[Row[Any]]:
+    """Keyset page of public infestation pages, `start <= key < before`, continuing after `cursor` (the last key
+    shown: pattern keys are public hex, so the key is its own cursor), as `(pattern_key, UTC date text of
+    updated_at)` tuples."""
+    limit = clamp_limit(limit, 5_000)
     query = _PATTERN_PAGE if before is None else _PATTERN_PAGE_BEFORE
-    params = {"after": after, "start": start, "before": before, "fetch": limit + 1}
+    params = {"after": cursor or "", "start": start, "before": before, "fetch": limit + 1}
     async with db.read_session() as session:
         rows = list((await session.execute(query, params)).all())
-    if len(rows) > limit:
-        return rows[:limit], str(rows[limit - 1][0])
-    return rows, None
+    return keyset_page(rows, limit, _key_cursor)
 
 
 _NEWEST_PATTERNS_SQL = text(

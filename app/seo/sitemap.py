@@ -17,13 +17,14 @@ import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 from xml.sax.saxutils import escape
 
 from sqlalchemy import Row
 
 from app.kernel.cache import SingleFlightCache
+from app.kernel.paging import Page
 from app.registry.listing import listed_repositories_sitemap_rows
 from app.registry.stats import registry_stats
 from app.reports.indexable import indexable_findings_sitemap_rows
@@ -102,8 +103,7 @@ def infestation_entries(base: str, rows: Iterable[Sequence[Any]]) -> list[str]:
 # ---- keyset page walkers: one short read session per page, bounded by an optional key range ----------------
 
 
-Cursor = TypeVar("Cursor", int, str)
-Fetch = Callable[[Cursor, int], Awaitable[tuple[list[Row[Any]], Cursor | None]]]
+Fetch = Callable[[str | None, int], Awaitable[Page[Row[Any]]]]
 
 
 def _discard(task: asyncio.Task[Any]) -> None:
@@ -111,19 +111,16 @@ def _discard(task: asyncio.Task[Any]) -> None:
         task.exception()  # retrieved: an abandoned prefetch must not log "exception never retrieved"
 
 
-async def _prefetching(
-    fetch: Fetch[Cursor], first: Cursor, render: Callable[[list[Row[Any]]], list[str]]
-) -> PageWalker:
+async def _prefetching(fetch: Fetch, render: Callable[[list[Row[Any]]], list[str]]) -> PageWalker:
     """Yield rendered pages while the next page's query already runs (its own short session), so Postgres and
     the send overlap. The first page is small, so the first URLs leave quickly."""
-    pending: asyncio.Task[tuple[list[Row[Any]], Cursor | None]] | None = asyncio.ensure_future(
-        fetch(first, STREAM_FIRST_PAGE)
-    )
+    pending: asyncio.Task[Page[Row[Any]]] | None = asyncio.ensure_future(fetch(None, STREAM_FIRST_PAGE))
     try:
         while pending is not None:
-            rows, after = await pending
+            page = await pending
+            after = page["next_cursor"]
             pending = asyncio.ensure_future(fetch(after, STREAM_PAGE)) if after is not None else None
-            yield render(rows)
+            yield render(page["entries"])
     finally:
         # stopped early (cap reached, client gone): let the one query in flight finish on its own rather than
         # cancel it mid-statement; it only reads and closes its session
@@ -132,24 +129,24 @@ async def _prefetching(
 
 
 def finding_pages(base: str, lo: int = 0, hi: int | None = None) -> PageWalker:
-    async def fetch(after: int, limit: int) -> tuple[list[Row[Any]], int | None]:
-        return await indexable_findings_sitemap_rows(limit=limit, after_id=after, before_id=hi)
+    async def fetch(cursor: str | None, limit: int) -> Page[Row[Any]]:
+        return await indexable_findings_sitemap_rows(limit=limit, cursor=cursor, after_id=lo, before_id=hi)
 
-    return _prefetching(fetch, lo, lambda rows: finding_entries(base, rows))
+    return _prefetching(fetch, lambda rows: finding_entries(base, rows))
 
 
 def repository_pages(base: str, lo: int = 0, hi: int | None = None) -> PageWalker:
-    async def fetch(after: int, limit: int) -> tuple[list[Row[Any]], int | None]:
-        return await listed_repositories_sitemap_rows(limit=limit, after_id=after, before_id=hi)
+    async def fetch(cursor: str | None, limit: int) -> Page[Row[Any]]:
+        return await listed_repositories_sitemap_rows(limit=limit, cursor=cursor, after_id=lo, before_id=hi)
 
-    return _prefetching(fetch, lo, lambda rows: repository_entries(base, rows))
+    return _prefetching(fetch, lambda rows: repository_entries(base, rows))
 
 
 def infestation_pages(base: str, start: str = "", hi: str | None = None) -> PageWalker:
-    async def fetch(after: str, limit: int) -> tuple[list[Row[Any]], str | None]:
-        return await public_pattern_sitemap_rows(limit=limit, start=start, after=after, before=hi)
+    async def fetch(cursor: str | None, limit: int) -> Page[Row[Any]]:
+        return await public_pattern_sitemap_rows(limit=limit, cursor=cursor, start=start, before=hi)
 
-    return _prefetching(fetch, "", lambda rows: infestation_entries(base, rows))
+    return _prefetching(fetch, lambda rows: infestation_entries(base, rows))
 
 
 async def urlset_body(sources: list[PageWalker], *, cap: int) -> AsyncIterator[str]:

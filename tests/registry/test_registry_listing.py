@@ -11,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel import db
+from app.kernel.paging import encode_id_cursor
 from app.registry.listing import list_listed_repositories_page, stream_listed_repositories
 from app.reports.indexable import list_indexable_findings_page, stream_indexable_findings
 from tests import factories
@@ -56,26 +57,26 @@ async def test_page_is_listed_only_id_ascending_with_a_cursor() -> None:
     await add_repositories(3, listing="quarantined", prefix="q")
     await add_repositories(3, listing="pending", prefix="p")
     first = await list_listed_repositories_page(limit=2)
-    assert [r["id"] for r in first["repositories"]] == listed[:2]
-    assert first["next_after_id"] == listed[1]
-    assert set(first["repositories"][0]) >= {"id", "host", "owner", "name", "updated_at"}
-    second = await list_listed_repositories_page(limit=2, after_id=first["next_after_id"])
-    assert [r["id"] for r in second["repositories"]] == listed[2:4]
-    last = await list_listed_repositories_page(limit=2, after_id=second["next_after_id"])
-    assert [r["id"] for r in last["repositories"]] == listed[4:]
-    assert last["next_after_id"] is None  # nothing follows: no empty extra round trip
+    assert [r["id"] for r in first["entries"]] == listed[:2]
+    assert first["next_cursor"] == encode_id_cursor(listed[1])
+    assert set(first["entries"][0]) >= {"id", "host", "owner", "name", "updated_at"}
+    second = await list_listed_repositories_page(limit=2, cursor=first["next_cursor"])
+    assert [r["id"] for r in second["entries"]] == listed[2:4]
+    last = await list_listed_repositories_page(limit=2, cursor=second["next_cursor"])
+    assert [r["id"] for r in last["entries"]] == listed[4:]
+    assert last["next_cursor"] is None  # nothing follows: no empty extra round trip
     exact = await list_listed_repositories_page(limit=5)
-    assert exact["next_after_id"] is None
+    assert exact["next_cursor"] is None
     bounded = await list_listed_repositories_page(limit=10, after_id=listed[0], before_id=listed[3])
-    assert [r["id"] for r in bounded["repositories"]] == listed[1:3]
+    assert [r["id"] for r in bounded["entries"]] == listed[1:3]
 
 
 async def test_limits_are_clamped() -> None:
     await add_repositories(5_010)
-    assert len((await list_listed_repositories_page(limit=0))["repositories"]) == 1
-    assert len((await list_listed_repositories_page(limit=-5))["repositories"]) == 1
-    assert len((await list_listed_repositories_page(limit=100_000))["repositories"]) == 5_000
-    assert len((await list_listed_repositories_page())["repositories"]) == 1_000
+    assert len((await list_listed_repositories_page(limit=0))["entries"]) == 1
+    assert len((await list_listed_repositories_page(limit=-5))["entries"]) == 1
+    assert len((await list_listed_repositories_page(limit=100_000))["entries"]) == 5_000
+    assert len((await list_listed_repositories_page())["entries"]) == 1_000
 
 
 async def test_stream_yields_every_listed_repository_once_with_a_short_session_per_page(
@@ -112,12 +113,12 @@ async def test_indexable_findings_are_public_reports_on_listed_repositories_only
         )
 
     page = await list_indexable_findings_page()
-    assert [(f["public_id"], f["status"], f["confirmations_count"]) for f in page["findings"]] == [
+    assert [(f["public_id"], f["status"], f["confirmations_count"]) for f in page["entries"]] == [
         (a.public_id, "verified", 2),
         (b.public_id, "open", 0),
     ]
-    assert page["next_after_id"] is None
-    assert page["findings"][0]["updated_at"] is not None
+    assert page["next_cursor"] is None
+    assert page["entries"][0]["updated_at"] is not None
 
     watch = SessionWatch(db.read_session)
     monkeypatch.setattr(db, "read_session", watch)
@@ -141,8 +142,8 @@ async def test_indexable_page_skips_long_runs_of_hidden_occurrences() -> None:
                 {"scan": scan_id, "n": count},
             )
     page = await list_indexable_findings_page(limit=2)
-    assert len(page["findings"]) == 2
-    rest = await list_indexable_findings_page(limit=2, after_id=page["next_after_id"])
-    assert len(rest["findings"]) == 1
-    assert rest["findings"][0]["id"] > 3_000
-    assert rest["next_after_id"] is None
+    assert len(page["entries"]) == 2
+    rest = await list_indexable_findings_page(limit=2, cursor=page["next_cursor"])
+    assert len(rest["entries"]) == 1
+    assert rest["entries"][0]["id"] > 3_000
+    assert rest["next_cursor"] is None
