@@ -20,7 +20,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,9 +32,10 @@ from typing import Any
 import httpx
 import psycopg
 
-from app.devservices import Postgres, Redis, free_port
-from bench.common import ROOT, pct, spawn, wait_http, write_section
+from app.devservices import Postgres, Redis
+from bench.common import pct, write_section
 from bench.generate import TIERS, Tier, generate
+from tests.harness import ROOT, spawn, start_server, stop
 
 HOT_TITLE = "shared pattern 1 injection in handler"
 
@@ -250,7 +250,7 @@ def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str
             try:
                 await measure_reads(dsn, results, runs)
                 await measure_refresh(results)
-                procs.append(spawn(["worker"], env))
+                procs.append(spawn("worker", env=env, quiet=True))
                 await asyncio.sleep(2)
                 await measure_lag(dsn, results, rate, lag_seconds)
             finally:
@@ -258,20 +258,14 @@ def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str
                 await db.dispose_engines()
 
         asyncio.run(reads())
-        port = free_port()
-        procs.append(spawn(["serve", "--port", str(port)], {**env, "BASE_URL": f"http://127.0.0.1:{port}"}))
-        base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/healthz")
+        proc, base = start_server(env, quiet=True)
+        procs.append(proc)
         from app.reports.finding_memory import pattern_key
 
         measure_pages(base, pattern_key(HOT_TITLE), results, runs)
     finally:
         for p in procs:
-            p.send_signal(signal.SIGINT)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            stop(p)
         redis.stop()
         pg.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,9 +36,10 @@ from typing import Any
 import httpx
 import psycopg
 
-from app.devservices import Postgres, Redis, free_port
-from bench.common import ROOT, pct, spawn, wait_http, write_section
+from app.devservices import Postgres, Redis
+from bench.common import pct, write_section
 from bench.generate import TIERS, generate
+from tests.harness import ROOT, start_server, stop
 
 HEADING = "## Sitemap"
 TARGETS = {"urls_per_s": 50_000, "first_byte_ms": 100, "rss_growth_mb": 50}
@@ -230,22 +230,6 @@ async def stats_costs(runs: int) -> dict[str, float]:
         await db.dispose_engines()
 
 
-def serve(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = spawn(["serve", "--port", str(port)], {**env, "BASE_URL": base})
-    wait_http(base + "/healthz")
-    return proc, base
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 def run(tier_name: str, runs: int, target_urls: int) -> dict[str, Any]:
     tier = TIERS[tier_name]
     tmp = tempfile.mkdtemp(prefix="tarakan-sitemap-bench-")
@@ -276,19 +260,20 @@ def run(tier_name: str, runs: int, target_urls: int) -> dict[str, Any]:
         print(f"  stats cache: {results['stats']}", flush=True)
 
         single_env = {**env, "SITEMAP_INDEX_THRESHOLD": str(10**9), "SITEMAP_MAX_URLS": str(10**8)}
-        proc, base = serve(single_env)
+        proc, base = start_server(single_env, quiet=True)
         procs.append(proc)
         results["single"] = run_single(base, proc.pid, runs, total_expected)
         stop(proc)
 
-        proc, base = serve({**env, "SITEMAP_INDEX_THRESHOLD": "1"})  # Tier B is an index anyway; A is not
+        proc, base = start_server(
+            {**env, "SITEMAP_INDEX_THRESHOLD": "1"}, quiet=True
+        )  # Tier B is an index anyway; A is not
         procs.append(proc)
         results["index"] = run_index(base, proc.pid, runs, total_expected)
         stop(proc)
     finally:
         for p in procs:
-            if p.poll() is None:
-                stop(p)
+            stop(p)
         redis.stop()
         pg.stop()
         shutil.rmtree(tmp, ignore_errors=True)

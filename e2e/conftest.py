@@ -9,8 +9,6 @@ alphabetically before the sync ones (or make them sync).
 
 from __future__ import annotations
 
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +16,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import ConsoleMessage, Page
 
-from app.devservices import free_port
-from tests.conftest import ARTIFACTS, clean_database, services, spawn, wait_http
+from tests.conftest import clean_database, services
+from tests.harness import ARTIFACTS, running_server
 
 __all__ = ["clean_database", "services"]  # session services and per-test truncation, shared with tests/
 
@@ -45,20 +43,8 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
 @pytest.fixture(scope="session")
 def live_server(services: dict[str, str]) -> Iterator[str]:
     """A real server process; registry stats uncached so each test sees its own rows at once."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc: subprocess.Popen[bytes] = spawn(
-        "serve", "--port", str(port), env={"BASE_URL": base, "REGISTRY_STATS_TTL": "0"}
-    )
-    try:
-        wait_http(f"{base}/healthz")
+    with running_server({"REGISTRY_STATS_TTL": "0"}) as base:
         yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture

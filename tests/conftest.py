@@ -3,25 +3,16 @@ migrated once with Alembic; every test starts from empty tables."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
 
-from app.devservices import Postgres, Redis, free_port, pdeathsig
-
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
+from app.devservices import Postgres, Redis
 
 
 def _plain_url(url: str) -> str:
@@ -81,47 +72,3 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 4711))
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
         yield c
-
-
-def spawn(*args: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen[bytes]:
-    """A real `tarakan` process that dies with the test run, even on SIGKILL. With `log`, its stdout and stderr
-    go to that file (tests that wait for a log line or show a process's log on failure)."""
-    with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
-            env={**os.environ, **(env or {})},
-            cwd=ROOT,
-            preexec_fn=pdeathsig(signal.SIGTERM),
-            stdout=out,
-            stderr=subprocess.STDOUT if out is not None else None,
-        )
-
-
-def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{url} did not answer in {timeout}s")
-        time.sleep(0.05)
-
-
-@pytest.fixture(scope="session")
-def live_server(services: dict[str, str]) -> Iterator[str]:
-    """A real `tarakan serve` process (the browser tests and the multi-process tests use it)."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = spawn("serve", "--port", str(port), env={"BASE_URL": base})
-    try:
-        wait_http(f"{base}/healthz")
-        yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()

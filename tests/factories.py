@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from datetime import datetime
+from typing import TypeVar
 
 from app.accounts.models import Account
 from app.kernel import db
@@ -13,6 +14,14 @@ from app.reports.finding_memory import fingerprint, pattern_key
 from app.reports.models import CanonicalFinding, Scan, ScanFinding
 
 _seq = itertools.count(1)
+_Row = TypeVar("_Row")
+
+
+async def _stored(row: _Row) -> _Row:
+    """Commit one new row on its own, as the service would have."""
+    async with db.transaction() as session:
+        session.add(row)
+    return row
 
 
 def sha(seed: object) -> str:
@@ -37,9 +46,7 @@ async def create_account(
         state=state,
         password_hash=password_hash,
     )
-    async with db.transaction() as session:
-        session.add(account)
-    return account
+    return await _stored(account)
 
 
 async def create_repository(
@@ -55,9 +62,7 @@ async def create_repository(
         canonical_url=f"https://{host}/{owner}/{name}",
         listing_status=listing_status,
     )
-    async with db.transaction() as session:
-        session.add(repo)
-    return repo
+    return await _stored(repo)
 
 
 async def create_scan(
@@ -78,9 +83,7 @@ async def create_scan(
     )
     if inserted_at is not None:
         scan.inserted_at = inserted_at
-    async with db.transaction() as session:
-        session.add(scan)
-    return scan
+    return await _stored(scan)
 
 
 async def create_canonical(
@@ -116,9 +119,7 @@ async def create_canonical(
         canonical.inserted_at = inserted_at
     if updated_at is not None:
         canonical.updated_at = updated_at
-    async with db.transaction() as session:
-        session.add(canonical)
-    return canonical
+    return await _stored(canonical)
 
 
 async def create_occurrence(scan: Scan, canonical: CanonicalFinding, *, position: int = 0) -> ScanFinding:
@@ -135,9 +136,7 @@ async def create_occurrence(scan: Scan, canonical: CanonicalFinding, *, position
         fingerprint=canonical.fingerprint,
         disposition="new",
     )
-    async with db.transaction() as session:
-        session.add(finding)
-    return finding
+    return await _stored(finding)
 
 
 async def create_instance(

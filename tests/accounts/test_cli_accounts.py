@@ -2,49 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import re
-import sys
-from dataclasses import dataclass
 
 from app.accounts.passwords import verify_password
 from app.accounts.service import authenticate_bearer, get_account_by_email
 from app.registry.service import get_repository
 from tests import factories
-from tests.conftest import ROOT
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-async def tarakan(*args: str, stdin: str | None = None) -> Result:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "app.cli",
-        *args,
-        cwd=ROOT,
-        env=dict(os.environ),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin is not None else b""), 60)
-    assert proc.returncode is not None
-    return Result(proc.returncode, out.decode(), err.decode())
-
-
-def assert_one_line_error(result: Result, fragment: str) -> None:
-    assert result.code == 1, result
-    lines = result.err.strip().splitlines()
-    assert len(lines) == 1, result.err
-    assert lines[0].startswith("tarakan: error: ") and fragment in lines[0], lines[0]
+from tests.harness import assert_one_line_error, tarakan
 
 
 async def test_accounts_create_prints_json_and_stores_the_password() -> None:

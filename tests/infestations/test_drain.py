@@ -12,18 +12,14 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.devservices import free_port
-from app.infestations import hooks, projection
-from app.kernel import db
+from app.infestations import projection
+from app.kernel import db, outbox
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
+from tests.sql import execute, rows
 
 TITLE = "Hard-coded credentials in settings"
 KEY = pattern_key(TITLE)
-
-
-async def rows(sql: str, **params: Any) -> list[dict[str, Any]]:
-    async with db.read_session(replica=False) as session:
-        return [dict(r) for r in (await session.execute(text(sql), params)).mappings().all()]
 
 
 async def dirty(key: str = KEY) -> dict[str, Any] | None:
@@ -42,7 +38,7 @@ async def repo_count(key: str = KEY) -> int | None:
 
 async def mark(*keys: str, reason: str = "assimilate") -> None:
     async with db.transaction() as session:
-        await hooks.mark_dirty(session, keys, reason)
+        await outbox.mark_dirty(session, keys, reason)
 
 
 @pytest.fixture
@@ -160,8 +156,7 @@ async def test_a_failing_refresh_keeps_its_key_with_backoff(reporter: Account) -
         assert 1 <= row["available_in"] <= 2
         assert await projection.drain_all() == 0  # backed off, not spun on
 
-        async with db.transaction() as session:  # time passes
-            await session.execute(text("UPDATE infestation_dirty_keys SET available_at = now()"))
+        await execute("UPDATE infestation_dirty_keys SET available_at = now()")  # time passes
         second = await projection.drain()
         assert second.failed == 1
         row = await dirty()
@@ -173,8 +168,7 @@ async def test_a_failing_refresh_keeps_its_key_with_backoff(reporter: Account) -
 
     errors_after = REGISTRY.get_sample_value("tarakan_infestations_refresh_errors_total") or 0.0
     assert errors_after - errors_before == 2
-    async with db.transaction() as session:
-        await session.execute(text("UPDATE infestation_dirty_keys SET available_at = now()"))
+    await execute("UPDATE infestation_dirty_keys SET available_at = now()")
     assert (await projection.drain()).refreshed_keys == [KEY]
     assert await repo_count() == 1
     assert await rows("SELECT * FROM infestation_dirty_keys") == []
@@ -183,25 +177,22 @@ async def test_a_failing_refresh_keeps_its_key_with_backoff(reporter: Account) -
 async def test_concurrent_drains_never_refresh_the_same_key_and_leave_nothing(reporter: Account) -> None:
     repos = [await f.create_repository() for _ in range(2)]
     titles = [f"Concurrent pattern {n}" for n in range(30)]
-    async with db.transaction() as session:
-        await session.execute(
-            text(
-                "INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version) "
-                "SELECT r, :a, repeat('a', 40), 'm', 'v' FROM unnest(CAST(:repos AS bigint[])) AS r"
-            ),
-            {"a": reporter.id, "repos": [r.id for r in repos]},
-        )
+    await execute(
+        "INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version) "
+        "SELECT r, :a, repeat('a', 40), 'm', 'v' FROM unnest(CAST(:repos AS bigint[])) AS r",
+        a=reporter.id,
+        repos=[r.id for r in repos],
+    )
     for title in titles:
         for repo in repos:
             canonical = await f.create_canonical(repo, title)
-            async with db.transaction() as session:
-                await session.execute(
-                    text(
-                        "INSERT INTO scan_findings (scan_id, file_path, severity, title, description, "
-                        "canonical_finding_id) SELECT id, 'a.py', 'high', :t, 'd', :c FROM scans WHERE repository_id = :r"
-                    ),
-                    {"t": title, "c": canonical.id, "r": repo.id},
-                )
+            await execute(
+                "INSERT INTO scan_findings (scan_id, file_path, severity, title, description, canonical_finding_id) "
+                "SELECT id, 'a.py', 'high', :t, 'd', :c FROM scans WHERE repository_id = :r",
+                t=title,
+                c=canonical.id,
+                r=repo.id,
+            )
     await mark(*(pattern_key(t) for t in titles))
 
     async def worker(name: str) -> list[str]:
@@ -242,7 +233,7 @@ async def test_a_repository_fan_out_is_drained_200_keys_per_batch(reporter: Acco
             ),
             {"s": scan.id, "r": repo.id},
         )
-        assert await hooks.mark_repository_dirty(session, repo.id, "listing_change") == 205
+        assert await outbox.mark_repository_dirty(session, repo.id, "listing_change") == 205
 
     first = await projection.drain()
     assert (first.refreshed, first.remaining_claimable) == (200, 5)
@@ -255,7 +246,7 @@ async def test_a_repository_fan_out_is_drained_200_keys_per_batch(reporter: Acco
 async def test_ringing_the_worker_inside_a_transaction_raises() -> None:
     async with db.transaction():
         with pytest.raises(RuntimeError, match="inside a transaction"):
-            await hooks.schedule_refresh_after_commit()
+            await outbox.schedule_refresh_after_commit()
 
 
 async def test_with_redis_down_a_submitted_report_commits_and_its_keys_wait_in_postgres(

@@ -2,44 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
 
 from app.accounts.models import Account
-from app.infestations import hooks, projection
-from app.kernel import db
+from app.infestations import projection
+from app.kernel import db, outbox
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
-from tests.conftest import ROOT
+from tests.harness import tarakan
 
 TITLE = "Server-side request forgery in webhook"
 KEY = pattern_key(TITLE)
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-async def tarakan(*args: str) -> Run:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "app.cli",
-        *args,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return Run(proc.returncode, out.decode(), err.decode())
 
 
 async def rows(sql: str, **params: Any) -> list[dict[str, Any]]:
@@ -56,7 +31,7 @@ async def test_jobs_drain_runs_everything_pending_and_exits() -> None:
     reporter = await f.create_account()
     await pattern_in_repos(reporter, TITLE, 3)
     async with db.transaction() as session:
-        await hooks.mark_dirty(session, [KEY, pattern_key("nothing here")], "assimilate")
+        await outbox.mark_dirty(session, [KEY, pattern_key("nothing here")], "assimilate")
 
     run = await tarakan("jobs", "drain")
 
@@ -108,7 +83,7 @@ async def test_shadow_compare_and_cutover_check_exit_nonzero_until_the_rollups_a
     reporter = await f.create_account()
     await pattern_in_repos(reporter, TITLE, 2)
     async with db.transaction() as session:
-        await hooks.mark_dirty(session, [KEY], "assimilate")
+        await outbox.mark_dirty(session, [KEY], "assimilate")
 
     # nothing projected yet: the legacy read sees a pattern the rollup does not
     stale = await tarakan("infestations", "shadow-compare")

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 from sqlalchemy import text
 
 from app.kernel import db
-from tests.conftest import ROOT
+from tests.harness import tarakan
 from tests.moderation.support import NOTES, make_account, two_repository_pattern
-
-
-async def tarakan(*args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 async def audit_rows() -> list[dict[str, Any]]:
@@ -41,15 +25,15 @@ async def test_moderate_commands_act_and_audit() -> None:
     common = ["--reason", "takedown", "--notes", NOTES, "--as", moderator.email]
 
     scan = await tarakan("moderate", "scan", str(scans[0].id), "--visibility", "restricted", *common)
-    assert scan.returncode == 0, scan.stderr
-    first, atlas = scan.stdout.strip().splitlines()
+    assert scan.code == 0, scan.err
+    first, atlas = scan.out.strip().splitlines()
     assert json.loads(first)["after"] == {"visibility": "restricted"}
     assert atlas.startswith("atlas: ") and "pending" in atlas
 
     repo = await tarakan("moderate", "repo", slug, "--listing", "quarantined", *common)
-    assert repo.returncode == 0, repo.stderr
+    assert repo.code == 0, repo.err
     account = await tarakan("moderate", "account", submitter.handle, "--state", "restricted", *common)
-    assert account.returncode == 0, account.stderr
+    assert account.code == 0, account.err
 
     events = await audit_rows()
     assert [(e["action"], e["subject_id"], e["after"]) for e in events] == [
@@ -68,12 +52,12 @@ async def test_moderate_fails_with_one_line_and_writes_nothing() -> None:
         "moderate", "scan", str(scans[0].id), "--visibility", "restricted", "--reason", "takedown",
         "--notes", NOTES, "--as", member.email,
     )  # fmt: skip
-    assert refused.returncode == 1
-    assert refused.stderr.strip().startswith("tarakan: error: base: only moderators")
-    assert len(refused.stderr.strip().splitlines()) == 1
+    assert refused.code == 1
+    assert refused.err.strip().startswith("tarakan: error: base: only moderators")
+    assert len(refused.err.strip().splitlines()) == 1
     invalid = await tarakan(
         "moderate", "scan", str(scans[0].id), "--visibility", "restricted", "--reason", "x",
         "--notes", "short", "--as", "nobody@example.com",
     )  # fmt: skip
-    assert invalid.returncode == 1 and "no account with email nobody@example.com" in invalid.stderr
+    assert invalid.code == 1 and "no account with email nobody@example.com" in invalid.err
     assert await audit_rows() == []

@@ -6,23 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
 from app.accounts.models import Account
-from app.infestations.hooks import mark_dirty
 from app.infestations.projection import drain_all
 from app.infestations.queries import list_infestations
 from app.kernel import db
 from app.kernel.errors import DomainError, Forbidden, NotFound, ValidationError
+from app.kernel.outbox import mark_dirty
 from app.moderation import service
+from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
+from app.reports.models import Scan
 from app.reports.service import record_check
 from tests.moderation.support import NOTES, TITLE, make_account, two_repository_pattern
+from tests.sql import execute, rows
 
-
-async def rows(sql: str, **params: Any) -> list[dict[str, Any]]:
-    async with db.read_session(replica=False) as session:
-        return [dict(r._mapping) for r in await session.execute(text(sql), params)]
+KEY = pattern_key(TITLE)
 
 
 async def audit_rows() -> list[dict[str, Any]]:
@@ -54,13 +53,19 @@ async def submitter() -> Account:
     return await make_account("agent")
 
 
+@pytest.fixture
+async def projected(submitter: Account) -> tuple[list[Repository], list[Scan]]:
+    """TITLE reported in two listed repositories, already on the atlas."""
+    repos, scans = await two_repository_pattern(submitter)
+    await project(KEY)
+    assert KEY in await atlas_keys()
+    return repos, scans
+
+
 async def test_restricting_a_report_records_it_and_removes_it_from_the_atlas(
-    moderator: Account, submitter: Account
+    moderator: Account, projected: tuple[list[Repository], list[Scan]]
 ) -> None:
-    _repos, scans = await two_repository_pattern(submitter)
-    key = pattern_key(TITLE)
-    await project(key)
-    assert key in await atlas_keys()
+    _repos, scans = projected
 
     outcome = await service.change_scan_visibility(moderator, scans[0].id, "restricted", "  takedown ", NOTES)
 
@@ -79,22 +84,19 @@ async def test_restricting_a_report_records_it_and_removes_it_from_the_atlas(
     )
     assert (event["before"], event["after"]) == ({"visibility": "public"}, {"visibility": "restricted"})
     assert (event["reason"], event["notes"]) == ("takedown", NOTES)
-    assert key in await dirty_keys()
+    assert KEY in await dirty_keys()
     backlog = await service.pending_rollup_backlog()
     assert backlog["pending"] >= 1 and backlog["oldest_age_seconds"] is not None
 
     await drain_all()  # the worker's drain only: no reconcile
-    assert key not in await atlas_keys()
+    assert KEY not in await atlas_keys()
     assert await service.pending_rollup_backlog() == {"pending": 0, "oldest_age_seconds": None}
 
 
 async def test_quarantining_a_repository_removes_its_contribution_after_a_drain(
-    moderator: Account, submitter: Account
+    moderator: Account, projected: tuple[list[Repository], list[Scan]]
 ) -> None:
-    repos, _scans = await two_repository_pattern(submitter)
-    key = pattern_key(TITLE)
-    await project(key)
-    assert key in await atlas_keys()
+    repos, _scans = projected
 
     repo = repos[1]
     await service.change_repository_listing(
@@ -107,24 +109,23 @@ async def test_quarantining_a_repository_removes_its_contribution_after_a_drain(
     assert event["subject_id"] == f"{repo.host}/{repo.owner}/{repo.name}"
     assert (event["before"], event["after"]) == ({"listing_status": "listed"}, {"listing_status": "quarantined"})
     # delist-safe discovery: found through the rollup membership although the repository is no longer listed
-    assert key in await dirty_keys()
+    assert KEY in await dirty_keys()
     await drain_all()
-    assert key not in await atlas_keys()
+    assert KEY not in await atlas_keys()
     memberships = await rows("SELECT * FROM infestation_pattern_repos WHERE repository_id = :id", id=repo.id)
     assert memberships == []
 
 
 async def test_publishing_a_restricted_report_again_brings_the_pattern_back(
-    moderator: Account, submitter: Account
+    moderator: Account, projected: tuple[list[Repository], list[Scan]]
 ) -> None:
-    _repos, scans = await two_repository_pattern(submitter)
-    await project(pattern_key(TITLE))
+    _repos, scans = projected
     await service.change_scan_visibility(moderator, scans[0].id, "restricted", "takedown", NOTES)
     await drain_all()
-    assert pattern_key(TITLE) not in await atlas_keys()
+    assert KEY not in await atlas_keys()
     await service.change_scan_visibility(moderator, scans[0].id, "public", "appeal upheld", NOTES)
     await drain_all()
-    assert pattern_key(TITLE) in await atlas_keys()
+    assert KEY in await atlas_keys()
     assert [e["after"] for e in await audit_rows()] == [{"visibility": "restricted"}, {"visibility": "public"}]
 
 
@@ -187,8 +188,7 @@ async def test_actors_without_moderation_rights_are_forbidden(
 
 async def test_a_moderator_suspended_after_loading_cannot_act(moderator: Account, submitter: Account) -> None:
     _repos, scans = await two_repository_pattern(submitter)
-    async with db.transaction() as session:
-        await session.execute(text("UPDATE accounts SET state = 'suspended' WHERE id = :id"), {"id": moderator.id})
+    await execute("UPDATE accounts SET state = 'suspended' WHERE id = :id", id=moderator.id)
     with pytest.raises(Forbidden):
         await service.change_scan_visibility(moderator, scans[0].id, "restricted", "takedown", NOTES)
     assert await audit_rows() == []
@@ -276,8 +276,7 @@ async def test_authority_revalidation_recomputes_statuses_of_checked_repositorie
         )
     status = "SELECT status FROM canonical_findings WHERE public_id = :p"
     assert (await rows(status, p=canonical["public_id"]))[0]["status"] == "verified"
-    async with db.transaction() as session:
-        await session.execute(text("DELETE FROM infestation_dirty_keys"))
+    await execute("DELETE FROM infestation_dirty_keys")
 
     await service.change_account(moderator, reviewers[0].handle, state="suspended", reason="sockpuppet", notes=NOTES)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import time
 from typing import Any
 
@@ -13,12 +12,12 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.devservices import free_port
-from app.infestations import hooks, projection
-from app.kernel import db
+from app.infestations import projection
+from app.kernel import db, outbox
 from app.reports.finding_memory import pattern_key
 from jobs import queue, worker
 from tests import factories as f
-from tests.conftest import spawn
+from tests.harness import spawn, stop
 
 TITLE = "Path traversal in upload handler"
 KEY = pattern_key(TITLE)
@@ -65,14 +64,14 @@ async def two_repository_pattern(reporter: Account) -> None:
     for _ in range(2):
         await f.create_instance(await f.create_repository(), reporter, TITLE)
     async with db.transaction() as session:
-        await hooks.mark_dirty(session, [KEY], "assimilate")
+        await outbox.mark_dirty(session, [KEY], "assimilate")
 
 
 async def test_a_running_worker_refreshes_a_rung_key_within_seconds(reporter: Account, empty_queue: None) -> None:
     proc = spawn("worker")
     try:
         await two_repository_pattern(reporter)
-        await hooks.schedule_refresh_after_commit()
+        await outbox.schedule_refresh_after_commit()
         deadline = time.monotonic() + 20  # process start-up included
         while await repo_count() != 2:
             assert proc.poll() is None, "the worker exited"
@@ -80,11 +79,7 @@ async def test_a_running_worker_refreshes_a_rung_key_within_seconds(reporter: Ac
             await asyncio.sleep(0.1)
         assert await dirty_count() == 0
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.to_thread(proc.wait, 15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        await asyncio.to_thread(stop, proc, signal.SIGTERM, 15)
     assert proc.returncode == 0
 
 
@@ -100,7 +95,7 @@ async def test_worker_burst_runs_the_queued_drain_and_exits(reporter: Account, e
 async def test_the_drain_job_chains_a_continuation_while_claimable_keys_remain(empty_queue: None) -> None:
     keys = [f"{n:064x}" for n in range(1, 206)]  # 205 keys without source rows: quick refreshes
     async with db.transaction() as session:
-        await hooks.mark_dirty(session, keys, "reconcile")
+        await outbox.mark_dirty(session, keys, "reconcile")
     ctx: dict[str, Any] = {"worker_id": "worker-1", "redis": await queue.pool(), "job_try": 1}
 
     first = await worker.drain_dirty_keys(ctx)
@@ -120,7 +115,7 @@ async def test_the_drain_job_defers_itself_to_a_throttled_keys_available_time(
     [claim] = await projection.claim_dirty_keys("worker-1", 10)
     await projection.refresh_pattern(KEY)
     async with db.transaction() as session:  # re-dirtied during its refresh: a hot key
-        await hooks.mark_dirty(session, [KEY], "status")
+        await outbox.mark_dirty(session, [KEY], "status")
     assert await projection.settle_refreshed(claim, "worker-1", elapsed=0.0, throttle=True) is False
     ctx: dict[str, Any] = {"worker_id": "worker-2", "redis": await queue.pool(), "job_try": 1}
 

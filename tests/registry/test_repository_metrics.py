@@ -4,27 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
-
 from app.kernel import db
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
-from app.reports.service import recalculate_repository_metrics, record_check, submit_report
+from app.reports.service import recalculate_repository_metrics, submit_report
 from tests import factories
-from tests.reports.support import finding, report_body
-
-NOTES = "Reproduced with the proof of concept."
+from tests.reports.support import finding, reach_quorum, report_body
+from tests.sql import execute, rows
 
 
 async def repository_row(repo: Repository) -> dict[str, Any]:
-    async with db.read_session(replica=False) as session:
-        row = await session.execute(text("SELECT * FROM repositories WHERE id = :id"), {"id": repo.id})
-        return dict(row.mappings().one())
+    [row] = await rows("SELECT * FROM repositories WHERE id = :id", id=repo.id)
+    return row
 
 
 async def set_visibility(scan_id: int, visibility: str) -> None:
-    async with db.transaction() as session:
-        await session.execute(text("UPDATE scans SET visibility = :v WHERE id = :id"), {"v": visibility, "id": scan_id})
+    await execute("UPDATE scans SET visibility = :v WHERE id = :id", v=visibility, id=scan_id)
 
 
 async def test_metrics_follow_reports_visibility_and_status() -> None:
@@ -42,13 +37,7 @@ async def test_metrics_follow_reports_visibility_and_status() -> None:
         "findings",
     )
     assert row["last_scanned_at"] is not None
-    for _ in range(2):
-        reviewer = await factories.create_account(state="active", trust_tier="reviewer")
-        await record_check(
-            reviewer,
-            first["findings"][0]["canonical_public_id"],
-            {"commit_sha": "a" * 40, "verdict": "confirmed", "provenance": "human", "notes": NOTES},
-        )
+    await reach_quorum(first["findings"][0]["canonical_public_id"], "confirmed")
     row = await repository_row(repo)
     assert (row["open_findings_count"], row["verified_findings_count"]) == (2, 1)  # verified is still not fixed
     # public_summary still counts for metrics; restricted does not
@@ -73,13 +62,9 @@ async def test_status_reviewed_when_everything_is_fixed() -> None:
     account = await factories.create_account(state="active")
     repo = await factories.create_repository()
     result = await submit_report(account, repo.host, repo.owner, repo.name, report_body())
-    for _ in range(2):
-        reviewer = await factories.create_account(state="active", platform_role="moderator")
-        await record_check(
-            reviewer,
-            result["findings"][0]["canonical_public_id"],
-            {"commit_sha": "a" * 40, "verdict": "fixed", "provenance": "human", "notes": NOTES},
-        )
+    await reach_quorum(
+        result["findings"][0]["canonical_public_id"], "fixed", platform_role="moderator", trust_tier="new"
+    )
     row = await repository_row(repo)
     assert (row["open_findings_count"], row["status"]) == (0, "reviewed")
     empty = await factories.create_repository()
@@ -98,10 +83,9 @@ async def test_pending_repository_is_listed_by_its_first_public_report() -> None
     row = await repository_row(repo)
     assert (row["listing_status"], row["scan_count"]) == ("listed", 2)
     assert row["updated_at"] > before
-    async with db.read_session(replica=False) as session:
-        dirty: dict[str, str] = dict(
-            (await session.execute(text("SELECT pattern_key, reason FROM infestation_dirty_keys"))).all()
-        )
+    dirty = {
+        r["pattern_key"]: r["reason"] for r in await rows("SELECT pattern_key, reason FROM infestation_dirty_keys")
+    }
     assert dirty == {
         pattern_key("SQL injection in login"): "assimilate",
         pattern_key("Open redirect after login"): "listing_change",

@@ -1,4 +1,4 @@
-"""Report bodies and row counts shared by the report, check and quorum tests."""
+"""Report bodies, reviewers and check bodies, and row counts shared by the report, check, quorum and metric tests."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ from typing import Any
 
 from sqlalchemy import text
 
+from app.accounts.models import Account
 from app.kernel import db
+from app.reports.service import record_check
+from tests import factories
 
 COMMIT = "a" * 40
+NOTES = "Reproduced with the proof of concept."
 _DROP = object()
 DROP: Any = _DROP  # marks a key to leave out of a body
 
@@ -38,8 +42,23 @@ def report_body(findings: list[dict[str, Any]] | None = None, **overrides: Any) 
     return {k: v for k, v in base.items() if v is not _DROP}
 
 
+async def reviewer(**overrides: Any) -> Account:
+    """An account whose human checks count toward quorum (active, reviewer tier) unless overridden."""
+    return await factories.create_account(**{"state": "active", "trust_tier": "reviewer", **overrides})
+
+
+def check_body(**overrides: Any) -> dict[str, Any]:
+    """A valid check request body: a human confirmation at COMMIT."""
+    return {"commit_sha": COMMIT, "verdict": "confirmed", "provenance": "human", "notes": NOTES, **overrides}
+
+
+async def reach_quorum(canonical_public_id: str, verdict: str, **reviewer_overrides: Any) -> None:
+    """Two qualified human checks with one verdict at COMMIT: enough for verified or fixed (domain §1.5)."""
+    for _ in range(2):
+        await record_check(await reviewer(**reviewer_overrides), canonical_public_id, check_body(verdict=verdict))
+
+
 async def row_counts() -> dict[str, int]:
     tables = ("scans", "scan_findings", "canonical_findings", "canonical_finding_checks", "infestation_dirty_keys")
     async with db.read_session(replica=False) as session:
         return {t: int((await session.execute(text(f"SELECT count(*) FROM {t}"))).scalar_one()) for t in tables}
-

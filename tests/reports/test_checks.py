@@ -15,10 +15,10 @@ from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.service import record_check, record_confirmation, submit_report
 from tests import factories
-from tests.reports.support import finding, report_body, row_counts
+from tests.reports.support import COMMIT, NOTES, check_body, finding, reach_quorum, report_body, reviewer, row_counts
+from tests.sql import execute, rows
 
-SHA_A, SHA_B = "a" * 40, "b" * 40
-NOTES = "Reproduced with the proof of concept."
+SHA_A, SHA_B = COMMIT, "b" * 40
 
 
 async def report(
@@ -27,14 +27,6 @@ async def report(
     return await submit_report(
         submitter, repo.host, repo.owner, repo.name, report_body(findings=findings, commit_sha=commit_sha)
     )
-
-
-async def reviewer(**kw: Any) -> Account:
-    return await factories.create_account(**{"state": "active", "trust_tier": "reviewer", **kw})
-
-
-def check_body(**kw: Any) -> dict[str, Any]:
-    return {"commit_sha": SHA_A, "verdict": "confirmed", "provenance": "human", "notes": NOTES, **kw}
 
 
 async def checks_count() -> int:
@@ -84,10 +76,7 @@ async def test_conflict_of_interest_duplicates_and_missing_commits() -> None:
     assert "not found" in missing.value.errors["commit_sha"][0]
     # an occurrence in a restricted report does not make the commit checkable
     restricted = await report(await factories.create_account(state="active"), repo, commit_sha=SHA_B)
-    async with db.transaction() as session:
-        await session.execute(
-            text("UPDATE scans SET visibility = 'restricted' WHERE id = :id"), {"id": restricted["id"]}
-        )
+    await execute("UPDATE scans SET visibility = 'restricted' WHERE id = :id", id=restricted["id"])
     with pytest.raises(ValidationError):
         await record_check(await reviewer(), canonical, check_body(commit_sha=SHA_B))
     assert await checks_count() == 1
@@ -119,17 +108,11 @@ async def test_repository_gates_for_checks() -> None:
     canonical = (await report(await factories.create_account(state="active"), repo))["findings"][0][
         "canonical_public_id"
     ]
-    async with db.transaction() as session:
-        await session.execute(
-            text("UPDATE repositories SET participation_mode = 'paused' WHERE id = :id"), {"id": repo.id}
-        )
+    await execute("UPDATE repositories SET participation_mode = 'paused' WHERE id = :id", id=repo.id)
     with pytest.raises(Forbidden):
         await record_check(await reviewer(), canonical, check_body())
     await record_check(await factories.create_account(platform_role="moderator"), canonical, check_body())
-    async with db.transaction() as session:
-        await session.execute(
-            text("UPDATE repositories SET listing_status = 'quarantined' WHERE id = :id"), {"id": repo.id}
-        )
+    await execute("UPDATE repositories SET listing_status = 'quarantined' WHERE id = :id", id=repo.id)
     with pytest.raises(NotFound):
         await record_check(await reviewer(), canonical, check_body())
     with pytest.raises(NotFound):
@@ -141,8 +124,7 @@ async def test_check_updates_metrics_and_marks_its_key() -> None:
     canonical = (await report(await factories.create_account(state="active"), repo))["findings"][0][
         "canonical_public_id"
     ]
-    async with db.transaction() as session:
-        await session.execute(text("DELETE FROM infestation_dirty_keys"))
+    await execute("DELETE FROM infestation_dirty_keys")
     await record_check(await reviewer(), canonical, check_body(), client_ip="192.0.2.1")
     await record_check(await reviewer(), canonical, check_body(), client_ip="192.0.2.2")
     async with db.read_session(replica=False) as session:
@@ -240,21 +222,12 @@ async def test_losing_quorum_contests_an_accepted_report() -> None:
     result = await report(await factories.create_account(state="active"), repo)
     scan_id = int(result["id"])
     canonical = result["findings"][0]["canonical_public_id"]
-    await record_check(await reviewer(), canonical, check_body())
-    await record_check(await reviewer(), canonical, check_body())
-    async with db.transaction() as session:
-        await session.execute(
-            text(
-                "UPDATE scans SET review_status = 'accepted', moderation_reason = 'verified',"
-                " moderation_notes = 'Accepted after two independent checks.' WHERE id = :id"
-            ),
-            {"id": scan_id},
-        )
+    await reach_quorum(canonical, "confirmed")
+    await execute(
+        "UPDATE scans SET review_status = 'accepted', moderation_reason = 'verified',"
+        " moderation_notes = 'Accepted after two independent checks.' WHERE id = :id",
+        id=scan_id,
+    )
     await record_check(await reviewer(), canonical, check_body(verdict="disputed"))
-    async with db.read_session(replica=False) as session:
-        row = (
-            await session.execute(
-                text("SELECT review_status, moderation_reason, verified_at FROM scans WHERE id = :id"), {"id": scan_id}
-            )
-        ).one()
-    assert tuple(row) == ("contested", "verification_quorum_lost", None)
+    [row] = await rows("SELECT review_status, moderation_reason, verified_at FROM scans WHERE id = :id", id=scan_id)
+    assert tuple(row.values()) == ("contested", "verification_quorum_lost", None)

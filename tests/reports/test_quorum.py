@@ -17,10 +17,9 @@ from app.reports.finding_memory import pattern_key
 from app.reports.quorum import Tally, recompute_canonical_status, status_for
 from app.reports.service import record_check, refresh_repository_checks, submit_report
 from tests import factories
-from tests.reports.support import finding, report_body
+from tests.reports.support import COMMIT, NOTES, finding, report_body, reviewer
 
-SHA_A, SHA_B = "a" * 40, "b" * 40
-NOTES = "Reproduced with the proof of concept."
+SHA_A, SHA_B = COMMIT, "b" * 40
 
 
 async def reported(commit_sha: str = SHA_A) -> tuple[Repository, str]:
@@ -31,10 +30,6 @@ async def reported(commit_sha: str = SHA_A) -> tuple[Repository, str]:
         submitter, repo.host, repo.owner, repo.name, report_body(findings=[finding()], commit_sha=commit_sha)
     )
     return repo, str(result["findings"][0]["canonical_public_id"])
-
-
-async def reviewer(**kw: Any) -> Account:
-    return await factories.create_account(**{"state": "active", "trust_tier": "reviewer", **kw})
 
 
 async def check(

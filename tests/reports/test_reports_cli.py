@@ -3,10 +3,7 @@ error line and exit status 1 with nothing written."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,24 +11,8 @@ import pytest
 from app.kernel.errors import ValidationError
 from app.reports.cli import parse_repository, read_body
 from tests import factories
-from tests.conftest import ROOT
+from tests.harness import assert_one_line_error, tarakan
 from tests.reports.support import finding, report_body, row_counts
-
-
-async def tarakan(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "app.cli",
-        *args,
-        cwd=ROOT,
-        env=dict(os.environ),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=60)
-    return int(proc.returncode or 0), out.decode(), err.decode()
 
 
 async def test_submit_from_a_file_prints_the_report(tmp_path: Path) -> None:
@@ -71,11 +52,9 @@ async def test_errors_exit_1_with_one_line_and_write_nothing(tmp_path: Path) -> 
         (("github.com/acme/nothing", str(bad), "--as", "agent@example.com"), "repository"),
     ]
     for args, expected in cases:
-        code, out, err = await tarakan("reports", "submit", *args)
-        assert code == 1, (args, out, err)
-        assert out == ""
-        assert len(err.strip().splitlines()) == 1, err
-        assert expected in err
+        result = await tarakan("reports", "submit", *args)
+        assert_one_line_error(result, expected)
+        assert result.out == "", args
     assert (await row_counts())["scans"] == 0
 
 

@@ -34,27 +34,18 @@ from sqlalchemy import text
 from app.accounts.service import create_account, create_token
 from app.accounts.sessions import COOKIE_NAME
 from app.devservices import free_port
-from app.infestations import hooks, projection
+from app.infestations import projection
 from app.infestations.queries import list_infestations_rollup
 from app.infestations.shadow import shadow_compare, shadow_compare_all
-from app.kernel import db
+from app.kernel import db, outbox
 from app.reports.finding_memory import pattern_key
 from jobs import queue
 from tests import factories
-from tests.conftest import spawn, wait_http
+from tests.harness import spawn, stop, wait_http
+from tests.sql import execute, scalar
 
 PASSWORD = "correct horse battery staple"
 WORKER_ENV = {"INFESTATIONS_CLAIM_SECONDS": "3", "INFESTATIONS_HOT_KEY_INTERVAL": "1"}
-
-
-def _stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 class Fleet:
@@ -103,9 +94,9 @@ class Fleet:
 
     def stop(self) -> None:
         for proc in self.workers:
-            _stop(proc, signal.SIGTERM)
+            stop(proc, signal.SIGTERM, timeout=15)
         for proc in self._server_procs:
-            _stop(proc, signal.SIGINT)
+            stop(proc, signal.SIGINT, timeout=15)
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +127,6 @@ async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float, wh
     while not await check():
         assert time.monotonic() < deadline, f"{what} within {timeout} s"
         await asyncio.sleep(0.1)
-
-
-async def scalar(sql: str, **params: Any) -> Any:
-    async with db.read_session(replica=False) as session:
-        return (await session.execute(text(sql), params)).scalar()
 
 
 async def dirty_count() -> int:
@@ -330,8 +316,7 @@ async def build_big_pattern(account_id: int) -> None:
     async with db.transaction() as session:
         for sql in statements:
             await session.execute(text(sql), {**params, "repos": BIG_REPOSITORIES, "per_repo": BIG_PER_REPOSITORY})
-    async with db.transaction() as session:
-        await session.execute(text("ANALYZE repositories, scans, canonical_findings, scan_findings"))
+    await execute("ANALYZE repositories, scans, canonical_findings, scan_findings")
 
 
 async def projection_rows(key: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -356,19 +341,15 @@ async def test_killing_a_worker_in_the_middle_of_a_refresh_loses_nothing(fleet: 
     await build_big_pattern(reporter.id)
     assert await projection.refresh_pattern(BIG_KEY) == BIG_REPOSITORIES * BIG_PER_REPOSITORY
     # a change the rollups have not seen yet: a third of the instances were fixed
-    async with db.transaction() as session:
-        await session.execute(
-            text(
-                "UPDATE canonical_findings SET status = 'fixed', updated_at = now() "
-                "WHERE pattern_key = :k AND id % 3 = 0"
-            ),
-            {"k": BIG_KEY},
-        )
+    await execute(
+        "UPDATE canonical_findings SET status = 'fixed', updated_at = now() WHERE pattern_key = :k AND id % 3 = 0",
+        k=BIG_KEY,
+    )
     assert await shadow_compare(days=30, min_repos=2, status="fixed") != [], "the comparison must see the stale rollup"
 
     async with db.transaction() as session:
-        await hooks.mark_dirty(session, [BIG_KEY], "status")
-    await hooks.schedule_refresh_after_commit()
+        await outbox.mark_dirty(session, [BIG_KEY], "status")
+    await outbox.schedule_refresh_after_commit()
 
     claimed_by: str | None = None
     deadline = time.monotonic() + 15

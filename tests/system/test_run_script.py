@@ -15,7 +15,7 @@ import httpx
 
 from app.devservices import free_port
 from tests import factories
-from tests.conftest import ROOT
+from tests.harness import ROOT
 
 
 def _process_table() -> dict[int, tuple[int, str]]:

@@ -1,0 +1,30 @@
+"""Raw SQL for tests: read rows on the primary (never a replica: a test reads what it just wrote), or run one
+statement in its own committed transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+
+from app.kernel import db
+
+
+async def rows(sql: str, **params: Any) -> list[dict[str, Any]]:
+    async with db.read_session(replica=False) as session:
+        return [dict(r) for r in (await session.execute(text(sql), params)).mappings().all()]
+
+
+async def one(sql: str, **params: Any) -> dict[str, Any] | None:
+    found = await rows(sql, **params)
+    return found[0] if found else None
+
+
+async def scalar(sql: str, **params: Any) -> Any:
+    async with db.read_session(replica=False) as session:
+        return (await session.execute(text(sql), params)).scalar()
+
+
+async def execute(sql: str, **params: Any) -> None:
+    async with db.transaction() as session:
+        await session.execute(text(sql), params)
