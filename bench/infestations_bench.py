@@ -228,11 +228,11 @@ def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str
         results["generate_s"] = time.perf_counter() - t
 
         async def backfill() -> int:
-            from app.infestations import projection
+            from app.infestations import maintenance
             from app.kernel import db
 
             try:
-                return await projection.backfill(progress=lambda m: print("  " + m, flush=True), concurrency=3)
+                return await maintenance.backfill(progress=lambda m: print("  " + m, flush=True), concurrency=3)
             finally:
                 await db.dispose_engines()
 

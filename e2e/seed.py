@@ -13,9 +13,9 @@ from typing import TypeVar
 from sqlalchemy import text
 
 from app.accounts.models import Account
-from app.infestations.hooks import mark_dirty
-from app.infestations.projection import drain_all
+from app.infestations.dirty_queue import drain_all
 from app.kernel import db
+from app.kernel.outbox import mark_dirty
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from tests import factories

@@ -19,7 +19,7 @@ from arq.worker import func
 from arq.worker import run_worker as arq_run_worker
 from sqlalchemy import exc as sa_exc
 
-from app.infestations import projection
+from app.infestations import dirty_queue, maintenance
 from app.kernel import db
 from app.kernel.config import settings
 from app.ops import leases
@@ -48,7 +48,7 @@ async def drain_dirty_keys(ctx: dict[str, Any]) -> dict[str, Any]:
     """One drain batch (at most 200 keys). While claimable work remains, enqueue a continuation; when only
     throttled or backed-off keys remain, enqueue a drain deferred to the soonest `available_at`."""
     try:
-        result = await projection.drain(worker_id=ctx.get("worker_id"))
+        result = await dirty_queue.drain(worker_id=ctx.get("worker_id"))
     except Exception as exc:
         if _transient(exc):
             raise Retry(defer=_retry_defer(ctx)) from exc
@@ -99,7 +99,7 @@ async def recompute_windows_job(ctx: dict[str, Any], slot: str | None = None) ->
     """Hourly window decay over every pattern, once fleet-wide per slot. Returns False when skipped."""
 
     async def run() -> dict[str, int]:
-        return {"patterns": await projection.recompute_all_windows()}
+        return {"patterns": await maintenance.recompute_all_windows()}
 
     return await _singleton(ctx, WINDOWS_LEASE, _slot(ctx, slot), run)
 
@@ -108,7 +108,7 @@ async def reconcile_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
     """Nightly reconcile, once fleet-wide per slot (recorded in `job_runs` as "reconcile")."""
 
     async def run() -> dict[str, int]:
-        return await projection.reconcile(record=False)
+        return await maintenance.reconcile(record=False)
 
     return await _singleton(ctx, RECONCILE_LEASE, _slot(ctx, slot), run)
 

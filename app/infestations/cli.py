@@ -8,7 +8,7 @@ import re
 import sys
 from typing import Any
 
-from app.cli import command
+from app.kernel.cli import command
 from app.kernel.errors import ValidationError
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -19,7 +19,7 @@ def _progress(line: str) -> None:
 
 
 async def _jobs_drain(args: argparse.Namespace) -> int:
-    from app.infestations.projection import dirty_backlog, drain_all
+    from app.infestations.dirty_queue import dirty_backlog, drain_all
 
     refreshed = await drain_all()
     backlog, _, _ = await dirty_backlog()
@@ -43,7 +43,7 @@ async def _refresh(args: argparse.Namespace) -> int:
 
 
 async def _recompute_windows(args: argparse.Namespace) -> int:
-    from app.infestations.projection import recompute_all_windows
+    from app.infestations.maintenance import recompute_all_windows
 
     done = await recompute_all_windows(progress=_progress)
     print(f"recompute-windows: done, {done} patterns")
@@ -51,7 +51,7 @@ async def _recompute_windows(args: argparse.Namespace) -> int:
 
 
 async def _reconcile(args: argparse.Namespace) -> int:
-    from app.infestations.projection import reconcile
+    from app.infestations.maintenance import reconcile
 
     summary = await reconcile(progress=_progress)
     print("reconcile: done, " + ", ".join(f"{k}={v}" for k, v in summary.items()))
@@ -59,7 +59,7 @@ async def _reconcile(args: argparse.Namespace) -> int:
 
 
 async def _backfill(args: argparse.Namespace) -> int:
-    from app.infestations.projection import backfill
+    from app.infestations.maintenance import backfill
 
     await backfill(progress=_progress, concurrency=args.concurrency)
     return 0

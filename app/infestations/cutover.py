@@ -6,6 +6,7 @@ from sqlalchemy import text
 
 from app.infestations.shadow import shadow_compare_all
 from app.kernel import db
+from app.kernel.public import PUBLIC_CANONICAL
 
 COVERAGE_THRESHOLD = 0.99
 RECENT_REFRESH_HOURS = 26  # hourly window recompute and nightly reconcile both bump refreshed_at
@@ -17,14 +18,12 @@ Gate = tuple[str, bool, str]
 
 # Source keys: the distinct keys of the public join set (domain §3). Covered: those with a rollup row refreshed
 # recently. A key the projection has not reached yet is the thing this gate exists to catch.
-_COVERAGE_SQL = """
+_COVERAGE_SQL = f"""
 WITH source AS (
   SELECT DISTINCT c.pattern_key
   FROM canonical_findings c
   JOIN repositories r ON r.id = c.repository_id
-  WHERE r.listing_status = 'listed' AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
-    AND EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
-                WHERE f.canonical_finding_id = c.id AND s.visibility = 'public')
+  WHERE {PUBLIC_CANONICAL} AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
 )
 SELECT COUNT(*) AS source_keys,
        COUNT(p.pattern_key) FILTER (WHERE p.refreshed_at >= now() - make_interval(hours => :hours)) AS covered

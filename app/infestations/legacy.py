@@ -20,6 +20,7 @@ from app.infestations.models import WINDOWED_AGGREGATES
 from app.kernel import db
 from app.kernel.metrics import LIST_DURATION
 from app.kernel.paging import Page, after_cursor, keyset_page, time_id_cursor
+from app.kernel.public import PUBLIC_CANONICAL, PUBLIC_JOIN, PUBLIC_SCAN
 
 STATUSES = ("open", "verified", "disputed", "fixed")
 UNKNOWN_TITLE = "Unknown pattern"
@@ -104,14 +105,11 @@ def instance_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
 
 # One row per canonical in the public join set (§3). EXISTS instead of joining occurrences: a canonical with
 # many public occurrences must count once, and the distinct counts then stay cheap.
-_PUBLIC_CANONICALS = """
+_PUBLIC_CANONICALS = f"""
 SELECT c.id, c.pattern_key, c.repository_id, c.status, c.inserted_at, c.updated_at
 FROM canonical_findings c
 JOIN repositories r ON r.id = c.repository_id
-WHERE r.listing_status = 'listed'
-  AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
-  AND EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
-              WHERE f.canonical_finding_id = c.id AND s.visibility = 'public')
+WHERE {PUBLIC_CANONICAL} AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
 """
 
 _AGGREGATES = """
@@ -142,15 +140,12 @@ SELECT pattern_key, {_AGGREGATES} FROM pc GROUP BY pattern_key
 
 # Representative (§4.2, leak fixed): among the key's public-join canonicals, open-preferring, then newest;
 # its sample is its newest public occurrence.
-_REPRESENTATIVES_SQL = """
+_REPRESENTATIVES_SQL = f"""
 WITH rep AS (
   SELECT DISTINCT ON (c.pattern_key) c.pattern_key, c.id, c.title, c.severity, c.file_path
   FROM canonical_findings c
   JOIN repositories r ON r.id = c.repository_id
-  WHERE c.pattern_key = ANY(CAST(:keys AS text[]))
-    AND r.listing_status = 'listed'
-    AND EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
-                WHERE f.canonical_finding_id = c.id AND s.visibility = 'public')
+  WHERE c.pattern_key = ANY(CAST(:keys AS text[])) AND {PUBLIC_CANONICAL}
   ORDER BY c.pattern_key,
            CASE c.status WHEN 'open' THEN 0 WHEN 'disputed' THEN 1 WHEN 'verified' THEN 2 ELSE 3 END,
            c.updated_at DESC, c.id DESC
@@ -160,14 +155,14 @@ SELECT rep.pattern_key, rep.title, rep.severity, rep.file_path AS sample_file_pa
 FROM rep
 LEFT JOIN LATERAL (
   SELECT f.public_id FROM scan_findings f JOIN scans s ON s.id = f.scan_id
-  WHERE f.canonical_finding_id = rep.id AND s.visibility = 'public'
+  WHERE f.canonical_finding_id = rep.id AND {PUBLIC_SCAN}
   ORDER BY s.inserted_at DESC, f.id DESC
   LIMIT 1
 ) sample ON true
 """
 
 # Newest public occurrence per canonical (DISTINCT ON), then the ledger order: newest canonical first.
-_INSTANCES_SQL = """
+_INSTANCES_SQL = f"""
 WITH rows AS (
   SELECT DISTINCT ON (c.id)
     c.id, c.public_id, f.public_id AS occurrence_public_id, c.status, c.severity, c.title, c.file_path,
@@ -177,11 +172,11 @@ WITH rows AS (
   JOIN repositories r ON r.id = c.repository_id
   JOIN scan_findings f ON f.canonical_finding_id = c.id
   JOIN scans s ON s.id = f.scan_id
-  WHERE c.pattern_key = :key AND r.listing_status = 'listed' AND s.visibility = 'public'
+  WHERE c.pattern_key = :key AND {PUBLIC_JOIN}
   ORDER BY c.id, s.inserted_at DESC, f.id DESC
 )
 SELECT * FROM rows
-WHERE {after}
+WHERE {{after}}
 ORDER BY updated_at DESC, id DESC
 LIMIT :fetch
 """

@@ -8,6 +8,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from app.kernel import db
+from app.kernel.paging import clamp_limit
+from app.kernel.public import LISTED_REPOSITORY
 
 SEARCH_DEFAULT = 20
 SEARCH_MAX = 50
@@ -29,14 +31,14 @@ WHERE r.host = :host AND r.owner = :owner AND r.name = :name
 
 _SEARCH_NAME_PREFIX = f"""
 SELECT {_REPOSITORY_COLUMNS} FROM repositories r
-WHERE r.listing_status = 'listed' AND r.name LIKE :prefix ESCAPE '\\'
+WHERE {LISTED_REPOSITORY} AND r.name LIKE :prefix ESCAPE '\\'
 ORDER BY r.inserted_at DESC, r.id DESC
 LIMIT :limit
 """
 
 _SEARCH_OTHERS = f"""
 SELECT {_REPOSITORY_COLUMNS} FROM repositories r
-WHERE r.listing_status = 'listed'
+WHERE {LISTED_REPOSITORY}
   AND r.name NOT LIKE :prefix ESCAPE '\\'
   AND (r.owner LIKE :inside ESCAPE '\\' OR r.name LIKE :inside ESCAPE '\\'
        OR (r.owner || '/' || r.name) LIKE :inside ESCAPE '\\')
@@ -68,7 +70,7 @@ async def search_repositories(raw_query: str | None, *, limit: int = SEARCH_DEFA
     """Listed repositories matching `owner`, `name` or `owner/name`: name-prefix matches first, then the
     others, each newest first; at most `limit` (max 50). An empty query returns nothing."""
     query = normalize_query(raw_query)
-    limit = max(1, min(limit, SEARCH_MAX))
+    limit = clamp_limit(limit, SEARCH_MAX)
     if not query:
         return []
     literal = escape_like(query)

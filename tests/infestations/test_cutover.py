@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import text
 
-from app.infestations import hooks, projection
+from app.infestations import dirty_queue, maintenance
 from app.infestations.cutover import cutover_check
-from app.kernel import db
+from app.kernel import db, outbox
 from app.reports.finding_memory import pattern_key
 from tests.infestations.support import SQLI, XSS, build_registry
 
@@ -37,20 +37,20 @@ async def test_an_empty_registry_passes_everything_but_the_reconcile_gate() -> N
         "shadow-compare clean": True,
     }
     assert before["recent reconcile"][1] == "no finished reconcile run recorded"
-    await projection.reconcile()
+    await maintenance.reconcile()
     assert all(ok for ok, _ in (await gates()).values())
 
 
 async def test_coverage_and_shadow_fail_until_the_backfill_ran() -> None:
     await build_registry()
-    await projection.reconcile()  # a reconcile run is recorded; then the rollups are wiped as if never built
+    await maintenance.reconcile()  # a reconcile run is recorded; then the rollups are wiped as if never built
     await execute("TRUNCATE infestation_patterns, infestation_pattern_repos, infestation_pattern_instances")
     before = await gates()
     assert before["backfill coverage"] == (False, "0/5 source keys refreshed within 26h (0.00%; need 99%)")
     assert before["shadow-compare clean"][0] is False
     assert before["recent reconcile"][0] is True
 
-    assert await projection.backfill(progress=None) == 5
+    assert await maintenance.backfill(progress=None) == 5
     after = await gates()
     assert after["backfill coverage"] == (True, "5/5 source keys refreshed within 26h (100.00%; need 99%)")
     assert all(ok for ok, _ in after.values()), after
@@ -65,10 +65,10 @@ async def test_coverage_and_shadow_fail_until_the_backfill_ran() -> None:
 
 async def test_a_dirty_key_waiting_over_a_minute_fails_the_backlog_gate() -> None:
     await build_registry()
-    await projection.backfill(progress=None)
-    await projection.reconcile()
+    await maintenance.backfill(progress=None)
+    await maintenance.reconcile()
     async with db.transaction() as session:
-        await hooks.mark_dirty(session, [pattern_key(SQLI), pattern_key(XSS)], "status")
+        await outbox.mark_dirty(session, [pattern_key(SQLI), pattern_key(XSS)], "status")
     assert (await gates())["dirty backlog drained"][0] is True  # just dirtied: the workers have a minute
     await execute("UPDATE infestation_dirty_keys SET dirtied_at = now() - interval '5 minutes'")
     ok, detail = (await gates())["dirty backlog drained"]
@@ -86,12 +86,12 @@ async def test_a_dirty_key_waiting_over_a_minute_fails_the_backlog_gate() -> Non
     assert (await gates())["dirty backlog drained"][0] is True
     await execute("UPDATE infestation_dirty_keys SET claimed_by = NULL, claimed_until = NULL, available_at = now()")
     assert (await gates())["dirty backlog drained"][0] is False
-    await projection.drain_all()
+    await dirty_queue.drain_all()
     assert (await gates())["dirty backlog drained"] == (True, "no claimable dirty key older than 60s")
 
 
 async def test_a_reconcile_older_than_26_hours_fails() -> None:
-    await projection.reconcile()
+    await maintenance.reconcile()
     await execute("UPDATE job_runs SET finished_at = now() - interval '27 hours' WHERE name = 'reconcile'")
     ok, detail = (await gates())["recent reconcile"]
     assert not ok and detail.endswith("(older than 26h)")

@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.devservices import free_port
-from app.infestations import projection
+from app.infestations import dirty_queue, projection
 from app.kernel import db, outbox
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
@@ -53,7 +53,7 @@ async def test_drain_refreshes_dirty_keys_and_deletes_them(reporter: Account) ->
     empty_key = pattern_key("A title nobody reported")
     await mark(KEY, empty_key)
 
-    result = await projection.drain()
+    result = await dirty_queue.drain()
 
     assert (result.refreshed, result.failed, result.released, result.remaining_claimable) == (2, 0, 0, 0)
     assert result.refreshed_keys == sorted([KEY, empty_key])
@@ -71,7 +71,7 @@ async def test_a_key_redirtied_while_its_refresh_runs_is_refreshed_again(reporte
     async with db.engine().connect() as blocker:
         await blocker.execute(text("SELECT pg_advisory_lock(hashtextextended(:k, 0))"), {"k": KEY})
         await blocker.commit()
-        draining = asyncio.create_task(projection.drain(throttle=False, worker_id="worker-1"))
+        draining = asyncio.create_task(dirty_queue.drain(throttle=False, worker_id="worker-1"))
         deadline = time.monotonic() + 10
         while (row := await dirty()) is None or row["claimed_by"] != "worker-1":
             assert time.monotonic() < deadline, "the drain never claimed the key"
@@ -89,7 +89,7 @@ async def test_a_key_redirtied_while_its_refresh_runs_is_refreshed_again(reporte
     assert (row["version"], row["claimed_by"], row["attempts"]) == (2, None, 0)
     assert row["available_in"] <= 0  # not throttled: claimable again at once
 
-    again = await projection.drain(throttle=False)
+    again = await dirty_queue.drain(throttle=False)
     assert again.refreshed_keys == [KEY]
     assert await dirty() is None
     assert await repo_count() == 2
@@ -102,24 +102,24 @@ async def test_a_change_committed_after_the_refresh_read_is_not_lost_and_hot_key
     await f.create_instance(repo_a, reporter, TITLE)
     await mark(KEY)
 
-    [claim] = await projection.claim_dirty_keys("worker-1", 200)
+    [claim] = await dirty_queue.claim_dirty_keys("worker-1", 200)
     await projection.refresh_pattern(claim.pattern_key)
     # this report commits after the refresh read the source: the projection is now stale
     await f.create_instance(repo_b, reporter, TITLE)
     await mark(KEY)
-    assert await projection.settle_refreshed(claim, "worker-1", elapsed=0.5, throttle=True) is False
+    assert await dirty_queue.settle_refreshed(claim, "worker-1", elapsed=0.5, throttle=True) is False
     assert await repo_count() == 1
 
     # under a storm the key waits for the hot-key interval (30 s from the start of its last refresh)
     row = await dirty()
     assert row is not None and row["claimed_by"] is None
     assert 28 <= row["available_in"] <= 29.6
-    waiting = await projection.drain()
+    waiting = await dirty_queue.drain()
     assert (waiting.refreshed, waiting.remaining_claimable) == (0, 0)
     assert waiting.next_available_in_seconds is not None and 28 <= waiting.next_available_in_seconds <= 29.6
 
     # `tarakan jobs drain` runs everything pending, throttled keys included
-    assert await projection.drain_all() == 1
+    assert await dirty_queue.drain_all() == 1
     assert await repo_count() == 2
     assert await dirty() is None
 
@@ -147,17 +147,17 @@ async def test_a_failing_refresh_keeps_its_key_with_backoff(reporter: Account) -
             )
         )
     try:
-        first = await projection.drain()
+        first = await dirty_queue.drain()
         assert (first.refreshed, first.failed) == (1, 1)
         assert first.refreshed_keys == [pattern_key(other_title)]
         row = await dirty()
         assert row is not None
         assert (row["attempts"], row["claimed_by"]) == (1, None)
         assert 1 <= row["available_in"] <= 2
-        assert await projection.drain_all() == 0  # backed off, not spun on
+        assert await dirty_queue.drain_all() == 0  # backed off, not spun on
 
         await execute("UPDATE infestation_dirty_keys SET available_at = now()")  # time passes
-        second = await projection.drain()
+        second = await dirty_queue.drain()
         assert second.failed == 1
         row = await dirty()
         assert row is not None and row["attempts"] == 2 and 3 <= row["available_in"] <= 4
@@ -169,7 +169,7 @@ async def test_a_failing_refresh_keeps_its_key_with_backoff(reporter: Account) -
     errors_after = REGISTRY.get_sample_value("tarakan_infestations_refresh_errors_total") or 0.0
     assert errors_after - errors_before == 2
     await execute("UPDATE infestation_dirty_keys SET available_at = now()")
-    assert (await projection.drain()).refreshed_keys == [KEY]
+    assert (await dirty_queue.drain()).refreshed_keys == [KEY]
     assert await repo_count() == 1
     assert await rows("SELECT * FROM infestation_dirty_keys") == []
 
@@ -198,7 +198,7 @@ async def test_concurrent_drains_never_refresh_the_same_key_and_leave_nothing(re
     async def worker(name: str) -> list[str]:
         done: list[str] = []
         while True:
-            result = await projection.drain(batch_size=4, throttle=False, worker_id=name)
+            result = await dirty_queue.drain(batch_size=4, throttle=False, worker_id=name)
             done += result.refreshed_keys
             if result.refreshed == 0 and result.remaining_claimable == 0:
                 return done
@@ -235,10 +235,10 @@ async def test_a_repository_fan_out_is_drained_200_keys_per_batch(reporter: Acco
         )
         assert await outbox.mark_repository_dirty(session, repo.id, "listing_change") == 205
 
-    first = await projection.drain()
+    first = await dirty_queue.drain()
     assert (first.refreshed, first.remaining_claimable) == (200, 5)
     assert first.refreshed_keys == sorted(first.refreshed_keys)
-    second = await projection.drain()
+    second = await dirty_queue.drain()
     assert (second.refreshed, second.remaining_claimable) == (5, 0)
     assert min(second.refreshed_keys) > max(first.refreshed_keys)
 
@@ -274,7 +274,7 @@ async def test_with_redis_down_a_submitted_report_commits_and_its_keys_wait_in_p
     row = await dirty()
     assert row is not None and row["claimed_by"] is None
     monkeypatch.undo()
-    assert await projection.drain_all() == 1
+    assert await dirty_queue.drain_all() == 1
     assert await repo_count() == 1
 
 
@@ -288,7 +288,7 @@ async def test_a_cancelled_drain_hands_its_unfinished_claims_back_at_once(report
     async with db.engine().connect() as blocker:
         await blocker.execute(text("SELECT pg_advisory_lock(hashtextextended(:k, 0))"), {"k": KEY})
         await blocker.commit()
-        draining = asyncio.create_task(projection.drain(worker_id="stopping-worker"))
+        draining = asyncio.create_task(dirty_queue.drain(worker_id="stopping-worker"))
         deadline = time.monotonic() + 10
         while (row := await dirty()) is None or row["claimed_by"] != "stopping-worker":
             assert time.monotonic() < deadline, "the drain never claimed the key"
@@ -301,6 +301,6 @@ async def test_a_cancelled_drain_hands_its_unfinished_claims_back_at_once(report
         await blocker.commit()
     claims = await rows("SELECT pattern_key, claimed_by FROM infestation_dirty_keys ORDER BY pattern_key")
     assert claims == [{"pattern_key": k, "claimed_by": None} for k in sorted([KEY, other])]
-    again = await projection.drain(throttle=False)
+    again = await dirty_queue.drain(throttle=False)
     assert sorted(again.refreshed_keys) == sorted([KEY, other])
     assert await repo_count() == 1

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import text
 
-from app.infestations import projection
+from app.infestations import maintenance
 from app.infestations.legacy import INFESTATION_KEYS, INSTANCE_KEYS
 from app.infestations.queries import (
     get_infestation,
@@ -110,7 +110,7 @@ async def test_a_pattern_leaving_the_window_is_cut_by_the_guard_before_any_recom
     stale = await list_infestations_rollup(days=30)
     assert [i["pattern_key"] for i in stale] == [pattern_key(XSS)]
     assert ranked(stale) == ranked(await list_infestations_legacy(days=30))
-    await projection.recompute_all_windows()
+    await maintenance.recompute_all_windows()
     row = await _pattern_row(pattern_key(SQLI))
     assert (row["repo_count_30d"], row["last_seen_at_30d"]) == (0, None)
     assert row["repo_count_90d"] == 2
@@ -125,7 +125,7 @@ async def test_partial_decay_heals_after_the_window_recompute() -> None:
     await shift_clock(10)  # the 25-day repository is now 35 days old
     [before] = await list_infestations_rollup(days=30)
     assert before["repo_count"] == 3  # accepted lag until the hourly recompute
-    await projection.recompute_all_windows()
+    await maintenance.recompute_all_windows()
     [after] = await list_infestations_rollup(days=30)
     assert after["repo_count"] == 2
     assert ranked([after]) == ranked(await list_infestations_legacy(days=30))

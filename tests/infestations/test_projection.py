@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from app.accounts.models import Account
-from app.infestations import projection
+from app.infestations import maintenance, projection
 from app.infestations.models import WINDOWS
 from app.kernel import db
 from app.reports.finding_memory import pattern_key
@@ -296,7 +296,7 @@ async def test_reconcile_projects_missed_keys_and_deletes_orphans(reporter: Acco
     await hard_delete_repository(gone.id)  # leaves an orphan pattern row
 
     lines: list[str] = []
-    summary = await projection.reconcile(progress=lines.append)
+    summary = await maintenance.reconcile(progress=lines.append)
 
     assert summary == {"source_keys": 3, "refreshed": 3, "orphans_checked": 4, "orphans_removed": 1}
     keys = await rows("SELECT pattern_key, repo_count FROM infestation_patterns ORDER BY pattern_key")
@@ -316,12 +316,12 @@ async def test_backfill_and_recompute_all_windows_visit_every_key(reporter: Acco
     await f.create_instance(repo, reporter, "Never public", visibility="restricted")
 
     lines: list[str] = []
-    assert await projection.backfill(progress=lines.append) == 4
+    assert await maintenance.backfill(progress=lines.append) == 4
     assert lines == ["backfill: done, 4 keys refreshed"]
     assert {r["pattern_key"] for r in await rows("SELECT pattern_key FROM infestation_patterns")} == {
         pattern_key(t) for t in titles
     }
-    assert await projection.recompute_all_windows() == 4
+    assert await maintenance.recompute_all_windows() == 4
 
 
 async def test_concurrent_backfill_projects_exactly_what_a_serial_one_does(reporter: Account) -> None:
@@ -331,14 +331,14 @@ async def test_concurrent_backfill_projects_exactly_what_a_serial_one_does(repor
     for n in range(9):
         for repo in repos[: 1 + n % 3]:
             await f.create_instance(repo, reporter, f"Concurrent pattern {n}", status=("open", "fixed")[n % 2])
-    serial = await projection.backfill(progress=None)
+    serial = await maintenance.backfill(progress=None)
     before = await rows("SELECT * FROM infestation_pattern_repos ORDER BY pattern_key, repository_id")
     counts = await rows("SELECT pattern_key, repo_count, instance_count FROM infestation_patterns ORDER BY 1")
     async with db.transaction() as session:
         for table in ("infestation_patterns", "infestation_pattern_instances", "infestation_pattern_repos"):
             await session.execute(text(f"DELETE FROM {table}"))
     assert await rows("SELECT pattern_key FROM infestation_pattern_repos") == []
-    assert await projection.backfill(progress=None, concurrency=4) == serial == 9
+    assert await maintenance.backfill(progress=None, concurrency=4) == serial == 9
     assert await rows("SELECT pattern_key, repo_count, instance_count FROM infestation_patterns ORDER BY 1") == counts
     after = await rows("SELECT * FROM infestation_pattern_repos ORDER BY pattern_key, repository_id")
     strip = ("inserted_at", "updated_at")

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import text
 
 from app.accounts.models import Account
-from app.infestations import projection
+from app.infestations import dirty_queue, maintenance
 from app.kernel import db, outbox
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
@@ -93,8 +93,8 @@ async def test_shadow_compare_and_cutover_check_exit_nonzero_until_the_rollups_a
     assert gates.code == 1
     assert "FAIL backfill coverage" in gates.out and "FAIL recent reconcile" in gates.out
 
-    await projection.drain_all()
-    await projection.reconcile()
+    await dirty_queue.drain_all()
+    await maintenance.reconcile()
 
     clean = await tarakan("infestations", "shadow-compare")
     assert clean.code == 0, clean.out

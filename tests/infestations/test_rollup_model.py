@@ -2,7 +2,7 @@
 equals the legacy read from source for every window and status (and the show page equals the all-time aggregate).
 
 Hypothesis drives the write paths through the real services (report submission, scan visibility and repository
-listing moderation); a status change is a direct update plus `hooks.mark_dirty`, as the demo seed does. Time
+listing moderation); a status change is a direct update plus `outbox.mark_dirty`, as the demo seed does. Time
 passing is simulated by moving every stored timestamp back (`shift_clock`), followed by the hourly window
 recompute. The state machine is synchronous, so its coroutines run on an event loop of its own in a helper thread
 (never the session loop pytest-asyncio owns), whose engines and pools are disposed when the test ends.
@@ -22,10 +22,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 from sqlalchemy import text
 
 from app.accounts.models import Account
-from app.infestations import hooks, projection
+from app.infestations import dirty_queue, maintenance
 from app.infestations.legacy import get_infestation_legacy, list_infestations_legacy
 from app.infestations.queries import get_infestation, list_infestations_rollup
-from app.kernel import db
+from app.kernel import db, outbox
 from app.kernel.errors import DomainError
 from app.moderation.service import change_account, change_repository_listing, change_scan_visibility
 from app.registry.models import Repository
@@ -122,9 +122,9 @@ class RollupModel(RuleBasedStateMachine):
         async def body() -> None:
             with contextlib.suppress(DomainError):  # e.g. "is already listed": a no-op step; the invariant holds
                 await action()
-            await projection.drain_all()
+            await dirty_queue.drain_all()
             if clock_jumped:
-                await projection.recompute_all_windows()
+                await maintenance.recompute_all_windows()
             await self.assert_rollup_equals_legacy()
 
         run(body)
@@ -192,8 +192,8 @@ class RollupModel(RuleBasedStateMachine):
                         {"s": status, "id": ids[pick % len(ids)]},
                     )
                 ).scalar_one_or_none()
-                await hooks.mark_dirty(session, [key], "status")
-            await hooks.schedule_refresh_after_commit()
+                await outbox.mark_dirty(session, [key], "status")
+            await outbox.schedule_refresh_after_commit()
 
         self.step(change)
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from app.accounts.models import Account
-from app.infestations.projection import drain_all
+from app.infestations.dirty_queue import drain_all
 from app.infestations.queries import list_infestations
 from app.kernel import db
 from app.kernel.errors import DomainError, Forbidden, NotFound, ValidationError

@@ -6,8 +6,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from app.infestations import hooks, projection
-from app.kernel import db
+from app.infestations import dirty_queue
+from app.kernel import db, outbox
 from app.reports.finding_memory import pattern_key
 from tests import factories
 
@@ -45,7 +45,7 @@ async def test_metrics_exposes_every_rollup_metric_and_live_gauges(client: httpx
     for _ in range(2):
         await factories.create_instance(await factories.create_repository(), author, "Open redirect in login")
     async with db.transaction() as session:
-        await hooks.mark_dirty(
+        await outbox.mark_dirty(
             session, [pattern_key("Open redirect in login"), pattern_key("Never seen")], "assimilate"
         )
         await session.execute(text("UPDATE infestation_dirty_keys SET first_dirtied_at = now() - interval '2 minutes'"))
@@ -53,7 +53,7 @@ async def test_metrics_exposes_every_rollup_metric_and_live_gauges(client: httpx
     assert waiting["tarakan_infestations_dirty_backlog"] == 2
     assert 120 <= waiting["tarakan_infestations_dirty_oldest_age_seconds"] < 180
 
-    await projection.drain_all()
+    await dirty_queue.drain_all()
     async with db.transaction() as session:
         await session.execute(text("UPDATE infestation_patterns SET refreshed_at = now() - interval '2 hours'"))
     drained = await scrape(client)

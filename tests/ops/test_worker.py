@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.devservices import free_port
-from app.infestations import projection
+from app.infestations import dirty_queue, projection
 from app.kernel import db, outbox
 from app.reports.finding_memory import pattern_key
 from jobs import queue, worker
@@ -112,11 +112,11 @@ async def test_the_drain_job_defers_itself_to_a_throttled_keys_available_time(
     reporter: Account, empty_queue: None
 ) -> None:
     await two_repository_pattern(reporter)
-    [claim] = await projection.claim_dirty_keys("worker-1", 10)
+    [claim] = await dirty_queue.claim_dirty_keys("worker-1", 10)
     await projection.refresh_pattern(KEY)
     async with db.transaction() as session:  # re-dirtied during its refresh: a hot key
         await outbox.mark_dirty(session, [KEY], "status")
-    assert await projection.settle_refreshed(claim, "worker-1", elapsed=0.0, throttle=True) is False
+    assert await dirty_queue.settle_refreshed(claim, "worker-1", elapsed=0.0, throttle=True) is False
     ctx: dict[str, Any] = {"worker_id": "worker-2", "redis": await queue.pool(), "job_try": 1}
 
     result = await worker.drain_dirty_keys(ctx)

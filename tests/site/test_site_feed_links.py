@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 from bs4 import BeautifulSoup
 
-from app.infestations.hooks import mark_dirty
-from app.infestations.projection import drain_all
+from app.infestations.dirty_queue import drain_all
 from app.kernel import db
+from app.kernel.outbox import mark_dirty
 from tests.factories import create_account, create_instance, create_repository
 
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.accounts.models import Account
-from app.infestations.projection import drain_all
+from app.infestations.dirty_queue import drain_all
 from app.registry.service import register_repository
 from app.reports.service import submit_report
 from app.site import home_infestations

@@ -1,0 +1,202 @@
+"""The dirty-key queue: pending rollup work in `infestation_dirty_keys` (product decision 1, docs/domain.md §6).
+
+Writers mark keys dirty inside their own transaction (`app.kernel.outbox`). `drain()` claims keys with
+`FOR UPDATE SKIP LOCKED` in a short transaction, refreshes each key in its own transaction, then deletes the dirty
+row only if its `version` is still the one it claimed; a key re-dirtied during its refresh is released and refreshed
+again. Deviation from the design's "200 inline + EnqueueRepoPatterns continuation jobs": a repository fan-out
+writes all its keys to the dirty table in one statement (`outbox.mark_repository_dirty`), and each drain job
+refreshes at most 200 keys, then enqueues a continuation job while work remains (`jobs/worker.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+
+from app.infestations.projection import refresh_pattern
+from app.kernel import db
+from app.kernel.config import settings
+from app.kernel.metrics import DIRTY_BACKLOG, DIRTY_OLDEST_AGE
+from app.ops.leases import new_worker_id
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class ClaimedKey:
+    pattern_key: str
+    version: int
+    attempts: int
+    reason: str
+
+
+@dataclass
+class DrainResult:
+    """One drain batch. `remaining_claimable` > 0 calls for a continuation job; otherwise, when keys are only
+    waiting for their throttle/backoff, `next_available_in_seconds` says when the next one becomes claimable."""
+
+    refreshed: int = 0
+    failed: int = 0
+    released: int = 0
+    remaining_claimable: int = 0
+    next_available_in_seconds: float | None = None
+    refreshed_keys: list[str] = field(default_factory=list)
+
+
+_CLAIM = """
+UPDATE infestation_dirty_keys d
+SET claimed_by = :me, claimed_until = now() + make_interval(secs => :claim_seconds), attempts = d.attempts + 1
+WHERE d.pattern_key IN (
+  SELECT pattern_key FROM infestation_dirty_keys
+  WHERE available_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
+  ORDER BY pattern_key
+  FOR UPDATE SKIP LOCKED
+  LIMIT :n
+)
+RETURNING d.pattern_key, d.version, d.attempts, d.reason
+"""
+
+# Delete only the version we refreshed (and only while the claim is ours).
+_COMPLETE = "DELETE FROM infestation_dirty_keys WHERE pattern_key = :key AND version = :version AND claimed_by = :me"
+
+# Re-dirtied during the refresh: hand it back; under a storm it waits for the hot-key interval.
+_RELEASE = """
+UPDATE infestation_dirty_keys
+SET claimed_by = NULL, claimed_until = NULL, attempts = 0, available_at = now() + make_interval(secs => :delay)
+WHERE pattern_key = :key AND claimed_by = :me
+"""
+
+_RELEASE_FAILED = f"""
+UPDATE infestation_dirty_keys
+SET claimed_by = NULL, claimed_until = NULL,
+    available_at = now() + make_interval(secs => least(power(2, attempts), {MAX_BACKOFF_SECONDS}))
+WHERE pattern_key = :key AND claimed_by = :me
+"""
+
+_BACKLOG = """
+SELECT count(*) AS backlog,
+  count(*) FILTER (WHERE available_at <= now() AND (claimed_until IS NULL OR claimed_until < now())) AS claimable,
+  EXTRACT(EPOCH FROM min(GREATEST(available_at, COALESCE(claimed_until, available_at))) FILTER (
+    WHERE available_at > now() OR claimed_until >= now()) - now()) AS next_in,
+  EXTRACT(EPOCH FROM now() - min(first_dirtied_at)) AS oldest_age
+FROM infestation_dirty_keys
+"""
+
+
+async def claim_dirty_keys(worker_id: str, batch_size: int) -> list[ClaimedKey]:
+    """Claim up to `batch_size` available keys in a short transaction (SKIP LOCKED: workers never collide)."""
+    async with db.transaction() as session:
+        rows = (
+            await session.execute(
+                text(_CLAIM), {"me": worker_id, "n": batch_size, "claim_seconds": settings().claim_seconds}
+            )
+        ).all()
+    return sorted(
+        (ClaimedKey(r.pattern_key, int(r.version), int(r.attempts), r.reason) for r in rows),
+        key=lambda c: c.pattern_key,
+    )
+
+
+async def settle_refreshed(claim: ClaimedKey, worker_id: str, *, elapsed: float, throttle: bool) -> bool:
+    """After a successful refresh: delete the dirty row if its version did not move (True), else release it so the
+    key is refreshed again (False), `hot_key_interval` after this refresh started when throttling."""
+    async with db.transaction() as session:
+        deleted = await session.execute(
+            text(_COMPLETE), {"key": claim.pattern_key, "version": claim.version, "me": worker_id}
+        )
+        if int(deleted.rowcount or 0) == 1:  # type: ignore[attr-defined]
+            return True
+        delay = max(0.0, settings().hot_key_interval_seconds - elapsed) if throttle else 0.0
+        await session.execute(text(_RELEASE), {"key": claim.pattern_key, "me": worker_id, "delay": delay})
+    return False
+
+
+async def settle_failed(claim: ClaimedKey, worker_id: str) -> None:
+    """A failed refresh keeps the key, claimable again after min(2^attempts, 300) s."""
+    async with db.transaction() as session:
+        await session.execute(text(_RELEASE_FAILED), {"key": claim.pattern_key, "me": worker_id})
+
+
+async def dirty_backlog() -> tuple[int, int, float | None]:
+    """(backlog, claimable now, seconds until the next waiting key becomes claimable); also sets the gauges."""
+    async with db.read_session(replica=False) as session:
+        row = (await session.execute(text(_BACKLOG))).one()
+    DIRTY_BACKLOG.set(row.backlog)
+    DIRTY_OLDEST_AGE.set(float(row.oldest_age or 0))
+    next_in = None if row.next_in is None else max(0.0, float(row.next_in))
+    return int(row.backlog), int(row.claimable), next_in
+
+
+async def drain(*, batch_size: int = 200, throttle: bool = True, worker_id: str | None = None) -> DrainResult:
+    """Claim up to `batch_size` dirty keys, refresh each (sorted), delete only what was refreshed."""
+    me = worker_id or new_worker_id()
+    result = DrainResult()
+    claims = await claim_dirty_keys(me, batch_size)
+    settled = 0
+    try:
+        for claim in claims:
+            await _drain_one(claim, me, throttle, result)
+            settled += 1
+    except asyncio.CancelledError:
+        # a worker stopping (SIGTERM) hands its unfinished claims back at once instead of after the claim TTL
+        await asyncio.shield(_release_claims([c.pattern_key for c in claims[settled:]], me))
+        raise
+    _, result.remaining_claimable, result.next_available_in_seconds = await dirty_backlog()
+    return result
+
+
+async def _release_claims(keys: list[str], me: str) -> None:
+    if keys:
+        async with db.transaction() as session:
+            await session.execute(
+                text(
+                    "UPDATE infestation_dirty_keys SET claimed_by = NULL, claimed_until = NULL "
+                    "WHERE claimed_by = :me AND pattern_key = ANY(CAST(:keys AS text[]))"
+                ),
+                {"me": me, "keys": keys},
+            )
+
+
+async def _drain_one(claim: ClaimedKey, me: str, throttle: bool, result: DrainResult) -> None:
+    started = time.monotonic()
+    try:
+        await refresh_pattern(claim.pattern_key, reason=claim.reason)
+    except Exception:
+        log.exception("refresh of %s failed (attempt %d); retrying with backoff", claim.pattern_key, claim.attempts)
+        result.failed += 1
+        await settle_failed(claim, me)
+        return
+    result.refreshed += 1
+    result.refreshed_keys.append(claim.pattern_key)
+    if not await settle_refreshed(claim, me, elapsed=time.monotonic() - started, throttle=throttle):
+        result.released += 1
+
+
+async def _release_throttled() -> None:
+    # Keys only waiting for the hot-key interval (attempts reset to 0) become available now; failed keys keep
+    # their backoff so a permanently failing key cannot spin drain_all forever.
+    async with db.transaction() as session:
+        await session.execute(
+            text(
+                "UPDATE infestation_dirty_keys SET available_at = now() "
+                "WHERE available_at > now() AND attempts = 0 AND claimed_by IS NULL"
+            )
+        )
+
+
+async def drain_all(*, worker_id: str | None = None) -> int:
+    """Run everything pending and return the number of refreshes (`tarakan jobs drain`, the seed, tests)."""
+    me = worker_id or new_worker_id()
+    await _release_throttled()
+    total = 0
+    while True:
+        result = await drain(throttle=False, worker_id=me)
+        total += result.refreshed
+        if result.remaining_claimable == 0:
+            return total
