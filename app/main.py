@@ -8,13 +8,14 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from app.kernel import db
-from app.kernel.errors import DomainError, RateLimited, Unauthorized
+from app.kernel import db, urls
+from app.kernel.errors import DomainError
 from app.kernel.templating import ROOT
+from app.kernel.web import error_response
 
 
 def _routes() -> list[BaseRoute]:
@@ -50,13 +51,9 @@ def _middleware() -> list[Middleware]:
 
 
 async def domain_error(request: Request, exc: Exception) -> Response:
+    """The one error path: every raised DomainError, as the HTML error page or the JSON shape (app.kernel.web)."""
     assert isinstance(exc, DomainError)
-    headers: dict[str, str] = {}
-    if isinstance(exc, RateLimited):
-        headers["Retry-After"] = str(exc.retry_after)
-    if isinstance(exc, Unauthorized):
-        headers["WWW-Authenticate"] = 'Bearer realm="tarakan"'
-    return JSONResponse({"errors": exc.errors}, status_code=exc.status_code, headers=headers)
+    return error_response(request, exc)
 
 
 @asynccontextmanager
@@ -69,12 +66,14 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 
 
 def create_app() -> Starlette:
-    return Starlette(
+    app = Starlette(
         routes=_routes(),
         middleware=_middleware(),
         exception_handlers={DomainError: domain_error},
         lifespan=lifespan,
     )
+    urls.install(app.router)  # path_for builds any named route
+    return app
 
 
 app = create_app()

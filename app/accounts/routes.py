@@ -10,8 +10,9 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts import sessions
 from app.kernel.errors import DomainError, RateLimited
+from app.kernel.forms import field, safe_local_path
+from app.kernel.policy import can_moderate
 from app.kernel.templating import templates
-from app.moderation.forms import field, safe_local_path
 
 
 def _login_page(request: Request, context: dict[str, Any], status_code: int = 200) -> Response:
@@ -49,8 +50,6 @@ async def login_submit(request: Request) -> Response:
         if isinstance(exc, RateLimited):
             response.headers["Retry-After"] = str(exc.retry_after)
         return response
-    from app.moderation.service import can_moderate
-
     default = "/moderation" if can_moderate(result.account) else "/"
     response = RedirectResponse(next_path or default, status_code=303)
     sessions.set_session_cookie(response, result.token)

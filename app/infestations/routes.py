@@ -6,7 +6,8 @@ fragments (`HX-Request`), so those responses vary on that header.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -16,17 +17,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from app.infestations import queries
-from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout, infestation_path
+from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout
+from app.kernel.errors import BadRequest, NotFound
 from app.kernel.paging import InvalidCursor, Page
-from app.site.web import (
-    error_page,
-    is_fragment_request,
-    json_error,
-    json_twin,
-    not_found,
-    page,
-    split_json_suffix,
-)
+from app.kernel.urls import infestation_path, twin_path
+from app.kernel.web import is_fragment_request, json_twin, page, wants_json
 
 WINDOWS = (7, 30, 90, 365)
 MIN_REPOS_CHOICES = (2, 3, 5, 10)
@@ -84,6 +79,8 @@ async def _list(filters: Filters) -> list[dict[str, Any]]:
 async def index(request: Request) -> Response:
     filters = parse_filters(request.query_params)
     items = await _list(filters)
+    if wants_json(request):
+        return json_twin({"items": items})
     context = {
         "filters": filters,
         "items": items,
@@ -92,45 +89,47 @@ async def index(request: Request) -> Response:
         "min_repos_choices": MIN_REPOS_CHOICES,
         "status_choices": STATUS_CHOICES,
     }
-    json_url = f"/infestations.json?{filters.query_string()}"
+    json_url = twin_path(f"/infestations?{filters.query_string()}")
     name = "infestations/_results.html" if is_fragment_request(request) else "infestations/index.html"
     return page(request, name, context, json_url=json_url, vary_hx=True)
 
 
-async def index_json(request: Request) -> Response:
-    filters = parse_filters(request.query_params)
-    return json_twin({"items": await _list(filters)})
-
-
-async def _show_data(request: Request, raw_key: str, *, with_repositories: bool = True) -> dict[str, Any] | Response:
-    """Everything the show page and its twin need, or the error response (404 unknown key, 400 bad cursor)."""
+async def _infestation(raw_key: str) -> dict[str, Any]:
     key = queries.parse_pattern_key(raw_key)
     infestation = await queries.get_infestation(key) if key is not None else None
-    if key is None or infestation is None or infestation["repo_count"] < 1:
-        return not_found(request, "No infestation is recorded under this pattern key.")
-    cursor = request.query_params.get("cursor") or None
+    if infestation is None or infestation["repo_count"] < 1:
+        raise NotFound({"pattern_key": ["not found"]}, message="No infestation is recorded under this pattern key.")
+    return infestation
+
+
+@contextmanager
+def _bad_cursor_is_400() -> Iterator[None]:
     try:
+        yield
+    except InvalidCursor as exc:
+        raise BadRequest(
+            exc.errors, title="Bad cursor", message="The cursor in this address is not one this site issued."
+        ) from exc
+
+
+async def _show_data(request: Request, *, with_repositories: bool = True) -> dict[str, Any]:
+    """Everything the show page and its twin need (404 unknown key, 400 bad cursor)."""
+    infestation = await _infestation(request.path_params["pattern_key"])
+    key = infestation["pattern_key"]
+    cursor = request.query_params.get("cursor") or None
+    with _bad_cursor_is_400():
         instances = await queries.list_instances_page(key, limit=LEDGER_PAGE, cursor=cursor)
         repositories: Page[dict[str, Any]] = {"entries": [], "next_cursor": None}
         if with_repositories:
             repositories = await queries.list_pattern_repos_page(
                 key, limit=SATELLITE_CAP, cursor=request.query_params.get("repos_cursor") or None
             )
-    except InvalidCursor:
-        return error_page(request, 400, "Bad cursor", "The cursor in this address is not one this site issued.")
     return {"infestation": infestation, "instances": instances, "repositories": repositories, "cursor": cursor}
 
 
 async def show(request: Request) -> Response:
-    raw, as_json = split_json_suffix(request.path_params["pattern_key"])
-    data = await _show_data(request, raw)
-    if isinstance(data, Response):
-        if as_json:
-            field = "cursor" if data.status_code == 400 else "pattern_key"
-            message = "is not a cursor this server issued" if data.status_code == 400 else "not found"
-            return json_error(data.status_code, field, message)
-        return data
-    if as_json:
+    data = await _show_data(request)
+    if wants_json(request):
         return json_twin(
             {
                 "infestation": data["infestation"],
@@ -147,40 +146,34 @@ def _show_page(request: Request, data: dict[str, Any]) -> Response:
         **data,
         "graph": hub_layout(data["infestation"], data["repositories"]["entries"], cap=SATELLITE_CAP),
     }
-    json_url = f"{infestation_path(key)}.json"
-    return page(request, "infestations/show.html", context, json_url=json_url, vary_hx=True)
+    return page(request, "infestations/show.html", context, json_url=twin_path(infestation_path(key)), vary_hx=True)
 
 
 async def instances(request: Request) -> Response:
-    """The ledger from `?cursor=`: rows plus the next control for htmx (appended in place), the whole show page
-    (starting at the cursor) for everyone else."""
-    raw = request.path_params["pattern_key"]
-    if request.url.path.endswith("/instances.json"):
-        key = queries.parse_pattern_key(raw)
-        if key is None or await queries.get_infestation(key) is None:
-            return json_error(404, "pattern_key", "not found")
-        try:
-            page_ = await queries.list_instances_page(
-                key, limit=LEDGER_PAGE, cursor=request.query_params.get("cursor") or None
+    """The ledger from `?cursor=`: the page of rows as JSON for the twin, rows plus the next control for htmx
+    (appended in place), the whole show page (starting at the cursor) for everyone else."""
+    if wants_json(request):
+        infestation = await _infestation(request.path_params["pattern_key"])
+        with _bad_cursor_is_400():
+            rows = await queries.list_instances_page(
+                infestation["pattern_key"], limit=LEDGER_PAGE, cursor=request.query_params.get("cursor") or None
             )
-        except InvalidCursor:
-            return json_error(400, "cursor", "is not a cursor this server issued")
-        return json_twin(page_)
+        return json_twin(rows)
     fragment = is_fragment_request(request)
-    data = await _show_data(request, raw, with_repositories=not fragment)
-    if isinstance(data, Response):
-        return data
+    data = await _show_data(request, with_repositories=not fragment)
     if not fragment:
         return _show_page(request, data)
-    context = data
-    json_url = f"{infestation_path(data['infestation']['pattern_key'])}/instances.json"
-    return page(request, "infestations/_ledger_fragment.html", context, json_url=json_url, vary_hx=True)
+    json_url = twin_path(f"{infestation_path(data['infestation']['pattern_key'])}/instances")
+    return page(request, "infestations/_ledger_fragment.html", data, json_url=json_url, vary_hx=True)
 
 
 routes: list[BaseRoute] = [
-    Route("/infestations", index, methods=["GET", "HEAD"]),
-    Route("/infestations.json", index_json, methods=["GET", "HEAD"]),
-    Route("/infestations/{pattern_key}/instances", instances, methods=["GET", "HEAD"]),
-    Route("/infestations/{pattern_key}/instances.json", instances, methods=["GET", "HEAD"]),
-    Route("/infestations/{pattern_key}", show, methods=["GET", "HEAD"]),
+    Route("/infestations{format:format}", index, methods=["GET", "HEAD"], name="infestations"),
+    Route(
+        "/infestations/{pattern_key}/instances{format:format}",
+        instances,
+        methods=["GET", "HEAD"],
+        name="infestation_instances",
+    ),
+    Route("/infestations/{pattern_key:stem}{format:format}", show, methods=["GET", "HEAD"], name="infestation"),
 ]

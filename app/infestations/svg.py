@@ -12,7 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+
+from app.kernel.urls import infestation_path, repo_path
 
 GOLDEN_ANGLE = math.pi * (3 - math.sqrt(5))  # ~137.5 degrees: successive ranks never line up
 STATUSES = ("open", "verified", "disputed", "fixed")  # tie order when picking a dominant status
@@ -26,23 +27,6 @@ SATELLITE_CAP = 64
 # satellites per ring, innermost first (sums to the cap); rings hold more as they grow
 RING_CAPACITY = (12, 20, 32)
 LABEL_MAX = 30
-
-
-def _seg(value: object) -> str:
-    return quote(str(value), safe="")
-
-
-def infestation_path(pattern_key: str) -> str:
-    return f"/infestations/{_seg(pattern_key)}"
-
-
-def repo_path(host: object, owner: object, name: object) -> str:
-    """Public path of a repository page; each segment percent-encoded (names are attacker-controlled)."""
-    return f"/repos/{_seg(host)}/{_seg(owner)}/{_seg(name)}"
-
-
-def finding_path(occurrence_public_id: object) -> str:
-    return f"/findings/{_seg(occurrence_public_id)}"
 
 
 def short_label(text: str, limit: int = LABEL_MAX) -> str:

@@ -6,7 +6,9 @@ import time
 
 from prometheus_client import Counter, Gauge, Histogram
 from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+
+from app.kernel.asgi import HTTPMiddleware
 
 LIST_DURATION = Histogram(
     "tarakan_infestations_list_seconds",
@@ -38,17 +40,11 @@ OLDEST_REFRESHED_AGE = Gauge(
 )
 
 
-class ServerTimingMiddleware:
+class ServerTimingMiddleware(HTTPMiddleware):
     """`Server-Timing: app;dur=<ms>` on every response: the server's time until the response headers (the whole
     render for a template page), so operators and the benchmark see server time apart from the network."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
 
         async def send_with_timing(message: Message) -> None:

@@ -26,9 +26,10 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
 from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app.kernel import db
+from app.kernel.asgi import HTTPMiddleware
 from app.kernel.config import settings
 
 CONTENT_SECURITY_POLICY = (
@@ -79,32 +80,22 @@ def csrf_refusal(scope: Scope) -> str | None:
     return "the request carries a cookie but neither Origin nor Sec-Fetch-Site"
 
 
-class CSRFMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            reason = csrf_refusal(scope)
-            if reason is not None:
-                response = PlainTextResponse(
-                    f"403 Forbidden: cross-origin {scope['method']} refused ({reason}). "
-                    "Submit the form from this site's own pages.",
-                    status_code=403,
-                )
-                await response(scope, receive, send)
-                return
+class CSRFMiddleware(HTTPMiddleware):
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        reason = csrf_refusal(scope)
+        if reason is not None:
+            response = PlainTextResponse(
+                f"403 Forbidden: cross-origin {scope['method']} refused ({reason}). "
+                "Submit the form from this site's own pages.",
+                status_code=403,
+            )
+            await response(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
-class SecurityHeadersMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class SecurityHeadersMiddleware(HTTPMiddleware):
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         no_store = str(scope.get("path", "")).startswith(NO_STORE_PREFIXES)
         started = False
 
@@ -144,14 +135,8 @@ def _has_cookie(headers: Headers, name: str) -> bool:
     return False
 
 
-class ReadYourWritesMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class ReadYourWritesMiddleware(HTTPMiddleware):
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
         mark = scope["method"] in UNSAFE_METHODS and _has_cookie(headers, SESSION_COOKIE_NAME)
 

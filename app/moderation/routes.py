@@ -18,11 +18,12 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import current_account
-from app.kernel.errors import DomainError
+from app.kernel.errors import DomainError, Forbidden, NotFound, Unauthorized
+from app.kernel.forms import field, safe_local_path, with_query
 from app.kernel.paging import Page
-from app.kernel.templating import templates
+from app.kernel.policy import can_moderate
+from app.kernel.web import page
 from app.moderation import queries, service
-from app.moderation.forms import field, safe_local_path, with_query
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
 
@@ -35,34 +36,26 @@ CHOICES = {
 
 
 def _page(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> Response:
-    return templates.TemplateResponse(request, name, {**CHOICES, **context}, status_code=status_code)
+    # no Cache-Control here: the security middleware marks every console response no-store
+    return page(request, name, {**CHOICES, **context}, status_code=status_code, cache=None)
 
 
-def _error_page(request: Request, status_code: int, title: str, message: str, **extra: Any) -> Response:
-    return _page(
-        request, "moderation/error.html", {"title": title, "message": message, **extra}, status_code=status_code
-    )
-
-
-async def _moderator(request: Request) -> tuple[Account | None, Response | None]:
-    """The acting moderator, or the response that turns the request away: anonymous GET → the login page
-    (coming back here after), anonymous POST → 401, anyone else → 403."""
+async def _moderator(request: Request) -> Account:
+    """The acting moderator; anyone else is refused (401 without a session, 403 without the standing)."""
     account = await current_account(request)
     if account is None:
-        if request.method == "GET":
-            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-            return None, RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
-        return None, _error_page(
-            request, 401, "Log in to moderate", "Your session has ended or you are not logged in.", login=True
+        raise Unauthorized(
+            {"session": ["log in to moderate"]},
+            title="Log in to moderate",
+            message="Your session has ended or you are not logged in.",
         )
-    if not service.can_moderate(account):
-        return account, _error_page(
-            request,
-            403,
-            "Moderators only",
-            "The moderation console is for moderators and admins in good standing.",
+    if not can_moderate(account):
+        raise Forbidden(
+            {"account": ["is not a moderator in good standing"]},
+            title="Moderators only",
+            message="The moderation console is for moderators and admins in good standing.",
         )
-    return account, None
+    return account
 
 
 async def _flash(request: Request) -> str | None:
@@ -94,16 +87,20 @@ async def _list_page(
     filters: dict[str, str],
     load: Callable[[str | None], Awaitable[Page[dict[str, Any]]]],
 ) -> Response:
-    """One console list: the moderator check, the keyset page, bad filters and cursors as a 400 page."""
-    account, refusal = await _moderator(request)
-    if refusal:
-        return refusal
+    """One console list: the moderator check (an anonymous visitor goes to the login page and comes back), the
+    keyset page; bad filters and cursors are a "Bad filter" error page."""
     try:
-        page = await load(_cursor(request))
+        account = await _moderator(request)
+    except Unauthorized:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+    try:
+        page_ = await load(_cursor(request))
     except DomainError as exc:
-        return _error_page(request, exc.status_code, "Bad filter", _messages(exc))
-    context = {"account": account, "section": section, "page": page, "filters": filters}
-    return _page(request, f"moderation/{section}.html", {**context, **await _list_context(request, page)})
+        exc.title = "Bad filter"
+        raise
+    context = {"account": account, "section": section, "page": page_, "filters": filters}
+    return _page(request, f"moderation/{section}.html", {**context, **await _list_context(request, page_)})
 
 
 async def reports_page(request: Request) -> Response:
@@ -159,8 +156,7 @@ def _here(request: Request) -> str:
     return request.url.path + (f"?{query}" if query else "")
 
 
-def _messages(exc: DomainError) -> str:
-    return "; ".join(f"{k}: {', '.join(v)}" if k != "base" else ", ".join(v) for k, v in exc.errors.items())
+REASON_FIELDS = ("reason", "notes", "return_to")
 
 
 async def _act(
@@ -168,16 +164,19 @@ async def _act(
     *,
     partial: str,
     subject: dict[str, Any],
-    values: dict[str, str],
-    action: Any,
+    fields: tuple[str, ...],
+    action: Callable[[dict[str, str]], Awaitable[service.ActionOutcome]],
     default_return: str,
 ) -> Response:
-    """Run one moderation action from a form and answer for both the no-JS and the htmx form."""
+    """Run one moderation action from its form (`fields` plus reason, notes and return_to) and answer for both
+    the no-JS and the htmx form."""
+    form = await request.form()
+    values = {k: field(form, k) for k in (*fields, *REASON_FIELDS)}
     htmx = request.headers.get("hx-request") == "true"
     return_to = safe_local_path(values.get("return_to"), default=default_return, prefix="/moderation")
     context: dict[str, Any] = {"subject": subject, "values": values, "errors": {}, "return_to": return_to}
     try:
-        outcome: service.ActionOutcome = await action()
+        outcome = await action(values)
     except DomainError as exc:
         context["errors"] = exc.errors
         status = exc.status_code
@@ -201,79 +200,56 @@ async def _act(
 
 
 async def scan_visibility(request: Request) -> Response:
-    actor, refusal = await _moderator(request)
-    if refusal:
-        return refusal
-    assert actor is not None
+    actor = await _moderator(request)
     raw_id = request.path_params["scan_id"]
     report = await queries.get_report(raw_id) if 0 < raw_id < 2**63 else None
     if report is None:
-        return _error_page(request, 404, "Not found", f"No report with id {raw_id}.")
-    form = await request.form()
-    values = {k: field(form, k) for k in ("visibility", "reason", "notes", "return_to")}
+        raise NotFound({"report": ["not found"]}, message=f"No report with id {raw_id}.")
     return await _act(
         request,
         partial="moderation/_scan_form.html",
         subject=report,
-        values=values,
-        action=lambda: service.change_scan_visibility(
-            actor, raw_id, values["visibility"], values["reason"], values["notes"]
-        ),
+        fields=("visibility",),
+        action=lambda v: service.change_scan_visibility(actor, raw_id, v["visibility"], v["reason"], v["notes"]),
         default_return="/moderation",
     )
 
 
 async def repository_listing(request: Request) -> Response:
-    actor, refusal = await _moderator(request)
-    if refusal:
-        return refusal
-    assert actor is not None
+    actor = await _moderator(request)
     host, owner, name = (request.path_params[k] for k in ("host", "owner", "name"))
     repo = await queries.get_repository(host, owner, name)
     if repo is None:
-        return _error_page(request, 404, "Not found", f"No repository {host}/{owner}/{name}.")
-    form = await request.form()
-    values = {k: field(form, k) for k in ("listing_status", "reason", "notes", "return_to")}
+        raise NotFound({"repository": ["not found"]}, message=f"No repository {host}/{owner}/{name}.")
+    slug = (repo["host"], repo["owner"], repo["name"])
     return await _act(
         request,
         partial="moderation/_repository_form.html",
         subject=repo,
-        values=values,
-        action=lambda: service.change_repository_listing(
-            actor,
-            repo["host"],
-            repo["owner"],
-            repo["name"],
-            values["listing_status"],
-            values["reason"],
-            values["notes"],
-        ),
+        fields=("listing_status",),
+        action=lambda v: service.change_repository_listing(actor, *slug, v["listing_status"], v["reason"], v["notes"]),
         default_return="/moderation/repositories",
     )
 
 
 async def account_change(request: Request) -> Response:
-    actor, refusal = await _moderator(request)
-    if refusal:
-        return refusal
-    assert actor is not None
-    target = await queries.get_account(request.path_params["handle"])
+    actor = await _moderator(request)
+    handle = request.path_params["handle"]
+    target = await queries.get_account(handle)
     if target is None:
-        return _error_page(request, 404, "Not found", f"No account @{request.path_params['handle']}.")
-    form = await request.form()
-    values = {k: field(form, k) for k in ("platform_role", "state", "reason", "notes", "return_to")}
+        raise NotFound({"account": ["not found"]}, message=f"No account @{handle}.")
     return await _act(
         request,
         partial="moderation/_account_form.html",
         subject=target,
-        values=values,
-        action=lambda: service.change_account(
+        fields=("platform_role", "state"),
+        action=lambda v: service.change_account(
             actor,
             target["handle"],
-            platform_role=values["platform_role"] or None,
-            state=values["state"] or None,
-            reason=values["reason"],
-            notes=values["notes"],
+            platform_role=v["platform_role"] or None,
+            state=v["state"] or None,
+            reason=v["reason"],
+            notes=v["notes"],
         ),
         default_return="/moderation/accounts",
     )

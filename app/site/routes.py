@@ -1,4 +1,4 @@
-"""Home page, its JSON twin, and the shared home infestation fragment."""
+"""Home page, its JSON twin, the shared home infestation fragment, and the record pages (`app.site.records`)."""
 
 from __future__ import annotations
 
@@ -7,28 +7,24 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from app.kernel.web import json_twin, page, wants_json
 from app.registry.stats import registry_stats
 from app.reports.queries import list_recent_public_reports
-from app.site import home_infestations
-from app.site.web import json_twin, page
+from app.site import home_infestations, records
 
 RECENT_REPORTS = 10
 
 
 async def home(request: Request) -> Response:
-    etag = await home_infestations.current_etag()
-    fragment = await home_infestations.rendered(etag)
-    context = {
-        "stats": await registry_stats(),
-        "infestations_html": Markup(fragment.html),  # rendered by an autoescaping template
-        "reports": await list_recent_public_reports(limit=RECENT_REPORTS),
-    }
-    return page(request, "site/home.html", context, json_url="/index.json")
-
-
-async def home_json(request: Request) -> Response:
     fragment = await home_infestations.rendered(await home_infestations.current_etag())
     reports = await list_recent_public_reports(limit=RECENT_REPORTS)
+    if not wants_json(request):
+        context = {
+            "stats": await registry_stats(),
+            "infestations_html": Markup(fragment.html),  # rendered by an autoescaping template
+            "reports": reports,
+        }
+        return page(request, "site/home.html", context, json_url="/index.json")
     return json_twin(
         {
             "stats": await registry_stats(),
@@ -63,7 +59,8 @@ async def home_infestations_fragment(request: Request) -> Response:
 
 
 routes: list[BaseRoute] = [
-    Route("/", home, methods=["GET", "HEAD"]),
-    Route("/index.json", home_json, methods=["GET", "HEAD"]),
+    Route("/", home, methods=["GET", "HEAD"], name="home"),
+    Route("/index{format:twin}", home, methods=["GET", "HEAD"], name="home_twin"),  # the twin of `/`
     Route("/fragments/home-infestations", home_infestations_fragment, methods=["GET", "HEAD"]),
+    *records.routes,
 ]

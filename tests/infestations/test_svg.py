@@ -6,8 +6,9 @@ import itertools
 import math
 from typing import Any
 
-from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout, repo_path
+from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout
 from app.kernel.templating import environment
+from app.kernel.urls import repo_path
 from e2e.seed import HOSTILE_NAME, HOSTILE_TITLE
 from e2e.soup import attrs, soup
 

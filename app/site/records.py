@@ -1,0 +1,159 @@
+"""The public record pages that compose several features: a repository (its reports and infestations) and a
+finding; each with its JSON twin (the `.json` suffix).
+
+Visibility is decided in one place (`app.kernel.visibility`, asked through the reports queries); these handlers
+only render what it allows. Unknown, hidden and malformed addresses are all the same 404.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from app.accounts.viewer import viewer_for
+from app.infestations.queries import list_repository_infestations
+from app.kernel.errors import NotFound
+from app.kernel.policy import Viewer
+from app.kernel.urls import finding_path, repo_path, twin_path
+from app.kernel.visibility import repository_visible
+from app.kernel.web import JSON_SUFFIX, cache_for, json_twin, page, wants_json
+from app.registry import queries
+from app.registry.routes import public_repository_json
+from app.reports.queries import get_finding, list_repository_reports
+
+REPOSITORY_REPORTS = 20
+REPOSITORY_INFESTATIONS = 50
+
+
+async def _visible_repository(viewer: Viewer, host: str, owner: str, name: str) -> dict[str, Any] | None:
+    repository = await queries.get_repository(host.lower(), owner.lower(), name.lower())
+    if repository is None or not repository_visible(viewer, repository["listing_status"]):
+        return None
+    return repository
+
+
+async def repository_page(request: Request) -> Response:
+    host, owner, name = (request.path_params[k] for k in ("host", "owner", "name"))
+    viewer = await viewer_for(request)
+    as_json = wants_json(request)
+    repository = None
+    if as_json:
+        # A repository may itself be named `x.json`: the exact name wins, `x.json` is then the twin of `x` only
+        # when no repository carries that name (and `x.json.json` is always the twin of `x.json`).
+        repository = await _visible_repository(viewer, host, owner, name + JSON_SUFFIX)
+        as_json = repository is None
+    if repository is None:
+        repository = await _visible_repository(viewer, host, owner, name)
+    if repository is None:
+        raise NotFound({"repository": ["not found"]}, message="No repository is recorded at this address.")
+    reports = await list_repository_reports(
+        repository["id"], repository["listing_status"], viewer=viewer, limit=REPOSITORY_REPORTS
+    )
+    infestations = await list_repository_infestations(repository["id"], limit=REPOSITORY_INFESTATIONS)
+    path = repo_path(repository["host"], repository["owner"], repository["name"])
+    if as_json:
+        return json_twin(
+            {
+                "repository": public_repository_json(repository),
+                "reports": [_report_json(r) for r in reports],
+                "infestations": infestations,
+            },
+            cache=cache_for(viewer),
+        )
+    context = {
+        "repository": repository,
+        "reports": reports,
+        "infestations": infestations,
+        "external_url": repository["canonical_url"] if repository["canonical_url"].startswith("https://") else None,
+    }
+    return page(request, "site/repository.html", context, json_url=twin_path(path), cache=cache_for(viewer))
+
+
+def _report_json(report: dict[str, Any]) -> dict[str, Any]:
+    header = {
+        "id": report["id"],
+        "commit_sha": report["commit_sha"],
+        "model": report["model"],
+        "provenance": report["provenance"],
+        "review_kind": report["review_kind"],
+        "review_status": report["review_status"],
+        "visibility": report["visibility"],
+        "inserted_at": report["inserted_at"],
+    }
+    if report["access"] != "full":
+        return header  # summary-only: the header, nothing about its findings
+    return header | {
+        "findings_count": report["findings_count"],
+        "findings": [
+            {
+                "public_id": f["public_id"],
+                "title": f["title"],
+                "severity": f["severity"],
+                "file_path": f["file_path"],
+                "line_start": f["line_start"],
+                "line_end": f["line_end"],
+                "status": f["status"],
+                "pattern_key": f["pattern_key"],
+                "url": finding_path(f["public_id"]),
+            }
+            for f in report["findings"]
+        ],
+    }
+
+
+def _parse_public_id(raw: str) -> uuid.UUID | None:
+    try:
+        parsed = uuid.UUID(raw)
+    except ValueError:
+        return None
+    return parsed if str(parsed) == raw else None  # one address per finding: canonical lowercase form
+
+
+_FINDING_FIELDS = (
+    "public_id",
+    "title",
+    "severity",
+    "file_path",
+    "line_start",
+    "line_end",
+    "description",
+    "disposition",
+    "status",
+    "canonical_public_id",
+    "confirmations_count",
+    "disputes_count",
+    "pattern_key",
+    "commit_sha",
+    "reported_at",
+)
+
+
+async def finding_page(request: Request) -> Response:
+    public_id = _parse_public_id(request.path_params["ref"])
+    viewer = await viewer_for(request)
+    finding = await get_finding(public_id, viewer=viewer) if public_id is not None else None
+    if finding is None:
+        raise NotFound({"finding": ["not found"]}, message="No public finding is recorded at this address.")
+    if wants_json(request):
+        repository = {"host": finding["host"], "owner": finding["owner"], "name": finding["name"]}
+        return json_twin(
+            {
+                "finding": {k: finding[k] for k in _FINDING_FIELDS} | {"repository": repository},
+                "checks": finding["checks"],
+            },
+            cache=cache_for(viewer),
+        )
+    json_url = twin_path(finding_path(finding["public_id"]))
+    return page(request, "site/finding.html", {"finding": finding}, json_url=json_url, cache=cache_for(viewer))
+
+
+routes: list[BaseRoute] = [
+    Route(
+        "/repos/{host}/{owner}/{name:stem}{format:format}", repository_page, methods=["GET", "HEAD"], name="repository"
+    ),
+    Route("/findings/{ref:stem}{format:format}", finding_page, methods=["GET", "HEAD"], name="finding"),
+]
