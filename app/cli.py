@@ -6,19 +6,10 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
 
+from app.kernel.cli import Handler, command
 from app.kernel.config import ConfigError
 from app.kernel.errors import DomainError
-
-Handler = Callable[[argparse.Namespace], Awaitable[int] | int]
-
-
-def command(sub: Any, name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=help)
-    parser.set_defaults(handler=handler)
-    return parser
 
 
 async def _run_async(handler: Handler, args: argparse.Namespace) -> int:
@@ -71,10 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     from app.moderation.cli import register as register_moderation
     from app.registry.cli import register as register_registry
     from app.reports.cli import register as register_reports
+    from app.seed import register as register_seed
 
     for register in (
         register_accounts,
         register_registry,
+        register_seed,
         register_reports,
         register_moderation,
         register_infestations,

@@ -7,8 +7,8 @@ from app.infestations.models import (
     InfestationPatternInstance,
     InfestationPatternRepo,
 )
+from app.kernel.audit import AuditEvent
 from app.kernel.db import Base
-from app.moderation.models import AuditEvent
 from app.ops.models import AppSecret, InstanceLease, JobRun
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, CanonicalFindingCheck, Scan, ScanConfirmation, ScanFinding

@@ -9,6 +9,7 @@ windows all have content. Re-running skips every report whose run_id already exi
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import uuid
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from sqlalchemy import exists, select, text, update
 from app.accounts.models import Account
 from app.accounts.service import create_account, get_account_by_email
 from app.kernel import db
+from app.kernel.cli import command
+from app.kernel.errors import ValidationError
 from app.registry.models import Repository
 from app.registry.service import register_repository
 from app.reports.finding_memory import pattern_key
@@ -224,8 +227,8 @@ async def _existing_run_ids(account_id: int, run_ids: list[str]) -> set[str]:
 
 async def _apply_statuses_and_times(submitted: list[tuple[SeedReport, uuid.UUID]]) -> None:
     """One transaction: direct status writes, spread timestamps, dirty keys, repository metrics."""
-    from app.infestations.hooks import mark_dirty
-    from app.reports.service import recalculate_repository_metrics
+    from app.kernel.outbox import mark_dirty
+    from app.registry.metrics import recalculate_repository_metrics
 
     async with db.transaction() as session:
         now = (await session.execute(text("SELECT now()"))).scalar_one()
@@ -263,7 +266,7 @@ async def _apply_statuses_and_times(submitted: list[tuple[SeedReport, uuid.UUID]
 
 async def seed_demo(*, if_empty: bool) -> dict[str, Any]:
     """Load the demo registry. With `if_empty`, do nothing when any repository exists. Returns a summary."""
-    from app.infestations.projection import drain_all
+    from app.infestations.dirty_queue import drain_all
     from app.reports.service import submit_report
 
     if if_empty:
@@ -298,3 +301,25 @@ async def seed_demo(*, if_empty: bool) -> dict[str, Any]:
         "moderator_email": MODERATOR_EMAIL,
         "password": DEMO_PASSWORD,
     }
+
+
+async def _seed(args: argparse.Namespace) -> int:
+    if not args.demo:
+        raise ValidationError({"demo": ["pass --demo (the demo data set is the only seed)"]})
+    summary = await seed_demo(if_empty=args.if_empty)
+    if summary.get("skipped"):
+        print(f"seed: skipped ({summary['reason']})")
+        return 0
+    print(
+        "seed: {repositories} repositories, {reports_submitted} reports submitted ({reports_skipped} already "
+        "there), {patterns} patterns, {rollups_refreshed} rollup keys refreshed".format(**summary)
+    )
+    print(f"seed: moderator login {summary['moderator_email']} / {summary['password']}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add `tarakan seed --demo` to the `tarakan` parser."""
+    seed = command(sub, "seed", _seed, "load the demo data set (docs/domain.md §10)")
+    seed.add_argument("--demo", action="store_true", help="the demo registry: accounts, repositories, patterns")
+    seed.add_argument("--if-empty", action="store_true", help="do nothing when any repository exists")

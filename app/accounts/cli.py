@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, TRUST_TIERS
-from app.cli import command
-from app.kernel.errors import NotFound, ValidationError
+from app.kernel.cli import command, group
+from app.kernel.errors import ValidationError
 
 
 async def _accounts_create(args: argparse.Namespace) -> int:
@@ -33,11 +33,9 @@ async def _accounts_create(args: argparse.Namespace) -> int:
 
 
 async def _tokens_create(args: argparse.Namespace) -> int:
-    from app.accounts.service import create_token, get_account_by_email
+    from app.accounts.service import create_token, require_account_by_email
 
-    account = await get_account_by_email(args.email)
-    if account is None:
-        raise NotFound({"email": [f"no account with email {args.email.strip().lower()}"]})
+    account = await require_account_by_email(args.email, field="email")
     token = await create_token(account.id, args.scopes.split(","))
     print(f"API token for {account.handle} ({args.scopes}); it is shown only once:")
     print(token)  # alone on the last line, so scripts can take `tail -n 1`
@@ -46,8 +44,7 @@ async def _tokens_create(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add this feature's subcommands to the `tarakan` parser."""
-    accounts = sub.add_parser("accounts", help="manage accounts", description="manage accounts")
-    accounts_sub = accounts.add_subparsers(dest="accounts_command", required=True, metavar="ACTION")
+    accounts_sub = group(sub, "accounts", "manage accounts")
     create = command(accounts_sub, "create", _accounts_create, "create an account and print it as JSON")
     create.add_argument("email")
     create.add_argument("--handle", required=True)
@@ -59,8 +56,7 @@ def register(sub: Any) -> None:
         "--password-stdin", action="store_true", help="read a web login password (>= 12 chars) from stdin's first line"
     )
 
-    tokens = sub.add_parser("tokens", help="manage API tokens", description="manage API tokens")
-    tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
+    tokens_sub = group(sub, "tokens", "manage API tokens")
     token_create = command(tokens_sub, "create", _tokens_create, "issue an API token; prints it once, on the last line")
     token_create.add_argument("email")
     token_create.add_argument(

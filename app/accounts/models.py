@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ARRAY, BigInteger, CheckConstraint, DateTime, ForeignKey, Index, LargeBinary, Text, func
+from sqlalchemy import ARRAY, BigInteger, DateTime, ForeignKey, Index, LargeBinary, Text, func
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.kernel.columns import Inserted, Timestamps, one_of
 from app.kernel.db import Base
 
 PLATFORM_ROLES = ("member", "moderator", "admin")
@@ -13,16 +14,12 @@ ACCOUNT_STATES = ("probation", "active", "restricted", "suspended", "banned")
 TOKEN_SCOPES = ("findings:submit", "findings:verify", "repositories:write", "reviews:submit", "reviews:verify")
 
 
-def _in(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
-
-
-class Account(Base):
+class Account(Timestamps, Base):
     __tablename__ = "accounts"
     __table_args__ = (
-        CheckConstraint(_in("platform_role", PLATFORM_ROLES), name="platform_role"),
-        CheckConstraint(_in("trust_tier", TRUST_TIERS), name="trust_tier"),
-        CheckConstraint(_in("state", ACCOUNT_STATES), name="state"),
+        one_of("platform_role", PLATFORM_ROLES),
+        one_of("trust_tier", TRUST_TIERS),
+        one_of("state", ACCOUNT_STATES),
         Index("accounts_email_idx", "email", unique=True),
         Index("accounts_handle_idx", "handle", unique=True),
     )
@@ -36,11 +33,9 @@ class Account(Base):
     state: Mapped[str] = mapped_column(Text, server_default="probation")
     # Real interactive activity only (login); written at most once per 5 minutes.
     last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class ApiToken(Base):
+class ApiToken(Inserted, Base):
     __tablename__ = "api_tokens"
     __table_args__ = (
         Index("api_tokens_token_hash_idx", "token_hash", unique=True),
@@ -55,10 +50,9 @@ class ApiToken(Base):
     # Throttled: written at most once per 5 minutes per token.
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class WebSession(Base):
+class WebSession(Inserted, Base):
     """Server-side login sessions (authoritative): revocable, rotated at login, expiring."""
 
     __tablename__ = "web_sessions"
@@ -76,7 +70,6 @@ class WebSession(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Throttled like api_tokens.last_used_at.
     last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 class LoginAttempt(Base):

@@ -20,6 +20,7 @@ from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, TOKEN_SCOPES, TR
 from app.accounts.passwords import hash_password
 from app.kernel import db
 from app.kernel.errors import Forbidden, NotFound, Unauthorized, ValidationError
+from app.kernel.policy import is_locked_out
 
 EMAIL_RE = re.compile(
     r"^[a-z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$"
@@ -40,7 +41,6 @@ PASSWORD_MIN = 12
 PASSWORD_MAX = 1024  # argon2 hashes any length; a cap keeps hashing cost bounded
 TOKEN_PREFIX = "tk_"
 TOKEN_RE = re.compile(r"^tk_[A-Za-z0-9_-]{40}$")
-BLOCKED_STATES = frozenset({"suspended", "banned"})
 
 # One atomic statement: concurrent requests with the same token write at most once per 5 minutes, no read first.
 _TOUCH_TOKEN = text(
@@ -157,6 +157,14 @@ async def get_account_by_handle(handle: str) -> Account | None:
     return await _one_account(Account.handle == normalize_handle(handle))
 
 
+async def require_account_by_email(email: str, *, field: str = "as") -> Account:
+    """The account with this email, or NotFound naming `field` (the CLI's `--as EMAIL` and friends)."""
+    account = await get_account_by_email(email)
+    if account is None:
+        raise NotFound({field: [f"no account with email {normalize_email(email)}"]})
+    return account
+
+
 async def get_account(account_id: int) -> Account | None:
     return await _one_account(Account.id == account_id)
 
@@ -243,7 +251,7 @@ async def authenticate_bearer(authorization_header: str | None) -> tuple[Account
         token_id, scopes, revoked_at, account = row
         if revoked_at is not None:
             raise Unauthorized({"authorization": ["this API token has been revoked"]})
-        if account.state in BLOCKED_STATES:
+        if is_locked_out(account):
             raise Forbidden({"account": [f"is {account.state}"]})
         await session.execute(_TOUCH_TOKEN, {"id": token_id})
     return account, frozenset(scopes)

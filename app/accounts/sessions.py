@@ -33,6 +33,7 @@ from app.accounts.passwords import hash_password, verify_password
 from app.kernel import db
 from app.kernel.config import settings
 from app.kernel.errors import DomainError, RateLimited
+from app.kernel.policy import is_locked_out
 from app.kernel.security import SESSION_COOKIE_NAME
 from app.ops.secrets import client_ip_hash
 
@@ -43,7 +44,6 @@ TOUCH_INTERVAL = timedelta(minutes=5)
 RATE_WINDOW = timedelta(minutes=15)
 MAX_FAILURES_PER_ACCOUNT = 5
 MAX_FAILURES_PER_ADDRESS = 20
-BLOCKED_STATES = ("suspended", "banned")
 INVALID_CREDENTIALS = "invalid email or password"
 
 _STATE_KEY = "tarakan_account"
@@ -159,7 +159,7 @@ async def login(email: str, password: str, *, client_ip: str | None, presented_t
     if failed:
         raise LoginFailed({"base": [INVALID_CREDENTIALS]})
     assert account is not None
-    if account.state in BLOCKED_STATES:
+    if is_locked_out(account):
         raise AccountBlocked({"base": [f"this account is {account.state} and cannot log in"]})
 
     token = new_token()

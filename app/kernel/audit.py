@@ -6,18 +6,18 @@ Infrastructure, not a feature: any feature that performs an audited action recor
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, Text, func, text
+from sqlalchemy import BigInteger, ForeignKey, Index, Text, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.kernel.columns import Inserted
 from app.kernel.db import Base
 
 
-class AuditEvent(Base):
+class AuditEvent(Inserted, Base):
     """Moderation and administration audit log (authoritative). One row per action, same transaction."""
 
     __tablename__ = "audit_events"
@@ -36,7 +36,6 @@ class AuditEvent(Base):
     after: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     reason: Mapped[str | None] = mapped_column(Text)
     notes: Mapped[str | None] = mapped_column(Text)
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 async def record_audit(

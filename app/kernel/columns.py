@@ -1,4 +1,4 @@
-"""Column helpers the models share: CHECK constraints over a closed set of values, and the timestamps."""
+"""Column helpers the models share: CHECK constraints over a closed set of values, and the timestamp columns."""
 
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ def one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({', '.join(repr(v) for v in values)})", name=column)
 
 
-def inserted_at() -> Mapped[datetime]:
-    return mapped_column(DateTime(timezone=True), server_default=func.now())
+class Inserted:
+    """`inserted_at`, set by the database when the row is written."""
+
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-def updated_at() -> Mapped[datetime]:
-    return mapped_column(DateTime(timezone=True), server_default=func.now())
+class Timestamps(Inserted):
+    """`inserted_at` and `updated_at`; services move `updated_at` only when a value really changes."""
+
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

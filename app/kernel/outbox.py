@@ -49,8 +49,9 @@ WHERE f.scan_id = :scan_id AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
 """
 
 
-async def mark_dirty(session: AsyncSession, keys: Iterable[str | None], reason: str) -> int:
-    """Record pattern keys whose rollups must be recomputed. Returns how many keys were marked."""
+async def mark_dirty(session: AsyncSession, keys: Iterable[str | None], reason: str, *, ring: bool = True) -> int:
+    """Record pattern keys whose rollups must be recomputed. Returns how many keys were marked. `ring=False` for
+    a caller that drains the keys itself (reconcile)."""
     unique = sorted({k for k in keys if k})
     if not unique:
         return 0
@@ -58,7 +59,7 @@ async def mark_dirty(session: AsyncSession, keys: Iterable[str | None], reason: 
         text(_UPSERT_DIRTY.format(source="SELECT unnest(CAST(:keys AS text[]))")),
         {"keys": unique, "reason": reason},
     )
-    return _marked(result.rowcount)  # type: ignore[attr-defined]
+    return _marked(result.rowcount, ring=ring)  # type: ignore[attr-defined]
 
 
 async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> int:
@@ -78,9 +79,9 @@ async def mark_repository_dirty(session: AsyncSession, repository_id: int, reaso
     return _marked(result.rowcount)  # type: ignore[attr-defined]
 
 
-def _marked(rowcount: int | None) -> int:
+def _marked(rowcount: int | None, *, ring: bool = True) -> int:
     count = int(rowcount or 0)
-    if count and db.in_transaction():
+    if count and ring and db.in_transaction():
         after_commit(ring_drain)
     return count
 

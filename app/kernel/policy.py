@@ -51,6 +51,12 @@ def is_qualified_reviewer(actor: Actor) -> bool:
     return actor.trust_tier == REVIEWER_TIER or has_moderator_role(actor)
 
 
+def qualified_reviewer_sql(alias: str) -> str:
+    """`is_qualified_reviewer` as a SQL condition on the accounts row `alias` (quorum counts in SQL)."""
+    roles = ", ".join(f"'{r}'" for r in MODERATOR_ROLES)
+    return f"({alias}.trust_tier = '{REVIEWER_TIER}' OR {alias}.platform_role IN ({roles}))"
+
+
 def can_moderate(actor: Actor | None) -> bool:
     """A moderator or admin in good standing: the only accounts that may moderate or delete."""
     return actor is not None and has_moderator_role(actor) and in_good_standing(actor)

@@ -1,4 +1,5 @@
-"""`tarakan moderate scan|repo|account ...`: the console's actions from the command line, on the same services."""
+"""`tarakan moderate scan|repo|account ...`: the console's actions from the command line, on the same services;
+and `tarakan repos delete` (the hard delete is a moderation action)."""
 
 from __future__ import annotations
 
@@ -6,20 +7,12 @@ import argparse
 import json
 from typing import Any
 
-from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
-from app.cli import command
-from app.kernel.errors import NotFound
+from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES
+from app.accounts.service import require_account_by_email
+from app.kernel.cli import command, group
+from app.kernel.refs import parse_ref
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
-
-
-async def _actor(email: str) -> Account:
-    from app.accounts.service import get_account_by_email
-
-    account = await get_account_by_email(email)
-    if account is None:
-        raise NotFound({"as": [f"no account with email {email.strip().lower()}"]})
-    return account
 
 
 async def _report(outcome: Any) -> int:
@@ -43,15 +36,15 @@ async def _report(outcome: Any) -> int:
 async def _scan(args: argparse.Namespace) -> int:
     from app.moderation.service import change_scan_visibility
 
-    actor = await _actor(args.as_email)
+    actor = await require_account_by_email(args.as_email)
     return await _report(await change_scan_visibility(actor, args.scan_id, args.visibility, args.reason, args.notes))
 
 
 async def _repo(args: argparse.Namespace) -> int:
-    from app.moderation.service import change_repository_listing, parse_repository_slug
+    from app.moderation.service import change_repository_listing
 
-    host, owner, name = parse_repository_slug(args.repository)
-    actor = await _actor(args.as_email)
+    host, owner, name = parse_ref(args.repository)
+    actor = await require_account_by_email(args.as_email)
     return await _report(
         await change_repository_listing(actor, host, owner, name, args.listing, args.reason, args.notes)
     )
@@ -60,12 +53,22 @@ async def _repo(args: argparse.Namespace) -> int:
 async def _account(args: argparse.Namespace) -> int:
     from app.moderation.service import change_account
 
-    actor = await _actor(args.as_email)
+    actor = await require_account_by_email(args.as_email)
     return await _report(
         await change_account(
             actor, args.handle, platform_role=args.role, state=args.state, reason=args.reason, notes=args.notes
         )
     )
+
+
+async def _repos_delete(args: argparse.Namespace) -> int:
+    from app.moderation.service import delete_repository
+
+    host, owner, name = parse_ref(args.repository)
+    actor = await require_account_by_email(args.actor)
+    await delete_repository(host, owner, name, actor_id=actor.id, reason=args.reason, notes=args.notes)
+    print(f"deleted {host}/{owner}/{name}; its infestation patterns are queued for recount")
+    return 0
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -76,8 +79,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     """Add this feature's subcommands to the `tarakan` parser."""
-    moderate = sub.add_parser("moderate", help="moderation actions (audited)", description="moderation actions")
-    actions = moderate.add_subparsers(dest="moderate_command", required=True, metavar="ACTION")
+    repos = group(sub, "repos", "manage repositories")
+    remove = command(repos, "delete", _repos_delete, "hard-delete a repository with its reports (moderators)")
+    remove.add_argument("repository", metavar="HOST/OWNER/NAME")
+    remove.add_argument("--as", dest="actor", required=True, metavar="EMAIL", help="the moderator or admin acting")
+    remove.add_argument("--reason", default=None)
+    remove.add_argument("--notes", default=None)
+
+    actions = group(sub, "moderate", "moderation actions (audited)")
 
     scan = command(actions, "scan", _scan, "change a report's visibility")
     scan.add_argument("scan_id", type=int, metavar="SCAN_ID")

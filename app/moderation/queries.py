@@ -39,11 +39,36 @@ def _id_cursor(cursor: str | None) -> int | None:
     return decode_id_cursor(cursor) if cursor else None
 
 
+# One select per console noun, shared by its list and its detail read.
+_REPORTS = """SELECT s.id, s.commit_sha, s.visibility, s.review_status, s.findings_count, s.inserted_at,
+       s.moderation_reason, s.reviewed_at, r.host, r.owner, r.name, r.listing_status, a.handle AS submitter_handle
+FROM scans s
+JOIN repositories r ON r.id = s.repository_id
+JOIN accounts a ON a.id = s.submitted_by_id"""
+_REPOSITORIES = """SELECT id, host, owner, name, listing_status, status, scan_count, open_findings_count, inserted_at
+FROM repositories"""
+_ACCOUNTS = "SELECT id, handle, platform_role, trust_tier, state, last_seen_at, inserted_at FROM accounts"
+_AUDIT_EVENTS = """SELECT e.id, e.action, e.subject_type, e.subject_id, e.before, e.after, e.reason, e.notes,
+       e.inserted_at, a.handle AS actor_handle
+FROM audit_events e LEFT JOIN accounts a ON a.id = e.actor_id"""
+
+
+async def _rows(sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    # the console reads the primary: a moderator must see the change they just made
+    async with db.read_session(replica=False) as session:
+        return [dict(row) for row in (await session.execute(text(sql), params)).mappings()]
+
+
+async def _one(sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    found = await _rows(sql, params)
+    return found[0] if found else None
+
+
 async def list_recent_reports(
     *, repository: str | None = None, visibility: str | None = None, limit: int | None = None, cursor: str | None = None
 ) -> Page[dict[str, Any]]:
     """Newest reports first (keyset on inserted_at DESC, id DESC), optionally for one `host/owner/name`."""
-    from app.moderation.service import parse_repository_slug
+    from app.kernel.refs import parse_ref
 
     limit = clamp_limit(limit)
     visibility = _choice("visibility", visibility, VISIBILITIES)
@@ -51,43 +76,19 @@ async def list_recent_reports(
     where = ["(CAST(:visibility AS text) IS NULL OR s.visibility = :visibility)"]
     if repository:
         try:
-            params["host"], params["owner"], params["name"] = parse_repository_slug(repository)
+            params["host"], params["owner"], params["name"] = parse_ref(repository)
         except ValidationError as exc:
             raise ValidationError(exc.errors, status_code=400) from None
         where.append("r.host = :host AND r.owner = :owner AND r.name = :name")
     after, cursor_params = after_cursor(cursor or None, "(s.inserted_at, s.id)")
     where.append(after)
     params.update(cursor_params)
-    sql = f"""
-        SELECT s.id, s.commit_sha, s.visibility, s.review_status, s.findings_count, s.inserted_at,
-               s.moderation_reason, s.reviewed_at, r.host, r.owner, r.name, r.listing_status,
-               a.handle AS submitter_handle
-        FROM scans s
-        JOIN repositories r ON r.id = s.repository_id
-        JOIN accounts a ON a.id = s.submitted_by_id
-        WHERE {" AND ".join(where)}
-        ORDER BY s.inserted_at DESC, s.id DESC
-        LIMIT :limit"""
-    async with db.read_session(replica=False) as session:
-        rows = [dict(r._mapping) for r in await session.execute(text(sql), params)]
-    return keyset_page(rows, limit, BY_INSERTED_AT)
+    sql = f"{_REPORTS}\nWHERE {' AND '.join(where)}\nORDER BY s.inserted_at DESC, s.id DESC LIMIT :limit"
+    return keyset_page(await _rows(sql, params), limit, BY_INSERTED_AT)
 
 
 async def get_report(scan_id: int) -> dict[str, Any] | None:
-    async with db.read_session(replica=False) as session:
-        row = (
-            await session.execute(
-                text(
-                    """SELECT s.id, s.commit_sha, s.visibility, s.review_status, s.findings_count, s.inserted_at,
-                              s.moderation_reason, s.reviewed_at, r.host, r.owner, r.name, r.listing_status,
-                              a.handle AS submitter_handle
-                       FROM scans s JOIN repositories r ON r.id = s.repository_id
-                       JOIN accounts a ON a.id = s.submitted_by_id WHERE s.id = :id"""
-                ),
-                {"id": scan_id},
-            )
-        ).one_or_none()
-    return dict(row._mapping) if row is not None else None
+    return await _one(f"{_REPORTS} WHERE s.id = :id", {"id": scan_id})
 
 
 async def list_repositories(
@@ -96,36 +97,17 @@ async def list_repositories(
     """Newest repositories first (keyset on id DESC), optionally one listing status."""
     limit = clamp_limit(limit)
     listing_status = _choice("listing_status", listing_status, LISTING_STATUSES)
-    after_id = _id_cursor(cursor)
-    async with db.read_session(replica=False) as session:
-        result = await session.execute(
-            text(
-                """SELECT id, host, owner, name, listing_status, status, scan_count, open_findings_count,
-                          inserted_at
-                   FROM repositories
-                   WHERE (CAST(:listing AS text) IS NULL OR listing_status = :listing)
-                     AND (CAST(:after_id AS bigint) IS NULL OR id < :after_id)
-                   ORDER BY id DESC LIMIT :limit"""
-            ),
-            {"listing": listing_status, "after_id": after_id, "limit": limit + 1},
-        )
-        rows = [dict(r._mapping) for r in result]
-    return keyset_page(rows, limit, _by_id)
+    sql = f"""{_REPOSITORIES}
+WHERE (CAST(:listing AS text) IS NULL OR listing_status = :listing)
+  AND (CAST(:after_id AS bigint) IS NULL OR id < :after_id)
+ORDER BY id DESC LIMIT :limit"""
+    params = {"listing": listing_status, "after_id": _id_cursor(cursor), "limit": limit + 1}
+    return keyset_page(await _rows(sql, params), limit, _by_id)
 
 
 async def get_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
-    async with db.read_session(replica=False) as session:
-        row = (
-            await session.execute(
-                text(
-                    """SELECT id, host, owner, name, listing_status, status, scan_count, open_findings_count,
-                              inserted_at
-                       FROM repositories WHERE host = :host AND owner = :owner AND name = :name"""
-                ),
-                {"host": host.lower(), "owner": owner.lower(), "name": name.lower()},
-            )
-        ).one_or_none()
-    return dict(row._mapping) if row is not None else None
+    params = {"host": host.lower(), "owner": owner.lower(), "name": name.lower()}
+    return await _one(f"{_REPOSITORIES} WHERE host = :host AND owner = :owner AND name = :name", params)
 
 
 async def list_accounts(
@@ -139,35 +121,17 @@ async def list_accounts(
     limit = clamp_limit(limit)
     platform_role = _choice("platform_role", platform_role, PLATFORM_ROLES)
     state = _choice("state", state, ACCOUNT_STATES)
-    after_id = _id_cursor(cursor)
-    async with db.read_session(replica=False) as session:
-        result = await session.execute(
-            text(
-                """SELECT id, handle, platform_role, trust_tier, state, last_seen_at, inserted_at
-                   FROM accounts
-                   WHERE (CAST(:role AS text) IS NULL OR platform_role = :role)
-                     AND (CAST(:state AS text) IS NULL OR state = :state)
-                     AND (CAST(:after_id AS bigint) IS NULL OR id < :after_id)
-                   ORDER BY id DESC LIMIT :limit"""
-            ),
-            {"role": platform_role, "state": state, "after_id": after_id, "limit": limit + 1},
-        )
-        rows = [dict(r._mapping) for r in result]
-    return keyset_page(rows, limit, _by_id)
+    sql = f"""{_ACCOUNTS}
+WHERE (CAST(:role AS text) IS NULL OR platform_role = :role)
+  AND (CAST(:state AS text) IS NULL OR state = :state)
+  AND (CAST(:after_id AS bigint) IS NULL OR id < :after_id)
+ORDER BY id DESC LIMIT :limit"""
+    params = {"role": platform_role, "state": state, "after_id": _id_cursor(cursor), "limit": limit + 1}
+    return keyset_page(await _rows(sql, params), limit, _by_id)
 
 
 async def get_account(handle: str) -> dict[str, Any] | None:
-    async with db.read_session(replica=False) as session:
-        row = (
-            await session.execute(
-                text(
-                    """SELECT id, handle, platform_role, trust_tier, state, last_seen_at, inserted_at
-                       FROM accounts WHERE handle = :handle"""
-                ),
-                {"handle": handle.strip().lower()},
-            )
-        ).one_or_none()
-    return dict(row._mapping) if row is not None else None
+    return await _one(f"{_ACCOUNTS} WHERE handle = :handle", {"handle": handle.strip().lower()})
 
 
 async def list_audit_events(*, limit: int | None = None, cursor: str | None = None) -> Page[dict[str, Any]]:
@@ -175,31 +139,9 @@ async def list_audit_events(*, limit: int | None = None, cursor: str | None = No
     limit = clamp_limit(limit)
     where, params = after_cursor(cursor or None, "(e.inserted_at, e.id)")
     params["limit"] = limit + 1
-    async with db.read_session(replica=False) as session:
-        result = await session.execute(
-            text(
-                f"""SELECT e.id, e.action, e.subject_type, e.subject_id, e.before, e.after, e.reason, e.notes,
-                           e.inserted_at, a.handle AS actor_handle
-                    FROM audit_events e LEFT JOIN accounts a ON a.id = e.actor_id
-                    WHERE {where}
-                    ORDER BY e.inserted_at DESC, e.id DESC LIMIT :limit"""
-            ),
-            params,
-        )
-        rows = [dict(r._mapping) for r in result]
-    return keyset_page(rows, limit, BY_INSERTED_AT)
+    sql = f"{_AUDIT_EVENTS}\nWHERE {where}\nORDER BY e.inserted_at DESC, e.id DESC LIMIT :limit"
+    return keyset_page(await _rows(sql, params), limit, BY_INSERTED_AT)
 
 
 async def get_audit_event(event_id: int) -> dict[str, Any] | None:
-    async with db.read_session(replica=False) as session:
-        row = (
-            await session.execute(
-                text(
-                    """SELECT e.id, e.action, e.subject_type, e.subject_id, e.before, e.after, e.reason, e.notes,
-                              e.inserted_at, a.handle AS actor_handle
-                       FROM audit_events e LEFT JOIN accounts a ON a.id = e.actor_id WHERE e.id = :id"""
-                ),
-                {"id": event_id},
-            )
-        ).one_or_none()
-    return dict(row._mapping) if row is not None else None
+    return await _one(f"{_AUDIT_EVENTS} WHERE e.id = :id", {"id": event_id})

@@ -1,37 +1,40 @@
-"""Moderation actions (domain §8): the only writer of moderation changes, shared by the HTML console and the CLI.
+"""Moderation actions (docs/domain.md §8): the only writer of moderation changes, shared by the HTML console and
+the CLI, and the hard delete of a repository (a moderator's action too).
 
-Each action is one transaction that locks its subject row (`FOR UPDATE`), checks the actor's authority,
-validates, applies the change, keeps the repository metrics and the infestation rollups right (dirty keys in the
-same transaction) and writes exactly one `AuditEvent` with the before → after values. After the commit it rings
-the rollup worker and drops the cached registry stats. A change to the value already held is refused (422
-"is already X") so the audit log holds changes only.
+Each action is one transaction (`_act`) that checks the actor's authority (`app.kernel.policy.can_moderate`, on
+the account as stored now), locks its subject row (`FOR UPDATE`), validates, applies the change, keeps the
+repository metrics and the infestation rollups right (dirty keys in the same transaction) and writes exactly one
+audit event (`app.kernel.audit`) with the before → after values. After the commit the outbox rings the rollup
+worker and the registry stats are dropped (`app.kernel.aftercommit`). A change to the value already held is
+refused (422 "is already X") so the audit log holds changes only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import delete, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import revoke_account_sessions
-from app.infestations.hooks import mark_repository_dirty, mark_scan_dirty, schedule_refresh_after_commit
 from app.kernel import db
+from app.kernel.audit import record_audit
 from app.kernel.errors import Forbidden, NotFound, ValidationError
-from app.moderation.models import AuditEvent
+from app.kernel.outbox import mark_repository_dirty, mark_scan_dirty
+from app.kernel.policy import can_moderate, is_locked_out
+from app.kernel.refs import normalize_ref, ref_slug
+from app.registry.metrics import recalculate_repository_metrics, registry_changed
 from app.registry.models import LISTING_STATUSES, Repository
-from app.registry.stats import invalidate_registry_stats
-from app.reports.models import VISIBILITIES, Scan
-from app.reports.service import recalculate_repository_metrics, refresh_repository_checks
+from app.registry.validation import validate_repo_ref
+from app.reports.models import VISIBILITIES, CanonicalFinding, Scan, ScanFinding
+from app.reports.quorum import refresh_repository_checks
 
 REASON_MIN, REASON_MAX = 3, 100
 NOTES_MIN, NOTES_MAX = 20, 4000
-MODERATOR_ROLES = ("moderator", "admin")
-ACTING_STATES = ("probation", "active")
-# States that end every web session of the account at once.
-LOCKED_OUT_STATES = ("suspended", "banned")
+NOT_A_MODERATOR = {"base": ["only moderators and admins in good standing (probation or active) may moderate"]}
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,14 @@ class ActionOutcome:
     after: dict[str, Any]
 
 
-def can_moderate(account: Account | None) -> bool:
-    """Platform moderators and admins in good standing (domain §1.6: mutations need probation/active)."""
-    return account is not None and account.platform_role in MODERATOR_ROLES and account.state in ACTING_STATES
+@dataclass(frozen=True)
+class Change:
+    """What an action's step did to its subject: the audit event's subject and its before → after values."""
+
+    subject_type: str
+    subject_id: str
+    before: dict[str, Any]
+    after: dict[str, Any] | None
 
 
 def validate_reason_notes(reason: str | None, notes: str | None, errors: dict[str, list[str]]) -> tuple[str, str]:
@@ -71,46 +79,38 @@ def _check_choice(field: str, value: str | None, allowed: tuple[str, ...], error
         errors.setdefault(field, []).append(f"must be one of {', '.join(allowed)}")
 
 
-async def _load_actor(session: AsyncSession, actor_id: int) -> Account:
-    """The actor as stored now (not as it was when its session loaded): a moderator suspended a second ago
-    must not act."""
-    actor = (await session.execute(select(Account).where(Account.id == actor_id))).scalar_one_or_none()
-    if not can_moderate(actor):
-        raise Forbidden({"base": ["only moderators and admins in good standing (probation or active) may moderate"]})
-    assert actor is not None
-    return actor
-
-
-async def _audit(
-    session: AsyncSession,
-    *,
-    actor: Account,
+async def _act(
+    actor_id: int,
     action: str,
-    subject_type: str,
-    subject_id: str,
-    before: dict[str, Any],
-    after: dict[str, Any],
-    reason: str,
-    notes: str,
+    step: Callable[[AsyncSession, Account], Awaitable[Change]],
+    *,
+    errors: dict[str, list[str]] | None = None,
+    reason: str | None,
+    notes: str | None,
+    forbidden: dict[str, list[str]] = NOT_A_MODERATOR,
 ) -> ActionOutcome:
-    event = AuditEvent(
-        actor_id=actor.id,
-        action=action,
-        subject_type=subject_type,
-        subject_id=subject_id,
-        before=before,
-        after=after,
-        reason=reason,
-        notes=notes,
-    )
-    session.add(event)
-    await session.flush()
-    return ActionOutcome(event.id, action, subject_type, subject_id, before, after)
-
-
-async def _after_commit() -> None:
-    await schedule_refresh_after_commit()
-    invalidate_registry_stats()
+    """One audited action in one transaction: the actor as stored now (a moderator suspended a second ago must
+    not act), then the validation errors, then `step`, then its audit event."""
+    async with db.transaction() as session:
+        actor = (await session.execute(select(Account).where(Account.id == actor_id))).scalar_one_or_none()
+        if actor is None or not can_moderate(actor):
+            raise Forbidden(forbidden)
+        if errors:
+            raise ValidationError(errors)
+        change = await step(session, actor)
+        event = await record_audit(
+            session,
+            actor_id=actor.id,
+            action=action,
+            subject_type=change.subject_type,
+            subject_id=change.subject_id,
+            before=change.before,
+            after=change.after,
+            reason=reason,
+            notes=notes,
+        )
+        registry_changed()
+    return ActionOutcome(event.id, action, change.subject_type, change.subject_id, change.before, change.after or {})
 
 
 async def change_scan_visibility(
@@ -121,10 +121,8 @@ async def change_scan_visibility(
     errors: dict[str, list[str]] = {}
     _check_choice("visibility", visibility, VISIBILITIES, errors)
     reason_t, notes_t = validate_reason_notes(reason, notes, errors)
-    async with db.transaction() as session:
-        actor = await _load_actor(session, actor.id)
-        if errors:
-            raise ValidationError(errors)
+
+    async def step(session: AsyncSession, actor: Account) -> Change:
         scan = (await session.execute(select(Scan).where(Scan.id == scan_id).with_for_update())).scalar_one_or_none()
         if scan is None:
             raise NotFound({"scan_id": [f"no report with id {scan_id}"]})
@@ -144,27 +142,19 @@ async def change_scan_visibility(
         # public report gets its keys dirtied inside (delist-safe discovery covers both directions)
         await recalculate_repository_metrics(session, scan.repository_id)
         await mark_scan_dirty(session, scan.id, "visibility")
-        outcome = await _audit(
-            session,
-            actor=actor,
-            action="scan.visibility",
-            subject_type="scan",
-            subject_id=str(scan.id),
-            before=before,
-            after={"visibility": visibility},
-            reason=reason_t,
-            notes=notes_t,
+        return Change("scan", str(scan.id), before, {"visibility": visibility})
+
+    return await _act(actor.id, "scan.visibility", step, errors=errors, reason=reason_t, notes=notes_t)
+
+
+async def _locked_repository(session: AsyncSession, host: str, owner: str, name: str) -> Repository | None:
+    return (
+        await session.execute(
+            select(Repository)
+            .where(Repository.host == host, Repository.owner == owner, Repository.name == name)
+            .with_for_update()
         )
-    await _after_commit()
-    return outcome
-
-
-def parse_repository_slug(raw: str) -> tuple[str, str, str]:
-    """`host/owner/name` → its three parts, lowercased and trimmed (how repositories are stored)."""
-    parts = [p.strip().lower() for p in raw.strip().strip("/").split("/")]
-    if len(parts) != 3 or not all(parts):
-        raise ValidationError({"repository": ["must be HOST/OWNER/NAME, e.g. github.com/openai/codex"]})
-    return parts[0], parts[1], parts[2]
+    ).scalar_one_or_none()
 
 
 async def change_repository_listing(
@@ -175,19 +165,11 @@ async def change_repository_listing(
     errors: dict[str, list[str]] = {}
     _check_choice("listing_status", listing_status, LISTING_STATUSES, errors)
     reason_t, notes_t = validate_reason_notes(reason, notes, errors)
-    host, owner, name = host.strip().lower(), owner.strip().lower(), name.strip().lower()
-    async with db.transaction() as session:
-        actor = await _load_actor(session, actor.id)
-        if errors:
-            raise ValidationError(errors)
-        repo = (
-            await session.execute(
-                select(Repository)
-                .where(Repository.host == host, Repository.owner == owner, Repository.name == name)
-                .with_for_update()
-            )
-        ).scalar_one_or_none()
-        slug = f"{host}/{owner}/{name}"
+    host, owner, name = normalize_ref(host, owner, name)
+    slug = ref_slug(host, owner, name)
+
+    async def step(session: AsyncSession, actor: Account) -> Change:
+        repo = await _locked_repository(session, host, owner, name)
         if repo is None:
             raise NotFound({"repository": [f"no repository {slug}"]})
         if repo.listing_status == listing_status:
@@ -197,19 +179,46 @@ async def change_repository_listing(
         repo.updated_at = db.utcnow()
         await session.flush()
         await mark_repository_dirty(session, repo.id, "listing_change")
-        outcome = await _audit(
-            session,
-            actor=actor,
-            action="repository.listing",
-            subject_type="repository",
-            subject_id=slug,
-            before=before,
-            after={"listing_status": listing_status},
-            reason=reason_t,
-            notes=notes_t,
-        )
-    await _after_commit()
-    return outcome
+        return Change("repository", slug, before, {"listing_status": listing_status})
+
+    return await _act(actor.id, "repository.listing", step, errors=errors, reason=reason_t, notes=notes_t)
+
+
+async def delete_repository(
+    host: str, owner: str, name: str, *, actor_id: int, reason: str | None = None, notes: str | None = None
+) -> None:
+    """Hard-delete a repository with its reports and findings (moderators and admins only), in one transaction.
+
+    The patterns it fed are marked dirty *before* the rows go (the key discovery reads them), and the rollup
+    worker is rung after the commit. A moderation action: it reaches into the reports' tables, which the
+    registry (below reports) may not.
+    """
+    ref = validate_repo_ref(host, owner, name)
+
+    async def step(session: AsyncSession, actor: Account) -> Change:
+        repository = await _locked_repository(session, *ref)
+        if repository is None:
+            raise NotFound({"repository": [f"{ref_slug(*ref)} is not registered"]})
+        await mark_repository_dirty(session, repository.id, "delete")
+        before = {
+            "host": repository.host,
+            "owner": repository.owner,
+            "name": repository.name,
+            "listing_status": repository.listing_status,
+            "scan_count": repository.scan_count,
+            "open_findings_count": repository.open_findings_count,
+        }
+        # scan_findings.canonical_finding_id is ON DELETE RESTRICT: occurrences go first (with their reports),
+        # then the canonicals (their checks cascade), then the repository (rollup rows cascade).
+        scan_ids = select(Scan.id).where(Scan.repository_id == repository.id)
+        await session.execute(delete(ScanFinding).where(ScanFinding.scan_id.in_(scan_ids)))
+        await session.execute(delete(Scan).where(Scan.repository_id == repository.id))
+        await session.execute(delete(CanonicalFinding).where(CanonicalFinding.repository_id == repository.id))
+        await session.execute(delete(Repository).where(Repository.id == repository.id))
+        return Change("repository", str(repository.id), before, None)
+
+    forbidden = {"actor": ["only an active moderator or admin may delete a repository"]}
+    await _act(actor_id, "repository.delete", step, reason=reason, notes=notes, forbidden=forbidden)
 
 
 async def change_account(
@@ -235,10 +244,8 @@ async def change_account(
         _check_choice("state", state, ACCOUNT_STATES, errors)
     reason_t, notes_t = validate_reason_notes(reason, notes, errors)
     handle = handle.strip().lower()
-    async with db.transaction() as session:
-        actor = await _load_actor(session, actor.id)
-        if errors:
-            raise ValidationError(errors)
+
+    async def step(session: AsyncSession, actor: Account) -> Change:
         target = (
             await session.execute(select(Account).where(Account.handle == handle).with_for_update())
         ).scalar_one_or_none()
@@ -268,22 +275,12 @@ async def change_account(
             target.state = state  # type: ignore[assignment]
         target.updated_at = db.utcnow()
         await session.flush()
-        if target.state in LOCKED_OUT_STATES:
+        if is_locked_out(target):
             await revoke_account_sessions(session, target.id)
         await _revalidate_authority(session, target.id)
-        outcome = await _audit(
-            session,
-            actor=actor,
-            action="account.change",
-            subject_type="account",
-            subject_id=target.handle,
-            before=before,
-            after=after,
-            reason=reason_t,
-            notes=notes_t,
-        )
-    await _after_commit()
-    return outcome
+        return Change("account", target.handle, before, after)
+
+    return await _act(actor.id, "account.change", step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def _revalidate_authority(session: AsyncSession, account_id: int) -> None:

@@ -5,6 +5,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, Text, func
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.kernel.columns import Inserted
 from app.kernel.db import Base
 
 
@@ -31,11 +32,10 @@ class JobRun(Base):
     detail: Mapped[str | None] = mapped_column(Text)
 
 
-class AppSecret(Base):
+class AppSecret(Inserted, Base):
     """Secrets generated at first boot; first writer wins so every instance uses the same value."""
 
     __tablename__ = "app_secrets"
 
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     value: Mapped[str] = mapped_column(Text)
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

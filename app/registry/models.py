@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, CheckConstraint, DateTime, ForeignKey, Index, Integer, Text, func, text
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.accounts.models import _in
+from app.kernel.columns import Timestamps, one_of
 from app.kernel.db import Base
 
 LISTING_STATUSES = ("pending", "listed", "quarantined")
@@ -13,12 +13,12 @@ REPOSITORY_STATUSES = ("unscanned", "scanning", "findings", "reviewed", "stale")
 PARTICIPATION_MODES = ("unclaimed", "community", "maintainer_verified", "curated", "paused")
 
 
-class Repository(Base):
+class Repository(Timestamps, Base):
     __tablename__ = "repositories"
     __table_args__ = (
-        CheckConstraint(_in("listing_status", LISTING_STATUSES), name="listing_status"),
-        CheckConstraint(_in("status", REPOSITORY_STATUSES), name="status"),
-        CheckConstraint(_in("participation_mode", PARTICIPATION_MODES), name="participation_mode"),
+        one_of("listing_status", LISTING_STATUSES),
+        one_of("status", REPOSITORY_STATUSES),
+        one_of("participation_mode", PARTICIPATION_MODES),
         Index("repositories_host_owner_name_idx", "host", "owner", "name", unique=True),
         Index("repositories_status_idx", "status"),
         Index("repositories_last_scanned_at_idx", "last_scanned_at"),
@@ -48,5 +48,3 @@ class Repository(Base):
     participation_mode: Mapped[str] = mapped_column(Text, server_default="unclaimed")
     listing_status: Mapped[str] = mapped_column(Text, server_default="listed")
     submitted_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"))
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -1,23 +1,16 @@
-"""Registering and deleting repositories: the only place that inserts or deletes `repositories` rows."""
+"""Registering and reading repositories: the only place that inserts `repositories` rows. (The hard delete, a
+moderator's action that also removes the reports' rows, is `app.moderation.service.delete_repository`.)"""
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 
-from app.accounts.models import Account
-from app.infestations.hooks import mark_repository_dirty, schedule_refresh_after_commit
 from app.kernel import db
-from app.kernel.errors import Forbidden, NotFound, ValidationError
-from app.moderation.models import AuditEvent
+from app.kernel.errors import ValidationError
+from app.registry.metrics import registry_changed
 from app.registry.models import LISTING_STATUSES, Repository
-from app.registry.stats import invalidate_registry_stats
 from app.registry.validation import canonical_url, validate_repo_ref
-from app.reports.models import CanonicalFinding, Scan, ScanFinding
-
-MODERATOR_ROLES = frozenset({"moderator", "admin"})
-# domain §1.6: moderator mutations also need a state that may act
-ACTING_STATES = frozenset({"probation", "active"})
 
 
 async def register_repository(
@@ -47,13 +40,13 @@ async def register_repository(
                 .returning(Repository.id)
             )
         ).scalar()
+        if inserted_id is not None:
+            registry_changed()
         repository = (
             await session.execute(
                 select(Repository).where(Repository.host == host, Repository.owner == owner, Repository.name == name)
             )
         ).scalar_one()
-    if inserted_id is not None:
-        invalidate_registry_stats()
     return repository, inserted_id is not None
 
 
@@ -72,56 +65,3 @@ async def get_repository(host: str, owner: str, name: str, *, replica: bool = Fa
         if repository is not None:
             session.expunge(repository)  # read_session ends with a rollback, which would expire an attached row
         return repository
-
-
-async def delete_repository(
-    host: str, owner: str, name: str, *, actor_id: int, reason: str | None = None, notes: str | None = None
-) -> None:
-    """Hard-delete a repository with its reports and findings (moderators and admins only), in one transaction.
-
-    The patterns it fed are marked dirty *before* the rows go (the key discovery reads them), and the rollup
-    worker is rung after the commit.
-    """
-    ref = validate_repo_ref(host, owner, name)
-    async with db.transaction() as session:
-        actor = await session.get(Account, actor_id)
-        if actor is None or actor.platform_role not in MODERATOR_ROLES or actor.state not in ACTING_STATES:
-            raise Forbidden({"actor": ["only an active moderator or admin may delete a repository"]})
-        repository = (
-            await session.execute(
-                select(Repository)
-                .where(Repository.host == ref[0], Repository.owner == ref[1], Repository.name == ref[2])
-                .with_for_update()
-            )
-        ).scalar()
-        if repository is None:
-            raise NotFound({"repository": [f"{'/'.join(ref)} is not registered"]})
-        await mark_repository_dirty(session, repository.id, "delete")
-        session.add(
-            AuditEvent(
-                actor_id=actor_id,
-                action="repository.delete",
-                subject_type="repository",
-                subject_id=str(repository.id),
-                before={
-                    "host": repository.host,
-                    "owner": repository.owner,
-                    "name": repository.name,
-                    "listing_status": repository.listing_status,
-                    "scan_count": repository.scan_count,
-                    "open_findings_count": repository.open_findings_count,
-                },
-                after=None,
-                reason=reason,
-                notes=notes,
-            )
-        )
-        # scan_findings.canonical_finding_id is ON DELETE RESTRICT: occurrences go first (with their reports),
-        # then the canonicals (their checks cascade), then the repository (rollup rows cascade).
-        scan_ids = select(Scan.id).where(Scan.repository_id == repository.id)
-        await session.execute(delete(ScanFinding).where(ScanFinding.scan_id.in_(scan_ids)))
-        await session.execute(delete(Scan).where(Scan.repository_id == repository.id))
-        await session.execute(delete(CanonicalFinding).where(CanonicalFinding.repository_id == repository.id))
-        await session.execute(delete(Repository).where(Repository.id == repository.id))
-    invalidate_registry_stats()
-    await schedule_refresh_after_commit()

@@ -1,10 +1,15 @@
-"""Repository reference rules (domain §1.1): host, owner and name, normalized and checked in one place."""
+"""Repository reference rules (docs/domain.md §1.1): which hosts, owners and names a repository may have.
+
+Normalization (trim, lowercase, host aliases) and the `HOST/OWNER/NAME` form are `app.kernel.refs`; this module
+judges the normalized parts.
+"""
 
 from __future__ import annotations
 
 import re
 
 from app.kernel.errors import ValidationError
+from app.kernel.refs import normalize_host
 
 ALLOWED_HOSTS = ("github.com", "gitlab.com", "codeberg.org", "tarakan.lol")
 OWNER_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,37}[a-z0-9])?$")
@@ -30,6 +35,7 @@ def validate_repo_ref(host: object, owner: object, name: object) -> tuple[str, s
     """Normalized (host, owner, name), or a ValidationError naming every bad field."""
     errors: dict[str, list[str]] = {}
     h = _string("host", host, errors)
+    h = None if h is None else normalize_host(h)
     o = _string("owner", owner, errors)
     n = _string("name", name, errors)
     if h is not None and h not in ALLOWED_HOSTS:
@@ -44,14 +50,6 @@ def validate_repo_ref(host: object, owner: object, name: object) -> tuple[str, s
     if errors or h is None or o is None or n is None:
         raise ValidationError(errors)
     return h, o, n
-
-
-def parse_repo_ref(raw: str) -> tuple[str, str, str]:
-    """`HOST/OWNER/NAME` (as typed on the command line) -> normalized (host, owner, name)."""
-    parts = raw.strip().strip("/").split("/")
-    if len(parts) != 3:
-        raise ValidationError({"repository": [f"must be HOST/OWNER/NAME (e.g. github.com/acme/widget), got {raw!r}"]})
-    return validate_repo_ref(*parts)
 
 
 def canonical_url(host: str, owner: str, name: str) -> str:

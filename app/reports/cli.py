@@ -7,16 +7,10 @@ import json
 import sys
 from typing import Any
 
-from app.accounts.models import Account
-from app.accounts.service import get_account_by_email
-from app.kernel.errors import NotFound, ValidationError
-
-
-def parse_repository(raw: str) -> tuple[str, str, str]:
-    parts = raw.strip().strip("/").split("/")
-    if len(parts) != 3 or not all(p.strip() for p in parts):
-        raise ValidationError({"repository": ["must be HOST/OWNER/NAME"]})
-    return parts[0], parts[1], parts[2]
+from app.accounts.service import require_account_by_email
+from app.kernel.cli import command, group
+from app.kernel.errors import ValidationError
+from app.kernel.refs import parse_ref
 
 
 def read_body(path: str) -> dict[str, Any]:
@@ -38,19 +32,12 @@ def read_body(path: str) -> dict[str, Any]:
     return body
 
 
-async def account_by_email(email: str) -> Account:
-    account = await get_account_by_email(email)
-    if account is None:
-        raise NotFound({"as": [f"no account with email {email}"]})
-    return account
-
-
 async def _submit(args: argparse.Namespace) -> int:
     from app.reports.service import submit_report
 
-    host, owner, name = parse_repository(args.repository)
+    host, owner, name = parse_ref(args.repository)
     body = read_body(args.file)
-    account = await account_by_email(args.as_email)
+    account = await require_account_by_email(args.as_email)
     result = await submit_report(account, host, owner, name, body)
     print(json.dumps(result, indent=2))
     return 0
@@ -58,10 +45,7 @@ async def _submit(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add `reports submit` to the `tarakan` parser."""
-    from app.cli import command
-
-    reports = sub.add_parser("reports", help="submit reports", description="submit reports")
-    reports_sub = reports.add_subparsers(dest="reports_command", required=True, metavar="COMMAND")
+    reports_sub = group(sub, "reports", "submit reports", metavar="COMMAND")
     submit = command(reports_sub, "submit", _submit, "submit a report (FILE holds the API request body, - for stdin)")
     submit.add_argument("repository", metavar="HOST/OWNER/NAME")
     submit.add_argument("file", metavar="FILE")

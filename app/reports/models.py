@@ -13,12 +13,11 @@ from sqlalchemy import (
     LargeBinary,
     Text,
     Uuid,
-    func,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.accounts.models import _in
+from app.kernel.columns import Timestamps, one_of
 from app.kernel.db import Base
 
 PROVENANCES = ("agent", "human", "hybrid")
@@ -34,16 +33,16 @@ CONFIRMATION_VERDICTS = ("confirmed", "disputed")
 PATTERN_PRESENT = "pattern_key IS NOT NULL AND pattern_key <> ''"
 
 
-class Scan(Base):
+class Scan(Timestamps, Base):
     """A report: one submission against a repository at a commit."""
 
     __tablename__ = "scans"
     __table_args__ = (
         CheckConstraint("commit_sha ~ '^[0-9a-f]{40}$'", name="commit_sha"),
-        CheckConstraint(_in("provenance", PROVENANCES), name="provenance"),
-        CheckConstraint(_in("review_kind", REVIEW_KINDS), name="review_kind"),
-        CheckConstraint(_in("review_status", REVIEW_STATUSES), name="review_status"),
-        CheckConstraint(_in("visibility", VISIBILITIES), name="visibility"),
+        one_of("provenance", PROVENANCES),
+        one_of("review_kind", REVIEW_KINDS),
+        one_of("review_status", REVIEW_STATUSES),
+        one_of("visibility", VISIBILITIES),
         CheckConstraint("findings_count >= 0 AND confirmations_count >= 0 AND disputes_count >= 0", name="counts"),
         Index("scans_repository_inserted_idx", "repository_id", text("inserted_at DESC")),
         Index("scans_submitted_by_id_idx", "submitted_by_id"),
@@ -81,17 +80,15 @@ class Scan(Base):
     reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     reviewed_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"))
     raw_document: Mapped[str | None] = mapped_column(Text)
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class ScanFinding(Base):
+class ScanFinding(Timestamps, Base):
     """A finding occurrence: immutable except for its link to the canonical finding."""
 
     __tablename__ = "scan_findings"
     __table_args__ = (
-        CheckConstraint(_in("severity", SEVERITIES), name="severity"),
-        CheckConstraint(_in("disposition", DISPOSITIONS), name="disposition"),
+        one_of("severity", SEVERITIES),
+        one_of("disposition", DISPOSITIONS),
         CheckConstraint(
             "(line_start IS NULL AND line_end IS NULL) OR "
             "(line_start >= 1 AND line_end >= line_start AND line_end <= 1000000)",
@@ -117,17 +114,15 @@ class ScanFinding(Base):
     fingerprint: Mapped[str | None] = mapped_column(Text)
     disposition: Mapped[str] = mapped_column(Text, server_default="new")
     claimed_canonical_public_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class CanonicalFinding(Base):
+class CanonicalFinding(Timestamps, Base):
     """Repository-level issue memory. `updated_at` moves only when a value really changes: it drives every
     infestation window."""
 
     __tablename__ = "canonical_findings"
     __table_args__ = (
-        CheckConstraint(_in("status", CANONICAL_STATUSES), name="status"),
+        one_of("status", CANONICAL_STATUSES),
         Index("canonical_findings_public_id_idx", "public_id", unique=True),
         Index("canonical_findings_repo_fingerprint_idx", "repository_id", "fingerprint", unique=True),
         Index("canonical_findings_repo_status_idx", "repository_id", "status"),
@@ -167,15 +162,24 @@ class CanonicalFinding(Base):
     confirmations_count: Mapped[int] = mapped_column(Integer, server_default="0")
     disputes_count: Mapped[int] = mapped_column(Integer, server_default="0")
     verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class CanonicalFindingCheck(Base):
+class Verdict(Timestamps):
+    """The columns a check and a report-level confirmation share: one account's verdict, its provenance and
+    evidence, and the hashed client address the quorum's collusion rule reads."""
+
+    verdict: Mapped[str] = mapped_column(Text)
+    provenance: Mapped[str] = mapped_column(Text, server_default="human")
+    notes: Mapped[str] = mapped_column(Text)
+    evidence: Mapped[str | None] = mapped_column(Text)
+    client_ip_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
+
+
+class CanonicalFindingCheck(Verdict, Base):
     __tablename__ = "canonical_finding_checks"
     __table_args__ = (
-        CheckConstraint(_in("verdict", CHECK_VERDICTS), name="verdict"),
-        CheckConstraint(_in("provenance", PROVENANCES), name="provenance"),
+        one_of("verdict", CHECK_VERDICTS),
+        one_of("provenance", PROVENANCES),
         Index("canonical_finding_checks_unique_idx", "canonical_finding_id", "account_id", "commit_sha", unique=True),
         Index("canonical_finding_checks_account_id_idx", "account_id"),
         Index(
@@ -191,22 +195,15 @@ class CanonicalFindingCheck(Base):
     scan_finding_id: Mapped[int | None] = mapped_column(ForeignKey("scan_findings.id", ondelete="SET NULL"))
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"))
     commit_sha: Mapped[str] = mapped_column(Text)
-    verdict: Mapped[str] = mapped_column(Text)
-    provenance: Mapped[str] = mapped_column(Text, server_default="human")
-    notes: Mapped[str] = mapped_column(Text)
-    evidence: Mapped[str | None] = mapped_column(Text)
-    client_ip_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class ScanConfirmation(Base):
+class ScanConfirmation(Verdict, Base):
     """A report-level verdict; copied onto a check for every canonical of the report at its commit."""
 
     __tablename__ = "scan_confirmations"
     __table_args__ = (
-        CheckConstraint(_in("verdict", CONFIRMATION_VERDICTS), name="verdict"),
-        CheckConstraint(_in("provenance", PROVENANCES), name="provenance"),
+        one_of("verdict", CONFIRMATION_VERDICTS),
+        one_of("provenance", PROVENANCES),
         Index("scan_confirmations_unique_idx", "scan_id", "account_id", unique=True),
         Index("scan_confirmations_account_id_idx", "account_id"),
     )
@@ -214,10 +211,3 @@ class ScanConfirmation(Base):
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     scan_id: Mapped[int] = mapped_column(ForeignKey("scans.id", ondelete="CASCADE"))
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"))
-    verdict: Mapped[str] = mapped_column(Text)
-    provenance: Mapped[str] = mapped_column(Text, server_default="human")
-    notes: Mapped[str] = mapped_column(Text)
-    evidence: Mapped[str | None] = mapped_column(Text)
-    client_ip_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
-    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -1,60 +1,21 @@
-"""Public reads of reports and findings, and the one place that decides what a viewer may see of a report.
-
-Domain §1.1-1.2: a quarantined repository hides all its reports from anonymous viewers; `public` reports are
-shown in full, `public_summary` reports as a header only (no findings, notes or confirmations), `restricted`
-reports not at all. Privileged viewers (moderators, later submitters and repository stewards) see more: extend
-`report_access` and `Viewer`, every page goes through it.
-"""
+"""Public reads of reports and findings, each filtered by what the viewer may see (`app.kernel.visibility`)."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import text
 
 from app.kernel import db
-
-Access = Literal["full", "header", "hidden"]
+from app.kernel.policy import ANONYMOUS, Viewer
+from app.kernel.public import LISTED_REPOSITORY
+from app.kernel.visibility import report_access, visible_visibilities
 
 REPORTS_PER_REPOSITORY_MAX = 50
 FINDINGS_PER_PAGE_MAX = 500
 CHECKS_PER_FINDING_MAX = 50
 RECENT_REPORTS_MAX = 50
-
-
-@dataclass(frozen=True)
-class Viewer:
-    """Who is looking. Only the anonymous view exists on the public site for now."""
-
-    account_id: int | None = None
-    privileged: bool = False
-
-
-ANONYMOUS = Viewer()
-
-
-def repository_visible(viewer: Viewer, listing_status: str) -> bool:
-    return viewer.privileged or listing_status != "quarantined"
-
-
-def report_access(viewer: Viewer, *, listing_status: str, visibility: str) -> Access:
-    """What `viewer` may see of one report: everything, its header, or nothing."""
-    if viewer.privileged:
-        return "full"
-    if not repository_visible(viewer, listing_status):
-        return "hidden"
-    if visibility == "public":
-        return "full"
-    if visibility == "public_summary":
-        return "header"
-    return "hidden"
-
-
-def visible_visibilities(viewer: Viewer) -> list[str]:
-    """The scan visibilities worth fetching for `viewer` (pre-filter; `report_access` stays the judge)."""
-    return ["public", "public_summary", "restricted"] if viewer.privileged else ["public", "public_summary"]
 
 
 _REPORT_COLUMNS = """
@@ -84,7 +45,7 @@ _RECENT_REPORTS = f"""
 SELECT {_REPORT_COLUMNS}, r.host, r.owner, r.name, r.listing_status
 FROM scans s
 JOIN repositories r ON r.id = s.repository_id
-WHERE r.listing_status = 'listed' AND s.visibility = ANY(CAST(:visibilities AS text[]))
+WHERE {LISTED_REPOSITORY} AND s.visibility = ANY(CAST(:visibilities AS text[]))
 ORDER BY s.inserted_at DESC, s.id DESC
 LIMIT :limit
 """

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.kernel.outbox import mark_dirty
+from app.kernel.policy import qualified_reviewer_sql
+from app.registry.metrics import recalculate_repository_metrics
+
 THRESHOLD = 2
 COLLUSION_WINDOW = "7 days"
 
@@ -52,7 +56,7 @@ JOIN accounts a ON a.id = ch.account_id
 WHERE ch.canonical_finding_id = :canonical_id AND ch.commit_sha = :commit_sha
   AND ch.provenance IN ('human', 'hybrid')
   AND a.state = 'active'
-  AND (a.trust_tier = 'reviewer' OR a.platform_role IN ('moderator', 'admin'))
+  AND {qualified_reviewer_sql("a")}
   AND (ch.client_ip_hash IS NULL OR ch.client_ip_hash NOT IN (SELECT client_ip_hash FROM colluding))
 GROUP BY ch.verdict
 """
@@ -94,11 +98,11 @@ async def recompute_canonical_status(session: AsyncSession, canonical_id: int) -
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-_REPORT_TALLY = """
+_REPORT_TALLY = f"""
 SELECT sc.verdict, count(*) FROM scan_confirmations sc
 JOIN accounts a ON a.id = sc.account_id
 WHERE sc.scan_id = :scan_id AND sc.provenance IN ('human', 'hybrid') AND a.state = 'active'
-  AND (a.trust_tier = 'reviewer' OR a.platform_role IN ('moderator', 'admin'))
+  AND {qualified_reviewer_sql("a")}
 GROUP BY sc.verdict
 """
 
@@ -176,4 +180,30 @@ async def recompute_scans_at_commit(session: AsyncSession, canonical_id: int, co
     changed = 0
     for scan_id in scan_ids:
         changed += await recompute_scan_verification(session, int(scan_id))
+    return changed
+
+
+async def refresh_repository_checks(session: AsyncSession, repository_id: int) -> int:
+    """Authority revalidation after an account's role/state changed: recompute the quorum of every canonical of
+    the repository, mark the keys of those that changed, re-derive their reports' verification and the
+    repository metrics. Returns how many canonicals changed."""
+    rows = (
+        await session.execute(
+            text(
+                "SELECT id, pattern_key, last_seen_commit_sha FROM canonical_findings "
+                "WHERE repository_id = :id ORDER BY id"
+            ),
+            {"id": repository_id},
+        )
+    ).all()
+    changed_keys: list[str | None] = []
+    changed = 0
+    for canonical_id, key, commit in rows:
+        if await recompute_canonical_status(session, int(canonical_id)):
+            changed += 1
+            changed_keys.append(key)
+            await recompute_scans_at_commit(session, int(canonical_id), str(commit))
+    if changed:
+        await mark_dirty(session, changed_keys, "status")
+        await recalculate_repository_metrics(session, repository_id)
     return changed

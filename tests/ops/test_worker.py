@@ -64,7 +64,7 @@ async def two_repository_pattern(reporter: Account) -> None:
     for _ in range(2):
         await f.create_instance(await f.create_repository(), reporter, TITLE)
     async with db.transaction() as session:
-        await outbox.mark_dirty(session, [KEY], "assimilate")
+        await outbox.mark_dirty(session, [KEY], "assimilate", ring=False)  # each test rings (or not) itself
 
 
 async def test_a_running_worker_refreshes_a_rung_key_within_seconds(reporter: Account, empty_queue: None) -> None:
@@ -95,7 +95,7 @@ async def test_worker_burst_runs_the_queued_drain_and_exits(reporter: Account, e
 async def test_the_drain_job_chains_a_continuation_while_claimable_keys_remain(empty_queue: None) -> None:
     keys = [f"{n:064x}" for n in range(1, 206)]  # 205 keys without source rows: quick refreshes
     async with db.transaction() as session:
-        await outbox.mark_dirty(session, keys, "reconcile")
+        await outbox.mark_dirty(session, keys, "reconcile", ring=False)
     ctx: dict[str, Any] = {"worker_id": "worker-1", "redis": await queue.pool(), "job_try": 1}
 
     first = await worker.drain_dirty_keys(ctx)
@@ -115,7 +115,7 @@ async def test_the_drain_job_defers_itself_to_a_throttled_keys_available_time(
     [claim] = await dirty_queue.claim_dirty_keys("worker-1", 10)
     await projection.refresh_pattern(KEY)
     async with db.transaction() as session:  # re-dirtied during its refresh: a hot key
-        await outbox.mark_dirty(session, [KEY], "status")
+        await outbox.mark_dirty(session, [KEY], "status", ring=False)
     assert await dirty_queue.settle_refreshed(claim, "worker-1", elapsed=0.0, throttle=True) is False
     ctx: dict[str, Any] = {"worker_id": "worker-2", "redis": await queue.pool(), "job_try": 1}
 

@@ -12,11 +12,11 @@ from sqlalchemy import func, select, text
 
 from app.accounts.service import create_token
 from app.kernel import db
+from app.kernel.audit import AuditEvent
 from app.kernel.errors import Forbidden, NotFound, ValidationError
-from app.moderation.models import AuditEvent
+from app.moderation.service import delete_repository
 from app.registry.models import Repository
-from app.registry.service import delete_repository, get_repository, register_repository
-from app.registry.validation import parse_repo_ref
+from app.registry.service import get_repository, register_repository
 from app.reports.finding_memory import pattern_key
 from app.reports.models import CanonicalFinding, CanonicalFindingCheck, Scan, ScanFinding
 from tests import factories
@@ -187,15 +187,6 @@ async def test_oversized_body_is_413(client: httpx.AsyncClient) -> None:
 
 
 # --- service --------------------------------------------------------------------------------------------------
-
-
-def test_parse_repo_ref() -> None:
-    assert parse_repo_ref("GitHub.com/Acme/Widget") == ("github.com", "acme", "widget")
-    assert parse_repo_ref("/github.com/acme/widget/") == ("github.com", "acme", "widget")
-    for bad in ("acme/widget", "github.com/acme/widget/extra", ""):
-        with pytest.raises(ValidationError) as info:
-            parse_repo_ref(bad)
-        assert list(info.value.errors) == ["repository"]
 
 
 async def test_concurrent_registrations_create_one_row() -> None:

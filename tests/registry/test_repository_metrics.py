@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from app.kernel import db
+from app.registry.metrics import recalculate_repository_metrics
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
-from app.reports.service import recalculate_repository_metrics, submit_report
+from app.reports.service import submit_report
 from tests import factories
 from tests.reports.support import finding, reach_quorum, report_body
 from tests.sql import execute, rows

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.kernel.errors import ValidationError
-from app.reports.cli import parse_repository, read_body
+from app.kernel.refs import parse_ref
+from app.reports.cli import read_body
 from tests import factories
 from tests.harness import assert_one_line_error, tarakan
 from tests.reports.support import finding, report_body, row_counts
@@ -59,9 +60,9 @@ async def test_errors_exit_1_with_one_line_and_write_nothing(tmp_path: Path) -> 
 
 
 def test_arguments_and_files_are_checked_before_anything_runs(tmp_path: Path) -> None:
-    assert parse_repository("github.com/acme/widget/") == ("github.com", "acme", "widget")
+    assert parse_ref("github.com/acme/widget/") == ("github.com", "acme", "widget")
     with pytest.raises(ValidationError, match="HOST/OWNER/NAME"):
-        parse_repository("acme/widget")
+        parse_ref("acme/widget")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     listed = tmp_path / "list.json"

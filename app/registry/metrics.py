@@ -1,0 +1,68 @@
+"""Repository metrics (docs/domain.md §1.7): the counts, status and listing promotion stored on `repositories`,
+recomputed from the repository's visible reports by whichever service changed them, in its own transaction.
+
+The registry owns the `repositories` row, so it owns these columns too; the reports' tables are read here, never
+written. A recalculation also drops the cached registry stats once the transaction commits.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.kernel.aftercommit import after_commit
+from app.kernel.outbox import mark_repository_dirty
+from app.registry.stats import invalidate_registry_stats
+
+_RECALCULATE = """
+WITH visible AS (
+  SELECT id, inserted_at FROM scans
+  WHERE repository_id = :id AND visibility IN ('public', 'public_summary')
+), scan_stats AS (
+  SELECT count(*) AS scans, max(inserted_at) AS last_scanned FROM visible
+), canonical_stats AS (
+  SELECT count(*) FILTER (WHERE c.status <> 'fixed') AS open, count(*) FILTER (WHERE c.status = 'verified') AS verified
+  FROM canonical_findings c
+  WHERE c.repository_id = :id
+    AND EXISTS (SELECT 1 FROM scan_findings f JOIN visible v ON v.id = f.scan_id WHERE f.canonical_finding_id = c.id)
+), target AS (
+  SELECT scans, last_scanned, open, verified,
+         CASE WHEN scans = 0 THEN 'unscanned' WHEN open > 0 THEN 'findings' ELSE 'reviewed' END AS status
+  FROM scan_stats, canonical_stats
+)
+UPDATE repositories r SET
+  scan_count = t.scans, last_scanned_at = t.last_scanned, open_findings_count = t.open,
+  verified_findings_count = t.verified, status = t.status,
+  listing_status = CASE WHEN r.listing_status = 'pending' AND t.scans > 0 THEN 'listed' ELSE r.listing_status END,
+  updated_at = now()
+FROM target t
+WHERE r.id = :id
+  AND (r.scan_count, r.last_scanned_at, r.open_findings_count, r.verified_findings_count, r.status,
+       r.listing_status)
+      IS DISTINCT FROM (t.scans, t.last_scanned, t.open, t.verified, t.status,
+                        CASE WHEN r.listing_status = 'pending' AND t.scans > 0 THEN 'listed' ELSE r.listing_status END)
+RETURNING r.listing_status
+"""
+
+
+def registry_changed() -> None:
+    """Drop the cached registry stats once the current transaction commits (counts, contributors or listings
+    moved). Call inside `db.transaction()`."""
+    after_commit(invalidate_registry_stats)
+
+
+async def recalculate_repository_metrics(session: AsyncSession, repository_id: int) -> tuple[str, str]:
+    """§1.7 over public and public_summary reports: scan_count, last_scanned_at, open/verified counts, status, and
+    the pending → listed promotion. Returns (listing before, listing after); a changed listing marks the
+    repository's keys dirty (delist-safe) in this same transaction."""
+    before = (
+        await session.execute(
+            text("SELECT listing_status FROM repositories WHERE id = :id FOR UPDATE"), {"id": repository_id}
+        )
+    ).scalar_one()
+    after = (await session.execute(text(_RECALCULATE), {"id": repository_id})).scalar_one_or_none()
+    after = before if after is None else after
+    if after != before:
+        await mark_repository_dirty(session, repository_id, "listing_change")
+    registry_changed()
+    return str(before), str(after)

@@ -1,0 +1,184 @@
+"""Who may submit reports, record checks and report-level verdicts, and how often (docs/domain.md §1.5, §1.6, §9).
+
+The reports' use cases (`app.reports.service`) ask these functions inside their transaction, on the acting
+account as the transaction sees it (`load_actor`: fresh role and state, not the caller's copy) and on the
+repository row they lock. Standing and roles come from `app.kernel.policy`, visibility from
+`app.kernel.visibility`; what is reports-specific lives here: token scopes, the paused repository, the verifier
+rule and the rate limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.kernel.errors import Forbidden, NotFound, RateLimited
+from app.kernel.policy import can_verify, has_moderator_role, in_good_standing
+from app.kernel.refs import normalize_ref
+from app.kernel.visibility import report_writable, repository_writable
+
+SUBMIT_SCOPES = frozenset({"findings:submit", "reviews:submit"})
+VERIFY_SCOPES = frozenset({"findings:verify", "reviews:verify"})
+
+# §9 limits (moderators/admins exempt)
+PER_MINUTE_LIMIT = 10
+PER_REPOSITORY_MINUTE_LIMIT = 5
+DAILY_QUOTA_REVIEWER = 100
+DAILY_QUOTA_ACTIVE = 30
+DAILY_QUOTA_OTHER = 3
+
+
+@dataclass(frozen=True)
+class Actor:
+    """The acting account as the transaction sees it (fresh role/state, not the caller's copy)."""
+
+    id: int
+    handle: str
+    platform_role: str
+    trust_tier: str
+    state: str
+
+
+@dataclass(frozen=True)
+class RepositoryRow:
+    id: int
+    host: str
+    owner: str
+    name: str
+    listing_status: str
+    participation_mode: str
+    submitted_by_id: int | None
+
+
+def require_scope(scopes: frozenset[str] | None, needed: frozenset[str]) -> None:
+    # scopes=None: a trusted caller (CLI, seed) acting as the account itself
+    if scopes is not None and not scopes & needed:
+        raise Forbidden({"token": [f"needs one of the scopes {', '.join(sorted(needed))}"]})
+
+
+async def load_actor(session: AsyncSession, account_id: int, *, lock: bool) -> Actor:
+    row = (
+        await session.execute(
+            text(
+                "SELECT id, handle, platform_role, trust_tier, state FROM accounts WHERE id = :id"
+                + (" FOR UPDATE" if lock else "")
+            ),
+            {"id": account_id},
+        )
+    ).first()
+    if row is None:
+        raise Forbidden({"account": ["does not exist"]})
+    return Actor(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]))
+
+
+def require_acting_state(actor: Actor) -> None:
+    if not in_good_standing(actor):
+        raise Forbidden({"account": [f"is {actor.state} and cannot act"]})
+
+
+def require_verifier(actor: Actor) -> None:
+    """§1.5 `verify_review` policy (repository memberships do not exist in this schema)."""
+    require_acting_state(actor)
+    if not can_verify(actor):
+        raise Forbidden({"account": ["must be a reviewer or a moderator to record checks"]})
+
+
+# --- the repository written to ---------------------------------------------------------------------------
+
+_REPOSITORY_COLUMNS = "id, host, owner, name, listing_status, participation_mode, submitted_by_id"
+
+
+def _repository(row: Any) -> RepositoryRow:
+    return RepositoryRow(
+        int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]), row[6] and int(row[6])
+    )
+
+
+async def repository_by_name(session: AsyncSession, host: str, owner: str, name: str) -> RepositoryRow | None:
+    """The repository row, locked, under its normalized reference (host aliases resolved)."""
+    host, owner, name = normalize_ref(host, owner, name)
+    row = (
+        await session.execute(
+            text(
+                f"SELECT {_REPOSITORY_COLUMNS} FROM repositories "
+                "WHERE host = :host AND owner = :owner AND name = :name FOR UPDATE"
+            ),
+            {"host": host, "owner": owner, "name": name},
+        )
+    ).first()
+    return None if row is None else _repository(row)
+
+
+async def repository_by_id(session: AsyncSession, repository_id: int) -> RepositoryRow:
+    row = (
+        await session.execute(
+            text(f"SELECT {_REPOSITORY_COLUMNS} FROM repositories WHERE id = :id FOR UPDATE"), {"id": repository_id}
+        )
+    ).one()
+    return _repository(row)
+
+
+def require_writable(actor: Actor, repo: RepositoryRow | None, hidden: dict[str, list[str]]) -> RepositoryRow:
+    """The repository, if `actor` may write to it; otherwise NotFound with `hidden` (a quarantined record answers
+    as if unregistered, see `app.kernel.visibility.repository_writable`)."""
+    if repo is None or not repository_writable(
+        actor, listing_status=repo.listing_status, submitted_by_id=repo.submitted_by_id
+    ):
+        raise NotFound(hidden)
+    return repo
+
+
+def require_report_writable(
+    actor: Actor, *, visibility: str, submitted_by_id: int, hidden: dict[str, list[str]]
+) -> None:
+    if not report_writable(actor, visibility=visibility, submitted_by_id=submitted_by_id):
+        raise NotFound(hidden)
+
+
+def require_not_paused(actor: Actor, repo: RepositoryRow) -> None:
+    if repo.participation_mode == "paused" and not has_moderator_role(actor):
+        raise Forbidden({"repository": ["is paused: submissions and checks are closed"]})
+
+
+# --- §9 rate limits --------------------------------------------------------------------------------------
+
+
+def daily_quota(actor: Actor) -> int:
+    if actor.trust_tier == "reviewer":
+        return DAILY_QUOTA_REVIEWER
+    if actor.state == "active":
+        return DAILY_QUOTA_ACTIVE
+    return DAILY_QUOTA_OTHER
+
+
+async def enforce_limits(session: AsyncSession, actor: Actor, repository_id: int) -> None:
+    """§9 limits counted from stored reports (rolling minute and day; the account row is locked by the caller,
+    so concurrent submissions by one account are counted one after another)."""
+    if has_moderator_role(actor):
+        return
+    row = (
+        await session.execute(
+            text(
+                "SELECT count(*) FILTER (WHERE inserted_at > now() - interval '1 minute'),"
+                " count(*) FILTER (WHERE inserted_at > now() - interval '1 minute' AND repository_id = :rid),"
+                " count(*) FROM scans WHERE submitted_by_id = :aid AND inserted_at > now() - interval '1 day'"
+            ),
+            {"aid": actor.id, "rid": repository_id},
+        )
+    ).one()
+    per_minute, per_repo_minute, per_day = int(row[0]), int(row[1]), int(row[2])
+    quota = daily_quota(actor)
+    if per_day >= quota:
+        raise RateLimited({"rate_limit": [f"daily quota of {quota} reports reached"]}, retry_after=86400)
+    if per_minute >= PER_MINUTE_LIMIT:
+        raise RateLimited(
+            {"rate_limit": [f"at most {PER_MINUTE_LIMIT} reports per minute per account"]}, retry_after=60
+        )
+    if per_repo_minute >= PER_REPOSITORY_MINUTE_LIMIT:
+        raise RateLimited(
+            {"rate_limit": [f"at most {PER_REPOSITORY_MINUTE_LIMIT} reports per minute per repository"]},
+            retry_after=60,
+        )
