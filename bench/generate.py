@@ -119,25 +119,18 @@ def generate(dsn: str, tier: Tier, *, progress: bool = True) -> dict[str, int]:
         )
         conn.execute("UPDATE canonical_findings SET inserted_at = updated_at WHERE inserted_at > updated_at")
         say("canonical findings")
-        conn.execute(
-            """
-            INSERT INTO scan_findings (scan_id, position, file_path, line_start, line_end, severity, title, description,
-              canonical_finding_id, fingerprint, disposition)
-            SELECT s.id, 0, c.file_path, c.line_start, c.line_end, c.severity, c.title, c.description, c.id,
-                   c.fingerprint, 'new'
-            FROM canonical_findings c JOIN scans s ON s.repository_id = c.repository_id AND s.visibility = 'public'
-            """
-        )
-        # a second, restricted occurrence for some canonicals (must never count or be the sample)
-        conn.execute(
-            """
-            INSERT INTO scan_findings (scan_id, position, file_path, line_start, line_end, severity, title, description,
-              canonical_finding_id, fingerprint, disposition)
-            SELECT s.id, 1, c.file_path, c.line_start, c.line_end, c.severity, c.title, c.description, c.id,
-                   c.fingerprint, 'matches_existing'
-            FROM canonical_findings c JOIN scans s ON s.repository_id = c.repository_id AND s.visibility = 'restricted'
-            """
-        )
+        # every canonical's public occurrence, and a second, restricted one (must never count or be the sample)
+        for position, disposition, visibility in ((0, "new", "public"), (1, "matches_existing", "restricted")):
+            conn.execute(
+                f"""
+                INSERT INTO scan_findings (scan_id, position, file_path, line_start, line_end, severity, title,
+                  description, canonical_finding_id, fingerprint, disposition)
+                SELECT s.id, {position}, c.file_path, c.line_start, c.line_end, c.severity, c.title, c.description,
+                       c.id, c.fingerprint, '{disposition}'
+                FROM canonical_findings c
+                JOIN scans s ON s.repository_id = c.repository_id AND s.visibility = '{visibility}'
+                """
+            )
         say("occurrences")
         conn.execute("ANALYZE")
         counts = {

@@ -19,11 +19,8 @@ import functools
 import json
 import os
 import random
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -32,10 +29,10 @@ from typing import Any
 import httpx
 import psycopg
 
-from app.devservices import Postgres, Redis
 from bench.common import pct, write_section
 from bench.generate import TIERS, Tier, generate
-from tests.harness import ROOT, spawn, start_server, stop
+from bench.services import throwaway_services
+from tests.harness import ROOT, spawn, start_server
 
 HOT_TITLE = "shared pattern 1 injection in handler"
 
@@ -210,16 +207,12 @@ def measure_pages(base: str, hot: str, results: dict[str, Any], runs: int) -> No
 
 
 def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str, Any]:
-    tmp = tempfile.mkdtemp(prefix=f"tarakan-bench-{tier.name}-")
-    pg = Postgres(os.path.join(tmp, "pg"), fast_unsafe=True).start()
-    redis = Redis(os.path.join(tmp, "redis")).start()
-    env = {**os.environ, "DATABASE_URL": pg.url, "REDIS_URL": redis.url, "SECRET_KEY": "bench",
-           "REGISTRY_STATS_TTL": "30", "INFESTATIONS_READ_FROM_ROLLUP": "true"}  # fmt: skip
-    os.environ.update(env)
-    dsn = pg.url.replace("postgresql+psycopg://", "postgresql://")
     results: dict[str, Any] = {"tier": tier.name}
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
+    with throwaway_services(f"tarakan-bench-{tier.name}-") as services:
+        procs, dsn = services.procs, services.dsn
+        env = {**os.environ, "DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench",
+               "REGISTRY_STATS_TTL": "30", "INFESTATIONS_READ_FROM_ROLLUP": "true"}  # fmt: skip
+        os.environ.update(env)
         from app.migrate import upgrade_to_head
 
         upgrade_to_head()
@@ -263,12 +256,6 @@ def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str
         from app.reports.finding_memory import pattern_key
 
         measure_pages(base, pattern_key(HOT_TITLE), results, runs)
-    finally:
-        for p in procs:
-            stop(p)
-        redis.stop()
-        pg.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
     return results
 
 

@@ -23,11 +23,8 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -36,9 +33,9 @@ from typing import Any
 import httpx
 import psycopg
 
-from app.devservices import Postgres, Redis
 from bench.common import pct, write_section
 from bench.generate import TIERS, generate
+from bench.services import throwaway_services
 from tests.harness import ROOT, start_server, stop
 
 HEADING = "## Sitemap"
@@ -232,17 +229,13 @@ async def stats_costs(runs: int) -> dict[str, float]:
 
 def run(tier_name: str, runs: int, target_urls: int) -> dict[str, Any]:
     tier = TIERS[tier_name]
-    tmp = tempfile.mkdtemp(prefix="tarakan-sitemap-bench-")
-    pg = Postgres(os.path.join(tmp, "pg"), fast_unsafe=True).start()
-    redis = Redis(os.path.join(tmp, "redis")).start()
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        env = {"DATABASE_URL": pg.url, "REDIS_URL": redis.url, "SECRET_KEY": "bench"}
+    with throwaway_services("tarakan-sitemap-bench-") as services:
+        procs, dsn = services.procs, services.dsn
+        env = {"DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench"}
         os.environ.update(env)
         from app.migrate import upgrade_to_head
 
         upgrade_to_head()
-        dsn = pg.url.replace("postgresql+psycopg://", "postgresql://")
         started = time.perf_counter()
         rows = generate(dsn, tier)
         add_patterns(dsn)
@@ -271,12 +264,6 @@ def run(tier_name: str, runs: int, target_urls: int) -> dict[str, Any]:
         procs.append(proc)
         results["index"] = run_index(base, proc.pid, runs, total_expected)
         stop(proc)
-    finally:
-        for p in procs:
-            stop(p)
-        redis.stop()
-        pg.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
     return results
 
 

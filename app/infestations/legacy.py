@@ -10,7 +10,7 @@ instances are listed newest-first with the same keyset as the rollup path.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -226,14 +226,33 @@ async def get_infestation_legacy(pattern_key: str) -> dict[str, Any] | None:
     return _merge(row, reps.get(pattern_key))
 
 
+async def newest_first_page(
+    sql: str,
+    keyset: str,
+    pattern_key: str | None,
+    *,
+    limit: int,
+    cursor: str | None,
+    entry: Callable[[Mapping[Any, Any]], dict[str, Any]],
+) -> Page[dict[str, Any]]:
+    """One page of a pattern's rows, newest first on `keyset` (its `(updated_at, id)` row value): `sql` has an
+    `{after}` slot and reads `:key` and `:fetch`. A key that did not parse (None) is an empty page; a malformed
+    cursor is InvalidCursor either way."""
+    after, params = after_cursor(cursor, keyset)
+    if pattern_key is None:
+        return {"entries": [], "next_cursor": None}
+    params.update(key=pattern_key, fetch=limit + 1)
+    async with db.read_session() as session:
+        rows = (await session.execute(text(sql.format(after=after)), params)).mappings().all()
+    return keyset_page([entry(row) for row in rows], limit, BY_UPDATED_AT)
+
+
 async def list_instances_legacy(
     pattern_key: str, *, limit: int = 50, cursor: str | None = None
 ) -> Page[dict[str, Any]]:
     """The key's public-join canonicals newest-first, each with its newest public occurrence (commit, scan).
     Returns `{"entries", "next_cursor"}`; the caller clamps `limit`."""
     limit = clamp(limit, 1, 300)
-    after, params = after_cursor(cursor, "(updated_at, id)")
-    params.update(key=pattern_key, fetch=limit + 1)
-    async with db.read_session() as session:
-        rows = (await session.execute(text(_INSTANCES_SQL.format(after=after)), params)).mappings().all()
-    return keyset_page([instance_entry(row) for row in rows], limit, BY_UPDATED_AT)
+    return await newest_first_page(
+        _INSTANCES_SQL, "(updated_at, id)", pattern_key, limit=limit, cursor=cursor, entry=instance_entry
+    )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, Integer, Text, Uuid, func, text
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, MappedColumn, mapped_column
 
 from app.kernel.db import Base
 
@@ -17,34 +18,32 @@ COUNTS = ("repo_count", "instance_count", "open_count", "verified_count", "fixed
 WINDOWED_AGGREGATES = (*COUNTS, "last_seen_at")
 
 
+def _window_columns() -> dict[str, MappedColumn[Any]]:
+    return {
+        f"{name}_{w}d": (
+            mapped_column(DateTime(timezone=True), nullable=True)
+            if name == "last_seen_at"
+            else mapped_column(Integer, nullable=False, server_default="0")
+        )
+        for w in WINDOWS
+        for name in WINDOWED_AGGREGATES
+    }
+
+
 class InfestationPattern(Base):
     __tablename__ = "infestation_patterns"
     __table_args__ = (
         # min/max(refreshed_at): the home fragment's version and the oldest-refresh gauge read one index end
         Index("infestation_patterns_refreshed_at_idx", "refreshed_at"),
-        Index(
-            "infestation_patterns_rank_7d_idx",
-            text("repo_count_7d DESC"),
-            text("last_seen_at_7d DESC NULLS LAST"),
-            postgresql_where=text("repo_count_7d >= 2"),
-        ),
-        Index(
-            "infestation_patterns_rank_30d_idx",
-            text("repo_count_30d DESC"),
-            text("last_seen_at_30d DESC NULLS LAST"),
-            postgresql_where=text("repo_count_30d >= 2"),
-        ),
-        Index(
-            "infestation_patterns_rank_90d_idx",
-            text("repo_count_90d DESC"),
-            text("last_seen_at_90d DESC NULLS LAST"),
-            postgresql_where=text("repo_count_90d >= 2"),
-        ),
-        Index(
-            "infestation_patterns_rank_365d_idx",
-            text("repo_count_365d DESC"),
-            text("last_seen_at_365d DESC NULLS LAST"),
-            postgresql_where=text("repo_count_365d >= 2"),
+        # one rank index per window: the ranked list walks it in O(limit); `>= 2` is the list's min_repos floor
+        *(
+            Index(
+                f"infestation_patterns_rank_{w}d_idx",
+                text(f"repo_count_{w}d DESC"),
+                text(f"last_seen_at_{w}d DESC NULLS LAST"),
+                postgresql_where=text(f"repo_count_{w}d >= 2"),
+            )
+            for w in WINDOWS
         ),
     )
 
@@ -61,34 +60,9 @@ class InfestationPattern(Base):
     disputed_count: Mapped[int] = mapped_column(Integer, server_default="0")
     first_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    repo_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
-    instance_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
-    open_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
-    verified_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
-    fixed_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
-    disputed_count_7d: Mapped[int] = mapped_column(Integer, server_default="0")
-    last_seen_at_7d: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    repo_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
-    instance_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
-    open_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
-    verified_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
-    fixed_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
-    disputed_count_30d: Mapped[int] = mapped_column(Integer, server_default="0")
-    last_seen_at_30d: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    repo_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
-    instance_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
-    open_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
-    verified_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
-    fixed_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
-    disputed_count_90d: Mapped[int] = mapped_column(Integer, server_default="0")
-    last_seen_at_90d: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    repo_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
-    instance_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
-    open_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
-    verified_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
-    fixed_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
-    disputed_count_365d: Mapped[int] = mapped_column(Integer, server_default="0")
-    last_seen_at_365d: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # `{name}_{W}d` for every window W and windowed aggregate: the counts default to 0, last_seen_at_Wd is NULL
+    # while nothing falls in the window. Generated (not spelled out 28 times); nothing reads them as attributes.
+    locals().update(_window_columns())
     refreshed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

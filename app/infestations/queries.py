@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import text
 
 from app.infestations.legacy import (
-    BY_UPDATED_AT,
     STATUSES,
     clamp,
     clamp_list_options,
@@ -24,12 +24,13 @@ from app.infestations.legacy import (
     instance_entry,
     list_infestations_legacy,
     list_instances_legacy,
+    newest_first_page,
     uuid_str,
     window_bucket,
 )
 from app.kernel import config, db
 from app.kernel.metrics import LIST_DURATION
-from app.kernel.paging import Page, after_cursor, keyset_page
+from app.kernel.paging import Page
 
 __all__ = [
     "get_infestation",
@@ -186,13 +187,14 @@ LIMIT :fetch
 
 
 async def _fetch_instances(pattern_key: str, *, limit: int, cursor: str | None) -> Page[dict[str, Any]]:
-    after, params = after_cursor(cursor, "(i.updated_at, i.canonical_finding_id)")
-    if parse_pattern_key(pattern_key) is None:
-        return {"entries": [], "next_cursor": None}
-    params.update(key=pattern_key, fetch=limit + 1)
-    async with db.read_session() as session:
-        rows = (await session.execute(text(_INSTANCES_SQL.format(after=after)), params)).mappings().all()
-    return keyset_page([instance_entry(row) for row in rows], limit, BY_UPDATED_AT)
+    return await newest_first_page(
+        _INSTANCES_SQL,
+        "(i.updated_at, i.canonical_finding_id)",
+        parse_pattern_key(pattern_key),
+        limit=limit,
+        cursor=cursor,
+        entry=instance_entry,
+    )
 
 
 async def list_instances(pattern_key: str, *, limit: int = 100) -> list[dict[str, Any]]:
@@ -225,15 +227,18 @@ async def list_pattern_repos_page(
 ) -> Page[dict[str, Any]]:
     """Repositories affected by a pattern, most recently seen first (default 64 = the graph's satellites,
     max 100), keyset on `(last_seen_at DESC, repository_id DESC)`."""
-    limit = clamp(limit, 1, PAGE_MAX)
-    after, params = after_cursor(cursor, "(m.last_seen_at, m.repository_id)")
-    if parse_pattern_key(pattern_key) is None:
-        return {"entries": [], "next_cursor": None}
-    params.update(key=pattern_key, fetch=limit + 1)
-    async with db.read_session() as session:
-        rows = (await session.execute(text(_REPOS_SQL.format(after=after)), params)).mappings().all()
-    entries = [{**row, "occurrence_public_id": uuid_str(row["occurrence_public_id"])} for row in rows]
-    return keyset_page(entries, limit, BY_UPDATED_AT)
+    return await newest_first_page(
+        _REPOS_SQL,
+        "(m.last_seen_at, m.repository_id)",
+        parse_pattern_key(pattern_key),
+        limit=clamp(limit, 1, PAGE_MAX),
+        cursor=cursor,
+        entry=_membership_entry,
+    )
+
+
+def _membership_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
+    return {**row, "occurrence_public_id": uuid_str(row["occurrence_public_id"])}
 
 
 _REPOSITORY_INFESTATIONS_SQL = """

@@ -15,24 +15,10 @@ from app.infestations.models import WINDOWS
 from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
+from tests.sql import execute, one, rows
 
 TITLE = "SQL injection in login handler"
 KEY = pattern_key(TITLE)
-
-
-async def rows(sql: str, **params: Any) -> list[dict[str, Any]]:
-    async with db.read_session(replica=False) as session:
-        return [dict(r) for r in (await session.execute(text(sql), params)).mappings().all()]
-
-
-async def one(sql: str, **params: Any) -> dict[str, Any] | None:
-    found = await rows(sql, **params)
-    return found[0] if found else None
-
-
-async def execute(sql: str, **params: Any) -> None:
-    async with db.transaction() as session:
-        await session.execute(text(sql), params)
 
 
 async def pattern(key: str = KEY) -> dict[str, Any] | None:
