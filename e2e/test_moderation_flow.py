@@ -12,15 +12,9 @@ from app.infestations.dirty_queue import drain_all
 from app.kernel import db
 from app.kernel.outbox import mark_dirty
 from app.reports.finding_memory import pattern_key
-from tests import conftest as shared
 from tests.moderation.support import NOTES, PASSWORD, TITLE, make_account, two_repository_pattern
 
 CHROMIUM = "/usr/bin/chromium"
-
-# tests/conftest.py's fixtures do not reach e2e/ by themselves (until e2e/conftest.py shares them)
-services = shared.services
-clean_database = shared.clean_database
-live_server = shared.live_server
 
 
 @pytest.fixture
