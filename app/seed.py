@@ -1,4 +1,4 @@
-"""Demo data (domain §10): three accounts, a dozen listed repositories, the 20 infestation patterns of the
+"""Demo data (docs/domain.md §10): three accounts, a dozen listed repositories, the 20 infestation patterns of the
 original seed (95 one-finding reports) and a few one-off findings, then a synchronous rollup drain.
 
 Reports go through the real report service, so the demo exercises the same write path as the API. The seed then
@@ -57,7 +57,7 @@ DEMO_REPOSITORIES = (
     ("pebble-works", "mosaic", "PHP", 1288, "Image gallery and album sharing."),
 )
 
-# domain §10: (title, severity, statuses — one per repository, so the list length is the fan-out)
+# docs/domain.md §10: (title, severity, statuses — one per repository, so the list length is the fan-out)
 DEMO_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("SQL injection via string concatenation", "critical", ("open", "open", "verified", "open", "open")),
     ("Hardcoded credentials in config loader", "high", ("open", "fixed", "open", "verified", "open")),
@@ -128,7 +128,7 @@ def _envelope(commit_sha: str, run_id: str, finding: dict[str, Any]) -> dict[str
 
 
 def pattern_reports(repositories: list[Repository]) -> list[SeedReport]:
-    """One report per pattern instance, exactly as domain §10: repositories round-robin from a deterministic
+    """One report per pattern instance, exactly as docs/domain.md §10: repositories round-robin from a deterministic
     offset sha256(title) mod len(repositories)."""
     reports: list[SeedReport] = []
     for p, (title, severity, statuses) in enumerate(DEMO_PATTERNS):

@@ -27,7 +27,7 @@ EMAIL_RE = re.compile(
 )
 EMAIL_MAX = 254
 HANDLE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,38}$")
-# Handles share the URL namespace with the site's own top-level paths (domain §1.6).
+# Handles share the URL namespace with the site's own top-level paths (docs/domain.md §1.6).
 RESERVED_HANDLES = frozenset(
     {
         "about", "account", "accounts", "admin", "api", "app", "assets", "atom", "auth", "epidemics", "explore",
@@ -234,9 +234,10 @@ def _bearer_secret(authorization_header: str | None) -> str:
     return value
 
 
-async def authenticate_bearer(authorization_header: str | None) -> tuple[Account, frozenset[str]]:
+async def authenticate_bearer(authorization_header: str | None, *accepted: str) -> tuple[Account, frozenset[str]]:
     """The account and scopes of a bearer token. Unauthorized for a missing, malformed, unknown or revoked token;
-    Forbidden when the account is suspended or banned."""
+    Forbidden when the account is suspended or banned, or (given `accepted` scopes) when the token carries none
+    of them."""
     secret = _bearer_secret(authorization_header)
     async with db.transaction() as session:
         row = (
@@ -254,6 +255,8 @@ async def authenticate_bearer(authorization_header: str | None) -> tuple[Account
         if is_locked_out(account):
             raise Forbidden({"account": [f"is {account.state}"]})
         await session.execute(_TOUCH_TOKEN, {"id": token_id})
+    if accepted:
+        require_scope(frozenset(scopes), *accepted)
     return account, frozenset(scopes)
 
 

@@ -1,4 +1,4 @@
-"""`assimilate_scan` (domain §2.6): link each occurrence of a new report to its repository-level canonical
+"""`assimilate_scan` (docs/domain.md §2.6): link each occurrence of a new report to its repository-level canonical
 finding, compute its disposition, refresh the touched canonicals' counters, then their quorum status.
 
 Runs inside the submit transaction. Every UPDATE of a canonical is guarded with IS DISTINCT FROM so that

@@ -1,4 +1,4 @@
-"""Finding memory keys, exactly as the original (domain §2.1-2.3): title normalization, pattern key, fingerprint."""
+"""Finding memory keys, exactly as the original (docs/domain.md §2.1-2.3): title normalization, pattern key, fingerprint."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _lower(value: str) -> str:
 
 
 def normalize_title(title: object) -> str:
-    """v2 normalization (domain §2.1); the order of the steps matters."""
+    """v2 normalization (docs/domain.md §2.1); the order of the steps matters."""
     text = _lower(title if isinstance(title, str) else ("" if title is None else str(title)))
     while True:
         stripped = _PREFIX.sub("", text, count=1)

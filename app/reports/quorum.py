@@ -1,4 +1,4 @@
-"""The status quorum of domain §1.5, recomputed from scratch every time (never incremental).
+"""The status quorum of docs/domain.md §1.5, recomputed from scratch every time (never incremental).
 
 Which checks count: at the canonical's `last_seen_commit_sha` (quorum is per commit), provenance human or hybrid,
 account state active, account qualified (trust_tier reviewer or platform_role moderator/admin), and not

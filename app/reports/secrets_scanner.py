@@ -1,4 +1,4 @@
-"""Refuse reports and checks that carry live credentials (domain §9). Errors name the field and the kind of
+"""Refuse reports and checks that carry live credentials (docs/domain.md §9). Errors name the field and the kind of
 secret, never the secret itself: the error body is echoed to logs and terminals."""
 
 from __future__ import annotations

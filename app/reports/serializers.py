@@ -1,4 +1,4 @@
-"""JSON bodies of the report API (product.md "JSON API", domain §9), read inside the writing transaction so the
+"""JSON bodies of the report API (docs/domain.md §9), read inside the writing transaction so the
 response shows exactly what was committed."""
 
 from __future__ import annotations

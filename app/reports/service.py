@@ -59,6 +59,14 @@ async def _insert_once(session: AsyncSession, row: object, unique_index: str, ta
         raise
 
 
+async def _subject(session: AsyncSession, sql: str, subject_id: object, hidden: dict[str, list[str]]) -> Any:
+    """The one row `sql` finds for `:id`, or NotFound with `hidden`."""
+    row = (await session.execute(text(sql), {"id": subject_id})).first()
+    if row is None:
+        raise NotFound(hidden)
+    return row
+
+
 async def _verifier_on(
     session: AsyncSession, actor: Actor, repository_id: int, hidden: dict[str, list[str]]
 ) -> RepositoryRow:
@@ -169,13 +177,12 @@ async def record_check(
     ip_hash = await client_ip_hash(client_ip)
     async with db.transaction() as session:
         actor = await load_actor(session, account.id, lock=False)
-        found = (
-            await session.execute(
-                text("SELECT id, repository_id FROM canonical_findings WHERE public_id = :pid"), {"pid": public_id}
-            )
-        ).first()
-        if found is None:
-            raise NotFound(FINDING_NOT_FOUND)
+        found = await _subject(
+            session,
+            "SELECT id, repository_id FROM canonical_findings WHERE public_id = :id",
+            public_id,
+            FINDING_NOT_FOUND,
+        )
         canonical_id, repository_id = int(found[0]), int(found[1])
         await _verifier_on(session, actor, repository_id, FINDING_NOT_FOUND)
         check = validate_check(body)
@@ -261,13 +268,12 @@ async def record_confirmation(
     ip_hash = await client_ip_hash(client_ip)
     async with db.transaction() as session:
         actor = await load_actor(session, account.id, lock=False)
-        found = (
-            await session.execute(
-                text("SELECT repository_id, submitted_by_id, visibility FROM scans WHERE id = :id"), {"id": scan_id}
-            )
-        ).first()
-        if found is None:
-            raise NotFound(REPORT_NOT_FOUND)
+        found = await _subject(
+            session,
+            "SELECT repository_id, submitted_by_id, visibility FROM scans WHERE id = :id",
+            scan_id,
+            REPORT_NOT_FOUND,
+        )
         repository_id, submitter_id, visibility = int(found[0]), int(found[1]), str(found[2])
         require_report_writable(actor, visibility=visibility, submitted_by_id=submitter_id, hidden=REPORT_NOT_FOUND)
         await _verifier_on(session, actor, repository_id, REPORT_NOT_FOUND)

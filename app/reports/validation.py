@@ -1,4 +1,4 @@
-"""Scan Format v1 and check bodies (domain §9, §1.5): pure validation, no database.
+"""Scan Format v1 and check bodies (docs/domain.md §9, §1.5): pure validation, no database.
 
 Envelope errors are collected together; inside the document the first bad finding stops validation (the original
 reports `findings[i]` and nothing after it). Field names are the API's: `commit_sha`, `document.tarakan_scan_format`,
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +85,7 @@ def _one_of(values: tuple[str, ...]) -> str:
 
 
 def canonical_path(raw: object) -> str:
-    """Storage form of a repository path (domain §2.3, case kept). Raises ValueError with the rule broken."""
+    """Storage form of a repository path (docs/domain.md §2.3, case kept). Raises ValueError with the rule broken."""
     if not isinstance(raw, str):
         raise ValueError("must be a string")
     trimmed = raw.strip()
@@ -158,6 +159,17 @@ def _enum(body: dict[str, Any], field: str, values: tuple[str, ...], default: st
     return value
 
 
+def _required_text(raw: dict[str, Any], key: str, maximum: int, fail: Callable[[str, str], ValidationError]) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) and value is not None:
+        raise fail(key, "must be a string")
+    if value is None or value.strip() == "":
+        raise fail(key, "must not be blank")
+    if len(value) > maximum:
+        raise fail(key, f"must be at most {maximum} characters")
+    return value
+
+
 def _finding(index: int, raw: object) -> FindingInput:
     """One finding; raises ValidationError naming `findings[i].<key>` at the first broken rule."""
 
@@ -178,20 +190,8 @@ def _finding(index: int, raw: object) -> FindingInput:
         raise fail("severity", "can't be blank")
     if not isinstance(severity, str) or severity not in SEVERITIES:
         raise fail("severity", _one_of(SEVERITIES))
-    title = raw.get("title")
-    if not isinstance(title, str) and title is not None:
-        raise fail("title", "must be a string")
-    if title is None or title.strip() == "":
-        raise fail("title", "must not be blank")
-    if len(title) > MAX_TITLE:
-        raise fail("title", f"must be at most {MAX_TITLE} characters")
-    description = raw.get("description")
-    if not isinstance(description, str) and description is not None:
-        raise fail("description", "must be a string")
-    if description is None or description.strip() == "":
-        raise fail("description", "must not be blank")
-    if len(description) > MAX_DESCRIPTION:
-        raise fail("description", f"must be at most {MAX_DESCRIPTION} characters")
+    title = _required_text(raw, "title", MAX_TITLE, fail)
+    description = _required_text(raw, "description", MAX_DESCRIPTION, fail)
     disposition = raw.get("disposition")
     if disposition is None:
         disposition = "new"

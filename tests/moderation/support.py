@@ -10,7 +10,6 @@ from __future__ import annotations
 import httpx
 
 from app.accounts.models import Account
-from app.accounts.service import create_account
 from app.accounts.sessions import COOKIE_NAME, open_session
 from app.registry.models import Repository
 from app.reports.models import Scan
@@ -23,22 +22,9 @@ NOTES = "Evidence: the report discloses a live credential of a third party."
 TITLE = "SQL injection in login handler"
 
 
-async def make_account(
-    handle: str,
-    *,
-    platform_role: str = "member",
-    trust_tier: str = "new",
-    state: str = "active",
-    password: str | None = None,
-) -> Account:
-    return await create_account(
-        f"{handle}@example.com",
-        handle,
-        platform_role=platform_role,
-        trust_tier=trust_tier,
-        state=state,
-        password=password,
-    )
+async def make_account(handle: str, *, password: str | None = None, **attributes: str) -> Account:
+    """An active account `{handle}@example.com` (`attributes`: platform_role, trust_tier, state)."""
+    return await factories.create_account(email=f"{handle}@example.com", handle=handle, password=password, **attributes)
 
 
 async def act_as(client: httpx.AsyncClient, account: Account | None) -> str | None:
