@@ -1,4 +1,5 @@
-"""Low-level source rows for tests that need data without going through the report service."""
+"""Source rows for tests that need data without going through the report service (accounts do go through the
+account service: its validation is cheap and keeps test accounts realistic)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import itertools
 from datetime import datetime
 from typing import TypeVar
 
+from app.accounts import service as accounts
 from app.accounts.models import Account
 from app.kernel import db
 from app.registry.models import Repository
@@ -17,8 +19,12 @@ _seq = itertools.count(1)
 _Row = TypeVar("_Row")
 
 
-async def _stored(row: _Row) -> _Row:
-    """Commit one new row on its own, as the service would have."""
+async def _stored(row: _Row, **timestamps: datetime | None) -> _Row:
+    """Commit one new row on its own, as the service would have; given timestamps (`inserted_at=...`) replace
+    the database's now()."""
+    for column, at in timestamps.items():
+        if at is not None:
+            setattr(row, column, at)
     async with db.transaction() as session:
         session.add(row)
     return row
@@ -29,24 +35,14 @@ def sha(seed: object) -> str:
 
 
 async def create_account(
-    *,
-    email: str | None = None,
-    handle: str | None = None,
-    platform_role: str = "member",
-    trust_tier: str = "new",
-    state: str = "active",
-    password_hash: str | None = None,
+    *, email: str | None = None, handle: str | None = None, password: str | None = None, **attributes: str
 ) -> Account:
+    """An account through the real account service, active unless `state` says otherwise; `attributes` are
+    `platform_role`, `trust_tier` and `state`."""
     n = next(_seq)
-    account = Account(
-        email=email or f"user{n}@example.com",
-        handle=handle or f"user{n}",
-        platform_role=platform_role,
-        trust_tier=trust_tier,
-        state=state,
-        password_hash=password_hash,
+    return await accounts.create_account(
+        email or f"user{n}@example.com", handle or f"user{n}", password=password, **{"state": "active", **attributes}
     )
-    return await _stored(account)
 
 
 async def create_repository(
@@ -81,9 +77,7 @@ async def create_scan(
         model="test-model",
         prompt_version="test/v1",
     )
-    if inserted_at is not None:
-        scan.inserted_at = inserted_at
-    return await _stored(scan)
+    return await _stored(scan, inserted_at=inserted_at)
 
 
 async def create_canonical(
@@ -115,11 +109,7 @@ async def create_canonical(
         last_seen_commit_sha=sha_,
         detections_count=1,
     )
-    if inserted_at is not None:
-        canonical.inserted_at = inserted_at
-    if updated_at is not None:
-        canonical.updated_at = updated_at
-    return await _stored(canonical)
+    return await _stored(canonical, inserted_at=inserted_at, updated_at=updated_at)
 
 
 async def create_occurrence(scan: Scan, canonical: CanonicalFinding, *, position: int = 0) -> ScanFinding:
