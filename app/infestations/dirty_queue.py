@@ -1,4 +1,4 @@
-"""The dirty-key queue: pending rollup work in `infestation_dirty_keys` (product decision 1, docs/domain.md §6).
+"""The dirty-key queue: pending rollup work in `infestation_dirty_keys` (product decision 1, docs/domain.md §5.5).
 
 Writers mark keys dirty inside their own transaction (`app.kernel.outbox`). `drain()` claims keys with
 `FOR UPDATE SKIP LOCKED` in a short transaction, refreshes each key in its own transaction, then deletes the dirty
