@@ -1,1 +1,1 @@
-"""arq lives here and only here (product decision 2): worker settings, job functions and the enqueue helper."""
+"""arq lives here and only here (docs/domain.md §12, decision 2): worker settings, job functions and the enqueue helper."""

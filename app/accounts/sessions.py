@@ -1,4 +1,4 @@
-"""Server-side web sessions and password login (docs/domain.md §12, product decision 5).
+"""Server-side web sessions and password login (docs/domain.md §12, decision 5).
 
 A session is a row in `web_sessions`; the cookie holds a random token and the table only its sha256, so a
 database leak does not hand out live sessions. Sessions are authoritative: revoking the row logs the browser out

@@ -1,4 +1,4 @@
-"""The design's hard cutover gates: `read_from_rollup` may be turned on only when every one of them holds."""
+"""The hard cutover gates (docs/domain.md §13 "Feature flag and Cutover gates"): `read_from_rollup` may be turned on only when every one of them holds."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ RANK_INDEXES = tuple(f"infestation_patterns_rank_{w}d_idx" for w in (7, 30, 90, 
 
 Gate = tuple[str, bool, str]
 
-# Source keys: the distinct keys of the public join set (domain §3). Covered: those with a rollup row refreshed
+# Source keys: the distinct keys of the public join set (docs/domain.md §3). Covered: those with a rollup row refreshed
 # recently. A key the projection has not reached yet is the thing this gate exists to catch.
 _COVERAGE_SQL = f"""
 WITH source AS (
@@ -105,7 +105,7 @@ async def _shadow_clean() -> Gate:
 
 
 async def cutover_check() -> list[Gate]:
-    """Each gate as `(name, passed, detail)`, in the design's order; cutover needs every one to pass."""
+    """Each gate as `(name, passed, detail)`, in the documented order; cutover needs every one to pass."""
     return [
         await _coverage(),
         await _rank_indexes(),

@@ -1,7 +1,7 @@
-"""Legacy online reads of the infestation atlas (domain §4): the semantic reference for the rollups.
+"""Legacy online reads of the infestation atlas (docs/domain.md §4): the semantic reference for the rollups.
 
 These aggregate the public join set (§3) at query time: slow at scale, but obviously right, so parity tests,
-shadow-compare and the flag-off rollback path all use them. Differences from the original, from domain §11:
+shadow-compare and the flag-off rollback path all use them. Differences from the original, from docs/domain.md §11:
 representative title/severity/sample come from the public join only (listed repository, public occurrence),
 the sample is the newest public occurrence, ranking has the deterministic tiebreak `pattern_key ASC`, and
 instances are listed newest-first with the same keyset as the rollup path.
@@ -25,7 +25,7 @@ from app.kernel.public import PUBLIC_CANONICAL, PUBLIC_JOIN, PUBLIC_SCAN
 STATUSES = ("open", "verified", "disputed", "fixed")
 UNKNOWN_TITLE = "Unknown pattern"
 
-# The infestation map of domain §5.7: identical keys on every path (legacy, rollup, status-filtered).
+# The infestation map of docs/domain.md §5.7: identical keys on every path (legacy, rollup, status-filtered).
 INFESTATION_KEYS = (
     "pattern_key",
     "title",
@@ -36,7 +36,7 @@ INFESTATION_KEYS = (
     "first_seen_at",
 )
 
-# Instance entries of domain §4.4.
+# Instance entries of docs/domain.md §4.4.
 INSTANCE_KEYS = (
     "id",
     "public_id",

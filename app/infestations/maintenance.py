@@ -1,4 +1,4 @@
-"""Maintenance passes over every key (design "Reconcile", "Backfill"; docs/domain.md §5.4, §5.5): the nightly
+"""Maintenance passes over every key (docs/domain.md §13 "Reconcile", "Backfill"; docs/domain.md §5.4, §5.5): the nightly
 reconcile that heals missed hooks and removes orphans, the first backfill, and the hourly window recompute.
 Each walks its keys with a chained keyset cursor (`key > :after`), a batch at a time."""
 

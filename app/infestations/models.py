@@ -14,7 +14,7 @@ from app.kernel.db import Base
 WINDOWS = (7, 30, 90, 365)
 # the counts of a pattern (all-time, and per window); repositories and instances, then instances by status
 COUNTS = ("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count")
-# the aggregates kept for each window (domain §5.3) as `{name}_{W}d`; the all-time columns carry the bare names
+# the aggregates kept for each window (docs/domain.md §5.3) as `{name}_{W}d`; the all-time columns carry the bare names
 WINDOWED_AGGREGATES = (*COUNTS, "last_seen_at")
 
 

@@ -1,4 +1,4 @@
-"""The refresh of one pattern key: the public join set projected into the rollup tables (design "Recompute
+"""The refresh of one pattern key: the public join set projected into the rollup tables (docs/domain.md §13 "Recompute
 algorithm", docs/domain.md §5.2-§5.6).
 
 Everything runs in SQL (INSERT ... SELECT): a hot key has 10^4+ canonicals and none of them is loaded into Python.
@@ -19,7 +19,7 @@ from app.kernel import db
 from app.kernel.metrics import REFRESH_DURATION, REFRESH_ERRORS, REFRESH_INSTANCES
 from app.kernel.public import PUBLIC_JOIN
 
-# Status rank of the representative instance: open-preferring, then newest (domain §4.2).
+# Status rank of the representative instance: open-preferring, then newest (docs/domain.md §4.2).
 _STATUS_RANK = "CASE status WHEN 'open' THEN 0 WHEN 'disputed' THEN 1 WHEN 'verified' THEN 2 ELSE 3 END"
 _REPRESENTATIVE_ORDER = f"{_STATUS_RANK}, updated_at DESC, canonical_finding_id DESC"
 
@@ -30,7 +30,7 @@ _INSTANCE_COLUMNS = (
     "sample_commit_sha, inserted_at, updated_at"
 )
 
-# One row per canonical of the public join set (domain §3), carrying its newest PUBLIC occurrence as the sample.
+# One row per canonical of the public join set (docs/domain.md §3), carrying its newest PUBLIC occurrence as the sample.
 # The key's instance rows are reconciled with it in one statement: rows that really changed are updated (a refresh
 # of a hot key under a storm rewrites a handful of its 10^4 rows, not all of them), rows that left the join set are
 # deleted, and a canonical whose pattern_key changed has its row moved here from its old key.
@@ -216,7 +216,7 @@ async def refresh_pattern(pattern_key: str, *, reason: str = "manual") -> int:
 
 
 async def recompute_windows(pattern_key: str) -> None:
-    """Hourly window decay for one key from the instance table only (no source join, domain §5.4).
+    """Hourly window decay for one key from the instance table only (no source join, docs/domain.md §5.4).
 
     No instances left (e.g. a hard repository delete cascaded them away) -> the key's projection is deleted;
     instances without a pattern row -> a full `refresh_pattern`."""

@@ -1,4 +1,4 @@
-"""Read APIs of the infestation atlas (design "Read APIs", domain §5.7).
+"""Read APIs of the infestation atlas (docs/domain.md §13 "Read APIs", docs/domain.md §5.7).
 
 The atlas reads the rollup tables the projection keeps: the ranked list walks one partial rank index per window
 (O(limit)), the show page reads one pattern row plus keyset pages of instances and memberships. The legacy online
@@ -130,7 +130,7 @@ async def list_infestations_rollup(
     *, days: int = 30, min_repos: int = 2, status: str | None = None, limit: int = 40
 ) -> list[dict[str, Any]]:
     """Rollup path: counts and last_seen_at from the window bucket covering `days`, first_seen_at all-time
-    (domain §5.7). For `days` between buckets the counts are the bucket's; the guard uses the real `days`."""
+    (docs/domain.md §5.7). For `days` between buckets the counts are the bucket's; the guard uses the real `days`."""
     days, min_repos, limit, status = clamp_list_options(days=days, min_repos=min_repos, limit=limit, status=status)
     window = window_bucket(days)
     since = db.utcnow() - timedelta(days=days)

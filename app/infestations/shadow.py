@@ -1,9 +1,9 @@
 """Shadow-compare: run the legacy online aggregate and the rollup read side by side and describe every difference.
 
-A cutover gate (design "Cutover gates") and an operator command. Compared: the ranked keys and their order, all
+A cutover gate (docs/domain.md §13 "Cutover gates") and an operator command. Compared: the ranked keys and their order, all
 counts, and last_seen_at. Not first_seen_at: the legacy one is window-scoped while the rollup list carries the
-all-time one (domain §5.7), so they differ by design. Not title/sample either: both come from the public join
-but the legacy list recomputes them live, and the design only freezes the ranking semantics.
+all-time one (docs/domain.md §5.7), so they differ by design. Not title/sample either: both come from the public join
+but the legacy list recomputes them live, and only the ranking semantics are frozen (docs/domain.md §5.7).
 """
 
 from __future__ import annotations

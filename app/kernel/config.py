@@ -98,7 +98,7 @@ def settings() -> Settings:
         claim_seconds=_int("INFESTATIONS_CLAIM_SECONDS", 300, minimum=1),
         request_body_limit=_int("REQUEST_BODY_LIMIT", 4 * 1024 * 1024, minimum=1024),
         registry_stats_ttl=seconds("REGISTRY_STATS_TTL", 30.0),
-        # listed repositories at which /sitemap.xml becomes a sitemapindex (design: 20,000)
+        # listed repositories at which /sitemap.xml becomes a sitemapindex (docs/domain.md §13 "Sitemap": 20,000)
         sitemap_index_threshold=_int("SITEMAP_INDEX_THRESHOLD", 20_000, minimum=1),
         # cap of one urlset (protocol: 50,000); the benchmark raises it to stream 10^6 URLs in one file
         sitemap_max_urls=_int("SITEMAP_MAX_URLS", 50_000, minimum=1),
@@ -107,5 +107,5 @@ def settings() -> Settings:
 
 
 def read_from_rollup() -> bool:
-    """Runtime flag, read at every call (design: instant rollback without restart)."""
+    """Runtime flag, read at every call (docs/domain.md §13 "Feature flag and Cutover gates": instant rollback without restart)."""
     return _bool("INFESTATIONS_READ_FROM_ROLLUP", True)

@@ -1,7 +1,7 @@
 """Security middleware (pure ASGI, never BaseHTTPMiddleware): security headers on every response, CSRF by
 origin checks on unsafe methods, and the session cookie made available to routes.
 
-CSRF (product decision 5): browsers tell us where a request comes from. An unsafe request (POST, PUT, PATCH,
+CSRF (docs/domain.md §12, decision 5): browsers tell us where a request comes from. An unsafe request (POST, PUT, PATCH,
 DELETE) passes when `Sec-Fetch-Site` is `same-origin` or `none` (typed URL, bookmark), else when `Origin` is our
 own origin (BASE_URL's, or the request's own scheme://host). Anything else is refused with 403 before any route
 runs. Two kinds of request carry no ambient browser credential and are exempt: API calls with

@@ -1,4 +1,4 @@
-"""Fleet-wide singletons by lease (horizontal-scaling design): compare-and-swap on `instance_leases`, plus the
+"""Fleet-wide singletons by lease (docs/scaling.md): compare-and-swap on `instance_leases`, plus the
 `job_runs` record of which scheduled slot a singleton job already ran for.
 
 A lease is held by one holder until it expires; a holder that died is replaced after expiry. A singleton job runs

@@ -1,4 +1,4 @@
-"""Listed repositories as keyset pages and streams (domain §7.1; design "Registry list & SEO pagination").
+"""Listed repositories as keyset pages and streams (docs/domain.md §7.1; docs/domain.md §13 "Registry list & SEO pagination").
 
 There is no unbounded list: a page is at most 5,000 rows by `id` ascending on the partial index
 `repositories_listed_id_idx`, and a stream opens one short read session per page, never one for the whole stream.

@@ -29,7 +29,7 @@ _STATS_SQL = text(
 
 # Contributors: accounts with a report that anonymous visitors can see (public or public_summary) or a
 # confirmation on such a report, on a listed repository. Restricted reports are hidden, so their authors and
-# confirmers are not counted (domain §1.2: restricted does not count for the contributor count).
+# confirmers are not counted (docs/domain.md §1.2: restricted does not count for the contributor count).
 _CONTRIBUTORS_SQL = text(
     f"""
     SELECT count(*) FROM (

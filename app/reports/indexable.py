@@ -1,4 +1,4 @@
-"""Indexable findings: the occurrences a crawler may see (domain §7.4).
+"""Indexable findings: the occurrences a crawler may see (docs/domain.md §7.4).
 
 An occurrence is indexable when it is in the public join set (`app.kernel.public`): its report is `public` (not
 `public_summary`, not `restricted`) and its repository is `listed`. Pages are keyset by occurrence id ascending (the primary key), at most 5,000 rows; a stream opens one

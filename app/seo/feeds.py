@@ -179,7 +179,7 @@ async def repository_reports_feed(host: str, owner: str, name: str) -> Feed | No
     for report in await list_public_reports(repository["id"], limit=FEED_ENTRIES):
         if report["visibility"] == "public":
             detail = f"{_plural(int(report['findings_count']), 'finding')}, review status {report['review_status']}"
-        else:  # public_summary: the header only (domain §1.2)
+        else:  # public_summary: the header only (docs/domain.md §1.2)
             detail = f"summary only (findings withheld by moderation), review status {report['review_status']}"
         by = report["model"] or report["provenance"]
         feed.entries.append(

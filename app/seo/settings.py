@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from app.kernel.config import settings
 
-# Protocol limits (sitemaps.org): 50,000 URLs per file; the design's threshold for the index is 20,000 listed.
+# Protocol limits (sitemaps.org): 50,000 URLs per file; our threshold for the index is 20,000 listed (docs/domain.md §13 "Sitemap").
 PROTOCOL_MAX_URLS = 50_000
 CHILD_PAGE_SIZE = 10_000
 

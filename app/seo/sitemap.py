@@ -1,4 +1,4 @@
-"""Sitemaps (sitemaps.org 0.9, domain §7.4, design "Sitemap" phases A and B).
+"""Sitemaps (sitemaps.org 0.9, docs/domain.md §7.4, docs/domain.md §13 "Sitemap" phases A and B).
 
 Below `SITEMAP_INDEX_THRESHOLD` (20,000) listed repositories `/sitemap.xml` is one streamed `urlset` (hubs,
 findings, repositories, infestation pages, capped at 50,000 URLs). At or above it, a `sitemapindex` of children of
@@ -192,7 +192,7 @@ def invalidate_buckets() -> None:
 
 
 async def use_index() -> bool:
-    """The index at 20,000 listed repositories (design gate), or earlier when one urlset could not hold every
+    """The index at 20,000 listed repositories (docs/domain.md §13 "Sitemap"), or earlier when one urlset could not hold every
     public URL (a small registry with many findings): a crawler must always reach every public page."""
     cfg = seo_settings()
     stats = await registry_stats()

@@ -1,6 +1,6 @@
 """The home page's infestation section as one shared, versioned fragment.
 
-Refresh discipline (design "Home LiveView refresh discipline"): every open home page polls
+Refresh discipline (docs/domain.md §13 "Home refresh discipline"): every open home page polls
 `/fragments/home-infestations` at most once per 15 s (htmx `every 15s`). The server's work per interval must not
 grow with the number of open pages, so:
 

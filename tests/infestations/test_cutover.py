@@ -1,4 +1,4 @@
-"""Cutover gates: each one fails for the reason the design names, and all pass on a healthy projection."""
+"""Cutover gates: each one fails for the reason docs/domain.md §13 names, and all pass on a healthy projection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dirty-keys protocol (product decision 1): claim with SKIP LOCKED, refresh, delete only the refreshed version."""
+"""The dirty-keys protocol (docs/domain.md §12, decision 1): claim with SKIP LOCKED, refresh, delete only the refreshed version."""
 
 from __future__ import annotations
 

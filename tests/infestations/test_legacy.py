@@ -1,4 +1,4 @@
-"""The legacy online reads (domain §4) with the §11 leaks fixed: the reference every rollup read is held to."""
+"""The legacy online reads (docs/domain.md §4) with the §11 leaks fixed: the reference every rollup read is held to."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""refresh_pattern / recompute_windows / reconcile / backfill against real Postgres (design "Recompute algorithm")."""
+"""refresh_pattern / recompute_windows / reconcile / backfill against real Postgres (docs/domain.md §13 "Recompute algorithm")."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ async def test_representative_is_open_first_then_newest(reporter: Account) -> No
     assert (p["open_count"], p["verified_count"]) == (2, 1)
 
 
-# Direct recomputation from source (the legacy semantics, domain §4.1) for one window or all time.
+# Direct recomputation from source (the legacy semantics, docs/domain.md §4.1) for one window or all time.
 _DIRECT = """
 SELECT count(DISTINCT c.repository_id) AS repo_count, count(DISTINCT c.id) AS instance_count,
   count(DISTINCT c.id) FILTER (WHERE c.status = 'open') AS open_count,

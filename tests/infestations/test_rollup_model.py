@@ -49,7 +49,7 @@ REPOSITORIES = 5
 REVIEWERS = 3
 WINDOWS = (7, 30, 90, 365)
 STATUS_FILTERS: tuple[str | None, ...] = (None, "open", "verified", "disputed", "fixed")
-# everything but first_seen_at, which is window-scoped in legacy and all-time in the rollup list (domain §5.7)
+# everything but first_seen_at, which is window-scoped in legacy and all-time in the rollup list (docs/domain.md §5.7)
 LIST_FIELDS = (
     *("pattern_key", "title", "severity", "sample_file_path", "sample_occurrence_public_id"),
     *("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count"),

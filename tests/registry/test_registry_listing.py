@@ -1,4 +1,4 @@
-"""Keyset pages and streams of listed repositories and indexable findings (domain §7.1, §7.4)."""
+"""Keyset pages and streams of listed repositories and indexable findings (docs/domain.md §7.1, §7.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Repository metric recalculation (domain §1.7) and the pending → listed promotion."""
+"""Repository metric recalculation (docs/domain.md §1.7) and the pending → listed promotion."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def check_body(**overrides: Any) -> dict[str, Any]:
 
 
 async def reach_quorum(canonical_public_id: str, verdict: str, **reviewer_overrides: Any) -> None:
-    """Two qualified human checks with one verdict at COMMIT: enough for verified or fixed (domain §1.5)."""
+    """Two qualified human checks with one verdict at COMMIT: enough for verified or fixed (docs/domain.md §1.5)."""
     for _ in range(2):
         await record_check(await reviewer(**reviewer_overrides), canonical_public_id, check_body(verdict=verdict))
 

@@ -1,4 +1,4 @@
-"""Assimilation across reports (domain §2.6-§2.7): one canonical per fingerprint, dispositions, counters,
+"""Assimilation across reports (docs/domain.md §2.6-§2.7): one canonical per fingerprint, dispositions, counters,
 first/last seen commits, the legacy v1 upgrade, `updated_at` discipline, and dirty keys in the same transaction."""
 
 from __future__ import annotations

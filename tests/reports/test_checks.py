@@ -1,4 +1,4 @@
-"""Who may record a check and what a check needs (domain §1.5), and report-level confirmations: the copy onto
+"""Who may record a check and what a check needs (docs/domain.md §1.5), and report-level confirmations: the copy onto
 canonical checks, report verification, and the automatic flip of an accepted report to contested."""
 
 from __future__ import annotations

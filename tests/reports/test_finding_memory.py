@@ -1,4 +1,4 @@
-"""Finding memory keys: the worked examples of domain §2.5 and property tests."""
+"""Finding memory keys: the worked examples of docs/domain.md §2.5 and property tests."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ _prefixes = st.sampled_from(["Verified: ", "LIKELY:", "cwe-79 : ", "Hypothesis/l
 @given(_titles)
 def test_normalize_is_idempotent_modulo_trailing_space(title: str) -> None:
     once = normalize_title(title)
-    # the final dot strip may expose one trailing space (domain §2.1 step 7); normalizing again trims it
+    # the final dot strip may expose one trailing space (docs/domain.md §2.1 step 7); normalizing again trims it
     assert normalize_title(normalize_title(once)) == normalize_title(once)
     assert once == once.lower() or once == "".join(c.lower() for c in once)
 

@@ -1,4 +1,4 @@
-"""The status quorum (domain §1.5): transitions, who counts, IP collusion, per-commit reset, authority
+"""The status quorum (docs/domain.md §1.5): transitions, who counts, IP collusion, per-commit reset, authority
 revalidation, and a randomized comparison of the SQL tally against a direct implementation of the rule."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scan Format v1 validation (domain §9) and the secrets scanner: every rule with its error, and nothing written
+"""Scan Format v1 validation (docs/domain.md §9) and the secrets scanner: every rule with its error, and nothing written
 when a report is refused."""
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ async def test_submit_returns_the_report_and_its_findings(client: httpx.AsyncCli
     assert (data["provenance"], data["provenance_attestation"]) == ("agent", "self_reported")
     assert data["record_url"] == "http://testserver/repos/github.com/acme/widget"
     first, second = data["findings"]
-    # the confidence prefix and the trailing dot normalize away (domain §2.1)
+    # the confidence prefix and the trailing dot normalize away (docs/domain.md §2.1)
     assert first["pattern_key"] == pattern_key_of("SQL injection in login")
     assert second["pattern_key"] == pattern_key_of("Open redirect after login")
     assert first["canonical_public_id"] != second["canonical_public_id"]

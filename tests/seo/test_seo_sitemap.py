@@ -148,7 +148,7 @@ async def test_small_registry_is_one_urlset_with_hubs_findings_repos_and_public_
     for excluded in (summary_only, restricted, quarantined, on_pending):
         assert f"{BASE}/findings/{excluded.public_id}" not in urls
     entry = root.xpath("//s:url[s:loc=$loc]", loc=f"{BASE}/findings/{shown.public_id}", namespaces=N)[0]
-    assert entry.findtext(f"{{{NS}}}priority") == "0.85"  # verified canonical (domain §7.4)
+    assert entry.findtext(f"{{{NS}}}priority") == "0.85"  # verified canonical (docs/domain.md §7.4)
     [utc_date] = await sql(
         "SELECT to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') FROM scan_findings WHERE id = :id", id=shown.id
     )

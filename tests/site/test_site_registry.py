@@ -1,4 +1,4 @@
-"""Repository, finding and search pages: what anonymous visitors may see (domain §1.1-1.2), twins, escaping."""
+"""Repository, finding and search pages: what anonymous visitors may see (docs/domain.md §1.1-1.2), twins, escaping."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""N instances on one Postgres and one Redis (horizontal-scaling design), with real processes: two `tarakan serve`
+"""N instances on one Postgres and one Redis (docs/scaling.md), with real processes: two `tarakan serve`
 on different ports and two `tarakan worker`, all on the test session's embedded Postgres and Valkey.
 
 - a session opened on one server is valid on the other (and revoked everywhere by a logout on either);

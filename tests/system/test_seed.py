@@ -1,4 +1,4 @@
-"""The demo seed (domain §10): accounts, listed repositories, 20 patterns / 95 instances, windows with content,
+"""The demo seed (docs/domain.md §10): accounts, listed repositories, 20 patterns / 95 instances, windows with content,
 rollups drained, and idempotent re-runs."""
 
 from __future__ import annotations
