@@ -17,6 +17,7 @@ from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.outbox import mark_dirty, mark_scan_dirty
+from app.kernel.public import PUBLIC_SCAN
 from app.ops.secrets import client_ip_hash
 from app.registry.metrics import recalculate_repository_metrics
 from app.reports.assimilation import assimilate_scan
@@ -194,7 +195,7 @@ async def record_check(
             await session.execute(
                 text(
                     "SELECT f.id FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
-                    "WHERE f.canonical_finding_id = :cid AND s.commit_sha = :sha AND s.visibility = 'public' "
+                    f"WHERE f.canonical_finding_id = :cid AND s.commit_sha = :sha AND {PUBLIC_SCAN} "
                     "ORDER BY s.inserted_at DESC, f.id DESC LIMIT 1"
                 ),
                 {"cid": canonical_id, "sha": check.commit_sha},
