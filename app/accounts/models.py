@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import ARRAY, BigInteger, DateTime, ForeignKey, Index, LargeBinary, Text, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kernel.columns import Inserted, Timestamps, one_of
+from app.kernel.columns import Inserted, Timestamps, closed_sets
 from app.kernel.db import Base
 
 PLATFORM_ROLES = ("member", "moderator", "admin")
@@ -17,9 +17,7 @@ TOKEN_SCOPES = ("findings:submit", "findings:verify", "repositories:write", "rev
 class Account(Timestamps, Base):
     __tablename__ = "accounts"
     __table_args__ = (
-        one_of("platform_role", PLATFORM_ROLES),
-        one_of("trust_tier", TRUST_TIERS),
-        one_of("state", ACCOUNT_STATES),
+        *closed_sets(platform_role=PLATFORM_ROLES, trust_tier=TRUST_TIERS, state=ACCOUNT_STATES),
         Index("accounts_email_idx", "email", unique=True),
         Index("accounts_handle_idx", "handle", unique=True),
     )

@@ -13,6 +13,11 @@ def one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({', '.join(repr(v) for v in values)})", name=column)
 
 
+def closed_sets(**columns: tuple[str, ...]) -> tuple[CheckConstraint, ...]:
+    """`one_of` for each `column=values` pair: a table's closed-set columns in one line."""
+    return tuple(one_of(column, values) for column, values in columns.items())
+
+
 class Inserted:
     """`inserted_at`, set by the database when the row is written."""
 

@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kernel.columns import Timestamps, one_of
+from app.kernel.columns import Timestamps, closed_sets
 from app.kernel.db import Base
 
 LISTING_STATUSES = ("pending", "listed", "quarantined")
@@ -16,9 +16,9 @@ PARTICIPATION_MODES = ("unclaimed", "community", "maintainer_verified", "curated
 class Repository(Timestamps, Base):
     __tablename__ = "repositories"
     __table_args__ = (
-        one_of("listing_status", LISTING_STATUSES),
-        one_of("status", REPOSITORY_STATUSES),
-        one_of("participation_mode", PARTICIPATION_MODES),
+        *closed_sets(
+            listing_status=LISTING_STATUSES, status=REPOSITORY_STATUSES, participation_mode=PARTICIPATION_MODES
+        ),
         Index("repositories_host_owner_name_idx", "host", "owner", "name", unique=True),
         Index("repositories_status_idx", "status"),
         Index("repositories_last_scanned_at_idx", "last_scanned_at"),

@@ -17,7 +17,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kernel.columns import Timestamps, one_of
+from app.kernel.columns import Timestamps, closed_sets, one_of
 from app.kernel.db import Base
 
 PROVENANCES = ("agent", "human", "hybrid")
@@ -39,10 +39,9 @@ class Scan(Timestamps, Base):
     __tablename__ = "scans"
     __table_args__ = (
         CheckConstraint("commit_sha ~ '^[0-9a-f]{40}$'", name="commit_sha"),
-        one_of("provenance", PROVENANCES),
-        one_of("review_kind", REVIEW_KINDS),
-        one_of("review_status", REVIEW_STATUSES),
-        one_of("visibility", VISIBILITIES),
+        *closed_sets(
+            provenance=PROVENANCES, review_kind=REVIEW_KINDS, review_status=REVIEW_STATUSES, visibility=VISIBILITIES
+        ),
         CheckConstraint("findings_count >= 0 AND confirmations_count >= 0 AND disputes_count >= 0", name="counts"),
         Index("scans_repository_inserted_idx", "repository_id", text("inserted_at DESC")),
         Index("scans_submitted_by_id_idx", "submitted_by_id"),
@@ -87,8 +86,7 @@ class ScanFinding(Timestamps, Base):
 
     __tablename__ = "scan_findings"
     __table_args__ = (
-        one_of("severity", SEVERITIES),
-        one_of("disposition", DISPOSITIONS),
+        *closed_sets(severity=SEVERITIES, disposition=DISPOSITIONS),
         CheckConstraint(
             "(line_start IS NULL AND line_end IS NULL) OR "
             "(line_start >= 1 AND line_end >= line_start AND line_end <= 1000000)",
@@ -178,8 +176,7 @@ class Verdict(Timestamps):
 class CanonicalFindingCheck(Verdict, Base):
     __tablename__ = "canonical_finding_checks"
     __table_args__ = (
-        one_of("verdict", CHECK_VERDICTS),
-        one_of("provenance", PROVENANCES),
+        *closed_sets(verdict=CHECK_VERDICTS, provenance=PROVENANCES),
         Index("canonical_finding_checks_unique_idx", "canonical_finding_id", "account_id", "commit_sha", unique=True),
         Index("canonical_finding_checks_account_id_idx", "account_id"),
         Index(
@@ -202,8 +199,7 @@ class ScanConfirmation(Verdict, Base):
 
     __tablename__ = "scan_confirmations"
     __table_args__ = (
-        one_of("verdict", CONFIRMATION_VERDICTS),
-        one_of("provenance", PROVENANCES),
+        *closed_sets(verdict=CONFIRMATION_VERDICTS, provenance=PROVENANCES),
         Index("scan_confirmations_unique_idx", "scan_id", "account_id", unique=True),
         Index("scan_confirmations_account_id_idx", "account_id"),
     )
