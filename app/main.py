@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
@@ -13,7 +14,7 @@ from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from app.kernel import db, urls
-from app.kernel.errors import DomainError
+from app.kernel.errors import DomainError, NotFound
 from app.kernel.templating import ROOT
 from app.kernel.web import error_response
 
@@ -56,6 +57,24 @@ async def domain_error(request: Request, exc: Exception) -> Response:
     return error_response(request, exc)
 
 
+async def routing_error(request: Request, exc: Exception) -> Response:
+    """The router's own 404 (no route) and 405 (wrong method) through the same error path: the site's HTML
+    page, or the JSON shape for `/api/...` and machine documents (docs/domain.md §6.1)."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        error: DomainError = DomainError(
+            {"method": [f"{request.method} is not allowed here"]},
+            status_code=405,
+            title="Method not allowed",
+            message=f"This address does not answer {request.method} requests.",
+        )
+    else:
+        error = NotFound({"path": ["not found"]}, message="Nothing is published at this address.")
+    response = error_response(request, error)
+    response.headers.update(exc.headers or {})  # `Allow` on a 405
+    return response
+
+
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     yield
@@ -69,7 +88,7 @@ def create_app() -> Starlette:
     app = Starlette(
         routes=_routes(),
         middleware=_middleware(),
-        exception_handlers={DomainError: domain_error},
+        exception_handlers={DomainError: domain_error, 404: routing_error, 405: routing_error},
         lifespan=lifespan,
     )
     urls.install(app.router)  # path_for builds any named route
