@@ -1,15 +1,24 @@
-"""The `tarakan` command line. Each feature registers its own subcommands; failures print one line and exit 1."""
+"""The `tarakan` command line. Each feature registers its own subcommands; failures print one line and exit 1.
+
+Infrastructure failures (database or Redis unreachable, a wrong URL, a refused permission) are expected in
+operations: they print `tarakan: error: <what failed>: <why>` and exit 1, never a traceback (docs/operations.md
+"Command line failures"). `serve` and `worker` refuse to start without DATABASE_URL / REDIS_URL, and `serve`
+refuses a database whose schema is behind this code's migrations.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 
 from app.kernel.cli import Handler, command
-from app.kernel.config import ConfigError
+from app.kernel.config import ConfigError, settings
 from app.kernel.errors import DomainError
+
+log = logging.getLogger("tarakan.cli")
 
 
 async def _run_async(handler: Handler, args: argparse.Namespace) -> int:
@@ -22,29 +31,107 @@ async def _run_async(handler: Handler, args: argparse.Namespace) -> int:
             result = await result
         return result
     finally:
-        await close_pools()
+        try:
+            await close_pools()
+            await db.dispose_engines()
+        except Exception as exc:  # closing a pool to a server that went away must not mask the real error
+            log.debug("closing pools failed: %s", exc)
+
+
+def _port(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 0 <= int(raw) <= 65535:
+        raise ConfigError(f"{name} must be a TCP port number, got {raw!r}")
+    return int(raw)
+
+
+async def _check_schema() -> None:
+    """Refuse a database whose schema is behind the code (docs/operations.md "Deploy and migrate")."""
+    from app.kernel import db
+    from app.ops.schema import schema_state
+
+    try:
+        state = await schema_state()
+    finally:
         await db.dispose_engines()
+    if not state.ok:
+        raise ConfigError(state.describe())
+    if state.state == "ahead":
+        log.warning(state.describe())
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    uvicorn.run("app.main:app", host=args.host, port=args.port, proxy_headers=True, log_level="info")
+    from app.kernel.logs import configure_logging
+
+    settings()  # DATABASE_URL and REDIS_URL are required before anything listens
+    configure_logging()
+    asyncio.run(_check_schema())
+    # our logging (LOG_FORMAT) and our access line (route, status, duration, request id) replace uvicorn's
+    uvicorn.run("app.main:app", host=args.host, port=args.port, proxy_headers=True, log_config=None, access_log=False)
     return 0
 
 
 def _worker(args: argparse.Namespace) -> int:
     from jobs.worker import run_worker
 
-    return run_worker(burst=args.burst)
+    settings()
+    port = args.metrics_port if args.metrics_port is not None else _port("WORKER_METRICS_PORT")
+    return run_worker(burst=args.burst, metrics_port=port, metrics_host=args.metrics_host)
 
 
 def _migrate(args: argparse.Namespace) -> int:
     from app.migrate import upgrade_to_head
 
+    settings()
     upgrade_to_head()
     print("migrated to head")
     return 0
+
+
+def infrastructure_failure(exc: BaseException) -> str | None:
+    """One line naming what failed (database, Redis, a port) and why, for the errors operators meet; None for
+    anything else (a bug keeps its traceback)."""
+    import psycopg
+    import redis.exceptions
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy.engine import make_url
+
+    def first_line(error: BaseException) -> str:
+        text = str(error).strip().splitlines()
+        return text[0] if text else type(error).__name__
+
+    def database() -> str:
+        try:
+            return make_url(os.environ.get("DATABASE_URL", "")).render_as_string(hide_password=True)
+        except Exception:
+            return "DATABASE_URL"
+
+    if isinstance(exc, sa_exc.ArgumentError):
+        return f"DATABASE_URL is not a valid database URL: {first_line(exc)}"
+    if isinstance(exc, sa_exc.DBAPIError) and isinstance(
+        exc.orig, psycopg.OperationalError | psycopg.errors.InsufficientPrivilege
+    ):
+        return f"database {database()} failed: {first_line(exc.orig)}"
+    if isinstance(
+        exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError | psycopg.OperationalError
+    ):
+        return f"database {database()} failed: {first_line(exc)}"
+    if isinstance(exc, redis.exceptions.RedisError):
+        return f"redis {_redis_location()} failed: {first_line(exc)}"
+    if isinstance(exc, OSError | TimeoutError):
+        return f"{first_line(exc)}"
+    return None
+
+
+def _redis_location() -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(os.environ.get("REDIS_URL", ""))
+    return f"{parts.hostname}:{parts.port}" if parts.hostname else "REDIS_URL"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     worker = command(sub, "worker", _worker, "run the arq worker")
     worker.add_argument("--burst", action="store_true", help="run queued jobs, then exit")
+    worker.add_argument(
+        "--metrics-port", type=int, default=None, metavar="PORT",
+        help="serve this worker's Prometheus metrics at http://HOST:PORT/metrics (default: $WORKER_METRICS_PORT)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--metrics-host", default=os.environ.get("WORKER_METRICS_HOST", "127.0.0.1"), metavar="HOST",
+        help="address of the metrics listener (default: $WORKER_METRICS_HOST or 127.0.0.1)",
+    )  # fmt: skip
     command(sub, "migrate", _migrate, "apply database migrations")
 
     from app.accounts.cli import register as register_accounts
@@ -93,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        line = infrastructure_failure(exc)
+        if line is None:
+            raise
+        print(f"tarakan: error: {line}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -45,10 +45,17 @@ def _routes() -> list[BaseRoute]:
 
 
 def _middleware() -> list[Middleware]:
-    from app.kernel.metrics import ServerTimingMiddleware
+    from app.kernel.logs import RequestIdMiddleware
+    from app.kernel.metrics import RequestMetricsMiddleware, ServerTimingMiddleware
     from app.kernel.security import middleware
 
-    return [Middleware(ServerTimingMiddleware), *middleware()]
+    # request id outermost: every line logged below it (and the access line) carries it
+    return [
+        Middleware(RequestIdMiddleware),
+        Middleware(RequestMetricsMiddleware),
+        Middleware(ServerTimingMiddleware),
+        *middleware(),
+    ]
 
 
 async def domain_error(request: Request, exc: Exception) -> Response:

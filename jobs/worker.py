@@ -17,11 +17,13 @@ from arq.connections import RedisSettings
 from arq.worker import Retry as Retry  # re-exported: tests assert the retry without importing arq
 from arq.worker import func
 from arq.worker import run_worker as arq_run_worker
+from prometheus_client import start_http_server
 from sqlalchemy import exc as sa_exc
 
 from app.infestations import dirty_queue, maintenance
 from app.kernel import db
-from app.kernel.config import settings
+from app.kernel.config import ConfigError, settings
+from app.kernel.logs import configure_logging
 from app.ops import leases
 from jobs.queue import close_pools, ring_drain
 
@@ -142,10 +144,24 @@ class WorkerSettings:
     redis_settings: RedisSettings | None = None
 
 
-def run_worker(*, burst: bool = False) -> int:
-    """`tarakan worker [--burst]`: run jobs until stopped (or, with --burst, until the queue is empty)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def run_worker(*, burst: bool = False, metrics_port: int | None = None, metrics_host: str = "127.0.0.1") -> int:
+    """`tarakan worker [--burst] [--metrics-port PORT]`: run jobs until stopped (or, with --burst, until the queue
+    is empty). With a metrics port, the worker's own Prometheus metrics (refresh histograms, errors, drained and
+    throttled keys, shadow mismatches) are served at http://HOST:PORT/metrics from a background thread."""
+    configure_logging()
     WorkerSettings.redis_settings = RedisSettings.from_dsn(settings().redis_url)
-    asyncio.set_event_loop(asyncio.new_event_loop())  # arq's Worker takes the current loop
-    arq_run_worker(WorkerSettings, burst=burst)  # type: ignore[arg-type]
+    server = None
+    if metrics_port is not None:
+        try:
+            server, _ = start_http_server(metrics_port, addr=metrics_host)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve worker metrics on {metrics_host}:{metrics_port}: {exc.strerror}") from exc
+        log.info("worker metrics at http://%s:%d/metrics", metrics_host, server.server_port)
+    try:
+        asyncio.set_event_loop(asyncio.new_event_loop())  # arq's Worker takes the current loop
+        arq_run_worker(WorkerSettings, burst=burst)  # type: ignore[arg-type]
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
     return 0

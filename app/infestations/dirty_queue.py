@@ -20,7 +20,7 @@ from sqlalchemy import text
 from app.infestations.projection import refresh_pattern
 from app.kernel import db
 from app.kernel.config import settings
-from app.kernel.metrics import DIRTY_BACKLOG, DIRTY_OLDEST_AGE
+from app.kernel.metrics import DIRTY_BACKLOG, DIRTY_OLDEST_AGE, DRAINED_KEYS, HOT_KEYS_THROTTLED
 from app.ops.leases import new_worker_id
 
 log = logging.getLogger(__name__)
@@ -111,9 +111,12 @@ async def settle_refreshed(claim: ClaimedKey, worker_id: str, *, elapsed: float,
             text(_COMPLETE), {"key": claim.pattern_key, "version": claim.version, "me": worker_id}
         )
         if int(deleted.rowcount or 0) == 1:  # type: ignore[attr-defined]
+            DRAINED_KEYS.inc()
             return True
         delay = max(0.0, settings().hot_key_interval_seconds - elapsed) if throttle else 0.0
         await session.execute(text(_RELEASE), {"key": claim.pattern_key, "me": worker_id, "delay": delay})
+    if delay > 0:
+        HOT_KEYS_THROTTLED.inc()
     return False
 
 

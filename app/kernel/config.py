@@ -109,3 +109,12 @@ def settings() -> Settings:
 def read_from_rollup() -> bool:
     """Runtime flag, read at every call (docs/domain.md §13 "Feature flag and Cutover gates": instant rollback without restart)."""
     return _bool("INFESTATIONS_READ_FROM_ROLLUP", True)
+
+
+
+def log_format() -> str:
+    """`LOG_FORMAT`: `text` (default) or `json` (one JSON object per line; docs/operations.md "Logs")."""
+    raw = os.environ.get("LOG_FORMAT", "").strip().lower() or "text"
+    if raw not in ("text", "json"):
+        raise ConfigError(f"LOG_FORMAT must be text or json, got {raw!r}")
+    return raw

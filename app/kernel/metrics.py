@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -38,6 +39,69 @@ DIRTY_OLDEST_AGE = Gauge("tarakan_infestations_dirty_oldest_age_seconds", "Age o
 OLDEST_REFRESHED_AGE = Gauge(
     "tarakan_infestations_oldest_refreshed_age_seconds", "Age of the least recently refreshed rollup row"
 )
+
+# max(refreshed_at): the pipeline's heartbeat (docs/operations.md "Alerts"); an hour old with work waiting = stopped
+NEWEST_REFRESHED_AGE = Gauge(
+    "tarakan_infestations_newest_refreshed_age_seconds", "Age of the most recently refreshed rollup row"
+)
+DRAINED_KEYS = Counter("tarakan_infestations_drained_keys_total", "Dirty keys refreshed and removed from the queue")
+HOT_KEYS_THROTTLED = Counter(
+    "tarakan_infestations_hot_keys_throttled_total",
+    "Keys re-dirtied during their refresh and held back for the hot-key interval",
+)
+SHADOW_COMPARED = Counter(
+    "tarakan_infestations_shadow_compared_total", "Keys compared by the continuous shadow-compare (legacy vs rollup)"
+)
+JOB_LAST_SUCCESS = Gauge(
+    "tarakan_job_last_success_timestamp_seconds",
+    "Unix time the fleet-wide job last finished (from job_runs), by job",
+    ["job"],
+)
+
+# HTTP RED metrics. Labels stay bounded: the route template (never the raw path; unmatched paths share one
+# label), a known method or "other", and the status class.
+UNMATCHED_ROUTE = "unmatched"
+_CONVERTOR = re.compile(r":\w+}")  # `{pattern_key:stem}` -> `{pattern_key}`
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+HTTP_REQUESTS = Counter(
+    "tarakan_http_requests_total",
+    "HTTP requests by route template, method and status class",
+    ["route", "method", "status"],
+)
+HTTP_DURATION = Histogram(
+    "tarakan_http_request_duration_seconds",
+    "Time from request to the end of the response body, by route template and method",
+    ["route", "method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+
+def route_template(scope: Scope) -> str:
+    """The template of the route that handled the request (`/infestations/{key}`), set by Starlette's router."""
+    path = getattr(scope.get("route"), "path", None)
+    return _CONVERTOR.sub("}", path) if isinstance(path, str) and path else UNMATCHED_ROUTE
+
+
+class RequestMetricsMiddleware(HTTPMiddleware):
+    """Counts every request and times it to the last body byte; an exception counts as a 5xx."""
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        status = 500
+
+        async def send_observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_observed)
+        finally:
+            route = route_template(scope)
+            method = scope["method"] if scope["method"] in _METHODS else "other"
+            HTTP_REQUESTS.labels(route=route, method=method, status=f"{status // 100}xx").inc()
+            HTTP_DURATION.labels(route=route, method=method).observe(time.perf_counter() - started)
 
 
 class ServerTimingMiddleware(HTTPMiddleware):

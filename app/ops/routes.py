@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.kernel import db
-from app.kernel.metrics import DIRTY_BACKLOG, DIRTY_OLDEST_AGE, OLDEST_REFRESHED_AGE
+from app.ops.gauges import refresh_gauges
 
 log = logging.getLogger(__name__)
 
@@ -44,27 +44,10 @@ async def readyz(request: Request) -> Response:
     )
 
 
-# Gauges read at scrape time, one small query each. The dirty-keys table is tiny when the workers keep up;
-# min(refreshed_at) reads every pattern row (no index on it in the fixed schema), acceptable at scrape cadence.
-_GAUGE_QUERIES = (
-    (DIRTY_BACKLOG, "SELECT COUNT(*) FROM infestation_dirty_keys"),
-    (DIRTY_OLDEST_AGE, "SELECT EXTRACT(EPOCH FROM now() - MIN(first_dirtied_at)) FROM infestation_dirty_keys"),
-    (OLDEST_REFRESHED_AGE, "SELECT EXTRACT(EPOCH FROM now() - MIN(refreshed_at)) FROM infestation_patterns"),
-)
-
-
-async def _refresh_gauges() -> None:
-    # the primary: the backlog gauges must not lag behind a replica
-    async with db.read_session(replica=False) as session:
-        for gauge, sql in _GAUGE_QUERIES:
-            value = (await session.execute(text(sql))).scalar()
-            gauge.set(float(value or 0))
-
-
 async def metrics(request: Request) -> Response:
     """Prometheus text exposition of every metric in app.kernel.metrics (and the process defaults)."""
     try:
-        await _refresh_gauges()
+        await refresh_gauges()
     except Exception as exc:  # a database outage must not hide the counters; readyz reports it
         log.warning("could not refresh rollup gauges: %s", exc)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})

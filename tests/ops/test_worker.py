@@ -50,12 +50,6 @@ async def queued_drains() -> list[tuple[str, float]]:
 
 
 @pytest.fixture
-async def empty_queue() -> None:
-    redis = await queue.pool()
-    await redis.flushdb()
-
-
-@pytest.fixture
 async def reporter() -> Account:
     return await f.create_account()
 
