@@ -85,6 +85,7 @@ def configure_logging(level: int = logging.INFO) -> None:
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "arq"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines are per-migration chatter
 
 
 def _incoming_id(scope: Scope) -> str:

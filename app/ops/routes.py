@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.kernel import db
 from app.ops.gauges import refresh_gauges
+from app.ops.schema import schema_state
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,17 @@ async def readyz(request: Request) -> Response:
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
+    warnings: list[str] = []
+    if (
+        checks["database"] == "ok"
+    ):  # a schema behind the code is not ready; ahead (a rolling upgrade) is, with a warning
+        try:
+            schema = await schema_state()
+            checks["schema"] = "ok" if schema.ok else f"error: {schema.describe()}"
+            if schema.state == "ahead":
+                warnings.append(schema.describe())
+        except Exception as exc:
+            checks["schema"] = f"error: {type(exc).__name__}"
     try:
         redis = await pool()
         await redis.ping()
@@ -38,7 +50,7 @@ async def readyz(request: Request) -> Response:
         checks["redis"] = f"error: {type(exc).__name__}"
     ok = all(v == "ok" for v in checks.values())
     return JSONResponse(
-        {"status": "ok" if ok else "unavailable", "checks": checks},
+        {"status": "ok" if ok else "unavailable", "checks": checks, **({"warnings": warnings} if warnings else {})},
         status_code=200 if ok else 503,
         headers={"Cache-Control": "no-store"},
     )
