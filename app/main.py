@@ -13,10 +13,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from app.kernel import db, urls
+from app.kernel import db, outages, urls
 from app.kernel.errors import DomainError, NotFound
 from app.kernel.templating import ROOT
-from app.kernel.web import error_response
+from app.kernel.web import error_response, unavailable_response
 
 
 def _routes() -> list[BaseRoute]:
@@ -64,6 +64,16 @@ async def domain_error(request: Request, exc: Exception) -> Response:
     return error_response(request, exc)
 
 
+async def dependency_failure(request: Request, exc: Exception) -> Response:
+    """Postgres or Redis away or too slow: a 503 with Retry-After through the one error path, one log line per
+    interval and a counter (app.kernel.outages, docs/reliability.md). Anything else of these types is a bug."""
+    dependency = outages.dependency_of(exc)
+    if dependency is None:
+        raise exc
+    outages.record(dependency, exc, source="request")
+    return unavailable_response(request, dependency)
+
+
 async def routing_error(request: Request, exc: Exception) -> Response:
     """The router's own 404 (no route) and 405 (wrong method) through the same error path: the site's HTML
     page, or the JSON shape for `/api/...` and machine documents (docs/domain.md §6.1)."""
@@ -84,6 +94,7 @@ async def routing_error(request: Request, exc: Exception) -> Response:
 
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    db.limit_statements()  # the server's statements are capped (DB_STATEMENT_TIMEOUT, docs/reliability.md)
     yield
     from jobs.queue import close_pools
 
@@ -95,7 +106,12 @@ def create_app() -> Starlette:
     app = Starlette(
         routes=_routes(),
         middleware=_middleware(),
-        exception_handlers={DomainError: domain_error, 404: routing_error, 405: routing_error},
+        exception_handlers={
+            DomainError: domain_error,
+            404: routing_error,
+            405: routing_error,
+            **dict.fromkeys(outages.OUTAGE_ERRORS, dependency_failure),
+        },
         lifespan=lifespan,
     )
     urls.install(app.router)  # path_for builds any named route

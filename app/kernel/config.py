@@ -66,6 +66,8 @@ class Settings:
     base_url: str
     local_dev: bool
     db_pool_size: int
+    db_pool_timeout: float
+    db_statement_timeout: float
     hot_key_interval_seconds: int
     claim_seconds: int
     request_body_limit: int
@@ -93,6 +95,10 @@ def settings() -> Settings:
         base_url=base_url,
         local_dev=base_url.startswith("http://127.0.0.1") or base_url.startswith("http://localhost"),
         db_pool_size=_int("DB_POOL_SIZE", 10, minimum=1),
+        # a request waits this long for a pooled connection, then answers 503 (docs/reliability.md)
+        db_pool_timeout=seconds("DB_POOL_TIMEOUT", 5.0),
+        # the web server's cap on one SQL statement (0: none); CLI and worker run without it (docs/reliability.md)
+        db_statement_timeout=seconds("DB_STATEMENT_TIMEOUT", 15.0),
         hot_key_interval_seconds=_int("INFESTATIONS_HOT_KEY_INTERVAL", 30),
         # a claim outlives any sane refresh; keys of a worker that died are taken over when it expires
         claim_seconds=_int("INFESTATIONS_CLAIM_SECONDS", 300, minimum=1),
@@ -109,7 +115,6 @@ def settings() -> Settings:
 def read_from_rollup() -> bool:
     """Runtime flag, read at every call (docs/domain.md §13 "Feature flag and Cutover gates": instant rollback without restart)."""
     return _bool("INFESTATIONS_READ_FROM_ROLLUP", True)
-
 
 
 def log_format() -> str:

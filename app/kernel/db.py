@@ -3,6 +3,9 @@
 Writes go to the primary. Public reads (`read_session()`, replica=True) go to DATABASE_REPLICA_URL when it is set,
 except inside `primary_reads()` (the request right after a moderator's write, see app/kernel/security.py); moderator pages
 and anything that must see its own writes use `read_session(replica=False)`. Unset, everything reads the primary.
+A replica that does not answer is skipped for a few seconds and public reads go to the primary (counted). Waits
+are bounded: a free pooled connection within DB_POOL_TIMEOUT, a new connection within CONNECT_TIMEOUT, and in the
+web server every statement within DB_STATEMENT_TIMEOUT; past them the request answers 503 (docs/reliability.md).
 `transaction()` counts open transactions in a context variable, and the outermost one runs the steps queued with
 `app.kernel.aftercommit.after_commit()` once it has committed (ringing the worker before commit could let it read
 a state without our change).
@@ -12,16 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
 
-from app.kernel import aftercommit
+from app.kernel import aftercommit, outages
 from app.kernel.config import settings
+from app.kernel.metrics import REPLICA_FALLBACKS
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -37,6 +42,10 @@ class Base(DeclarativeBase):
 
 
 _engines: dict[tuple[int, str], AsyncEngine] = {}
+CONNECT_TIMEOUT = 5  # seconds to open a connection (libpq connect_timeout): a silent host fails, then 503s
+REPLICA_RETRY_SECONDS = 5.0  # after a replica failure, public reads use the primary this long before trying again
+_statement_timeout = 0.0  # seconds; 0 = no cap (see limit_statements)
+_replica_down_until: dict[str, float] = {}
 _open_transactions: contextvars.ContextVar[int] = contextvars.ContextVar("open_transactions", default=0)
 # Set for the request right after a moderator's write, so it reads its own write from the primary.
 _force_primary: contextvars.ContextVar[bool] = contextvars.ContextVar("force_primary", default=False)
@@ -46,19 +55,34 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def limit_statements() -> None:
+    """Cap every SQL statement of this process's connections at DB_STATEMENT_TIMEOUT (the web server calls this
+    as it starts: a page never waits on a runaway query; the CLI and the worker's long maintenance run without
+    the cap). Applies to engines created afterwards."""
+    global _statement_timeout
+    _statement_timeout = settings().db_statement_timeout
+
+
 def _engine_for(url: str) -> AsyncEngine:
     # one engine per event loop: pooled async connections belong to the loop that opened them
     key = (id(asyncio.get_running_loop()), url)
     engine = _engines.get(key)
     if engine is None:
         cfg = settings()
+        # prepare_threshold=None keeps us compatible with PgBouncer in transaction mode
+        connect_args: dict[str, object] = {"prepare_threshold": None, "connect_timeout": CONNECT_TIMEOUT}
+        if _statement_timeout > 0:
+            # a startup option, no extra round trip (PgBouncer: list `options` in ignore_startup_parameters, or set
+            # DB_STATEMENT_TIMEOUT=0 and a role-level statement_timeout; docs/reliability.md)
+            connect_args["options"] = f"-c statement_timeout={int(_statement_timeout * 1000)}"
         engine = create_async_engine(
             url,
             pool_size=cfg.db_pool_size,
             max_overflow=cfg.db_pool_size,
+            # a bounded wait for a free connection; sqlalchemy.exc.TimeoutError after it is a 503 (app.kernel.outages)
+            pool_timeout=cfg.db_pool_timeout,
             pool_pre_ping=True,
-            # prepare_threshold=None keeps us compatible with PgBouncer in transaction mode
-            connect_args={"prepare_threshold": None},
+            connect_args=connect_args,
         )
         _engines[key] = engine
     return engine
@@ -127,13 +151,49 @@ async def transaction() -> AsyncIterator[AsyncSession]:
     await aftercommit.run_steps(steps)  # reached only after the commit: an exception skips it
 
 
+async def _replica_or_primary() -> AsyncSession:
+    """A session on the replica, or on the primary (counted in `tarakan_replica_fallbacks_total`) when the replica
+    does not answer; a failed replica is left alone for REPLICA_RETRY_SECONDS so reads do not wait on it each time."""
+    cfg = settings()
+    url = cfg.database_replica_url
+    assert url is not None
+    primary = async_sessionmaker(engine(), expire_on_commit=False)
+    if url == cfg.database_url:  # a "replica" that is the primary has nothing to fall back to
+        return primary()
+    if time.monotonic() < _replica_down_until.get(url, 0.0):
+        REPLICA_FALLBACKS.inc()
+        return primary()
+    session = async_sessionmaker(_engine_for(url), expire_on_commit=False)()
+    try:
+        await session.connection()  # the replica's first round trip, here rather than in the first query
+    except Exception as exc:
+        await session.close()
+        if outages.dependency_of(exc) != outages.DATABASE:
+            raise
+        outages.record(outages.DATABASE, exc, source="replica")
+        _replica_down_until[url] = time.monotonic() + REPLICA_RETRY_SECONDS
+        REPLICA_FALLBACKS.inc()
+        return primary()
+    return session
+
+
 @asynccontextmanager
 async def read_session(*, replica: bool = True) -> AsyncIterator[AsyncSession]:
-    """A short read-only session (public reads may go to the replica)."""
-    maker = async_sessionmaker(replica_engine() if replica else engine(), expire_on_commit=False)
-    async with maker() as session:
+    """A short read-only session (public reads may go to the replica, or to the primary while it is down)."""
+    if replica and not reads_use_primary():
+        opened = await _replica_or_primary()
+    else:
+        opened = async_sessionmaker(engine(), expire_on_commit=False)()
+    async with opened as session:
         try:
             yield session
         finally:
             session.expunge_all()  # objects read here stay usable after the session ends
             await session.rollback()
+
+
+async def ping(*, replica: bool = True) -> None:
+    """One `SELECT 1` where a public read would go: raises (an outage, app.kernel.outages) when it cannot answer.
+    Streamed documents call it before they send their 200 (docs/reliability.md)."""
+    async with read_session(replica=replica) as session:
+        await session.execute(text("SELECT 1"))

@@ -79,3 +79,20 @@ class RateLimited(DomainError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}
+
+
+class ServiceUnavailable(DomainError):
+    """A dependency (Postgres, Redis) is away or too slow: try again after `retry_after` seconds. Raised for the
+    web by the outage handler in `app.main` (docs/reliability.md); never cached."""
+
+    status_code, title = 503, "Temporarily unavailable"
+    RETRY_AFTER = 10  # seconds: a database restart or failover is usually over well within this
+
+    def __init__(
+        self, errors: dict[str, list[str]] | str, *, retry_after: int = RETRY_AFTER, message: str | None = None
+    ):
+        super().__init__(errors, message=message)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after), "Cache-Control": "no-store"}

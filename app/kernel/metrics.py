@@ -40,6 +40,21 @@ OLDEST_REFRESHED_AGE = Gauge(
     "tarakan_infestations_oldest_refreshed_age_seconds", "Age of the least recently refreshed rollup row"
 )
 
+# Dependency outages (app.kernel.outages, docs/reliability.md)
+DEPENDENCY_FAILURES = Counter(
+    "tarakan_dependency_failures_total",
+    "Failures because Postgres or Redis was unreachable or too slow, by dependency and where (request, stream, "
+    "ring, worker)",
+    ["dependency", "source"],
+)
+REPLICA_FALLBACKS = Counter(
+    "tarakan_replica_fallbacks_total", "Public reads sent to the primary because the read replica did not answer"
+)
+WORKER_RECONNECTS = Counter(
+    "tarakan_worker_reconnects_total",
+    "Times the rollup worker lost a dependency and waited to reconnect",
+    ["dependency"],
+)
 # max(refreshed_at): the pipeline's heartbeat (docs/operations.md "Alerts"); an hour old with work waiting = stopped
 NEWEST_REFRESHED_AGE = Gauge(
     "tarakan_infestations_newest_refreshed_age_seconds", "Age of the most recently refreshed rollup row"

@@ -14,15 +14,17 @@ error page or as `{"errors": {field: [messages]}}`, by the same format rule.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterable, Mapping
 from datetime import date, datetime
 from typing import Any, Protocol
 
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.types import Send
 
-from app.kernel.errors import DomainError
+from app.kernel import db, outages
+from app.kernel.errors import DomainError, ServiceUnavailable
 from app.kernel.templating import templates
 
 PUBLIC_CACHE = "public, max-age=30"
@@ -30,8 +32,10 @@ ERROR_CACHE = "public, max-age=5"
 PRIVATE_CACHE = "private, no-store"  # what a privileged viewer sees must never sit in a shared cache
 
 JSON_SUFFIX = ".json"
-# Documents for machines (feeds, sitemaps) answer their errors in JSON like the API does.
-_MACHINE_SUFFIXES = (JSON_SUFFIX, ".xml", ".atom", ".txt")
+# Documents for machines (feeds, sitemaps) answer their errors in JSON like the API does; a 503 there is plain
+# text (a crawler reads the status and Retry-After, docs/reliability.md).
+_DOCUMENT_SUFFIXES = (".xml", ".atom", ".txt")
+_MACHINE_SUFFIXES = (JSON_SUFFIX, *_DOCUMENT_SUFFIXES)
 
 
 class _StemConvertor(Convertor[str]):
@@ -140,14 +144,63 @@ def json_twin(data: Any, *, status_code: int = 200, cache: str = PUBLIC_CACHE) -
 
 def error_response(request: Request, exc: DomainError) -> Response:
     """The one answer to a raised error: the JSON shape for twins, the API and machine documents, else the
-    site's error page. Public twins and pages are cached briefly; API answers carry no cache header."""
+    site's error page. Public twins and pages are cached briefly; API answers carry no cache header. A 503
+    (`ServiceUnavailable`) is never cached, always says `Retry-After`, and is plain text for feeds and sitemaps."""
     headers = exc.headers()
+    if isinstance(exc, ServiceUnavailable) and request.url.path.endswith(_DOCUMENT_SUFFIXES):
+        return PlainTextResponse(f"{exc.title}: {exc.message}\n", status_code=exc.status_code, headers=headers)
     if _error_wants_json(request):
         if "format" in request.path_params:
-            headers["Cache-Control"] = ERROR_CACHE
+            headers.setdefault("Cache-Control", ERROR_CACHE)
         return JSONResponse({"errors": exc.errors}, status_code=exc.status_code, headers=headers)
     context = {"status_code": exc.status_code, "heading": exc.title, "message": exc.message}
     response = page(request, "site/error.html", context, status_code=exc.status_code, cache=ERROR_CACHE)
     headers.pop("WWW-Authenticate", None)  # a page's way to authenticate is the login link it shows
     response.headers.update(headers)
     return response
+
+
+_UNAVAILABLE_MESSAGES = {
+    "database": "The registry lost its database for a moment. Nothing you sent was half-written: try again in a few "
+    "seconds.",
+    "redis": "The registry lost its job queue for a moment. Nothing you sent was half-written: try again in a few "
+    "seconds.",
+}
+
+
+def unavailable_response(request: Request, dependency: str) -> Response:
+    """The 503 for a dependency outage (`app.kernel.outages`), through the one error path."""
+    exc = ServiceUnavailable(
+        {dependency: ["is temporarily unavailable; try again shortly"]},
+        message=_UNAVAILABLE_MESSAGES.get(dependency),
+    )
+    return error_response(request, exc)
+
+
+class _AbortableStream(StreamingResponse):
+    """A streamed document that is never passed off as complete: when its source fails after the 200 went out,
+    the response ends without its last chunk (the server closes the connection, so the client sees a broken
+    transfer, not a short document) and the failure is one log line (an outage: counted and throttled)."""
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            async for chunk in self.body_iterator:
+                body = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        except Exception as exc:
+            dependency = outages.dependency_of(exc)
+            if dependency is None:
+                raise  # a bug: the traceback is logged and the connection is closed all the same
+            outages.record(dependency, exc, source="stream")
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def streamed_document(
+    source: AsyncIterable[bytes | str], *, media_type: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    """A streamed 200, sent only once the database answers (else the outage raises here and is a 503); a failure
+    in the middle of the stream aborts it (`_AbortableStream`)."""
+    await db.ping()
+    return _AbortableStream(source, media_type=media_type, headers=headers)

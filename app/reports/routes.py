@@ -51,13 +51,15 @@ def _client_ip(request: Request) -> str | None:
 
 
 async def submit_report(request: Request) -> JSONResponse:
+    """201 with the new report; 200 with the stored one when this is a retry of a run already stored (the same
+    `run_id`, repository and content: the first answer was lost, docs/reliability.md "Retries")."""
     account, scopes = await authenticate(request)
     body = await read_json_object(request)
     p = request.path_params
-    result = await service.submit_report(
+    result, created = await service.submit_report_once(
         account, p["host"], p["owner"], p["name"], body, client_ip=_client_ip(request), scopes=scopes
     )
-    return JSONResponse(result, status_code=201)
+    return JSONResponse(result, status_code=201 if created else 200)
 
 
 async def record_check(request: Request) -> JSONResponse:

@@ -83,6 +83,16 @@ async def _verifier_on(
 
 RUN_ID_TAKEN = {"run_id": ["this agent run was already submitted"]}
 
+# What makes a second submission of a run "the same report": the retry of a request whose answer was lost (an
+# outage at commit time), answered with the stored report instead of a 422 (docs/reliability.md "Retries").
+_SAME_RUN = """
+SELECT id FROM scans
+WHERE submitted_by_id = :aid AND run_id = :run_id AND repository_id = :rid AND commit_sha = :sha
+  AND model IS NOT DISTINCT FROM :model AND prompt_version IS NOT DISTINCT FROM :prompt_version
+  AND provenance = :provenance AND review_kind = :review_kind AND notes IS NOT DISTINCT FROM :notes
+  AND raw_document = :raw_document
+"""
+
 
 async def submit_report(
     account: Account,
@@ -95,7 +105,25 @@ async def submit_report(
     scopes: frozenset[str] | None = None,
 ) -> dict[str, Any]:
     """Validate and store one report, assimilate its findings, recalculate the repository's metrics and mark its
-    infestation keys dirty, all in one transaction. Returns the 201 body."""
+    infestation keys dirty, all in one transaction. Returns the 201 body (or, for a retry of a stored run, the
+    stored report: `submit_report_once`)."""
+    report, _created = await submit_report_once(account, host, owner, name, body, client_ip=client_ip, scopes=scopes)
+    return report
+
+
+async def submit_report_once(
+    account: Account,
+    host: str,
+    owner: str,
+    name: str,
+    body: dict[str, Any],
+    *,
+    client_ip: str | None = None,
+    scopes: frozenset[str] | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """`submit_report`, saying whether it stored the report (True) or found the same run already stored by this
+    account: same `run_id`, repository and content, i.e. a retry after a lost answer (False; the stored report,
+    same id, nothing written). The same `run_id` with other content is still a 422."""
     require_scope(scopes, SUBMIT_SCOPES)
     async with db.transaction() as session:
         actor = await load_actor(session, account.id, lock=True)
@@ -105,12 +133,31 @@ async def submit_report(
         report = validate_report(body)
         scan_fields({"notes": report.notes, "document": report.document})
         if report.run_id is not None:
+            # the account row is locked (load_actor): a concurrent submission of this run has committed or not yet begun
             taken = await session.execute(
                 text("SELECT 1 FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id"),
                 {"aid": actor.id, "run_id": report.run_id},
             )
             if taken.first() is not None:
-                raise ValidationError(RUN_ID_TAKEN)
+                same = await session.execute(
+                    text(_SAME_RUN),
+                    {
+                        "aid": actor.id,
+                        "run_id": report.run_id,
+                        "rid": repo.id,
+                        "sha": report.commit_sha,
+                        "model": report.model,
+                        "prompt_version": report.prompt_version,
+                        "provenance": report.provenance,
+                        "review_kind": report.review_kind,
+                        "notes": report.notes,
+                        "raw_document": report.raw_document,
+                    },
+                )
+                stored = same.scalar()
+                if stored is None:
+                    raise ValidationError(RUN_ID_TAKEN)
+                return await report_response(session, int(stored)), False
         await enforce_limits(session, actor, repo.id)
         scan = Scan(
             repository_id=repo.id,
@@ -152,7 +199,7 @@ async def submit_report(
         await recompute_scan_verification(session, scan.id)
         await recalculate_repository_metrics(session, repo.id)
         await mark_scan_dirty(session, scan.id, "assimilate")
-        return await report_response(session, scan.id)
+        return await report_response(session, scan.id), True
 
 
 # --- checks ----------------------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.kernel.errors import NotFound
+from app.kernel.web import streamed_document
 from app.seo import feeds
 from app.seo.settings import seo_settings
 from app.seo.sitemap import (
@@ -88,22 +89,19 @@ def _small_xml(request: Request, body: str, *, last_modified: datetime | None = 
     return Response(content, media_type=XML_TYPE, headers=headers)
 
 
-def _streamed_xml(request: Request, body_source: AsyncIterator[str]) -> Response:
+async def _streamed_xml(request: Request, body_source: AsyncIterator[str]) -> Response:
+    """Sent once the database answers; a failure mid-stream aborts it, never a short sitemap (docs/reliability.md)."""
     compress = _wants_gzip(request)
     headers = {"Vary": "Accept-Encoding", "Cache-Control": SITEMAP_CACHE}
     if compress:
         headers["Content-Encoding"] = "gzip"
-    return StreamingResponse(
-        encode_stream(body_source, gzip=compress),
-        media_type=XML_TYPE,
-        headers=headers,
-    )
+    return await streamed_document(encode_stream(body_source, gzip=compress), media_type=XML_TYPE, headers=headers)
 
 
 async def sitemap_xml(request: Request) -> Response:
     cfg = seo_settings()
     if not await use_index():
-        return _streamed_xml(request, single_urlset(cfg.base_url, cfg.max_urls))
+        return await _streamed_xml(request, single_urlset(cfg.base_url, cfg.max_urls))
     children = await index_children()
     times = [c.lastmod for c in children if c.lastmod is not None]
     return _small_xml(request, sitemapindex_xml(cfg.base_url, children), last_modified=max(times) if times else None)
@@ -122,7 +120,7 @@ async def sitemap_child(request: Request) -> Response:
     body = await child_urlset(kind, int(page))
     if body is None:
         raise NotFound({"page": [f"there is no {kind} sitemap page {page}"]})
-    return _streamed_xml(request, body)
+    return await _streamed_xml(request, body)
 
 
 def _atom(body: str) -> Response:

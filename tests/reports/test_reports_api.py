@@ -17,7 +17,7 @@ from app.accounts.service import create_token
 from app.kernel import db
 from app.kernel.errors import ValidationError
 from app.registry.models import Repository
-from app.reports.service import submit_report
+from app.reports.service import submit_report, submit_report_once
 from tests import factories
 from tests.reports.support import COMMIT, finding, report_body, row_counts
 
@@ -111,19 +111,53 @@ def pattern_key_of(title: str) -> str:
     return pattern_key(title)
 
 
-async def test_same_run_id_twice_is_refused_and_stored_once(client: httpx.AsyncClient) -> None:
+async def test_a_retried_run_answers_200_with_the_stored_report_and_stores_nothing(client: httpx.AsyncClient) -> None:
+    # the first attempt committed but its answer was lost (docs/reliability.md "Retries"): the retry gets the report
     account = await factories.create_account(state="active")
     repo = await factories.create_repository()
     headers = await token_for(account)
-    body = report_body(run_id="agent-run-42")
-    assert (await post(client, reports_url(repo), headers, body)).status_code == 201
+    body = report_body(run_id="agent-run-42", notes="first try")
+    first = await post(client, reports_url(repo), headers, body)
+    assert first.status_code == 201, first.text
+    before = await row_counts()
     again = await post(client, reports_url(repo), headers, body)
-    assert again.status_code == 422
-    assert again.json() == {"errors": {"run_id": ["this agent run was already submitted"]}}
-    assert (await row_counts())["scans"] == 1
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json()
+    assert await row_counts() == before
     # run_id is unique per submitter, not globally
     other = await factories.create_account(state="active")
     assert (await post(client, reports_url(repo), await token_for(other), body)).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"notes": "second try"}, {"commit_sha": "b" * 40}, {"model": "other-model"}, {"findings": "another"}],
+    ids=["notes", "commit", "model", "document"],
+)
+async def test_the_same_run_id_with_other_content_is_refused(client: httpx.AsyncClient, change: dict[str, str]) -> None:
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository()
+    headers = await token_for(account)
+    body = report_body(run_id="agent-run-42", notes="first try")
+    assert (await post(client, reports_url(repo), headers, body)).status_code == 201
+    if "findings" in change:
+        changed = report_body(run_id="agent-run-42", notes="first try", findings=[finding(title="XSS in template")])
+    else:
+        changed = {**body, **change}
+    again = await post(client, reports_url(repo), headers, changed)
+    assert again.status_code == 422
+    assert again.json() == {"errors": {"run_id": ["this agent run was already submitted"]}}
+    assert (await row_counts())["scans"] == 1
+
+
+async def test_the_same_run_on_another_repository_is_refused(client: httpx.AsyncClient) -> None:
+    account = await factories.create_account(state="active")
+    one, two = await factories.create_repository("acme", "one"), await factories.create_repository("acme", "two")
+    headers = await token_for(account)
+    body = report_body(run_id="agent-run-42")
+    assert (await post(client, reports_url(one), headers, body)).status_code == 201
+    assert (await post(client, reports_url(two), headers, body)).status_code == 422
+    assert (await row_counts())["scans"] == 1
 
 
 async def test_authentication_and_scopes(client: httpx.AsyncClient) -> None:
@@ -308,7 +342,24 @@ async def test_concurrent_submissions_of_one_run_store_one_report() -> None:
     repo = await factories.create_repository()
     body = report_body(run_id="racing-run")
     results = await asyncio.gather(
-        *(submit_report(account, repo.host, repo.owner, repo.name, dict(body)) for _ in range(3)),
+        *(submit_report_once(account, repo.host, repo.owner, repo.name, dict(body)) for _ in range(3)),
+        return_exceptions=True,
+    )
+    assert all(isinstance(r, tuple) for r in results), results
+    created = [created for _, created in results]  # type: ignore[misc]
+    assert sorted(created) == [False, False, True]
+    assert len({report["id"] for report, _ in results}) == 1  # type: ignore[misc]
+    assert (await row_counts())["scans"] == 1
+
+
+async def test_concurrent_submissions_of_one_run_with_other_content_store_one_report() -> None:
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository()
+    results = await asyncio.gather(
+        *(
+            submit_report(account, repo.host, repo.owner, repo.name, report_body(run_id="racing-run", notes=f"try {i}"))
+            for i in range(3)
+        ),
         return_exceptions=True,
     )
     stored = [r for r in results if isinstance(r, dict)]
