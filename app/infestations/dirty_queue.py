@@ -49,16 +49,29 @@ class DrainResult:
     refreshed_keys: list[str] = field(default_factory=list)
 
 
+# The hot-key cap holds between refreshes too (product decision 1): a candidate whose pattern was refreshed from
+# source less than the interval ago (`infestation_patterns.updated_at` moves only with such a refresh, never with
+# the hourly decay) is not claimed but deferred to the end of its interval; the other candidates are claimed now,
+# so a storm on one key never delays the others. Without throttling (`drain_all`) nothing is deferred.
 _CLAIM = """
-UPDATE infestation_dirty_keys d
-SET claimed_by = :me, claimed_until = now() + make_interval(secs => :claim_seconds), attempts = d.attempts + 1
-WHERE d.pattern_key IN (
+WITH candidates AS (
   SELECT pattern_key FROM infestation_dirty_keys
   WHERE available_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
   ORDER BY pattern_key
   FOR UPDATE SKIP LOCKED
   LIMIT :n
+),
+cooling AS (
+  UPDATE infestation_dirty_keys d SET available_at = p.updated_at + make_interval(secs => :interval)
+  FROM candidates c JOIN infestation_patterns p ON p.pattern_key = c.pattern_key
+  WHERE d.pattern_key = c.pattern_key AND :interval > 0
+    AND p.updated_at > now() - make_interval(secs => :interval)
+  RETURNING d.pattern_key
 )
+UPDATE infestation_dirty_keys d
+SET claimed_by = :me, claimed_until = now() + make_interval(secs => :claim_seconds), attempts = d.attempts + 1
+FROM candidates c
+WHERE d.pattern_key = c.pattern_key AND c.pattern_key NOT IN (SELECT pattern_key FROM cooling)
 RETURNING d.pattern_key, d.version, d.attempts, d.reason
 """
 
@@ -89,14 +102,18 @@ FROM infestation_dirty_keys
 """
 
 
-async def claim_dirty_keys(worker_id: str, batch_size: int) -> list[ClaimedKey]:
-    """Claim up to `batch_size` available keys in a short transaction (SKIP LOCKED: workers never collide)."""
+async def claim_dirty_keys(worker_id: str, batch_size: int, *, throttle: bool = True) -> list[ClaimedKey]:
+    """Claim up to `batch_size` available keys in a short transaction (SKIP LOCKED: workers never collide); when
+    throttling, keys refreshed less than the hot-key interval ago are deferred instead (product decision 1)."""
+    cfg = settings()
+    params = {
+        "me": worker_id,
+        "n": batch_size,
+        "claim_seconds": cfg.claim_seconds,
+        "interval": cfg.hot_key_interval_seconds if throttle else 0,
+    }
     async with db.transaction() as session:
-        rows = (
-            await session.execute(
-                text(_CLAIM), {"me": worker_id, "n": batch_size, "claim_seconds": settings().claim_seconds}
-            )
-        ).all()
+        rows = (await session.execute(text(_CLAIM), params)).all()
     return sorted(
         (ClaimedKey(r.pattern_key, int(r.version), int(r.attempts), r.reason) for r in rows),
         key=lambda c: c.pattern_key,
@@ -140,7 +157,7 @@ async def drain(*, batch_size: int = 200, throttle: bool = True, worker_id: str 
     """Claim up to `batch_size` dirty keys, refresh each (sorted), delete only what was refreshed."""
     me = worker_id or new_worker_id()
     result = DrainResult()
-    claims = await claim_dirty_keys(me, batch_size)
+    claims = await claim_dirty_keys(me, batch_size, throttle=throttle)
     settled = 0
     try:
         for claim in claims:

@@ -256,3 +256,122 @@ async def list_instances_legacy(
     return await newest_first_page(
         _INSTANCES_SQL, "(updated_at, id)", pattern_key, limit=limit, cursor=cursor, entry=instance_entry
     )
+
+
+def membership_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A graph satellite (docs/domain.md §5.7 `list_pattern_repos_page`), the same on both paths."""
+    return {**row, "occurrence_public_id": uuid_str(row["occurrence_public_id"])}
+
+
+_STATUS_RANK = "CASE status WHEN 'open' THEN 0 WHEN 'disputed' THEN 1 WHEN 'verified' THEN 2 ELSE 3 END"
+
+# The key's public-join canonicals, each with its newest public occurrence (what the projection's instance rows
+# hold), narrowed by `{where}`.
+_INSTANCE_SOURCE = f"""
+SELECT DISTINCT ON (c.id) c.id, c.pattern_key, c.repository_id, c.status, c.severity,
+  COALESCE(NULLIF(c.title, ''), '{UNKNOWN_TITLE}') AS title, c.inserted_at, c.updated_at,
+  f.public_id AS occurrence_public_id
+FROM canonical_findings c
+JOIN repositories r ON r.id = c.repository_id
+JOIN scan_findings f ON f.canonical_finding_id = c.id
+JOIN scans s ON s.id = f.scan_id
+WHERE {{where}} AND {PUBLIC_JOIN}
+ORDER BY c.id, s.inserted_at DESC, f.id DESC
+"""
+
+# Memberships computed live, as the projection derives them from the instances (docs/domain.md §5.2 step 4).
+_MEMBERSHIPS = f"""
+WITH inst AS ({_INSTANCE_SOURCE}),
+agg AS (
+  SELECT pattern_key, repository_id, count(*) AS instance_count,
+    count(*) FILTER (WHERE status = 'open') AS open_count,
+    count(*) FILTER (WHERE status = 'verified') AS verified_count,
+    count(*) FILTER (WHERE status = 'disputed') AS disputed_count,
+    max(updated_at) AS last_seen_at
+  FROM inst GROUP BY pattern_key, repository_id
+),
+rep AS (
+  SELECT DISTINCT ON (pattern_key, repository_id) pattern_key, repository_id, severity, title, occurrence_public_id
+  FROM inst ORDER BY pattern_key, repository_id, {_STATUS_RANK}, updated_at DESC, id DESC
+)
+SELECT agg.repository_id AS id, agg.repository_id, agg.pattern_key, r.host, r.owner, r.name,
+  CASE WHEN agg.open_count > 0 THEN 'open' WHEN agg.disputed_count > 0 THEN 'disputed'
+       WHEN agg.verified_count > 0 THEN 'verified' ELSE 'fixed' END AS status,
+  rep.severity, rep.title, agg.instance_count, agg.open_count, rep.occurrence_public_id,
+  agg.last_seen_at AS updated_at
+FROM agg JOIN rep USING (pattern_key, repository_id) JOIN repositories r ON r.id = agg.repository_id
+"""
+
+_PATTERN_REPOS_SQL = f"""
+SELECT id, repository_id, host, owner, name, status, severity, title, instance_count, open_count,
+       occurrence_public_id, updated_at
+FROM ({_MEMBERSHIPS.format(where="c.pattern_key = :key")}) x
+WHERE {{after}}
+ORDER BY updated_at DESC, id DESC
+LIMIT :fetch
+"""
+
+
+async def list_pattern_repos_legacy(
+    pattern_key: str | None, *, limit: int = 64, cursor: str | None = None
+) -> Page[dict[str, Any]]:
+    """The graph's repositories computed from source (the flag-off path): same entries, order and cursor as the
+    membership read."""
+    return await newest_first_page(
+        _PATTERN_REPOS_SQL, "(updated_at, id)", pattern_key, limit=limit, cursor=cursor, entry=membership_entry
+    )
+
+
+_REPOSITORY_SHARES_SQL = _MEMBERSHIPS.format(
+    where="c.repository_id = :repository_id AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''"
+)
+
+_KEYS_AGGREGATE_SQL = f"""
+WITH pc AS ({_PUBLIC_CANONICALS} AND c.pattern_key = ANY(CAST(:keys AS text[])))
+SELECT pattern_key, {_AGGREGATES} FROM pc GROUP BY pattern_key
+HAVING COUNT(DISTINCT repository_id) >= :min_repos
+ORDER BY repo_count DESC, pattern_key ASC
+LIMIT :limit
+"""
+
+
+async def list_repository_infestations_legacy(
+    repository_id: int, *, limit: int, min_repos: int
+) -> list[dict[str, Any]]:
+    """Patterns one repository takes part in, computed from source (the flag-off path): each the all-time map plus
+    the repository's share, in the rollup read's order."""
+    async with db.read_session() as session:
+        shares = (
+            (await session.execute(text(_REPOSITORY_SHARES_SQL), {"repository_id": repository_id})).mappings().all()
+        )
+        by_key = {row["pattern_key"]: row for row in shares}
+        params = {"keys": sorted(by_key), "min_repos": min_repos, "limit": limit}
+        rows = (await session.execute(text(_KEYS_AGGREGATE_SQL), params)).mappings().all() if by_key else []
+    reps = await _representatives([row["pattern_key"] for row in rows])
+    items = []
+    for row in rows:
+        share = by_key[row["pattern_key"]]
+        item = _merge(row, reps.get(row["pattern_key"]))
+        item["repository_instance_count"] = int(share["instance_count"])
+        item["repository_open_count"] = int(share["open_count"])
+        item["repository_status"] = share["status"]
+        item["repository_occurrence_public_id"] = uuid_str(share["occurrence_public_id"])
+        items.append(item)
+    return items
+
+
+_NEWEST_SQL = f"""
+WITH pc AS ({_PUBLIC_CANONICALS})
+SELECT pattern_key, {_AGGREGATES} FROM pc GROUP BY pattern_key
+HAVING COUNT(DISTINCT repository_id) >= 2
+ORDER BY first_seen_at DESC, pattern_key
+LIMIT :limit
+"""
+
+
+async def list_newest_infestations_legacy(*, limit: int) -> list[dict[str, Any]]:
+    """All-time infestations by first sighting, newest first, computed from source (the flag-off feed)."""
+    async with db.read_session() as session:
+        rows = (await session.execute(text(_NEWEST_SQL), {"limit": limit})).mappings().all()
+    reps = await _representatives([row["pattern_key"] for row in rows])
+    return [_merge(row, reps.get(row["pattern_key"])) for row in rows]

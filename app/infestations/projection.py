@@ -168,7 +168,7 @@ ON CONFLICT (pattern_key) DO UPDATE SET
 
 _UPDATE_WINDOWS = f"""
 UPDATE infestation_patterns p SET
-  {", ".join(f"{c} = w.{c}" for c in _window_columns())}, refreshed_at = now(), updated_at = now()
+  {", ".join(f"{c} = w.{c}" for c in _window_columns())}, refreshed_at = now()
 FROM (
   SELECT {_window_aggregates()}
   FROM infestation_pattern_instances WHERE pattern_key = :key
@@ -217,6 +217,7 @@ async def refresh_pattern(pattern_key: str, *, reason: str = "manual") -> int:
 
 async def recompute_windows(pattern_key: str) -> None:
     """Hourly window decay for one key from the instance table only (no source join, docs/domain.md §5.4).
+    `updated_at` is left alone: it moves only with a refresh from source, which the hot-key cap reads (§5.5).
 
     No instances left (e.g. a hard repository delete cascaded them away) -> the key's projection is deleted;
     instances without a pattern row -> a full `refresh_pattern`."""

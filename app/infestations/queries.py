@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
-from datetime import timedelta
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -24,6 +24,10 @@ from app.infestations.legacy import (
     instance_entry,
     list_infestations_legacy,
     list_instances_legacy,
+    list_newest_infestations_legacy,
+    list_pattern_repos_legacy,
+    list_repository_infestations_legacy,
+    membership_entry,
     newest_first_page,
     uuid_str,
     window_bucket,
@@ -31,16 +35,20 @@ from app.infestations.legacy import (
 from app.kernel import config, db
 from app.kernel.metrics import LIST_DURATION
 from app.kernel.paging import Page
+from app.kernel.public import visible_occurrence, visible_pattern, visible_scan
 
 __all__ = [
     "get_infestation",
+    "get_infestation_dated",
     "get_infestation_legacy",
     "list_infestations",
+    "list_infestations_dated",
     "list_infestations_legacy",
     "list_infestations_rollup",
     "list_instances",
     "list_instances_legacy",
     "list_instances_page",
+    "list_newest_infestations",
     "list_pattern_repos_page",
     "list_repository_infestations",
     "parse_pattern_key",
@@ -65,22 +73,33 @@ async def list_infestations(
 ) -> list[dict[str, Any]]:
     """The ranked atlas. Reads the runtime flag at every call, so operators can fall back to the legacy
     online aggregate without a restart."""
+    items, _ = await list_infestations_dated(days=days, min_repos=min_repos, status=status, limit=limit)
+    return items
+
+
+async def list_infestations_dated(
+    *, days: int = 30, min_repos: int = 2, status: str | None = None, limit: int = 40
+) -> tuple[list[dict[str, Any]], datetime | None]:
+    """`list_infestations` and when its counts were computed: the oldest `refreshed_at` of the rows shown (counts
+    may lag a takedown until the refresh; identifying details never do, docs/domain.md §5.7), or now on the legacy
+    path; None for an empty rollup list."""
     if config.read_from_rollup():
-        return await list_infestations_rollup(days=days, min_repos=min_repos, status=status, limit=limit)
-    return await list_infestations_legacy(days=days, min_repos=min_repos, status=status, limit=limit)
+        return await _list_rollup(days=days, min_repos=min_repos, status=status, limit=limit)
+    items = await list_infestations_legacy(days=days, min_repos=min_repos, status=status, limit=limit)
+    return items, db.utcnow()
 
 
 def _window_columns(window: int) -> str:
     # `window` is one of four ints from window_bucket(), never user text
     return ", ".join(
         [
-            f"repo_count_{window}d AS repo_count",
-            f"instance_count_{window}d AS instance_count",
-            f"open_count_{window}d AS open_count",
-            f"verified_count_{window}d AS verified_count",
-            f"fixed_count_{window}d AS fixed_count",
-            f"disputed_count_{window}d AS disputed_count",
-            f"last_seen_at_{window}d AS last_seen_at",
+            f"p.repo_count_{window}d AS repo_count",
+            f"p.instance_count_{window}d AS instance_count",
+            f"p.open_count_{window}d AS open_count",
+            f"p.verified_count_{window}d AS verified_count",
+            f"p.fixed_count_{window}d AS fixed_count",
+            f"p.disputed_count_{window}d AS disputed_count",
+            f"p.last_seen_at_{window}d AS last_seen_at",
         ]
     )
 
@@ -88,31 +107,37 @@ def _window_columns(window: int) -> str:
 # The literal `>= 2` repeats the rank index predicate so the planner can always prove the partial index applies
 # (min_repos is clamped to >= 2, so it never changes the result). The `last_seen_at_Wd >= :since` guard drops a
 # pattern whose newest in-window instance has left the window before the hourly recompute catches up.
-_RANKED_SQL = """
-SELECT pattern_key, title, severity, sample_file_path, sample_occurrence_public_id, first_seen_at, {columns}
-FROM infestation_patterns
-WHERE repo_count_{w}d >= 2 AND repo_count_{w}d >= :min_repos AND last_seen_at_{w}d >= :since
-ORDER BY repo_count_{w}d DESC, last_seen_at_{w}d DESC NULLS LAST, pattern_key ASC
+# The read-time guard (app.kernel.public): a pattern with no visible instance left is skipped, and a sample whose
+# report was taken down is dropped (`sample_visible`), both at the next request, before any refresh.
+_SAMPLE_VISIBLE = f"{visible_occurrence('p.sample_occurrence_public_id')} AS sample_visible"
+_RANKED_SQL = f"""
+SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.first_seen_at,
+       p.refreshed_at, {_SAMPLE_VISIBLE}, {{columns}}
+FROM infestation_patterns p
+WHERE p.repo_count_{{w}}d >= 2 AND p.repo_count_{{w}}d >= :min_repos AND p.last_seen_at_{{w}}d >= :since
+  AND {visible_pattern("p.pattern_key")}
+ORDER BY p.repo_count_{{w}}d DESC, p.last_seen_at_{{w}}d DESC NULLS LAST, p.pattern_key ASC
 LIMIT :limit
 """
 
 # Status filter: live aggregate over the instance grain (no window-column lag), representative fields from the
 # pattern row.
-_STATUS_SQL = """
+_STATUS_SQL = f"""
 WITH agg AS (
-  SELECT pattern_key,
-         COUNT(DISTINCT repository_id) AS repo_count,
+  SELECT i.pattern_key,
+         COUNT(DISTINCT i.repository_id) AS repo_count,
          COUNT(*) AS instance_count,
-         MAX(updated_at) AS last_seen_at,
-         MIN(inserted_at) AS first_seen_at
-  FROM infestation_pattern_instances
-  WHERE status = :status AND updated_at >= :since
-  GROUP BY pattern_key
-  HAVING COUNT(DISTINCT repository_id) >= :min_repos
+         MAX(i.updated_at) AS last_seen_at,
+         MIN(i.inserted_at) AS first_seen_at
+  FROM infestation_pattern_instances i
+  WHERE i.status = :status AND i.updated_at >= :since
+  GROUP BY i.pattern_key
+  HAVING COUNT(DISTINCT i.repository_id) >= :min_repos AND {visible_pattern("i.pattern_key")}
   ORDER BY repo_count DESC, last_seen_at DESC, pattern_key ASC
   LIMIT :limit
 )
-SELECT agg.*, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id
+SELECT agg.*, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.refreshed_at,
+       {_SAMPLE_VISIBLE}
 FROM agg
 LEFT JOIN infestation_patterns p ON p.pattern_key = agg.pattern_key
 ORDER BY agg.repo_count DESC, agg.last_seen_at DESC, agg.pattern_key ASC
@@ -131,6 +156,23 @@ async def list_infestations_rollup(
 ) -> list[dict[str, Any]]:
     """Rollup path: counts and last_seen_at from the window bucket covering `days`, first_seen_at all-time
     (docs/domain.md §5.7). For `days` between buckets the counts are the bucket's; the guard uses the real `days`."""
+    items, _ = await _list_rollup(days=days, min_repos=min_repos, status=status, limit=limit)
+    return items
+
+
+def guarded_map(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """The infestation map of a guarded pattern row: a sample whose report was taken down is dropped (the shared
+    title stays) until the refresh picks another (docs/domain.md §5.7)."""
+    item = infestation_map(row)
+    if not row["sample_visible"]:
+        item["sample_file_path"] = None
+        item["sample_occurrence_public_id"] = None
+    return item
+
+
+async def _list_rollup(
+    *, days: int, min_repos: int, status: str | None, limit: int
+) -> tuple[list[dict[str, Any]], datetime | None]:
     days, min_repos, limit, status = clamp_list_options(days=days, min_repos=min_repos, limit=limit, status=status)
     window = window_bucket(days)
     since = db.utcnow() - timedelta(days=days)
@@ -150,26 +192,41 @@ async def list_infestations_rollup(
         if status is not None:
             for other in STATUSES:
                 item[f"{other}_count"] = row["instance_count"] if other == status else 0
-        items.append(infestation_map(item))
-    return items
+        items.append(guarded_map(item))
+    return items, _oldest(row["refreshed_at"] for row in rows)
 
 
-_GET_SQL = """
-SELECT pattern_key, title, severity, sample_file_path, sample_occurrence_public_id, repo_count, instance_count,
-       open_count, verified_count, fixed_count, disputed_count, last_seen_at, first_seen_at
-FROM infestation_patterns WHERE pattern_key = :key
+def _oldest(times: Iterable[datetime | None]) -> datetime | None:
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
+_GET_SQL = f"""
+SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.repo_count,
+       p.instance_count, p.open_count, p.verified_count, p.fixed_count, p.disputed_count, p.last_seen_at,
+       p.first_seen_at, p.refreshed_at, {_SAMPLE_VISIBLE}
+FROM infestation_patterns p WHERE p.pattern_key = :key AND {visible_pattern("p.pattern_key")}
 """
 
 
 async def get_infestation(pattern_key: str) -> dict[str, Any] | None:
-    """All-time map of one pattern from its rollup row; None when there is no row (the show page 404s).
-    Deliberately no legacy fallback: an emptied pattern is hard-deleted and must stay gone."""
+    """All-time map of one pattern; None (the show page 404s) when there is no row, or when none of its rows is
+    visible any more (the read-time guard). With the flag on, deliberately no legacy fallback: an emptied pattern is
+    hard-deleted and must stay gone. With the flag off, the legacy aggregate (docs/domain.md §5.7)."""
+    infestation, _ = await get_infestation_dated(pattern_key)
+    return infestation
+
+
+async def get_infestation_dated(pattern_key: str) -> tuple[dict[str, Any] | None, datetime | None]:
+    """`get_infestation` and when its counts were computed (its rollup's `refreshed_at`, or now when read live)."""
     key = parse_pattern_key(pattern_key)
     if key is None:
-        return None
+        return None, None
+    if not config.read_from_rollup():
+        return await get_infestation_legacy(key), db.utcnow()
     async with db.read_session() as session:
         row = (await session.execute(text(_GET_SQL), {"key": key})).mappings().first()
-    return None if row is None else infestation_map(row)
+    return (None, None) if row is None else (guarded_map(row), row["refreshed_at"])
 
 
 _INSTANCES_SQL = """
@@ -180,13 +237,15 @@ SELECT i.canonical_finding_id AS id, c.public_id, i.sample_occurrence_public_id 
 FROM infestation_pattern_instances i
 JOIN repositories r ON r.id = i.repository_id
 JOIN canonical_findings c ON c.id = i.canonical_finding_id
-WHERE i.pattern_key = :key AND {after}
+WHERE i.pattern_key = :key AND {after} AND {guard}
 ORDER BY i.updated_at DESC, i.canonical_finding_id DESC
 LIMIT :fetch
-"""
+""".replace("{guard}", visible_scan("i.sample_scan_id"))
 
 
 async def _fetch_instances(pattern_key: str, *, limit: int, cursor: str | None) -> Page[dict[str, Any]]:
+    if not config.read_from_rollup():
+        return await list_instances_legacy(parse_pattern_key(pattern_key) or "", limit=limit, cursor=cursor)
     return await newest_first_page(
         _INSTANCES_SQL,
         "(i.updated_at, i.canonical_finding_id)",
@@ -216,40 +275,42 @@ SELECT m.repository_id AS id, m.repository_id, r.host, r.owner, r.name, m.primar
        m.last_seen_at AS updated_at
 FROM infestation_pattern_repos m
 JOIN repositories r ON r.id = m.repository_id
-WHERE m.pattern_key = :key AND {after}
+WHERE m.pattern_key = :key AND {after} AND {guard}
 ORDER BY m.last_seen_at DESC, m.repository_id DESC
 LIMIT :fetch
-"""
+""".replace("{guard}", visible_occurrence("m.sample_occurrence_public_id"))
 
 
 async def list_pattern_repos_page(
     pattern_key: str, *, limit: int = 64, cursor: str | None = None
 ) -> Page[dict[str, Any]]:
     """Repositories affected by a pattern, most recently seen first (default 64 = the graph's satellites,
-    max 100), keyset on `(last_seen_at DESC, repository_id DESC)`."""
+    max 100), keyset on `(last_seen_at DESC, repository_id DESC)`. A membership whose repository or sample report
+    was taken down is skipped at once (the read-time guard)."""
+    limit = clamp(limit, 1, PAGE_MAX)
+    if not config.read_from_rollup():
+        return await list_pattern_repos_legacy(parse_pattern_key(pattern_key), limit=limit, cursor=cursor)
     return await newest_first_page(
         _REPOS_SQL,
         "(m.last_seen_at, m.repository_id)",
         parse_pattern_key(pattern_key),
-        limit=clamp(limit, 1, PAGE_MAX),
+        limit=limit,
         cursor=cursor,
-        entry=_membership_entry,
+        entry=membership_entry,
     )
 
 
-def _membership_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
-    return {**row, "occurrence_public_id": uuid_str(row["occurrence_public_id"])}
-
-
-_REPOSITORY_INFESTATIONS_SQL = """
+# A visible membership (its repository listed, its sample's report public) implies a visible pattern.
+_REPOSITORY_INFESTATIONS_SQL = f"""
 SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.repo_count,
        p.instance_count, p.open_count, p.verified_count, p.fixed_count, p.disputed_count, p.last_seen_at,
-       p.first_seen_at,
+       p.first_seen_at, {_SAMPLE_VISIBLE},
        m.instance_count AS repository_instance_count, m.open_count AS repository_open_count,
        m.primary_status AS repository_status, m.sample_occurrence_public_id AS repository_occurrence_public_id
 FROM infestation_pattern_repos m
 JOIN infestation_patterns p ON p.pattern_key = m.pattern_key
 WHERE m.repository_id = :repository_id AND p.repo_count >= :min_repos
+  AND {visible_occurrence("m.sample_occurrence_public_id")}
 ORDER BY p.repo_count DESC, p.pattern_key ASC
 LIMIT :limit
 """
@@ -262,19 +323,40 @@ async def list_repository_infestations(
     shared with other repositories). Each item is the pattern's all-time infestation map plus this repository's
     share: `repository_instance_count`, `repository_open_count`, `repository_status` and
     `repository_occurrence_public_id`."""
-    params = {
-        "repository_id": int(repository_id),
-        "limit": clamp(limit, 1, PAGE_MAX),
-        "min_repos": clamp(min_repos, 1, 50),
-    }
+    limit, min_repos = clamp(limit, 1, PAGE_MAX), clamp(min_repos, 1, 50)
+    if not config.read_from_rollup():
+        return await list_repository_infestations_legacy(int(repository_id), limit=limit, min_repos=min_repos)
+    params = {"repository_id": int(repository_id), "limit": limit, "min_repos": min_repos}
     async with db.read_session() as session:
         rows = (await session.execute(text(_REPOSITORY_INFESTATIONS_SQL), params)).mappings().all()
     items = []
     for row in rows:
-        item = infestation_map(row)
+        item = guarded_map(row)
         item["repository_instance_count"] = int(row["repository_instance_count"])
         item["repository_open_count"] = int(row["repository_open_count"])
         item["repository_status"] = row["repository_status"]
         item["repository_occurrence_public_id"] = uuid_str(row["repository_occurrence_public_id"])
         items.append(item)
     return items
+
+
+_NEWEST_SQL = f"""
+SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.repo_count,
+       p.instance_count, p.open_count, p.verified_count, p.fixed_count, p.disputed_count, p.last_seen_at,
+       p.first_seen_at, {_SAMPLE_VISIBLE}
+FROM infestation_patterns p
+WHERE p.repo_count >= 2 AND p.first_seen_at IS NOT NULL AND {visible_pattern("p.pattern_key")}
+ORDER BY p.first_seen_at DESC, p.pattern_key
+LIMIT :limit
+"""
+
+
+async def list_newest_infestations(*, limit: int = 20) -> list[dict[str, Any]]:
+    """Infestations (all-time, at least 2 repositories) by first sighting, newest first: the "new" half of the atlas
+    feed. Guarded like every atlas read; the legacy aggregate when the flag is off."""
+    limit = clamp(limit, 1, PAGE_MAX)
+    if not config.read_from_rollup():
+        return await list_newest_infestations_legacy(limit=limit)
+    async with db.read_session() as session:
+        rows = (await session.execute(text(_NEWEST_SQL), {"limit": limit})).mappings().all()
+    return [guarded_map(row) for row in rows]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -70,17 +71,18 @@ def parse_filters(params: Mapping[str, str]) -> Filters:
     )
 
 
-async def _list(filters: Filters) -> list[dict[str, Any]]:
-    return await queries.list_infestations(
+async def _list(filters: Filters) -> tuple[list[dict[str, Any]], datetime | None]:
+    return await queries.list_infestations_dated(
         days=filters.days, min_repos=filters.min_repos, status=filters.query_status(), limit=filters.limit
     )
 
 
 async def index(request: Request) -> Response:
     filters = parse_filters(request.query_params)
-    items = await _list(filters)
+    items, refreshed_at = await _list(filters)
     if wants_json(request):
-        return json_twin({"items": items})
+        # when the counts were computed, beside the items (docs/domain.md §5.7: counts may lag a takedown)
+        return json_twin({"items": items, "refreshed_at": refreshed_at})
     context = {
         "filters": filters,
         "items": items,
@@ -94,12 +96,11 @@ async def index(request: Request) -> Response:
     return page(request, name, context, json_url=json_url, vary_hx=True)
 
 
-async def _infestation(raw_key: str) -> dict[str, Any]:
-    key = queries.parse_pattern_key(raw_key)
-    infestation = await queries.get_infestation(key) if key is not None else None
+async def _infestation(raw_key: str) -> tuple[dict[str, Any], datetime | None]:
+    infestation, refreshed_at = await queries.get_infestation_dated(raw_key)
     if infestation is None or infestation["repo_count"] < 1:
         raise NotFound({"pattern_key": ["not found"]}, message="No infestation is recorded under this pattern key.")
-    return infestation
+    return infestation, refreshed_at
 
 
 @contextmanager
@@ -114,7 +115,7 @@ def _bad_cursor_is_400() -> Iterator[None]:
 
 async def _show_data(request: Request, *, with_repositories: bool = True) -> dict[str, Any]:
     """Everything the show page and its twin need (404 unknown key, 400 bad cursor)."""
-    infestation = await _infestation(request.path_params["pattern_key"])
+    infestation, refreshed_at = await _infestation(request.path_params["pattern_key"])
     key = infestation["pattern_key"]
     cursor = request.query_params.get("cursor") or None
     with _bad_cursor_is_400():
@@ -124,7 +125,13 @@ async def _show_data(request: Request, *, with_repositories: bool = True) -> dic
             repositories = await queries.list_pattern_repos_page(
                 key, limit=SATELLITE_CAP, cursor=request.query_params.get("repos_cursor") or None
             )
-    return {"infestation": infestation, "instances": instances, "repositories": repositories, "cursor": cursor}
+    return {
+        "infestation": infestation,
+        "refreshed_at": refreshed_at,
+        "instances": instances,
+        "repositories": repositories,
+        "cursor": cursor,
+    }
 
 
 async def show(request: Request) -> Response:
@@ -133,6 +140,7 @@ async def show(request: Request) -> Response:
         return json_twin(
             {
                 "infestation": data["infestation"],
+                "refreshed_at": data["refreshed_at"],
                 "repositories": data["repositories"],
                 "instances": data["instances"],
             }
@@ -153,7 +161,7 @@ async def instances(request: Request) -> Response:
     """The ledger from `?cursor=`: the page of rows as JSON for the twin, rows plus the next control for htmx
     (appended in place), the whole show page (starting at the cursor) for everyone else."""
     if wants_json(request):
-        infestation = await _infestation(request.path_params["pattern_key"])
+        infestation, _ = await _infestation(request.path_params["pattern_key"])
         with _bad_cursor_is_400():
             rows = await queries.list_instances_page(
                 infestation["pattern_key"], limit=LEDGER_PAGE, cursor=request.query_params.get("cursor") or None

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel import db
 from app.kernel.aftercommit import after_commit
-from app.kernel.public import HAS_PUBLIC_OCCURRENCE
+from app.kernel.public import HAS_PUBLIC_OCCURRENCE, TAKEDOWN_REASONS, note_takedown
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ async def mark_dirty(session: AsyncSession, keys: Iterable[str | None], reason: 
         text(_UPSERT_DIRTY.format(source="SELECT unnest(CAST(:keys AS text[]))")),
         {"keys": unique, "reason": reason},
     )
-    return _marked(result.rowcount, ring=ring)  # type: ignore[attr-defined]
+    return _marked(result.rowcount, reason, ring=ring)  # type: ignore[attr-defined]
 
 
 async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> int:
@@ -67,7 +67,7 @@ async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> i
     result = await session.execute(
         text(_UPSERT_DIRTY.format(source=KEYS_FOR_SCAN)), {"scan_id": scan_id, "reason": reason}
     )
-    return _marked(result.rowcount)  # type: ignore[attr-defined]
+    return _marked(result.rowcount, reason)  # type: ignore[attr-defined]
 
 
 async def mark_repository_dirty(session: AsyncSession, repository_id: int, reason: str) -> int:
@@ -76,13 +76,15 @@ async def mark_repository_dirty(session: AsyncSession, repository_id: int, reaso
     result = await session.execute(
         text(_UPSERT_DIRTY.format(source=KEYS_FOR_REPOSITORY)), {"repository_id": repository_id, "reason": reason}
     )
-    return _marked(result.rowcount)  # type: ignore[attr-defined]
+    return _marked(result.rowcount, reason)  # type: ignore[attr-defined]
 
 
-def _marked(rowcount: int | None, *, ring: bool = True) -> int:
+def _marked(rowcount: int | None, reason: str, *, ring: bool = True) -> int:
     count = int(rowcount or 0)
     if count and ring and db.in_transaction():
         after_commit(ring_drain)
+    if count and reason in TAKEDOWN_REASONS and db.in_transaction():
+        after_commit(note_takedown)  # in-process caches of public derived data drop at the next request (§5.7)
     return count
 
 

@@ -45,3 +45,52 @@ HAS_PUBLIC_OCCURRENCE = (
 
 # The canonical `c`, joined to its repository `r`, is in the join set: the grain of the infestation rollups.
 PUBLIC_CANONICAL = f"{LISTED_REPOSITORY} AND {HAS_PUBLIC_OCCURRENCE}"
+
+
+# ---- the read-time guard (docs/domain.md §5.7 "Read-time guard") ------------------------------------------------
+# Rollup rows are derived and follow the source only after a worker drains their key; a takedown (a report made
+# restricted or summary-only, a repository quarantined, pending or hard-deleted) must hold at the very next request
+# without a worker. So every public read of a derived row re-checks, by primary key, that the report its sample
+# came from is still in the join set. The aliases `gs`/`gr`/`gf`/`gi` are reserved for the guard.
+
+
+def visible_scan(scan_id: str) -> str:
+    """The report `scan_id` (an SQL expression) is `public` on a `listed` repository, now: two primary-key probes.
+    A hard-deleted report (or an expression that is NULL) is not visible."""
+    return (
+        "EXISTS (SELECT 1 FROM scans gs JOIN repositories gr ON gr.id = gs.repository_id "
+        f"WHERE gs.id = {scan_id} AND {public_scan('gs')} AND {listed_repository('gr')})"
+    )
+
+
+def visible_occurrence(public_id: str) -> str:
+    """The occurrence with public id `public_id` (an SQL expression) still exists in a visible report: the unique
+    `scan_findings.public_id` index, then `visible_scan`. Guards the samples of pattern and membership rows."""
+    return visible_scan(f"(SELECT gf.scan_id FROM scan_findings gf WHERE gf.public_id = {public_id})")
+
+
+def visible_pattern(pattern_key: str) -> str:
+    """The pattern `pattern_key` still has at least one visible instance row: a pattern whose every row was taken
+    down is not shown (its show page 404s) even before its refresh. Stops at the first visible instance. `OFFSET 0`
+    keeps it a per-row probe: the planner may not turn it into a join over every instance, so the ranked list still
+    walks its rank index and stops after `limit` rows."""
+    return (
+        "EXISTS (SELECT 1 FROM infestation_pattern_instances gi "
+        f"WHERE gi.pattern_key = {pattern_key} AND {visible_scan('gi.sample_scan_id')} OFFSET 0)"
+    )
+
+
+# A takedown also bumps this process's generation after its commit (`app.kernel.outbox`), so in-process caches of
+# public derived data (the home fragment) are dropped at the next request instead of after their TTL.
+TAKEDOWN_REASONS = frozenset({"visibility", "listing_change", "delete"})
+_generation = 0
+
+
+def takedown_generation() -> int:
+    return _generation
+
+
+def note_takedown() -> None:
+    """Called after the commit of a change that may remove rows from the public join set."""
+    global _generation
+    _generation += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.kernel.outbox import mark_dirty
 from app.reports.finding_memory import fingerprint, legacy_fingerprint, pattern_key
 from app.reports.models import Scan
 from app.reports.quorum import recompute_canonical_status
@@ -21,12 +22,14 @@ FROM scan_findings WHERE scan_id = :scan_id ORDER BY position, id
 
 _FIND = "SELECT id, status FROM canonical_findings WHERE repository_id = :repository_id AND fingerprint = :fingerprint"
 
-# legacy v1 upgrade: re-key the canonical to the v2 fingerprint and pattern key (a real change: bumps updated_at)
+# legacy v1 upgrade: re-key the canonical to the v2 fingerprint and pattern key (a real change: bumps updated_at);
+# returns the key it had, which must be recounted too
 _UPGRADE_LEGACY = """
-UPDATE canonical_findings SET fingerprint = :fingerprint, pattern_key = :pattern_key, updated_at = now()
-WHERE id = (SELECT id FROM canonical_findings
-            WHERE repository_id = :repository_id AND fingerprint = :legacy ORDER BY id LIMIT 1)
-RETURNING id, status
+UPDATE canonical_findings c SET fingerprint = :fingerprint, pattern_key = :pattern_key, updated_at = now()
+FROM (SELECT id, pattern_key FROM canonical_findings
+      WHERE repository_id = :repository_id AND fingerprint = :legacy ORDER BY id LIMIT 1 FOR UPDATE) old
+WHERE c.id = old.id
+RETURNING c.id, c.status, old.pattern_key AS old_key
 """
 
 # ON CONFLICT survives a concurrent insert of the same canonical; that path replaces only pattern_key
@@ -91,6 +94,7 @@ async def assimilate_scan(session: AsyncSession, scan: Scan) -> set[str]:
     """Assimilate every occurrence of `scan` in position order; returns the pattern keys touched."""
     occurrences = (await session.execute(text(_OCCURRENCES), {"scan_id": scan.id})).mappings().all()
     touched: list[int] = []
+    rekeyed: set[str] = set()  # keys a v1 upgrade moved a canonical away from
     for occ in occurrences:
         fp = fingerprint(occ["file_path"], occ["line_start"], occ["title"])
         key = pattern_key(occ["title"])
@@ -101,6 +105,8 @@ async def assimilate_scan(session: AsyncSession, scan: Scan) -> set[str]:
             row = (
                 await session.execute(text(_UPGRADE_LEGACY), {**params, "pattern_key": key, "legacy": legacy})
             ).first()
+            if row is not None and row[2] and row[2] != key:
+                rekeyed.add(str(row[2]))
         if row is None:
             row = (
                 await session.execute(
@@ -129,6 +135,9 @@ async def assimilate_scan(session: AsyncSession, scan: Scan) -> set[str]:
     for canonical_id in sorted(touched):
         await refresh_canonical_counters(session, canonical_id)
         await recompute_canonical_status(session, canonical_id)
+    # the old key of a re-keyed canonical is dirtied in this transaction, or it would keep the canonical's instance
+    # until the nightly reconcile (docs/domain.md §5.6)
+    await mark_dirty(session, rekeyed, "assimilate")
     if not touched:
         return set()
     keys = (

@@ -10,10 +10,16 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.infestations.queries import get_infestation, list_infestations, list_instances_page, parse_pattern_key
+from app.infestations.queries import (
+    get_infestation,
+    list_infestations,
+    list_instances_page,
+    list_newest_infestations,
+    parse_pattern_key,
+)
 from app.kernel.db import utcnow
 from app.kernel.templating import environment
-from app.seo.queries import get_public_repository, list_newest_infestations, list_public_reports
+from app.seo.queries import get_public_repository, list_public_reports
 from app.seo.settings import seo_settings
 from app.seo.sitemap import repository_path
 

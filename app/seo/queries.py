@@ -1,6 +1,7 @@
 """Reads that only the crawler surfaces need: child-page boundaries, public infestation keys, feed entries.
 
-Public infestation pages: an `infestation_patterns` row with `repo_count >= 2` (all-time, listed+public). A
+Public infestation pages: an `infestation_patterns` row with `repo_count >= 2` (all-time, listed+public) and a
+visible row left (the read-time guard). A
 single-repository pattern is not an infestation (the atlas never lists it, min_repos is at least 2), so its show
 page is not worth a crawler's visit even though it renders.
 """
@@ -15,9 +16,11 @@ from sqlalchemy import Row, text
 
 from app.kernel import db
 from app.kernel.paging import Page, clamp_limit, keyset_page
-from app.kernel.public import PUBLIC_JOIN, listed_repository
+from app.kernel.public import PUBLIC_JOIN, listed_repository, visible_pattern
 
-PUBLIC_PATTERN_WHERE = "repo_count >= 2"
+# `repo_count >= 2`, and still one visible row (the read-time guard, docs/domain.md §5.7): a pattern taken down
+# leaves the sitemap at the next request, before its refresh.
+PUBLIC_PATTERN_WHERE = f"repo_count >= 2 AND {visible_pattern('infestation_patterns.pattern_key')}"
 
 
 @dataclass(frozen=True)
@@ -88,25 +91,6 @@ async def public_pattern_sitemap_rows(
     async with db.read_session() as session:
         rows = list((await session.execute(query, params)).all())
     return keyset_page(rows, limit, _key_cursor)
-
-
-_NEWEST_PATTERNS_SQL = text(
-    f"""
-    SELECT pattern_key, title, severity, repo_count, instance_count, open_count, verified_count, fixed_count,
-           disputed_count, first_seen_at, last_seen_at, sample_occurrence_public_id
-    FROM infestation_patterns
-    WHERE {PUBLIC_PATTERN_WHERE} AND first_seen_at IS NOT NULL
-    ORDER BY first_seen_at DESC, pattern_key
-    LIMIT :limit
-    """
-)
-
-
-async def list_newest_infestations(*, limit: int = 20) -> list[dict[str, Any]]:
-    """Public infestations by all-time first sighting, newest first (the "new" half of the atlas feed)."""
-    async with db.read_session() as session:
-        rows = (await session.execute(_NEWEST_PATTERNS_SQL, {"limit": max(1, min(limit, 100))})).mappings().all()
-    return [dict(r) for r in rows]
 
 
 _REPOSITORY_SQL = text(

@@ -34,8 +34,9 @@ from app.seo.sitemap import (
 
 XML_TYPE = "application/xml; charset=utf-8"
 ATOM_TYPE = "application/atom+xml; charset=utf-8"
-SITEMAP_CACHE = "public, max-age=600"
-FEED_CACHE = "public, max-age=300"
+# Shared caches must not keep a takedown alive: every public lifetime is at most 30 s (docs/domain.md §5.7).
+SITEMAP_CACHE = "public, max-age=30"
+FEED_CACHE = "public, max-age=30"
 _PAGE = re.compile(r"[1-9][0-9]{0,8}")
 
 # Crawl traps: keyset "load more" links (`?cursor=`) multiply every list page; the JSON API, htmx fragments,

@@ -7,6 +7,10 @@ grow with the number of open pages, so:
 * the fragment's version is a cheap aggregate of the rollup table (`max(refreshed_at)`, row count) plus the
   current hour (window decay moves patterns in and out without a refresh), computed at most once per
   `VERSION_TTL_SECONDS` per process whatever the number of pollers (single flight);
+* the version also carries the dirty-key queue's state (a takedown marks keys dirty in its own transaction, so the
+  version changes with it, before any refresh) and this process's takedown generation (`app.kernel.public`: a
+  takedown committed here drops the cached version at the very next request; other processes follow within the
+  TTL); with the rollup flag off it is the current TTL slot instead, since the rollup table says nothing then;
 * the strong `ETag` is derived from that version, and a matching `If-None-Match` gets a 304 before any list query;
 * the rendered fragment is kept per version, so the list query runs once per change per process, not once per page.
 """
@@ -23,7 +27,8 @@ from sqlalchemy import text
 
 from app.infestations import queries
 from app.infestations.svg import constellation_layout
-from app.kernel import db
+from app.kernel import config, db
+from app.kernel.public import takedown_generation
 from app.kernel.templating import environment
 
 VERSION_TTL_SECONDS = 5.0
@@ -31,7 +36,12 @@ HOME_TOP = 12
 HOME_DAYS = 30
 POLL_SECONDS = 15
 
-_VERSION_SQL = "SELECT max(refreshed_at) AS refreshed, count(*) AS patterns FROM infestation_patterns"
+_VERSION_SQL = """
+SELECT (SELECT max(refreshed_at) FROM infestation_patterns) AS refreshed,
+       (SELECT count(*) FROM infestation_patterns) AS patterns,
+       (SELECT max(dirtied_at) FROM infestation_dirty_keys) AS dirtied,
+       (SELECT count(*) FROM infestation_dirty_keys) AS dirty
+"""
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,7 @@ class Rendered:
 class _State:
     etag: str | None = None
     etag_at: float = 0.0
+    generation: int = 0
     rendered: Rendered | None = None
     version_queries: int = 0  # observability for tests and operators: how often the version was computed
     renders: int = 0  # how often the list query ran
@@ -74,22 +85,37 @@ def clear() -> None:
 
 async def current_etag() -> str:
     """The strong ETag of the current fragment; at most one version query per TTL per process."""
-    now = time.monotonic()
-    if _state.etag is not None and now - _state.etag_at < VERSION_TTL_SECONDS:
-        return _state.etag
+    if _fresh():
+        return _state.etag  # type: ignore[return-value]  # _fresh() implies a cached etag
     version_lock, _ = _locks()
     async with version_lock:
-        if _state.etag is not None and time.monotonic() - _state.etag_at < VERSION_TTL_SECONDS:
-            return _state.etag  # another request refreshed it while we waited
-        async with db.read_session() as session:
-            row = (await session.execute(text(_VERSION_SQL))).mappings().one()
-        _state.version_queries += 1
-        hour = int(time.time() // 3600)
-        refreshed = row["refreshed"].isoformat() if row["refreshed"] is not None else "-"
-        digest = hashlib.sha256(f"{refreshed}|{row['patterns']}|{hour}".encode()).hexdigest()[:32]
+        if _fresh():
+            return _state.etag  # type: ignore[return-value]  # another request refreshed it while we waited
+        generation = takedown_generation()
+        if config.read_from_rollup():
+            async with db.read_session() as session:
+                row = (await session.execute(text(_VERSION_SQL))).mappings().one()
+            _state.version_queries += 1
+            hour = int(time.time() // 3600)
+            version = "|".join(
+                str(v) for v in (row["refreshed"], row["patterns"], row["dirtied"], row["dirty"], hour, generation)
+            )
+        else:  # read live from source: re-render at most once per TTL slot
+            version = f"legacy|{int(time.time() // VERSION_TTL_SECONDS)}|{generation}"
+        digest = hashlib.sha256(version.encode()).hexdigest()[:32]
         _state.etag = f'"home-infestations-{digest}"'
         _state.etag_at = time.monotonic()
+        _state.generation = generation
         return _state.etag
+
+
+def _fresh() -> bool:
+    """The cached version stands: younger than the TTL and no takedown committed in this process since."""
+    return (
+        _state.etag is not None
+        and time.monotonic() - _state.etag_at < VERSION_TTL_SECONDS
+        and _state.generation == takedown_generation()
+    )
 
 
 def etag_matches(if_none_match: str | None, etag: str) -> bool:

@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from app.infestations import projection
 from app.kernel import db
+from app.kernel.public import PUBLIC_JOIN
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from tests import factories
@@ -135,3 +136,55 @@ async def shift_clock(days: float) -> None:
         for statement in statements:
             await session.execute(text(statement), interval)
 
+
+async def back_rollups_with_visible_rows(*, reuse: bool = False) -> None:
+    """Rollup rows written straight in SQL (ranking or paging input) have no source behind them, so the read-time
+    guard would hide them all: give every pattern without instances one visible instance (a listed repository's
+    public report), and every pattern and membership without a sample that report's occurrence. `reuse` backs them
+    with the first visible report already stored instead of a new one (tests that count every public URL)."""
+    if reuse:
+        async with db.read_session(replica=False) as session:
+            row = (
+                (
+                    await session.execute(
+                        text(
+                            "SELECT s.repository_id AS repo, s.id AS scan, s.commit_sha AS sha, f.public_id AS occ "
+                            "FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
+                            "JOIN repositories r ON r.id = s.repository_id "
+                            f"WHERE {PUBLIC_JOIN} ORDER BY f.id LIMIT 1"
+                        )
+                    )
+                )
+                .mappings()
+                .one()
+            )
+        params = dict(row)
+    else:
+        author = await factories.create_account()
+        repo = await factories.create_repository()
+        scan, _, occurrence = await factories.create_instance(repo, author, "Backing sample")
+        params = {"repo": repo.id, "scan": scan.id, "sha": scan.commit_sha, "occ": occurrence.public_id}
+    async with db.transaction() as session:
+        await session.execute(
+            text(
+                "WITH bare AS (SELECT p.pattern_key, p.title FROM infestation_patterns p WHERE NOT EXISTS "
+                "  (SELECT 1 FROM infestation_pattern_instances i WHERE i.pattern_key = p.pattern_key)), "
+                "canonicals AS (INSERT INTO canonical_findings (repository_id, fingerprint, pattern_key, title, "
+                "  status, first_seen_commit_sha, last_seen_commit_sha) "
+                "  SELECT :repo, 'backing-' || pattern_key, pattern_key, title, 'open', :sha, :sha FROM bare "
+                "  RETURNING id, pattern_key, title, inserted_at, updated_at) "
+                "INSERT INTO infestation_pattern_instances (canonical_finding_id, pattern_key, repository_id, status, "
+                "  title, sample_occurrence_public_id, sample_scan_id, sample_commit_sha, inserted_at, updated_at) "
+                "SELECT id, pattern_key, :repo, 'open', title, :occ, :scan, :sha, inserted_at, updated_at "
+                "FROM canonicals"
+            ),
+            params,
+        )
+        for table in ("infestation_patterns", "infestation_pattern_repos"):
+            await session.execute(
+                text(
+                    f"UPDATE {table} SET sample_occurrence_public_id = :occ WHERE sample_occurrence_public_id IS NULL"
+                ),
+                params,
+            )
+        await session.execute(text("ANALYZE infestation_patterns"))

@@ -39,6 +39,7 @@ from tests.infestations.support import (
     WINDOW_DAYS,
     XSS,
     ago,
+    back_rollups_with_visible_rows,
     build_registry,
     ranked,
     refresh_all,
@@ -181,7 +182,7 @@ async def _bulk_patterns(count: int) -> None:
             ),
             {"n": count},
         )
-        await session.execute(text("ANALYZE infestation_patterns"))
+    await back_rollups_with_visible_rows()
 
 
 async def test_ranked_list_walks_the_rank_index_of_its_window() -> None:
@@ -238,9 +239,18 @@ async def test_get_infestation_is_all_time_and_none_when_missing() -> None:
 
 
 async def _add_instances(repos: list[Repository], key: str, stamps: list[datetime]) -> list[int]:
-    """Canonical + instance rows straight in SQL (a few hundred ledger entries without a few hundred reports)."""
+    """Canonical + instance rows straight in SQL (a few hundred ledger entries without a few hundred reports); each
+    instance's sample report `1000 + n` is a real public report, so the read-time guard shows it."""
     ids: list[int] = []
+    author = await factories.create_account()
     async with db.transaction() as session:
+        await session.execute(
+            text(
+                "INSERT INTO scans (id, repository_id, submitted_by_id, commit_sha) "
+                "SELECT 1000 + g, :repo, :author, md5(g::text) || '00000000' FROM generate_series(0, :n - 1) g"
+            ),
+            {"repo": repos[0].id, "author": author.id, "n": len(stamps)},
+        )
         for n, stamp in enumerate(stamps):
             repo = repos[n % len(repos)]
             canonical_id = (
@@ -361,6 +371,7 @@ async def test_pattern_repos_page_and_repository_infestations() -> None:
                     ),
                     {"k": pattern_key(title)},
                 )
+    await back_rollups_with_visible_rows()
     first = await list_pattern_repos_page(key)
     assert len(first["entries"]) == 64 and first["next_cursor"] is not None
     second = await list_pattern_repos_page(key, cursor=first["next_cursor"])

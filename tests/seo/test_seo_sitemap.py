@@ -14,6 +14,7 @@ from sqlalchemy import text
 from app.kernel import db
 from app.registry.stats import reset_registry_stats_cache
 from tests import factories
+from tests.infestations.support import back_rollups_with_visible_rows
 
 NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 N = {"s": NS}
@@ -91,6 +92,7 @@ async def add_patterns(keys: list[str], repo_count: int) -> None:
         keys=keys,
         n=repo_count,
     )
+    await back_rollups_with_visible_rows(reuse=True)  # the read-time guard shows only patterns with a visible row
 
 
 def parse(body: bytes) -> Any:
