@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from types import FrameType
 
-from app.devservices import Postgres, Redis, pdeathsig
+from app.devservices import Postgres, Redis, free_port, pdeathsig
 
 _die_with_parent = pdeathsig(signal.SIGTERM)  # children get SIGTERM if this launcher dies, even by SIGKILL
 
@@ -64,13 +64,23 @@ def main() -> int:
         procs.append(
             subprocess.Popen([*tarakan, "serve", "--port", port], start_new_session=True, preexec_fn=_die_with_parent)
         )
-        procs.append(subprocess.Popen([*tarakan, "worker"], start_new_session=True, preexec_fn=_die_with_parent))
+        worker_metrics = os.environ.get("WORKER_METRICS_PORT") or str(free_port())
+        procs.append(
+            subprocess.Popen(
+                [*tarakan, "worker", "--metrics-port", worker_metrics],
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        )
         # the demo seed fills an empty database while the site is already up (it is idempotent and skips
         # a database that has repositories); the page shows the registry as the reports land
         seed = subprocess.Popen([*tarakan, "seed", "--demo", "--if-empty"], preexec_fn=_die_with_parent)
         _wait_http(f"http://127.0.0.1:{port}/healthz", procs)
         print(f"[run] Tarakan is up at http://127.0.0.1:{port}/ ({time.perf_counter() - t0:.1f}s)")
         print(f"[run] DATABASE_URL={os.environ['DATABASE_URL']} REDIS_URL={os.environ['REDIS_URL']}")
+        print(
+            f"[run] metrics: http://127.0.0.1:{port}/metrics (web), http://127.0.0.1:{worker_metrics}/metrics (worker)"
+        )
         print("[run] Ctrl-C stops everything", flush=True)
         while all(p.poll() is None for p in procs):
             if seed is not None and seed.poll() is not None:

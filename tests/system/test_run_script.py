@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,7 +78,16 @@ async def test_launcher_serves_then_stops_every_child_on_sigterm() -> None:
         try:
             await wait_for(f"http://127.0.0.1:{port}/healthz", timeout=90)
             ready = await wait_for(f"http://127.0.0.1:{port}/readyz", timeout=30)
-            assert ready.json()["checks"] == {"database": "ok", "redis": "ok"}
+            assert ready.json()["checks"] == {"database": "ok", "schema": "ok", "redis": "ok"}
+            # the worker got a free metrics port, printed with the web's: both answer a scrape
+            printed: list[str] = []
+            deadline = time.monotonic() + 10
+            while not printed and time.monotonic() < deadline:
+                log.seek(0)
+                printed = re.findall(r"(http://127\.0\.0\.1:\d+/metrics) \(worker\)", log.read().decode())
+                await asyncio.sleep(0.05)
+            [worker_metrics] = printed
+            assert "tarakan_infestations_refresh_seconds" in (await wait_for(worker_metrics, timeout=30)).text
             children = descendants(launcher.pid)
             assert len(children) >= 2  # at least the web server and the worker
 
