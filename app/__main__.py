@@ -47,8 +47,10 @@ def main() -> int:
     procs: list[subprocess.Popen[bytes]] = []
     seed: subprocess.Popen[bytes] | None = None
     signalled: set[int] = set()
+    stopping: list[bool] = []
 
     def stop(*_: object) -> None:  # SIGINT once per child: a second one makes uvicorn skip its lifespan shutdown
+        stopping.append(True)
         for p in procs:
             if p.poll() is None and p.pid not in signalled:
                 signalled.add(p.pid)
@@ -65,13 +67,16 @@ def main() -> int:
             subprocess.Popen([*tarakan, "serve", "--port", port], start_new_session=True, preexec_fn=_die_with_parent)
         )
         worker_metrics = os.environ.get("WORKER_METRICS_PORT") or str(free_port())
-        procs.append(
-            subprocess.Popen(
+
+        def start_worker() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
                 [*tarakan, "worker", "--metrics-port", worker_metrics],
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        )
+
+        procs.append(start_worker())
+        worker_started, worker_restarts = time.monotonic(), 0
         # the demo seed fills an empty database while the site is already up (it is idempotent and skips
         # a database that has repositories); the page shows the registry as the reports land
         seed = subprocess.Popen([*tarakan, "seed", "--demo", "--if-empty"], preexec_fn=_die_with_parent)
@@ -82,7 +87,18 @@ def main() -> int:
             f"[run] metrics: http://127.0.0.1:{port}/metrics (web), http://127.0.0.1:{worker_metrics}/metrics (worker)"
         )
         print("[run] Ctrl-C stops everything", flush=True)
-        while all(p.poll() is None for p in procs):
+        while procs[0].poll() is None and not stopping:
+            worker = procs[1]
+            if worker.poll() is not None:
+                # a worker that dies is restarted (docs/reliability.md), backing off if it keeps dying at once
+                worker_restarts = 0 if time.monotonic() - worker_started > 60 else worker_restarts + 1
+                delay = min(2.0**worker_restarts, 30.0)
+                print(f"[run] the worker exited with {worker.returncode}; restarting it in {delay:.0f}s", flush=True)
+                time.sleep(delay)
+                if stopping:
+                    break
+                procs[1] = start_worker()
+                worker_started = time.monotonic()
             if seed is not None and seed.poll() is not None:
                 if seed.returncode != 0:
                     print(f"[run] demo seed failed with {seed.returncode}", file=sys.stderr)

@@ -15,15 +15,15 @@ from typing import Any
 from arq import cron
 from arq.connections import RedisSettings
 from arq.worker import Retry as Retry  # re-exported: tests assert the retry without importing arq
-from arq.worker import func
-from arq.worker import run_worker as arq_run_worker
+from arq.worker import Worker, func, get_kwargs
 from prometheus_client import start_http_server
 from sqlalchemy import exc as sa_exc
 
 from app.infestations import dirty_queue, maintenance
-from app.kernel import db
+from app.kernel import db, outages
 from app.kernel.config import ConfigError, settings
 from app.kernel.logs import configure_logging
+from app.kernel.metrics import WORKER_RECONNECTS
 from app.ops import leases
 from jobs.queue import close_pools, ring_drain
 
@@ -35,10 +35,15 @@ RECONCILE_LEASE = "reconcile"
 
 
 def _transient(exc: BaseException) -> bool:
-    """Database unreachable or connection dropped: worth an arq retry (not a bug in our SQL)."""
-    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | OSError | TimeoutError)
+    """Database unreachable or connection dropped: worth an arq retry (not a bug in our SQL). Counted and logged
+    once per interval as a database outage of the worker (app.kernel.outages, docs/reliability.md)."""
+    transient = (isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated) or isinstance(
+        exc, sa_exc.OperationalError | sa_exc.InterfaceError | OSError | TimeoutError
+    )
+    if transient:
+        outages.record(outages.DATABASE, exc, source="worker")
+        WORKER_RECONNECTS.labels(dependency=outages.DATABASE).inc()
+    return transient
 
 
 def _retry_defer(ctx: dict[str, Any]) -> int:
@@ -116,8 +121,44 @@ async def reconcile_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
 
 
 async def startup(ctx: dict[str, Any]) -> None:
-    ctx["worker_id"] = leases.new_worker_id()
-    log.info("rollup worker %s started", ctx["worker_id"])
+    """At start and after each reconnection to Redis: ring a drain, so keys dirtied while no worker listened (rings
+    lost in a Redis outage) drain now rather than at the next minute's sweep."""
+    if "worker_id" in ctx:
+        log.info("rollup worker %s reconnected to Redis", ctx["worker_id"])
+    else:
+        ctx["worker_id"] = leases.new_worker_id()
+        log.info("rollup worker %s started", ctx["worker_id"])
+    try:
+        await ring_drain(redis=ctx.get("redis"))
+    except Exception as exc:  # the sweep covers it
+        log.warning("could not ring a drain at start: %s", exc)
+
+
+RECONNECT_BACKOFF = (1.0, 30.0)  # first and longest wait between reconnection attempts, doubling in between
+
+
+class SurvivingWorker(Worker):
+    """arq's worker, kept alive when Redis goes away: the loop that polls the queue fails, the worker counts it,
+    waits (backing off from 1 s to 30 s) and polls again; jobs in flight keep running. Postgres outages are the
+    jobs' business (`_transient`: retried with a deferral). docs/reliability.md."""
+
+    async def main(self) -> None:
+        wait = RECONNECT_BACKOFF[0]
+        while True:
+            started = asyncio.get_running_loop().time()
+            try:
+                await super().main()
+                return
+            except Exception as exc:
+                if outages.dependency_of(exc) != outages.REDIS and not isinstance(exc, ConnectionError):
+                    raise
+                if asyncio.get_running_loop().time() - started > RECONNECT_BACKOFF[1]:
+                    wait = RECONNECT_BACKOFF[0]  # it was up for a while: a new outage starts the backoff over
+                outages.record(outages.REDIS, exc, source="worker")
+                WORKER_RECONNECTS.labels(dependency=outages.REDIS).inc()
+                log.info("rollup worker waits %.0fs for Redis", wait)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, RECONNECT_BACKOFF[1])
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
@@ -159,7 +200,9 @@ def run_worker(*, burst: bool = False, metrics_port: int | None = None, metrics_
         log.info("worker metrics at http://%s:%d/metrics", metrics_host, server.server_port)
     try:
         asyncio.set_event_loop(asyncio.new_event_loop())  # arq's Worker takes the current loop
-        arq_run_worker(WorkerSettings, burst=burst)  # type: ignore[arg-type]
+        # no connection retries inside arq: SurvivingWorker waits and retries, counted and with a backoff
+        WorkerSettings.redis_settings.conn_retries = 0
+        SurvivingWorker(**get_kwargs(WorkerSettings), burst=burst).run()  # type: ignore[arg-type]
     finally:
         if server is not None:
             server.shutdown()

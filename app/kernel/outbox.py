@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.kernel import db
+from app.kernel import db, outages
 from app.kernel.aftercommit import after_commit
 from app.kernel.public import HAS_PUBLIC_OCCURRENCE, TAKEDOWN_REASONS, note_takedown
 
@@ -95,7 +95,11 @@ async def ring_drain() -> None:
     try:
         await enqueue_drain()
     except Exception as exc:
-        log.warning("could not ring the rollup worker (%s); the periodic sweep will pick the keys up", exc)
+        dependency = outages.dependency_of(exc)
+        if dependency is None:
+            log.warning("could not ring the rollup worker (%s); the periodic sweep will pick the keys up", exc)
+        else:  # counted, and one line per interval however many commits ring during the outage
+            outages.record(dependency, exc, source="ring")
 
 
 async def schedule_refresh_after_commit() -> None:

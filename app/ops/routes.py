@@ -10,7 +10,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from app.kernel import db
+from app.kernel import db, outages
+from app.kernel.errors import ServiceUnavailable
 from app.ops.gauges import refresh_gauges
 from app.ops.schema import schema_state
 
@@ -52,7 +53,8 @@ async def readyz(request: Request) -> Response:
     return JSONResponse(
         {"status": "ok" if ok else "unavailable", "checks": checks, **({"warnings": warnings} if warnings else {})},
         status_code=200 if ok else 503,
-        headers={"Cache-Control": "no-store"},
+        # the failing check names the dependency; Retry-After as on every 503 (docs/reliability.md)
+        headers={"Cache-Control": "no-store", **({} if ok else {"Retry-After": str(ServiceUnavailable.RETRY_AFTER)})},
     )
 
 
@@ -61,7 +63,11 @@ async def metrics(request: Request) -> Response:
     try:
         await refresh_gauges()
     except Exception as exc:  # a database outage must not hide the counters; readyz reports it
-        log.warning("could not refresh rollup gauges: %s", exc)
+        dependency = outages.dependency_of(exc)
+        if dependency is None:
+            log.warning("could not refresh rollup gauges: %s", exc)
+        else:
+            outages.record(dependency, exc, source="metrics")
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
 
 

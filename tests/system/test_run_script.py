@@ -50,6 +50,19 @@ def alive(pid: int) -> bool:
     return state is not None and state[1] not in ("Z", "X")
 
 
+def worker_pid(pids: set[int], *, missing_ok: bool = False) -> int | None:
+    """The live `tarakan worker` process among `pids`."""
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"worker" in argv and alive(pid):
+            return pid
+    assert missing_ok, f"no worker among {pids}"
+    return None
+
+
 async def wait_for(url: str, timeout: float) -> httpx.Response:
     deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=2) as http:
@@ -91,6 +104,16 @@ async def test_launcher_serves_then_stops_every_child_on_sigterm() -> None:
             children = descendants(launcher.pid)
             assert len(children) >= 2  # at least the web server and the worker
 
+            # a worker that dies is restarted, and the launcher says so (docs/reliability.md)
+            worker = worker_pid(children)
+            assert worker is not None
+            os.kill(worker, signal.SIGKILL)
+            deadline = time.monotonic() + 20
+            while (replacement := worker_pid(descendants(launcher.pid) - {worker}, missing_ok=True)) is None:
+                assert time.monotonic() < deadline, "the launcher did not restart the worker"
+                await asyncio.sleep(0.1)
+            children = descendants(launcher.pid) | {worker}
+
             launcher.send_signal(signal.SIGTERM)
             code = await asyncio.to_thread(launcher.wait, 30)
         finally:
@@ -101,6 +124,8 @@ async def test_launcher_serves_then_stops_every_child_on_sigterm() -> None:
         output = log.read().decode(errors="replace")
 
     assert code == 0, output
+    assert "[run] the worker exited with -9; restarting it" in output, output
+    assert alive(replacement) is False
     assert f"http://127.0.0.1:{port}/" in output
     assert "seed: skipped" in output, output
     deadline = time.monotonic() + 10
