@@ -24,9 +24,15 @@ from sqlalchemy import text
 from app.accounts.models import Account
 from app.infestations import dirty_queue, maintenance
 from app.infestations.legacy import get_infestation_legacy, list_infestations_legacy
-from app.infestations.queries import get_infestation, list_infestations_rollup
+from app.infestations.queries import (
+    get_infestation,
+    list_infestations_rollup,
+    list_instances_page,
+    list_pattern_repos_page,
+)
 from app.kernel import db, outbox
 from app.kernel.errors import DomainError
+from app.kernel.public import PUBLIC_JOIN
 from app.moderation.service import change_account, change_repository_listing, change_scan_visibility
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
@@ -122,12 +128,39 @@ class RollupModel(RuleBasedStateMachine):
         async def body() -> None:
             with contextlib.suppress(DomainError):  # e.g. "is already listed": a no-op step; the invariant holds
                 await action()
+            await self.assert_reads_inside_the_join_set()  # between the change and the drain: the read-time guard
             await dirty_queue.drain_all()
             if clock_jumped:
                 await maintenance.recompute_all_windows()
             await self.assert_rollup_equals_legacy()
 
         run(body)
+
+    async def assert_reads_inside_the_join_set(self) -> None:
+        """No public read shows a row outside the current public join set, drained or not (docs/domain.md §5.7):
+        every sample and ledger or satellite occurrence it names is an occurrence of a public report on a listed
+        repository right now."""
+        async with db.read_session(replica=False) as session:
+            visible = {
+                str(public_id)
+                for public_id in (
+                    await session.execute(
+                        text(
+                            "SELECT f.public_id FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
+                            f"JOIN repositories r ON r.id = s.repository_id WHERE {PUBLIC_JOIN}"
+                        )
+                    )
+                ).scalars()
+            }
+        shown: list[str | None] = []
+        for days in WINDOWS:
+            shown += [i["sample_occurrence_public_id"] for i in await list_infestations_rollup(days=days, limit=100)]
+        for key in KEYS:
+            item = await get_infestation(key)
+            shown += [item["sample_occurrence_public_id"]] if item else []
+            shown += [e["occurrence_public_id"] for e in (await list_instances_page(key, limit=100))["entries"]]
+            shown += [e["occurrence_public_id"] for e in (await list_pattern_repos_page(key, limit=100))["entries"]]
+        assert {s for s in shown if s is not None} <= visible
 
     async def assert_rollup_equals_legacy(self) -> None:
         for days in WINDOWS:
