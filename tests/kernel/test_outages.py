@@ -280,3 +280,10 @@ def test_outage_classes() -> None:
 def _fresh_log_intervals() -> Iterator[None]:
     outages.reset_log_intervals()
     yield
+
+
+async def test_readyz_names_the_dependency_that_is_down(client: httpx.AsyncClient, database_down: None) -> None:
+    response = await client.get("/readyz")
+    assert response.status_code == 503 and response.headers["retry-after"] == "10"
+    checks = response.json()["checks"]
+    assert checks["database"].startswith("error: ") and checks["redis"] == "ok"
