@@ -104,6 +104,63 @@ async def measure_reads(dsn: str, results: dict[str, Any], runs: int) -> None:
         print(f"  {name}: {json.dumps(results[name])}", flush=True)
 
 
+def _psycopg_params(sql: str, names: tuple[str, ...]) -> str:
+    for name in names:
+        sql = sql.replace(f":{name}", f"%({name})s")
+    return sql
+
+
+def measure_guard(dsn: str, results: dict[str, Any], runs: int) -> None:
+    """The read-time guard's cost (docs/domain.md §5.7), same run, same data: the round trip (planning, execution,
+    fetch; one loopback connection, no prepared statements, as the app runs them) of the ranked list (30 days, limit
+    50) and of the hottest show page's three reads (get, first ledger page, 64 satellites), each with the guard and
+    with its fragments replaced by TRUE, interleaved."""
+    from app.infestations import queries
+    from app.kernel.public import visible_occurrence, visible_pattern, visible_scan
+    from app.reports.finding_memory import pattern_key
+
+    def unguarded(sql: str) -> str:
+        for fragment in (
+            visible_pattern("p.pattern_key"),
+            visible_occurrence("p.sample_occurrence_public_id"),
+            visible_occurrence("m.sample_occurrence_public_id"),
+            visible_scan("i.sample_scan_id"),
+        ):
+            sql = sql.replace(fragment, "TRUE")
+        return sql
+
+    hot = pattern_key(HOT_TITLE)
+    names = ("min_repos", "since", "limit", "key", "fetch")
+    ranked = _psycopg_params(queries.ranked_list_sql(30), names)
+    show = [
+        _psycopg_params(sql, names)
+        for sql in (
+            queries._GET_SQL,
+            queries._INSTANCES_SQL.format(after="TRUE"),
+            queries._REPOS_SQL.format(after="TRUE"),
+        )
+    ]
+    params = {"min_repos": 2, "since": datetime.now(UTC) - timedelta(days=30), "limit": 50, "key": hot, "fetch": 65}
+    timings: dict[str, list[float]] = {k: [] for k in ("list", "list_unguarded", "show", "show_unguarded")}
+    statements = {
+        "list": [ranked],
+        "list_unguarded": [unguarded(ranked)],
+        "show": show,
+        "show_unguarded": [unguarded(q) for q in show],
+    }
+    with psycopg.connect(dsn) as conn:
+        for run in range(runs + 5):  # 5 warm-up rounds
+            for name, sqls in statements.items():
+                started = time.perf_counter()
+                for sql in sqls:
+                    conn.execute(sql, params).fetchall()
+                if run >= 5:
+                    timings[name].append(time.perf_counter() - started)
+    for name, values in timings.items():
+        results[f"guard_{name}"] = summary(values)
+        print(f"  guard {name}: {json.dumps(results[f'guard_{name}'])}", flush=True)
+
+
 async def measure_refresh(results: dict[str, Any]) -> None:
     from app.infestations import projection
     from app.reports.finding_memory import pattern_key
@@ -206,7 +263,7 @@ def measure_pages(base: str, hot: str, results: dict[str, Any], runs: int) -> No
             print(f"  {name}: {json.dumps(results[name])}", flush=True)
 
 
-def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str, Any]:
+def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float, guard_only: bool = False) -> dict[str, Any]:
     results: dict[str, Any] = {"tier": tier.name}
     with throwaway_services(f"tarakan-bench-{tier.name}-") as services:
         procs, dsn = services.procs, services.dsn
@@ -235,6 +292,10 @@ def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float) -> dict[str
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
         print(f"[{tier.name}] backfill {results['backfill_keys']} keys in {results['backfill_s']:.1f}s", flush=True)
+
+        if guard_only:
+            measure_guard(dsn, results, runs)
+            return results
 
         async def reads() -> None:
             from app.kernel import db
@@ -321,6 +382,27 @@ def render(all_results: list[dict[str, Any]], command: str) -> str:
     return "\n".join(lines)
 
 
+def render_guard(all_results: list[dict[str, Any]], command: str) -> str:
+    lines = [
+        "## Read-time guard (issue 12)",
+        "",
+        f"Command: `{command}` (machine: 2 cores shared with other work; embedded Postgres with fsync off). Round "
+        "trip per read on one loopback connection (planning, execution, fetch), with the guard and with its fragments replaced by TRUE, "
+        "interleaved in the same run on the same data. Target: the guard adds at most 1 ms p95.",
+        "",
+        "| tier | read | with guard p50 / p95 ms | without p50 / p95 ms | added p95 ms |",
+        "|---|---|---|---|---|",
+    ]
+    for r in all_results:
+        for name, label in (("list", "ranked list, 30 days, limit 50"), ("show", "hottest show page (3 reads)")):
+            g, u = r[f"guard_{name}"], r[f"guard_{name}_unguarded"]
+            lines.append(
+                f"| {r['tier']} | {label} | {g['p50_ms']:.2f} / {g['p95_ms']:.2f} | {u['p50_ms']:.2f} / "
+                f"{u['p95_ms']:.2f} | {g['p95_ms'] - u['p95_ms']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tier", choices=["T", "A", "B", "both"], default="A")
@@ -328,8 +410,16 @@ def main() -> int:
     parser.add_argument("--lag-seconds", type=float, default=30)
     parser.add_argument("--rate", type=float, default=20)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--guard", action="store_true", help="only the read-time guard's cost, with and without it")
     args = parser.parse_args()
     tiers = ["A", "B"] if args.tier == "both" else [args.tier]
+    if args.guard:
+        guard_results = [run_tier(TIERS[t], args.runs, 0, 0, guard_only=True) for t in tiers]
+        md = render_guard(guard_results, "python -m bench.infestations_bench " + " ".join(sys.argv[1:]))
+        print(md)
+        if not args.no_write:
+            write_section(md, "## Read-time guard")
+        return 0
     all_results = [run_tier(TIERS[t], args.runs, args.lag_seconds, args.rate) for t in tiers]
     md = render(all_results, "python -m bench.infestations_bench " + " ".join(sys.argv[1:]))
     print(md)
