@@ -17,10 +17,16 @@ from app.accounts.models import Account
 from app.infestations.dirty_queue import drain_all
 from app.infestations.queries import get_infestation
 from app.kernel import db
-from app.moderation.service import change_repository_listing, change_scan_visibility, delete_repository
+from app.moderation.service import (
+    change_account,
+    change_repository_listing,
+    change_scan_visibility,
+    delete_repository,
+)
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.models import Scan
+from app.reports.service import record_check
 from tests import factories
 
 TITLE = "Open redirect after login"
@@ -195,3 +201,29 @@ async def test_with_the_flag_off_and_the_rollups_wiped_every_atlas_twin_equals_t
     assert {p: (await client.get(p)).status_code for p in pages} == pages
     feed = (await client.get(f"/infestations/{KEY}.atom")).text
     assert "kept0" in feed and "vaultrepo" in feed  # the legacy path serves the ledger from source
+
+
+async def test_a_ban_reaches_the_atlas_statuses_by_the_next_drain() -> None:
+    """An account takedown reveals nothing, so it may wait for the refresh; but by the next drain the statuses its
+    checks supported are gone from the atlas (authority revalidation marks the keys, docs/domain.md §5.6)."""
+    world = World()
+    await world.build()
+    reviewers = [await factories.create_account(trust_tier="reviewer", state="active") for _ in range(2)]
+    async with db.read_session(replica=False) as session:
+        public_id, commit = (
+            await session.execute(
+                text("SELECT public_id, last_seen_commit_sha FROM canonical_findings WHERE repository_id = :r"),
+                {"r": world.secret.id},
+            )
+        ).first()  # type: ignore[misc]
+    body = {"commit_sha": commit, "verdict": "confirmed", "provenance": "human", "notes": "Confirmed by hand here."}
+    for n, reviewer in enumerate(reviewers):
+        await record_check(reviewer, str(public_id), body, client_ip=f"198.51.100.{n + 1}")
+    await drain_all()
+    infestation = await get_infestation(KEY)
+    assert infestation is not None and infestation["verified_count"] == 1
+
+    await change_account(world.moderator, reviewers[0].handle, state="banned", reason=REASON, notes=NOTES)
+    await drain_all()
+    infestation = await get_infestation(KEY)
+    assert infestation is not None and (infestation["verified_count"], infestation["open_count"]) == (0, 3)
