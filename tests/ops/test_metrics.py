@@ -146,4 +146,4 @@ async def test_a_request_id_is_accepted_from_and_returned_in_x_request_id(client
 async def test_health_endpoints_still_answer(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).text == "ok"
     ready = await client.get("/readyz")
-    assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok", "redis": "ok"}
+    assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok", "schema": "ok", "redis": "ok"}
