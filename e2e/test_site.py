@@ -157,9 +157,9 @@ def test_graph_shows_more_in_ledger_for_100_repositories(
 ) -> None:
     seeded = seed("Dependency confusion in build", repos=100)
     page.goto(f"{live_server}/infestations/{seeded.key}")
-    expect(page.locator("#hub-graph svg a.satellite")).to_have_count(64)
+    expect(page.locator("#hub-graph svg.map--wide a.satellite")).to_have_count(64)
     expect(page.locator("#graph-more")).to_have_text("+36 more in ledger")
-    expect(page.locator("#hub-graph svg text.more")).to_have_text("+36 more in ledger")
+    expect(page.locator("#hub-graph svg.map--wide text.more")).to_have_text("+36 more in ledger")
     expect(page.locator("#infestation-repo-count")).to_have_text("100")
 
 
@@ -231,7 +231,7 @@ def test_hostile_titles_and_names_render_as_text(page: Page, live_server: str, c
 def test_keyboard_reaches_every_constellation_node(page: Page, live_server: str, console_errors: list[str]) -> None:
     atlas = seed_atlas()
     page.goto(f"{live_server}/infestations")
-    stars = page.locator("#atlas-map svg a")
+    stars = page.locator("#atlas-map svg.map--wide a")
     expect(stars).to_have_count(len(atlas))
     expected = set(stars.evaluate_all("links => links.map(a => a.getAttribute('href'))"))
     reached: set[str] = set()
@@ -264,11 +264,11 @@ def test_home_atlas_refreshes_in_place_and_unchanged_polls_are_304(
     page.goto(f"{live_server}/")
     # the server may still hold the previous test's version for a few seconds: reload until it catches up
     for _ in range(20):
-        if page.locator(f'#home-map a[href="/infestations/{first.key}"]').count() == 1:
+        if page.locator(f'#home-map svg.map--wide a[href="/infestations/{first.key}"]').count() == 1:
             break
         page.wait_for_timeout(500)
         page.reload()
-    star = page.locator(f'#home-map a[href="/infestations/{first.key}"]')
+    star = page.locator(f'#home-map svg.map--wide a[href="/infestations/{first.key}"]')
     expect(star).to_have_count(1)
     page.evaluate("window.__sameDocument = true")
     # one poll later (15 s) nothing changed: a 304, and the section is left exactly as it was

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from app.infestations import queries
+from app.infestations.legacy import clamp_list_options, window_bucket
 from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout
 from app.kernel.errors import BadRequest, NotFound
 from app.kernel.paging import InvalidCursor, Page
@@ -44,31 +45,38 @@ class Filters:
         return None if self.status == "all" else self.status
 
     def query_string(self) -> str:
-        return urlencode({"days": self.days, "min_repos": self.min_repos, "status": self.status})
+        query: dict[str, object] = {"days": self.days, "min_repos": self.min_repos, "status": self.status}
+        if self.limit != INDEX_LIMIT:
+            query["limit"] = self.limit
+        return urlencode(query)
+
+    def applied(self) -> dict[str, object]:
+        """What the twin says it answered: the clamped filters and the window whose counts it read (§5.7: the
+        smallest bucket covering `days` without a status filter; the status filter counts the real days)."""
+        window = self.days if self.status != "all" else window_bucket(self.days)
+        return {**asdict(self), "counts_window_days": window}
 
 
-def _choice(raw: str | None, allowed: tuple[int, ...], default: int) -> int:
+def _integer(raw: str | None, default: int) -> int:
     try:
-        value = int(raw) if raw is not None else default
+        return int(raw) if raw is not None else default
     except ValueError:
         return default
-    return value if value in allowed else default
 
 
 def parse_filters(params: Mapping[str, str]) -> Filters:
-    """Only the form's values are accepted; anything else quietly falls back to the default (never a 4xx or
-    500: a stale bookmark or a hand-edited URL still shows the atlas)."""
+    """docs/domain.md §5.7 and §4.1: `days` is any integer, clamped to 1..365 (the list reads the smallest window
+    bucket covering it, guarded by the real days); `min_repos` and `limit` are clamped the same way; a value that
+    is not an integer, or an unknown status, quietly becomes the default (never a 4xx or 500: a stale bookmark or
+    a hand-edited URL still shows the atlas)."""
     status = params.get("status", "all")
-    try:
-        limit = max(1, min(int(params.get("limit", INDEX_LIMIT)), LIMIT_MAX))
-    except ValueError:
-        limit = INDEX_LIMIT
-    return Filters(
-        days=_choice(params.get("days"), WINDOWS, 30),
-        min_repos=_choice(params.get("min_repos"), MIN_REPOS_CHOICES, 2),
-        status=status if status in STATUS_CHOICES else "all",
-        limit=limit,
+    days, min_repos, limit, _ = clamp_list_options(
+        days=_integer(params.get("days"), 30),
+        min_repos=_integer(params.get("min_repos"), 2),
+        limit=_integer(params.get("limit"), INDEX_LIMIT),
+        status=None,
     )
+    return Filters(days=days, min_repos=min_repos, status=status if status in STATUS_CHOICES else "all", limit=limit)
 
 
 async def _list(filters: Filters) -> tuple[list[dict[str, Any]], datetime | None]:
@@ -82,7 +90,7 @@ async def index(request: Request) -> Response:
     items, refreshed_at = await _list(filters)
     if wants_json(request):
         # when the counts were computed, beside the items (docs/domain.md §5.7: counts may lag a takedown)
-        return json_twin({"items": items, "refreshed_at": refreshed_at})
+        return json_twin({"items": items, "refreshed_at": refreshed_at, "filters": filters.applied()})
     context = {
         "filters": filters,
         "items": items,
@@ -145,16 +153,22 @@ async def show(request: Request) -> Response:
                 "instances": data["instances"],
             }
         )
-    return _show_page(request, data)
+    return _show_page(request, data, path=infestation_path(data["infestation"]["pattern_key"]))
 
 
-def _show_page(request: Request, data: dict[str, Any]) -> Response:
-    key = data["infestation"]["pattern_key"]
+def _twin_of(request: Request, path: str) -> str:
+    """The JSON of exactly this page: its canonical path with `.json` and the paging parameters it was asked for
+    (a twin without the cursor would hand a client page 1 again, forever)."""
+    query = urlencode({k: v for k in ("cursor", "repos_cursor") if (v := request.query_params.get(k))})
+    return twin_path(f"{path}?{query}" if query else path)
+
+
+def _show_page(request: Request, data: dict[str, Any], *, path: str) -> Response:
     context = {
         **data,
         "graph": hub_layout(data["infestation"], data["repositories"]["entries"], cap=SATELLITE_CAP),
     }
-    return page(request, "infestations/show.html", context, json_url=twin_path(infestation_path(key)), vary_hx=True)
+    return page(request, "infestations/show.html", context, json_url=_twin_of(request, path), vary_hx=True)
 
 
 async def instances(request: Request) -> Response:
@@ -169,9 +183,10 @@ async def instances(request: Request) -> Response:
         return json_twin(rows)
     fragment = is_fragment_request(request)
     data = await _show_data(request, with_repositories=not fragment)
+    path = f"{infestation_path(data['infestation']['pattern_key'])}/instances"
     if not fragment:
-        return _show_page(request, data)
-    json_url = twin_path(f"{infestation_path(data['infestation']['pattern_key'])}/instances")
+        return _show_page(request, data, path=path)
+    json_url = _twin_of(request, path)
     return page(request, "infestations/_ledger_fragment.html", data, json_url=json_url, vary_hx=True)
 
 

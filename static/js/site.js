@@ -24,8 +24,26 @@
     }
   }
 
+  /* A table wider than its box scrolls sideways: say so (a visible cue) and let the keyboard scroll it. */
+  function markScrollingTables() {
+    var wraps = document.querySelectorAll(".table-wrap");
+    for (var i = 0; i < wraps.length; i++) {
+      var wrap = wraps[i];
+      var scrolls = wrap.scrollWidth > wrap.clientWidth + 1;
+      wrap.classList.toggle("table-wrap--scrolls", scrolls);
+      if (scrolls) {
+        wrap.setAttribute("tabindex", "0");
+      } else {
+        wrap.removeAttribute("tabindex");
+      }
+    }
+  }
+
   function init() {
     apply(stored());
+    markScrollingTables();
+    window.addEventListener("resize", markScrollingTables);
+    document.addEventListener("htmx:afterSettle", markScrollingTables);
     document.addEventListener("click", function (event) {
       var target = event.target;
       var button = target && target.closest ? target.closest("[data-theme-choice]") : null;

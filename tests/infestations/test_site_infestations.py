@@ -79,7 +79,7 @@ async def test_index_ranks_patterns_in_table_and_constellation(client: httpx.Asy
     assert attr(one(first[1], "a"), "href") == f"/infestations/{wide.key}"
     assert first[3].get_text(strip=True) == "4"
     # every star is a real link with an accessible name, ranked like the table
-    stars = page.select("#atlas-map svg a")
+    stars = page.select("#atlas-map svg.map--wide a")
     assert [attr(a, "href") for a in stars] == [f"/infestations/{wide.key}", f"/infestations/{narrow.key}"]
     assert attr(stars[0], "aria-label").startswith("#1 Hardcoded secret in config: 4 repositories, 4 open")
     assert one(stars[0], "title").get_text() == attr(stars[0], "aria-label")
@@ -158,7 +158,7 @@ async def test_show_page_hero_graph_and_first_ledger_page(client: httpx.AsyncCli
     assert one(page, "h1").get_text() == "Server-side request forgery"
     assert one(page, "#infestation-repo-count").get_text() == "3"
     assert one(page, "#infestation-open-count").get_text() == "60"
-    satellites = page.select("#hub-graph svg a.satellite")
+    satellites = page.select("#hub-graph svg.map--wide a.satellite")
     assert sorted(attr(a, "href") for a in satellites) == sorted(
         f"/repos/github.com/acme/{r.name}" for r in seeded.repositories
     )
@@ -221,7 +221,7 @@ async def test_ledger_walk_without_js_and_with_htmx_shows_each_instance_once(cli
 async def test_graph_caps_satellites_and_says_how_many_more(client: httpx.AsyncClient) -> None:
     seeded = await seed_pattern("Prototype pollution", repos=70)
     page = soup(await client.get(f"/infestations/{seeded.key}"))
-    assert len(page.select("#hub-graph svg a.satellite")) == 64
+    assert len(page.select("#hub-graph svg.map--wide a.satellite")) == 64
     assert one(page, "#graph-more").get_text(strip=True) == "+6 more in ledger"
     assert "+6 more in ledger" in one(page, "#hub-graph svg text.more").get_text()
     assert len(page.select("#affected tbody tr")) == 64
@@ -286,9 +286,9 @@ async def test_hostile_titles_render_as_text_in_html_and_svg(client: httpx.Async
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in response.text
     page = soup(await client.get(f"/infestations/{seeded.key}"))
     assert one(page, "h1").get_text() == HOSTILE_TITLE
-    labels = [attr(a, "aria-label") for a in page.select("#hub-graph svg a.satellite")]
+    labels = [attr(a, "aria-label") for a in page.select("#hub-graph svg.map--wide a.satellite")]
     assert 'evil/"><svg onload=alert(1)>: 1 instance, open' in labels
-    hrefs = [attr(a, "href") for a in page.select("#hub-graph svg a.satellite")]
+    hrefs = [attr(a, "href") for a in page.select("#hub-graph svg.map--wide a.satellite")]
     assert "/repos/github.com/evil/%22%3E%3Csvg%20onload%3Dalert%281%29%3E" in hrefs
     assert not page.select("svg svg, script:not([src])")
     assert re.search(r"<svg[^>]*onload", (await client.get("/infestations")).text) is None

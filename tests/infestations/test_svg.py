@@ -6,9 +6,12 @@ import itertools
 import math
 from typing import Any
 
-from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout
+import pytest
+
+from app.infestations.svg import CHAR_WIDTH, SATELLITE_CAP, Constellation, constellation_layout, hub_layout
 from app.kernel.templating import environment
 from app.kernel.urls import repo_path
+from app.seed import DEMO_PATTERNS
 from e2e.seed import HOSTILE_NAME, HOSTILE_TITLE
 from e2e.soup import attrs, soup
 
@@ -113,6 +116,92 @@ def test_hostile_text_is_escaped_in_the_rendered_svg() -> None:
     hub_html = environment.get_template("infestations/_hub.svg.html").render(graph=graph)
     assert "<svg onload" not in hub_html
     page = soup(hub_html)
-    assert attrs(page, "a.satellite", "href") == [repo_path("github.com", "acme", HOSTILE_NAME)]
-    assert attrs(page, "a.satellite", "aria-label") == [f"acme/{HOSTILE_NAME}: 1 instance, open"]
-    assert len(page.select("svg")) == 1
+    for variant in ("wide", "narrow"):  # the same graph twice: the wide picture and the phone's
+        assert attrs(page, f"svg.map--{variant} a.satellite", "href") == [repo_path("github.com", "acme", HOSTILE_NAME)]
+        assert attrs(page, f"svg.map--{variant} a.satellite", "aria-label") == [
+            f"acme/{HOSTILE_NAME}: 1 instance, open"
+        ]
+    assert len(page.select("svg")) == 2 and not page.select("svg svg")
+
+
+def label_box(node: Any) -> tuple[float, float, float, float]:
+    """Where a label's text sits, from what the template draws (x, baseline y, text-anchor), 11px monospace."""
+    w = len(node.label) * CHAR_WIDTH
+    x0 = {"start": node.label_x, "end": node.label_x - w, "middle": node.label_x - w / 2}[node.label_anchor]
+    return x0, node.label_y - 11, x0 + w, node.label_y + 3
+
+
+def overlaps(layout: Constellation) -> list[str]:
+    found = []
+    labelled = [n for n in layout.nodes if n.label]
+    for node in labelled:
+        x0, y0, x1, y1 = label_box(node)
+        if x0 < 0 or y0 < 0 or x1 > layout.width or y1 > layout.height:
+            found.append(f"label {node.rank} leaves the frame")
+        for other in layout.nodes:
+            nearest = (min(max(other.x, x0), x1), min(max(other.y, y0), y1))
+            if other is not node and math.hypot(nearest[0] - other.x, nearest[1] - other.y) < other.r:
+                found.append(f"label {node.rank} covers node {other.rank}")
+    for a, b in itertools.combinations(labelled, 2):
+        (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = label_box(a), label_box(b)
+        if ax0 < bx1 and bx0 < ax1 and ay0 < by1 and by0 < ay1:
+            found.append(f"labels {a.rank} and {b.rank} overlap")
+    return found
+
+
+def demo_atlas() -> list[dict[str, Any]]:
+    """The demo seed's patterns ranked as the atlas ranks them (docs/domain.md §10)."""
+    items = [
+        {
+            "pattern_key": f"{i:064x}",
+            "title": title,
+            "severity": severity,
+            "repo_count": len(statuses),
+            "instance_count": len(statuses),
+            **{f"{s}_count": statuses.count(s) for s in ("open", "verified", "fixed", "disputed")},
+        }
+        for i, (title, severity, statuses) in enumerate(DEMO_PATTERNS)
+    ]
+    return sorted(items, key=lambda item: -item["repo_count"])
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        demo_atlas(),
+        demo_atlas()[:12],
+        [pattern(i, 40) | {"title": f"A rather long pattern title number {i} that gets cut"} for i in range(50)],
+        [pattern(i, 2 + (i % 3)) | {"title": "W" * 40} for i in range(30)],
+        [pattern(i, 100 - i) for i in range(3)],
+    ],
+    ids=["demo", "demo-home", "dense-50", "dense-30-wide-glyphs", "three"],
+)
+def test_constellation_labels_cover_no_node_and_no_label(items: list[dict[str, Any]]) -> None:
+    for labelled in (5, 12):
+        layout = constellation_layout(items, limit=50, labelled=labelled)
+        assert layout.narrow is not None
+        for picture in (layout, layout.narrow):
+            assert overlaps(picture) == [], (picture.width, labelled)
+            assert layout == constellation_layout([dict(i) for i in items], limit=50, labelled=labelled)
+        # a dropped label leaves the name to the node's accessible name (its <title>) and the table
+        assert all(n.title in n.aria_label for n in layout.nodes)
+
+
+def test_demo_labels_are_placed_not_all_dropped() -> None:
+    layout = constellation_layout(demo_atlas(), limit=30)
+    assert sum(1 for n in layout.nodes if n.label) >= 4  # of the 5 asked for: one has no clear place
+    assert layout.narrow is not None and 1 <= sum(1 for n in layout.narrow.nodes if n.label) <= 3
+
+
+def test_satellites_carry_a_label_a_link_and_stay_in_the_frame() -> None:
+    entries = [repo(i) | {"name": f"a-rather-long-repository-name-{i}"} for i in range(64)]
+    graph = hub_layout({"title": "Hub", "repo_count": 80}, entries)
+    assert graph.narrow is not None and len(graph.narrow.satellites) == 64
+    for g in (graph, graph.narrow):
+        for sat in g.satellites:
+            assert sat.href == repo_path("github.com", "acme", sat.slug.split("/")[1])
+            assert sat.label == sat.slug or (sat.label.endswith("…") and sat.slug.startswith(sat.label[:-1]))
+            w = len(sat.label) * CHAR_WIDTH
+            x0 = sat.label_x if sat.label_anchor == "start" else sat.label_x - w
+            assert x0 >= 0 and x0 + w <= g.width, (g.width, sat.slug)
+            assert sat.r <= sat.x <= g.width - sat.r and sat.r <= sat.y <= g.height - sat.r
