@@ -19,7 +19,7 @@ from arq.worker import Worker, func, get_kwargs
 from prometheus_client import start_http_server
 from sqlalchemy import exc as sa_exc
 
-from app.infestations import dirty_queue, maintenance
+from app.infestations import dirty_queue, maintenance, shadow_sampler
 from app.kernel import db, outages
 from app.kernel.config import ConfigError, settings
 from app.kernel.logs import configure_logging
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 MAX_TRIES = 5
 WINDOWS_LEASE = "recompute_windows"
 RECONCILE_LEASE = "reconcile"
+SHADOW_LEASE = "shadow_compare"
 
 
 def _transient(exc: BaseException) -> bool:
@@ -120,6 +121,24 @@ async def reconcile_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
     return await _singleton(ctx, RECONCILE_LEASE, _slot(ctx, slot), run)
 
 
+async def shadow_compare_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """Continuous shadow-compare (app.infestations.shadow_sampler): triggered every minute, it runs once fleet-wide
+    per slot every INFESTATIONS_SHADOW_PERIOD_MINUTES, on INFESTATIONS_SHADOW_SAMPLE keys (0: off). Returns False
+    when skipped."""
+    cfg = settings()
+    when = _slot(ctx, slot)
+    if cfg.shadow_sample_keys == 0 or int(when.timestamp() // 60) % cfg.shadow_period_minutes != 0:
+        return False
+
+    async def run() -> dict[str, Any]:
+        result = await shadow_sampler.run_once(
+            sample_size=cfg.shadow_sample_keys, recheck_seconds=cfg.shadow_recheck_seconds
+        )
+        return result.summary()
+
+    return await _singleton(ctx, SHADOW_LEASE, when, run)
+
+
 async def startup(ctx: dict[str, Any]) -> None:
     """At start and after each reconnection to Redis: ring a drain, so keys dirtied while no worker listened (rings
     lost in a Redis outage) drain now rather than at the next minute's sweep."""
@@ -171,11 +190,13 @@ class WorkerSettings:
         func(drain_dirty_keys, keep_result=60, timeout=600, max_tries=MAX_TRIES),
         func(recompute_windows_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
         func(reconcile_job, keep_result=3600, timeout=12 * 3600, max_tries=3),
+        func(shadow_compare_job, keep_result=3600, timeout=600, max_tries=1),
     ]
     cron_jobs = [
         cron(recompute_windows_job, minute=0, timeout=3 * 3600, max_tries=3),
         cron(reconcile_job, hour=3, minute=30, timeout=12 * 3600, max_tries=3),
         cron(sweep_dirty_keys, timeout=600, max_tries=1),
+        cron(shadow_compare_job, timeout=600, max_tries=1),  # every minute; runs when its period is due
     ]
     on_startup = startup
     on_shutdown = shutdown

@@ -36,6 +36,9 @@ def services() -> Iterator[dict[str, str]]:
     os.environ.setdefault("DATABASE_REPLICA_URL", os.environ["DATABASE_URL"])
     os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")
     os.environ.setdefault("BASE_URL", "http://testserver")
+    # the worker's continuous shadow-compare stays off in the suite (its own test runs it:
+    # tests/infestations/test_shadow_continuous.py); real worker processes inherit this
+    os.environ.setdefault("INFESTATIONS_SHADOW_SAMPLE", "0")
     from app.migrate import upgrade_to_head
 
     upgrade_to_head()

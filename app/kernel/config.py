@@ -75,6 +75,9 @@ class Settings:
     sitemap_index_threshold: int
     sitemap_max_urls: int
     sitemap_cache_ttl: float
+    shadow_sample_keys: int
+    shadow_period_minutes: int
+    shadow_recheck_seconds: float
 
 
 def settings() -> Settings:
@@ -109,6 +112,11 @@ def settings() -> Settings:
         # cap of one urlset (protocol: 50,000); the benchmark raises it to stream 10^6 URLs in one file
         sitemap_max_urls=_int("SITEMAP_MAX_URLS", 50_000, minimum=1),
         sitemap_cache_ttl=seconds("SITEMAP_CACHE_TTL", 60.0),
+        # continuous shadow-compare in the worker (docs/operations.md "TarakanShadowMismatch"): keys per run (0: off),
+        # a run every N minutes, and how long a mismatched key's refresh is waited for before it is compared again
+        shadow_sample_keys=_int("INFESTATIONS_SHADOW_SAMPLE", 50),
+        shadow_period_minutes=_int("INFESTATIONS_SHADOW_PERIOD_MINUTES", 5, minimum=1),
+        shadow_recheck_seconds=seconds("INFESTATIONS_SHADOW_RECHECK_SECONDS", 120.0),
     )
 
 

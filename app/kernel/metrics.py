@@ -67,6 +67,16 @@ HOT_KEYS_THROTTLED = Counter(
 SHADOW_COMPARED = Counter(
     "tarakan_infestations_shadow_compared_total", "Keys compared by the continuous shadow-compare (legacy vs rollup)"
 )
+SHADOW_SKIPPED = Counter(
+    "tarakan_infestations_shadow_skipped_total",
+    "Continuous shadow-compare skips for lag: dirty keys, keys changed since their refresh, windows crossed since "
+    "the last recompute",
+    ["reason"],
+)
+SHADOW_SUSPECTS = Counter(
+    "tarakan_infestations_shadow_suspects_total",
+    "Keys that differed in the continuous shadow-compare and were marked dirty to be compared again after a refresh",
+)
 JOB_LAST_SUCCESS = Gauge(
     "tarakan_job_last_success_timestamp_seconds",
     "Unix time the fleet-wide job last finished (from job_runs), by job",

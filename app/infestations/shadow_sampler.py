@@ -1,0 +1,336 @@
+"""Continuous shadow-compare (docs/operations.md "TarakanShadowMismatch"): every few minutes the worker compares a
+bounded random sample of pattern keys, each over every window x status, between the legacy aggregate over the
+public join set (docs/domain.md §4) and the rollup rows (docs/domain.md §5.3, §5.7).
+
+Lag is not a mismatch (docs/domain.md "Consistency model"):
+- a key that is dirty (waiting for, or in, its refresh) is skipped;
+- a key whose source changed after its last refresh from source (`infestation_patterns.updated_at`, which only a
+  refresh from source moves, docs/domain.md §5.4) is skipped: a missed hook is the nightly reconcile's business;
+- a window's counts of the unfiltered row are compared only when no public instance of the key crossed that
+  window's boundary since the row's last recompute (`refreshed_at`, moved by the hourly decay and by refreshes):
+  such a (key, window) is skipped until the next hourly recompute. Status-filtered reads aggregate the instance
+  rows at read time (docs/domain.md §5.7), so they have no window lag and are always compared.
+
+Everything one key needs is read in one statement, so dirty flag, source, rollup and instance rows come from one
+snapshot: a change committed between two reads cannot pass for a mismatch.
+
+A mismatch is not counted at once: the key is marked dirty through the outbox (reason `shadow_compare`), the
+comparison waits (bounded) for the drain to refresh it, and compares it again. Only a key that still differs
+after its refresh is counted in `tarakan_infestations_shadow_mismatches_total` (the alert's metric) and logged with
+its key, window, status and both values. A key whose refresh did not happen within the wait, or that changed
+again meanwhile, is undecided: not counted, and a later sample may pick it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+
+from app.infestations.legacy import STATUSES
+from app.infestations.models import COUNTS, WINDOWS
+from app.kernel import db, outbox
+from app.kernel.metrics import SHADOW_COMPARED, SHADOW_MISMATCHES, SHADOW_SKIPPED, SHADOW_SUSPECTS
+from app.kernel.public import PUBLIC_CANONICAL
+
+log = logging.getLogger(__name__)
+
+REASON = "shadow_compare"  # the dirty-key reason of a mismatched key (also the refresh histogram's label)
+ALL = "all"
+
+# what is compared, per (window, status): the unfiltered row carries every count and last_seen_at per window (and
+# first_seen_at all-time); a status-filtered read carries repositories, instances and last_seen_at (docs/domain.md §5.7)
+_UNFILTERED = (*COUNTS, "last_seen_at")
+_FILTERED = ("repo_count", "instance_count", "last_seen_at")
+_STATUS_COUNT = {f"{s}_count": s for s in STATUSES}
+
+
+def _column(aggregate: str, window: int | None, status: str | None) -> str:
+    return f"{aggregate}__{window or ALL}__{status or ALL}"
+
+
+def _combinations() -> list[tuple[int | None, str | None, tuple[str, ...]]]:
+    combos: list[tuple[int | None, str | None, tuple[str, ...]]] = [(None, None, (*_UNFILTERED, "first_seen_at"))]
+    for w in WINDOWS:
+        combos.append((w, None, _UNFILTERED))
+        combos += [(w, s, _FILTERED) for s in STATUSES]
+    return combos
+
+
+COMBINATIONS = _combinations()  # 1 all-time + 4 windows x (unfiltered + 4 statuses) = 21 comparisons per key
+
+
+def _since(window: int) -> str:
+    # W x 24 h, as the legacy read (now - days) and the projection's windows
+    return f"now() - interval '{window * 24} hours'"
+
+
+def _aggregates(alias: str, *, filtered_only: bool) -> str:
+    """One column per compared (aggregate, window, status), the same expressions over the public canonicals (legacy)
+    and over the instance rows (the status-filtered rollup read): `repository_id`, `id`/row, `status`,
+    `inserted_at`, `updated_at` mean the same on both."""
+    parts: list[str] = []
+    for window, status, aggregates in COMBINATIONS:
+        if filtered_only and status is None:
+            continue
+        where = [f"{alias}.updated_at >= {_since(window)}"] if window else []
+        if status:
+            where.append(f"{alias}.status = '{status}'")
+        for aggregate in aggregates:
+            cond = list(where)
+            if aggregate in _STATUS_COUNT:
+                cond.append(f"{alias}.status = '{_STATUS_COUNT[aggregate]}'")
+            expression = {
+                "repo_count": f"count(DISTINCT {alias}.repository_id)",
+                "last_seen_at": f"max({alias}.updated_at)",
+                "first_seen_at": f"min({alias}.inserted_at)",
+            }.get(aggregate, "count(*)")
+            flt = f" FILTER (WHERE {' AND '.join(cond)})" if cond else ""
+            parts.append(f"{expression}{flt} AS {_column(aggregate, window, status)}")
+    return ",\n    ".join(parts)
+
+
+# Crossed: a public canonical of the key that was inside window W at the row's last recompute and is outside now.
+_CROSSED = ",\n    ".join(
+    f"coalesce(bool_or(c.updated_at >= p.refreshed_at - interval '{w * 24} hours' "
+    f"AND c.updated_at < {_since(w)}), false) AS crossed_{w}"
+    for w in WINDOWS
+)
+
+_COMPARE_SQL = f"""
+WITH k AS (SELECT DISTINCT unnest(CAST(:keys AS text[])) AS pattern_key),
+src AS (
+  SELECT c.pattern_key, c.id, c.repository_id, c.status, c.inserted_at, c.updated_at
+  FROM canonical_findings c JOIN repositories r ON r.id = c.repository_id
+  WHERE c.pattern_key = ANY(CAST(:keys AS text[])) AND {PUBLIC_CANONICAL}
+),
+legacy AS (
+  SELECT c.pattern_key, {_aggregates("c", filtered_only=False)},
+    {_CROSSED}
+  FROM src c LEFT JOIN infestation_patterns p ON p.pattern_key = c.pattern_key
+  GROUP BY c.pattern_key
+),
+inst AS (
+  SELECT i.pattern_key, {_aggregates("i", filtered_only=True)}
+  FROM infestation_pattern_instances i WHERE i.pattern_key = ANY(CAST(:keys AS text[]))
+  GROUP BY i.pattern_key
+),
+changed AS (
+  SELECT c.pattern_key, max(c.updated_at) AS source_updated_at
+  FROM canonical_findings c WHERE c.pattern_key = ANY(CAST(:keys AS text[]))
+  GROUP BY c.pattern_key
+)
+SELECT k.pattern_key,
+  EXISTS (SELECT 1 FROM infestation_dirty_keys d WHERE d.pattern_key = k.pattern_key) AS dirty,
+  p.pattern_key IS NOT NULL AND changed.source_updated_at > p.updated_at AS changed,
+  to_jsonb(legacy) AS legacy, to_jsonb(inst) AS inst, to_jsonb(p) AS rollup
+FROM k
+LEFT JOIN infestation_patterns p ON p.pattern_key = k.pattern_key
+LEFT JOIN legacy ON legacy.pattern_key = k.pattern_key
+LEFT JOIN inst ON inst.pattern_key = k.pattern_key
+LEFT JOIN changed ON changed.pattern_key = k.pattern_key
+"""
+
+# One index probe per random point (pattern keys are sha256 hex, so the key after a random point is a near-uniform
+# pick); past the last key a probe wraps to the first. Half the probes go to the rollup's keys, half to the source's:
+# a public key missing from the rollup can only be found from the source side.
+_SAMPLE_SQL = """
+SELECT DISTINCT k FROM (
+  SELECT coalesce(
+    (SELECT pattern_key FROM infestation_patterns WHERE pattern_key >= probe ORDER BY pattern_key LIMIT 1),
+    (SELECT pattern_key FROM infestation_patterns ORDER BY pattern_key LIMIT 1)) AS k
+  FROM unnest(CAST(:rollup_probes AS text[])) AS probe
+  UNION ALL
+  SELECT coalesce(
+    (SELECT pattern_key FROM canonical_findings
+     WHERE pattern_key >= probe AND pattern_key IS NOT NULL AND pattern_key <> '' ORDER BY pattern_key LIMIT 1),
+    (SELECT pattern_key FROM canonical_findings
+     WHERE pattern_key IS NOT NULL AND pattern_key <> '' ORDER BY pattern_key LIMIT 1)) AS k
+  FROM unnest(CAST(:source_probes AS text[])) AS probe
+) sampled WHERE k IS NOT NULL
+"""
+
+_STILL_DIRTY = "SELECT pattern_key FROM infestation_dirty_keys WHERE pattern_key = ANY(CAST(:keys AS text[]))"
+
+
+@dataclass
+class KeyComparison:
+    pattern_key: str
+    skipped: str | None = None  # "dirty" or "changed": lag, not compared
+    skipped_windows: list[int] = field(default_factory=list)  # boundary crossed since the last recompute
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ShadowRun:
+    """One continuous shadow-compare run (its summary is recorded in `job_runs` as "shadow_compare")."""
+
+    sampled: int = 0
+    compared: int = 0
+    skipped_dirty: int = 0
+    skipped_changed: int = 0
+    skipped_windows: int = 0
+    suspects: list[str] = field(default_factory=list)  # mismatched, marked dirty for their refresh
+    fixed: list[str] = field(default_factory=list)  # matched after their refresh: lag or a corrupted row, healed
+    undecided: list[str] = field(default_factory=list)  # not refreshed within the wait, or changed meanwhile
+    survived: dict[str, list[str]] = field(default_factory=dict)  # still different after the refresh: counted
+    seconds: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "sampled": self.sampled,
+            "compared": self.compared,
+            "skipped_dirty": self.skipped_dirty,
+            "skipped_changed": self.skipped_changed,
+            "skipped_windows": self.skipped_windows,
+            "suspects": len(self.suspects),
+            "fixed": len(self.fixed),
+            "undecided": len(self.undecided),
+            "mismatches": sorted(self.survived),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _as_map(raw: Any) -> Mapping[str, Any]:
+    if raw is None:
+        return {}
+    return json.loads(raw) if isinstance(raw, str) else dict(raw)
+
+
+def _value(source: Mapping[str, Any], column: str, aggregate: str) -> Any:
+    value = source.get(column)
+    if value is None and aggregate not in ("last_seen_at", "first_seen_at"):
+        return 0  # no row on that side: nothing counted
+    return value
+
+
+def _rollup_column(aggregate: str, window: int | None) -> str:
+    return f"{aggregate}_{window}d" if window else aggregate
+
+
+def _judge(row: Mapping[Any, Any]) -> KeyComparison:
+    key = str(row["pattern_key"])
+    result = KeyComparison(key)
+    if row["dirty"]:
+        result.skipped = "dirty"
+        return result
+    if row["changed"]:
+        result.skipped = "changed"
+        return result
+    legacy, inst, rollup = _as_map(row["legacy"]), _as_map(row["inst"]), _as_map(row["rollup"])
+    result.skipped_windows = [w for w in WINDOWS if legacy.get(f"crossed_{w}")]
+    for window, status, aggregates in COMBINATIONS:
+        if status is None and window in result.skipped_windows:
+            continue
+        for aggregate in aggregates:
+            column = _column(aggregate, window, status)
+            expected = _value(legacy, column, aggregate)
+            if status is None:
+                actual = _value(rollup, _rollup_column(aggregate, window), aggregate)
+            else:
+                actual = _value(inst, column, aggregate)
+            if expected != actual:
+                result.problems.append(
+                    f"window={window or ALL} status={status or ALL} {aggregate}: legacy {expected}, rollup {actual}"
+                )
+    return result
+
+
+async def compare_keys(keys: list[str]) -> dict[str, KeyComparison]:
+    """Compare each key over every window x status in one statement (one snapshot); pure reads, on the primary
+    (a replica's lag would pass for a mismatch)."""
+    if not keys:
+        return {}
+    async with db.read_session(replica=False) as session:
+        rows = (await session.execute(text(_COMPARE_SQL), {"keys": sorted(set(keys))})).mappings().all()
+    return {str(row["pattern_key"]): _judge(row) for row in rows}
+
+
+def _probes(n: int) -> list[str]:
+    return [secrets.token_hex(32) for _ in range(n)]
+
+
+async def sample_keys(size: int) -> list[str]:
+    """At most `size` distinct keys drawn at random from the rollup's and the source's keys (2 x size/2 index
+    probes, whatever the registry's size)."""
+    if size <= 0:
+        return []
+    from_rollup = (size + 1) // 2
+    params = {"rollup_probes": _probes(from_rollup), "source_probes": _probes(size - from_rollup)}
+    async with db.read_session(replica=False) as session:
+        return sorted(str(r[0]) for r in (await session.execute(text(_SAMPLE_SQL), params)).all())
+
+
+async def _wait_for_refresh(keys: list[str], wait_seconds: float, poll_seconds: float) -> list[str]:
+    """The keys whose dirty row is gone within `wait_seconds`: a drain refreshed them after we marked them (a dirty
+    row is deleted only after a refresh of its current version, app.infestations.dirty_queue)."""
+    deadline = time.monotonic() + wait_seconds
+    pending = set(keys)
+    while True:
+        async with db.read_session(replica=False) as session:
+            pending = {str(r[0]) for r in (await session.execute(text(_STILL_DIRTY), {"keys": sorted(pending)}))}
+        if not pending or time.monotonic() >= deadline:
+            return sorted(set(keys) - pending)
+        await asyncio.sleep(min(poll_seconds, max(0.0, deadline - time.monotonic())))
+
+
+async def run_once(
+    *,
+    sample_size: int,
+    recheck_seconds: float,
+    keys: list[str] | None = None,
+    poll_seconds: float = 1.0,
+) -> ShadowRun:
+    """Sample (or take `keys`), compare, mark mismatched keys dirty, wait for their refresh, compare them again, and
+    count and log the ones that still differ."""
+    started = time.perf_counter()
+    run = ShadowRun()
+    chosen = keys if keys is not None else await sample_keys(sample_size)
+    run.sampled = len(set(chosen))
+    first = await compare_keys(chosen)
+    for comparison in first.values():
+        if comparison.skipped == "dirty":
+            run.skipped_dirty += 1
+        elif comparison.skipped == "changed":
+            run.skipped_changed += 1
+        else:
+            run.compared += 1
+            run.skipped_windows += len(comparison.skipped_windows)
+            if comparison.problems:
+                run.suspects.append(comparison.pattern_key)
+    SHADOW_COMPARED.inc(run.compared)
+    for reason, count in (("dirty", run.skipped_dirty), ("changed", run.skipped_changed)):
+        SHADOW_SKIPPED.labels(reason=reason).inc(count)
+    SHADOW_SKIPPED.labels(reason="window").inc(run.skipped_windows)
+    if run.suspects:
+        SHADOW_SUSPECTS.inc(len(run.suspects))
+        async with db.transaction() as session:
+            await outbox.mark_dirty(session, run.suspects, REASON)
+        for key in run.suspects:
+            log.info("shadow-compare: %s differs (%s); marked dirty, compared again after its refresh",
+                     key, "; ".join(first[key].problems[:3]))  # fmt: skip
+        refreshed = await _wait_for_refresh(run.suspects, recheck_seconds, poll_seconds)
+        run.undecided = sorted(set(run.suspects) - set(refreshed))
+        for key, comparison in (await compare_keys(refreshed)).items():
+            if comparison.skipped:
+                run.undecided.append(key)
+            elif comparison.problems:
+                run.survived[key] = comparison.problems
+            else:
+                run.fixed.append(key)
+        for key in run.survived:
+            SHADOW_MISMATCHES.inc()
+            for problem in run.survived[key]:
+                log.warning("infestation shadow mismatch after refresh: pattern_key=%s %s", key, problem)
+        if run.undecided:
+            log.info("shadow-compare: %d key(s) not refreshed within %.0fs or changed again; not counted",
+                     len(run.undecided), recheck_seconds)  # fmt: skip
+    run.seconds = time.perf_counter() - started
+    return run
