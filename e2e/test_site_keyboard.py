@@ -1,5 +1,6 @@
 """Keyboard paths (WCAG 2.2 AA 2.1.1, 2.4.7): the filter form, "Load more" and the login form are reached with Tab
-in reading order, show a visible focus indicator, and work with the keyboard alone."""
+in reading order, show a visible focus indicator, and work with the keyboard alone. (Named to sort after the async
+test_moderation_flow.py: see e2e/conftest.py.)"""
 
 from __future__ import annotations
 
