@@ -4,6 +4,10 @@ A cutover gate (docs/domain.md §13 "Cutover gates") and an operator command. Co
 counts, and last_seen_at. Not first_seen_at: the legacy one is window-scoped while the rollup list carries the
 all-time one (docs/domain.md §5.7), so they differ by design. Not title/sample either: both come from the public join
 but the legacy list recomputes them live, and only the ranking semantics are frozen (docs/domain.md §5.7).
+
+This is the whole-list comparison run by hand (`tarakan infestations shadow-compare`, the cutover gate), in CLI
+processes nobody scrapes. What the alert watches is the worker's continuous, sampled comparison per key
+(`app.infestations.shadow_sampler`), which counts a mismatch only when it survives the key's refresh.
 """
 
 from __future__ import annotations
