@@ -379,8 +379,9 @@ def hub_layout(
     tones = [s for s in STATUSES if any(sat.status == s for sat in satellites)]
     narrow = None
     if with_narrow and width > NARROW_WIDTH:
+        # a phone draws the two inner rings (the 32 most recent); "+N more in ledger" counts the rest
         narrow = hub_layout(
-            infestation, drawn, cap=cap, width=NARROW_WIDTH, height=NARROW_HUB_HEIGHT, with_narrow=False
+            infestation, drawn, cap=NARROW_SATELLITES, width=NARROW_WIDTH, height=NARROW_HUB_HEIGHT, with_narrow=False
         )
     return HubGraph(
         width=width,
@@ -398,6 +399,7 @@ def hub_layout(
 
 
 NARROW_HUB_HEIGHT = 400
+NARROW_SATELLITES = RING_CAPACITY[0] + RING_CAPACITY[1]
 
 
 def _outward_label(slug: str, x: float, r: float, cx: float, width: float) -> tuple[str, float, str]:

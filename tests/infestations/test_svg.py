@@ -196,7 +196,7 @@ def test_demo_labels_are_placed_not_all_dropped() -> None:
 def test_satellites_carry_a_label_a_link_and_stay_in_the_frame() -> None:
     entries = [repo(i) | {"name": f"a-rather-long-repository-name-{i}"} for i in range(64)]
     graph = hub_layout({"title": "Hub", "repo_count": 80}, entries)
-    assert graph.narrow is not None and len(graph.narrow.satellites) == 64
+    assert graph.narrow is not None and len(graph.narrow.satellites) == 32 and graph.narrow.more == 80 - 32
     for g in (graph, graph.narrow):
         for sat in g.satellites:
             assert sat.href == repo_path("github.com", "acme", sat.slug.split("/")[1])
