@@ -64,3 +64,10 @@ async def record_audit(
     session.add(event)
     await session.flush()
     return event
+
+
+async def latest_event_id(session: AsyncSession) -> int:
+    """The id of the newest audit event (0 when none). Every takedown (visibility, listing, hard delete) is an
+    audited action, so a new value tells every process, not just the one that committed it, that cached public
+    derived data may show rows that left the public join set (docs/domain.md §5.7)."""
+    return int((await session.execute(text("SELECT coalesce(max(id), 0) FROM audit_events"))).scalar_one())

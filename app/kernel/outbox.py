@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel import db, outages
 from app.kernel.aftercommit import after_commit
-from app.kernel.public import HAS_PUBLIC_OCCURRENCE, TAKEDOWN_REASONS, note_takedown
+from app.kernel.public import HAS_PUBLIC_OCCURRENCE
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,6 @@ def _marked(rowcount: int | None, reason: str, *, ring: bool = True) -> int:
     count = int(rowcount or 0)
     if count and ring and db.in_transaction():
         after_commit(ring_drain)
-    if count and reason in TAKEDOWN_REASONS and db.in_transaction():
-        after_commit(note_takedown)  # in-process caches of public derived data drop at the next request (§5.7)
     return count
 
 

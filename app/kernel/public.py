@@ -78,19 +78,3 @@ def visible_pattern(pattern_key: str) -> str:
         "EXISTS (SELECT 1 FROM infestation_pattern_instances gi "
         f"WHERE gi.pattern_key = {pattern_key} AND {visible_scan('gi.sample_scan_id')} OFFSET 0)"
     )
-
-
-# A takedown also bumps this process's generation after its commit (`app.kernel.outbox`), so in-process caches of
-# public derived data (the home fragment) are dropped at the next request instead of after their TTL.
-TAKEDOWN_REASONS = frozenset({"visibility", "listing_change", "delete"})
-_generation = 0
-
-
-def takedown_generation() -> int:
-    return _generation
-
-
-def note_takedown() -> None:
-    """Called after the commit of a change that may remove rows from the public join set."""
-    global _generation
-    _generation += 1

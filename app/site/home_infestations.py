@@ -8,9 +8,10 @@ grow with the number of open pages, so:
   current hour (window decay moves patterns in and out without a refresh), computed at most once per
   `VERSION_TTL_SECONDS` per process whatever the number of pollers (single flight);
 * the version also carries the dirty-key queue's state (a takedown marks keys dirty in its own transaction, so the
-  version changes with it, before any refresh) and this process's takedown generation (`app.kernel.public`: a
-  takedown committed here drops the cached version at the very next request; other processes follow within the
-  TTL); with the rollup flag off it is the current TTL slot instead, since the rollup table says nothing then;
+  version changes with it, before any refresh) and the newest audit event id, read at every request (one index
+  probe): every takedown is audited, so every process drops its cached version at the very next request after a
+  takedown commits anywhere, not after the TTL; with the rollup flag off the version is the current TTL slot
+  instead, since the rollup table says nothing then;
 * the strong `ETag` is derived from that version, and a matching `If-None-Match` gets a 304 before any list query;
 * the rendered fragment is kept per version, so the list query runs once per change per process, not once per page.
 """
@@ -28,7 +29,7 @@ from sqlalchemy import text
 from app.infestations import queries
 from app.infestations.svg import constellation_layout
 from app.kernel import config, db
-from app.kernel.public import takedown_generation
+from app.kernel.audit import latest_event_id
 from app.kernel.templating import environment
 
 VERSION_TTL_SECONDS = 5.0
@@ -85,13 +86,14 @@ def clear() -> None:
 
 async def current_etag() -> str:
     """The strong ETag of the current fragment; at most one version query per TTL per process."""
-    if _fresh():
+    async with db.read_session() as session:
+        generation = await latest_event_id(session)
+    if _fresh(generation):
         return _state.etag  # type: ignore[return-value]  # _fresh() implies a cached etag
     version_lock, _ = _locks()
     async with version_lock:
-        if _fresh():
+        if _fresh(generation):
             return _state.etag  # type: ignore[return-value]  # another request refreshed it while we waited
-        generation = takedown_generation()
         if config.read_from_rollup():
             async with db.read_session() as session:
                 row = (await session.execute(text(_VERSION_SQL))).mappings().one()
@@ -109,12 +111,12 @@ async def current_etag() -> str:
         return _state.etag
 
 
-def _fresh() -> bool:
-    """The cached version stands: younger than the TTL and no takedown committed in this process since."""
+def _fresh(generation: int) -> bool:
+    """The cached version stands: younger than the TTL and no takedown audited anywhere since."""
     return (
         _state.etag is not None
         and time.monotonic() - _state.etag_at < VERSION_TTL_SECONDS
-        and _state.generation == takedown_generation()
+        and _state.generation == generation
     )
 
 

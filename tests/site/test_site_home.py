@@ -8,9 +8,12 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text as sqltext
 
 from app.accounts.models import Account
 from app.infestations.dirty_queue import drain_all
+from app.kernel import db
+from app.kernel.audit import record_audit
 from app.registry.service import register_repository
 from app.reports.service import submit_report
 from app.site import home_infestations
@@ -163,3 +166,36 @@ async def test_home_json_twin(client: httpx.AsyncClient) -> None:
     assert [i["pattern_key"] for i in body["infestations"]] == [seeded.key]
     assert len(body["recent_reports"]) == 2
     assert all(isinstance(r["inserted_at"], str) for r in body["recent_reports"])
+
+
+async def test_a_takedown_committed_by_another_process_leaves_the_fragment_at_the_next_request(
+    client: httpx.AsyncClient,
+) -> None:
+    kept = await seed_pattern("Kept pattern", repos=2, name_prefix="kept")
+    gone = await seed_pattern("Quarantined pattern", repos=2, name_prefix="gone")
+    first = await client.get("/fragments/home-infestations")
+    assert "Quarantined pattern" in first.text and "Kept pattern" in first.text
+    etag = first.headers["ETag"]
+    # what another web process or the CLI does: quarantine both repositories and audit it, in one transaction;
+    # nothing in this process hears about it, and the version TTL has not run out
+    async with db.transaction() as session:
+        for repository in gone.repositories:
+            await session.execute(
+                sqltext("UPDATE repositories SET listing_status = 'quarantined' WHERE id = :id"), {"id": repository.id}
+            )
+            await record_audit(
+                session,
+                actor_id=None,
+                action="repository.listing",
+                subject_type="repository",
+                subject_id=str(repository.id),
+                before={"listing_status": "listed"},
+                after={"listing_status": "quarantined"},
+                reason="takedown",
+                notes="test",
+            )
+    after = await client.get("/fragments/home-infestations", headers={"If-None-Match": etag})
+    assert after.status_code == 200
+    assert after.headers["ETag"] != etag
+    assert "Quarantined pattern" not in after.text
+    assert kept.title in after.text
