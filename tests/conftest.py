@@ -63,9 +63,12 @@ def truncate_all() -> None:
 @pytest.fixture(autouse=True)
 def clean_database(services: dict[str, str]) -> None:
     from app.registry.stats import reset_registry_stats_cache
+    from app.site import home_infestations
 
     truncate_all()
-    reset_registry_stats_cache()  # in-process caches must not outlive the rows they describe
+    # in-process caches must not outlive the rows they describe
+    reset_registry_stats_cache()
+    home_infestations.clear()
 
 
 @pytest.fixture
