@@ -293,8 +293,9 @@ def run_tier(tier: Tier, runs: int, lag_seconds: float, rate: float, guard_only:
             conn.execute("VACUUM ANALYZE")
         print(f"[{tier.name}] backfill {results['backfill_keys']} keys in {results['backfill_s']:.1f}s", flush=True)
 
+        # the guard's cost on the same data, before the write-path measurements change it
+        measure_guard(dsn, results, runs)
         if guard_only:
-            measure_guard(dsn, results, runs)
             return results
 
         async def reads() -> None:
@@ -425,8 +426,11 @@ def main() -> int:
     print(md)
     (ROOT / "bench" / "out").mkdir(exist_ok=True)
     (ROOT / "bench" / "out" / "infestations.json").write_text(json.dumps(all_results, indent=2, default=str))
+    guard_md = render_guard(all_results, "python -m bench.infestations_bench " + " ".join(sys.argv[1:]))
+    print(guard_md)
     if not args.no_write:
         write_section(md, "## Infestations")
+        write_section(guard_md, "## Read-time guard")
     return 0
 
 
