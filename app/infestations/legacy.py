@@ -190,6 +190,16 @@ async def _representatives(keys: Sequence[str]) -> dict[str, Mapping[Any, Any]]:
     return {row["pattern_key"]: row for row in rows}
 
 
+def with_repository_share(item: dict[str, Any], share: Mapping[Any, Any], *, prefix: str) -> dict[str, Any]:
+    """A repository page's infestation entry: the pattern plus that repository's share of it (`prefix` names the
+    share's columns in `share`: bare on the legacy path, `repository_` on the rollup path)."""
+    item["repository_instance_count"] = int(share[f"{prefix}instance_count"])
+    item["repository_open_count"] = int(share[f"{prefix}open_count"])
+    item["repository_status"] = share[f"{prefix}status"]
+    item["repository_occurrence_public_id"] = uuid_str(share[f"{prefix}occurrence_public_id"])
+    return item
+
+
 def _merge(aggregate: Mapping[Any, Any], rep: Mapping[Any, Any] | None) -> dict[str, Any]:
     return infestation_map({**aggregate, **({k: v for k, v in rep.items() if k != "pattern_key"} if rep else {})})
 
@@ -352,11 +362,7 @@ async def list_repository_infestations_legacy(
     for row in rows:
         share = by_key[row["pattern_key"]]
         item = _merge(row, reps.get(row["pattern_key"]))
-        item["repository_instance_count"] = int(share["instance_count"])
-        item["repository_open_count"] = int(share["open_count"])
-        item["repository_status"] = share["status"]
-        item["repository_occurrence_public_id"] = uuid_str(share["occurrence_public_id"])
-        items.append(item)
+        items.append(with_repository_share(item, share, prefix=""))
     return items
 
 

@@ -29,8 +29,8 @@ from app.infestations.legacy import (
     list_repository_infestations_legacy,
     membership_entry,
     newest_first_page,
-    uuid_str,
     window_bucket,
+    with_repository_share,
 )
 from app.kernel import config, db
 from app.kernel.metrics import LIST_DURATION
@@ -331,12 +331,7 @@ async def list_repository_infestations(
         rows = (await session.execute(text(_REPOSITORY_INFESTATIONS_SQL), params)).mappings().all()
     items = []
     for row in rows:
-        item = guarded_map(row)
-        item["repository_instance_count"] = int(row["repository_instance_count"])
-        item["repository_open_count"] = int(row["repository_open_count"])
-        item["repository_status"] = row["repository_status"]
-        item["repository_occurrence_public_id"] = uuid_str(row["repository_occurrence_public_id"])
-        items.append(item)
+        items.append(with_repository_share(guarded_map(row), row, prefix="repository_"))
     return items
 
 
