@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
-
 from app.infestations import dirty_queue
 from app.kernel import db, outbox
-from app.reports.finding_memory import legacy_fingerprint, legacy_normalize, pattern_key
+from app.reports.finding_memory import legacy_normalize, pattern_key
 from app.reports.service import submit_report
 from tests import factories as f
+from tests.reports.support import insert_v1_finding
 from tests.sql import rows
 
 HOT, COLD = "Hard-coded credentials in settings", "Weak session secret"
@@ -57,25 +56,9 @@ async def test_a_canonical_re_keyed_by_assimilation_dirties_its_old_key_in_the_s
     old_key = pattern_key(legacy_normalize(title))
     assert old_key != pattern_key(title)
     scan = await f.create_scan(repo, submitter)
-    legacy = legacy_fingerprint("lib/users.py", 10, 10, title)
-    async with db.transaction() as session:
-        canonical_id = (
-            await session.execute(
-                text(
-                    "INSERT INTO canonical_findings (repository_id, fingerprint, pattern_key, file_path, line_start,"
-                    " severity, title, first_seen_commit_sha, last_seen_commit_sha)"
-                    " VALUES (:r, :fp, :pk, 'lib/users.py', 10, 'high', :t, :sha, :sha) RETURNING id"
-                ),
-                {"r": repo.id, "fp": legacy, "pk": old_key, "t": title, "sha": scan.commit_sha},
-            )
-        ).scalar_one()
-        await session.execute(
-            text(
-                "INSERT INTO scan_findings (scan_id, file_path, line_start, severity, title, description,"
-                " canonical_finding_id, fingerprint) VALUES (:s, 'lib/users.py', 10, 'high', :t, 'old', :c, :fp)"
-            ),
-            {"s": scan.id, "t": title, "c": canonical_id, "fp": legacy},
-        )
+    await insert_v1_finding(
+        repo.id, scan.id, scan.commit_sha, title, path="lib/users.py", line_start=10, line_end=None, key=old_key
+    )
     await _mark(old_key)
     await dirty_queue.drain_all()
     assert await rows("SELECT 1 FROM infestation_pattern_instances WHERE pattern_key = :k", k=old_key)

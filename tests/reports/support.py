@@ -8,6 +8,7 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.kernel import db
+from app.reports.finding_memory import legacy_fingerprint
 from app.reports.service import record_check
 from tests import factories
 
@@ -62,3 +63,37 @@ async def row_counts() -> dict[str, int]:
     tables = ("scans", "scan_findings", "canonical_findings", "canonical_finding_checks", "infestation_dirty_keys")
     async with db.read_session(replica=False) as session:
         return {t: int((await session.execute(text(f"SELECT count(*) FROM {t}"))).scalar_one()) for t in tables}
+
+
+async def insert_v1_finding(
+    repository_id: int, scan_id: int, commit_sha: str, title: str, *, path: str, line_start: int,
+    line_end: int | None, key: str, age_days: int = 0,
+) -> int:
+    """A canonical finding stored before fingerprint v2 (its v1 fingerprint and the given pattern key) with one
+    occurrence in `scan_id`, written straight in SQL as old data would be. Returns the canonical's id."""
+    legacy = legacy_fingerprint(path, line_start, line_end or line_start, title)
+    stamp = {"age": f"{age_days} days"}
+    async with db.transaction() as session:
+        canonical_id = int(
+            (
+                await session.execute(
+                    text(
+                        "INSERT INTO canonical_findings (repository_id, fingerprint, pattern_key, file_path,"
+                        " line_start, line_end, severity, title, description, first_seen_commit_sha,"
+                        " last_seen_commit_sha, detections_count, inserted_at, updated_at)"
+                        " VALUES (:r, :fp, :pk, :path, :ls, :le, 'high', :t, 'old', :sha, :sha, 1,"
+                        " now() - CAST(:age AS interval), now() - CAST(:age AS interval)) RETURNING id"
+                    ),
+                    {"r": repository_id, "fp": legacy, "pk": key, "path": path, "ls": line_start, "le": line_end,
+                     "t": title, "sha": commit_sha, **stamp},
+                )
+            ).scalar_one()
+        )
+        await session.execute(
+            text(
+                "INSERT INTO scan_findings (scan_id, file_path, line_start, line_end, severity, title, description,"
+                " canonical_finding_id, fingerprint) VALUES (:s, :path, :ls, :le, 'high', :t, 'old', :c, :fp)"
+            ),
+            {"s": scan_id, "path": path, "ls": line_start, "le": line_end, "t": title, "c": canonical_id, "fp": legacy},
+        )
+    return canonical_id

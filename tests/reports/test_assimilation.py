@@ -13,12 +13,12 @@ from app.accounts.models import Account
 from app.kernel import db
 from app.registry.models import Repository
 from app.reports.assimilation import assimilate_scan, refresh_canonical_counters
-from app.reports.finding_memory import fingerprint, legacy_fingerprint, legacy_normalize, pattern_key
+from app.reports.finding_memory import fingerprint, legacy_normalize, pattern_key
 from app.reports.models import Scan
 from app.reports.quorum import recompute_canonical_status
 from app.reports.service import record_check, submit_report
 from tests import factories
-from tests.reports.support import finding, report_body, row_counts
+from tests.reports.support import finding, insert_v1_finding, report_body, row_counts
 
 SHA_A, SHA_B, SHA_C = "a" * 40, "b" * 40, "c" * 40
 
@@ -185,28 +185,11 @@ async def test_legacy_fingerprint_is_upgraded_and_reused() -> None:
     account = await factories.create_account(state="active")
     repo = await factories.create_repository()
     title = "Verified: SQL injection in login."
-    legacy = legacy_fingerprint("lib/auth.ex", 10, 12, title)
     old_scan = await factories.create_scan(repo, account, commit_sha=SHA_A)
-    async with db.transaction() as session:
-        canonical_id = (
-            await session.execute(
-                text(
-                    "INSERT INTO canonical_findings (repository_id, fingerprint, pattern_key, file_path, line_start,"
-                    " line_end, severity, title, description, first_seen_commit_sha, last_seen_commit_sha,"
-                    " detections_count, inserted_at, updated_at)"
-                    " VALUES (:r, :fp, :pk, 'lib/auth.ex', 10, 12, 'high', :t, 'old', :sha, :sha, 1,"
-                    " now() - interval '30 days', now() - interval '30 days') RETURNING id"
-                ),
-                {"r": repo.id, "fp": legacy, "pk": pattern_key(legacy_normalize(title)), "t": title, "sha": SHA_A},
-            )
-        ).scalar_one()
-        await session.execute(
-            text(
-                "INSERT INTO scan_findings (scan_id, file_path, line_start, line_end, severity, title, description,"
-                " canonical_finding_id, fingerprint) VALUES (:s, 'lib/auth.ex', 10, 12, 'high', :t, 'old', :c, :fp)"
-            ),
-            {"s": old_scan.id, "t": title, "c": canonical_id, "fp": legacy},
-        )
+    canonical_id = await insert_v1_finding(
+        repo.id, old_scan.id, SHA_A, title, path="lib/auth.ex", line_start=10, line_end=12,
+        key=pattern_key(legacy_normalize(title)), age_days=30,
+    )  # fmt: skip
     result = await submit(account, repo, [finding(title=title)], commit_sha=SHA_B)
     [row] = await canonicals(repo)
     assert row["id"] == canonical_id
