@@ -200,26 +200,22 @@ async def test_a_postgres_and_a_valkey_restart_under_load_cost_only_503s_and_los
         tasks = [asyncio.create_task(load.reader(n)) for n in range(3)] + [asyncio.create_task(load.submitter())]
         await asyncio.sleep(2)
 
-        # Postgres: a fast shutdown (every connection terminated), a few seconds away, back on the same port
-        pg_down = time.monotonic()
-        await asyncio.to_thread(pg.stop)
-        await asyncio.sleep(OUTAGE_SECONDS)
-        await asyncio.to_thread(pg.start)
-        pg_back = time.monotonic()
-        figures["postgres_recovery_seconds"] = round(
-            await seconds_until(lambda: all_pages_ok(base), limit=RECOVERY_LIMIT, what="every page answers 200"), 2
-        )
-        await asyncio.sleep(2)
-
-        # Valkey: stopped (its queue is lost: no persistence here), a few seconds away, back on the same port
-        redis_down = time.monotonic()
-        await asyncio.to_thread(redis.stop)
-        await asyncio.sleep(OUTAGE_SECONDS)
-        await asyncio.to_thread(redis.start)
-        redis_back = time.monotonic()
-        figures["valkey_recovery_seconds"] = round(
-            await seconds_until(lambda: all_pages_ok(base), limit=RECOVERY_LIMIT, what="every page answers 200"), 2
-        )
+        # Postgres: a fast shutdown (every connection terminated); Valkey: stopped (its queue is lost: no
+        # persistence here); each a few seconds away, then back on the same port
+        outages: dict[str, tuple[float, float]] = {}
+        for name, service in (("postgres", pg), ("valkey", redis)):
+            down = time.monotonic()
+            await asyncio.to_thread(service.stop)
+            await asyncio.sleep(OUTAGE_SECONDS)
+            await asyncio.to_thread(service.start)
+            outages[name] = (down, time.monotonic())
+            figures[f"{name}_recovery_seconds"] = round(
+                await seconds_until(lambda: all_pages_ok(base), limit=RECOVERY_LIMIT, what="every page answers 200"),
+                2,
+            )
+            if name == "postgres":
+                await asyncio.sleep(2)
+        (pg_down, pg_back), (redis_down, redis_back) = outages["postgres"], outages["valkey"]
         await seconds_until(
             lambda: _logged(worker_log, "reconnected to Redis"), limit=RECOVERY_LIMIT, what="the worker reconnects"
         )
