@@ -7,7 +7,8 @@ worker after the commit)."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec
 
 from sqlalchemy import insert, text
 from sqlalchemy.exc import IntegrityError
@@ -39,7 +40,7 @@ from app.reports.policy import (
     require_writable,
 )
 from app.reports.quorum import recompute_canonical_status, recompute_scan_verification, recompute_scans_at_commit
-from app.reports.secrets_scanner import scan_fields
+from app.reports.secrets_scanner import scan_fields_off_loop
 from app.reports.serializers import check_response, confirmation_response, report_response
 from app.reports.validation import validate_check, validate_confirmation, validate_report
 
@@ -81,6 +82,8 @@ async def _verifier_on(
 
 # --- reports ---------------------------------------------------------------------------------------------
 
+P = ParamSpec("P")
+
 RUN_ID_TAKEN = {"run_id": ["this agent run was already submitted"]}
 
 # What makes a second submission of a run "the same report": the retry of a request whose answer was lost (an
@@ -92,23 +95,6 @@ WHERE submitted_by_id = :aid AND run_id = :run_id AND repository_id = :rid AND c
   AND provenance = :provenance AND review_kind = :review_kind AND notes IS NOT DISTINCT FROM :notes
   AND raw_document = :raw_document
 """
-
-
-async def submit_report(
-    account: Account,
-    host: str,
-    owner: str,
-    name: str,
-    body: dict[str, Any],
-    *,
-    client_ip: str | None = None,
-    scopes: frozenset[str] | None = None,
-) -> dict[str, Any]:
-    """Validate and store one report, assimilate its findings, recalculate the repository's metrics and mark its
-    infestation keys dirty, all in one transaction. Returns the 201 body (or, for a retry of a stored run, the
-    stored report: `submit_report_once`)."""
-    report, _created = await submit_report_once(account, host, owner, name, body, client_ip=client_ip, scopes=scopes)
-    return report
 
 
 async def submit_report_once(
@@ -131,7 +117,6 @@ async def submit_report_once(
         repo = require_writable(actor, await repository_by_name(session, host, owner, name), UNREGISTERED)
         require_not_paused(actor, repo)
         report = validate_report(body)
-        scan_fields({"notes": report.notes, "document": report.document})
         if report.run_id is not None:
             # the account row is locked (load_actor): a concurrent submission of this run has committed or not yet begun
             taken = await session.execute(
@@ -159,6 +144,16 @@ async def submit_report_once(
                     raise ValidationError(RUN_ID_TAKEN)
                 return await report_response(session, int(stored)), False
         await enforce_limits(session, actor, repo.id)
+        # the costly check last, after authorization, size and quota (docs/security.md)
+        await scan_fields_off_loop(
+            {
+                "model": report.model,
+                "prompt_version": report.prompt_version,
+                "run_id": report.run_id,
+                "notes": report.notes,
+                "document": report.document,
+            }
+        )
         scan = Scan(
             repository_id=repo.id,
             submitted_by_id=actor.id,
@@ -202,6 +197,23 @@ async def submit_report_once(
         return await report_response(session, scan.id), True
 
 
+
+def _report_only(
+    once: Callable[P, Awaitable[tuple[dict[str, Any], bool]]],
+) -> Callable[P, Awaitable[dict[str, Any]]]:
+    async def submit_report(*args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        report, _created = await once(*args, **kwargs)
+        return report
+
+    return submit_report
+
+
+# Validate and store one report, assimilate its findings, recalculate the repository's metrics and mark its
+# infestation keys dirty, all in one transaction; returns the 201 body (or, for a retry of a stored run, the stored
+# report). The same signature as `submit_report_once`, which also says whether it stored anything.
+submit_report = _report_only(submit_report_once)
+
+
 # --- checks ----------------------------------------------------------------------------------------------
 
 CHECK_TAKEN = {"commit_sha": ["you already checked this finding at this commit"]}
@@ -234,7 +246,7 @@ async def record_check(
         canonical_id, repository_id = int(found[0]), int(found[1])
         await _verifier_on(session, actor, repository_id, FINDING_NOT_FOUND)
         check = validate_check(body)
-        scan_fields({"notes": check.notes, "evidence": check.evidence})
+        await scan_fields_off_loop({"notes": check.notes, "evidence": check.evidence})
         assert check.commit_sha is not None
         # serialize checks on one canonical so each quorum recompute sees the others
         await session.execute(text("SELECT 1 FROM canonical_findings WHERE id = :id FOR UPDATE"), {"id": canonical_id})
@@ -328,7 +340,7 @@ async def record_confirmation(
         if submitter_id == actor.id:
             raise Forbidden({"account": ["conflict of interest: you submitted this report"]})
         verdict = validate_confirmation(body)
-        scan_fields({"notes": verdict.notes, "evidence": verdict.evidence})
+        await scan_fields_off_loop({"notes": verdict.notes, "evidence": verdict.evidence})
         await session.execute(text("SELECT 1 FROM scans WHERE id = :id FOR UPDATE"), {"id": scan_id})
         confirmation = ScanConfirmation(
             scan_id=scan_id,
