@@ -71,16 +71,17 @@ class WebSession(Inserted, Base):
 
 
 class LoginAttempt(Base):
-    """Failed login attempts, for rate limiting per account and per address (shared by every web process)."""
+    """Failed login attempts, for rate limiting per account and address and per address (shared by every web
+    process). Keyed hashes only (`app.accounts.sessions`): fixed-size rows whatever was typed, no email in clear."""
 
     __tablename__ = "login_attempts"
     __table_args__ = (
-        Index("login_attempts_email_idx", "email", "attempted_at"),
+        Index("login_attempts_email_ip_idx", "email_hash", "ip_hash", "attempted_at"),
         Index("login_attempts_ip_idx", "ip_hash", "attempted_at"),
         Index("login_attempts_attempted_at_idx", "attempted_at"),  # pruning of expired attempts
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    email: Mapped[str] = mapped_column(Text)
+    email_hash: Mapped[bytes] = mapped_column(LargeBinary)  # HMAC-SHA256 of the normalized email
     ip_hash: Mapped[bytes] = mapped_column(LargeBinary)
     attempted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -1,15 +1,29 @@
 """Password hashing with argon2id (argon2-cffi's defaults: RFC 9106 "low memory" profile).
 
-Both functions are CPU-bound (tens of milliseconds by design): call them from async code through
-`asyncio.to_thread` so one login does not stall every other request on the event loop.
+`hash_password` and `verify_password` are CPU- and memory-bound (tens of milliseconds and 64 MiB each, by
+design). Async code calls the bounded wrappers `hash_password_bounded` / `verify_password_bounded`: they run the
+hash in a thread (the event loop keeps serving) and at most `HASH_CONCURRENCY` at a time per process, so a flood
+of logins costs a fixed slice of CPU and memory instead of a thread and 64 MiB per request. Past `HASH_QUEUE`
+waiting callers the next one is refused at once with a 503 and `Retry-After` (load shedding; docs/security.md).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
 from argon2 import PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError
 
+from app.kernel.errors import ServiceUnavailable
+
+HASH_CONCURRENCY = 2
+HASH_QUEUE = 32
+HASH_RETRY_AFTER = 2  # seconds
+
 _hasher = PasswordHasher(type=Type.ID)
+T = TypeVar("T")
 
 
 def hash_password(password: str) -> str:
@@ -27,3 +41,48 @@ def verify_password(password_hash: str, password: str) -> tuple[bool, str | None
     if _hasher.check_needs_rehash(password_hash):
         return True, hash_password(password)
     return True, None
+
+
+class _Gate:
+    """A semaphore of `HASH_CONCURRENCY` with a bounded queue, one per event loop (asyncio primitives belong to
+    the loop they were first used on; the CLI and tests run several loops in one process)."""
+
+    def __init__(self) -> None:
+        self.semaphore = asyncio.Semaphore(HASH_CONCURRENCY)
+        self.waiting = 0
+
+
+_gates: dict[int, _Gate] = {}
+
+
+def _gate() -> _Gate:
+    key = id(asyncio.get_running_loop())
+    gate = _gates.get(key)
+    if gate is None:
+        gate = _gates[key] = _Gate()
+    return gate
+
+
+async def _bounded(fn: Callable[..., T], *args: str) -> T:
+    gate = _gate()
+    if gate.semaphore.locked() and gate.waiting >= HASH_QUEUE:
+        raise ServiceUnavailable(
+            {"base": ["too many logins at once; try again in a few seconds"]}, retry_after=HASH_RETRY_AFTER
+        )
+    gate.waiting += 1
+    try:
+        await gate.semaphore.acquire()
+    finally:
+        gate.waiting -= 1
+    try:
+        return await asyncio.to_thread(fn, *args)
+    finally:
+        gate.semaphore.release()
+
+
+async def hash_password_bounded(password: str) -> str:
+    return await _bounded(hash_password, password)
+
+
+async def verify_password_bounded(password_hash: str, password: str) -> tuple[bool, str | None]:
+    return await _bounded(verify_password, password_hash, password)

@@ -9,8 +9,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.accounts import sessions
-from app.kernel.errors import DomainError, RateLimited
-from app.kernel.forms import field, safe_local_path
+from app.kernel.errors import DomainError
+from app.kernel.forms import LOGIN_FORM, field, read_form, safe_local_path
 from app.kernel.policy import can_moderate
 from app.kernel.templating import templates
 
@@ -27,7 +27,7 @@ async def login_form(request: Request) -> Response:
 
 
 async def login_submit(request: Request) -> Response:
-    form = await request.form()
+    form = await read_form(request, LOGIN_FORM)
     email, password = field(form, "email").strip(), field(form, "password")
     next_path = safe_local_path(field(form, "next"), default="")
     values = {"email": email, "next": next_path}
@@ -47,8 +47,7 @@ async def login_submit(request: Request) -> Response:
         )
     except DomainError as exc:
         response = _login_page(request, {"values": values, "errors": exc.errors}, status_code=exc.status_code)
-        if isinstance(exc, RateLimited):
-            response.headers["Retry-After"] = str(exc.retry_after)
+        response.headers.update(exc.headers())  # Retry-After of a 429 or of a shed 503
         return response
     default = "/moderation" if can_moderate(result.account) else "/"
     response = RedirectResponse(next_path or default, status_code=303)

@@ -1,12 +1,11 @@
 """Accounts and API tokens: the only place that writes `accounts` and `api_tokens`.
 
-Passwords are argon2id (`app.accounts.passwords`), hashed off the event loop. API tokens are random secrets shown
+Passwords are argon2id (`app.accounts.passwords`), hashed off the event loop under its concurrency bound. API tokens are random secrets shown
 once; only their SHA-256 is stored, so a database leak does not leak usable tokens.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 import secrets
@@ -17,7 +16,7 @@ from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, TOKEN_SCOPES, TRUST_TIERS, Account, ApiToken
-from app.accounts.passwords import hash_password
+from app.accounts.passwords import hash_password_bounded
 from app.kernel import db
 from app.kernel.errors import Forbidden, NotFound, Unauthorized, ValidationError
 from app.kernel.policy import is_locked_out
@@ -51,6 +50,12 @@ _TOUCH_TOKEN = text(
 
 def normalize_email(raw: str) -> str:
     return raw.strip().lower()
+
+
+def is_valid_email(email: str) -> bool:
+    """A normalized email of the shape accounts are created with (length first: the pattern never sees more
+    than `EMAIL_MAX` characters). Login refuses anything else before any hashing or SQL."""
+    return len(email) <= EMAIL_MAX and EMAIL_RE.fullmatch(email) is not None
 
 
 def normalize_handle(raw: str) -> str:
@@ -110,7 +115,7 @@ async def create_account(
     errors = _validate_new_account(email, handle, platform_role, trust_tier, state, password)
     if errors:
         raise ValidationError(errors)
-    password_hash = await asyncio.to_thread(hash_password, password) if password is not None else None
+    password_hash = await hash_password_bounded(password) if password is not None else None
     account = Account(
         email=email,
         handle=handle,

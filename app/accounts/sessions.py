@@ -9,15 +9,26 @@ Lifetimes (chosen here, documented for operators): a session ends after **12 hou
 5 minutes, so the idle limit is exact to within those 5 minutes and a busy browser costs one small UPDATE per
 5 minutes, not one per request.
 
-Login rate limits, over failed attempts in `login_attempts` (shared by every web process): 5 failures per
-account (email) and 20 per client address in 15 minutes. Past either limit every attempt is refused, even with
-the right password, until the oldest counted failure leaves the window.
+Login rate limits, over failed attempts in `login_attempts` (shared by every web process; docs/security.md):
+5 failures per account *from one client address* and 20 per client address in 15 minutes. Past either limit
+every attempt from that address is refused, even with the right password, until the oldest counted failure
+leaves the window. A client address is an IPv4 address or an IPv6 /64 (one subscriber's prefix: rotating
+addresses inside it buys nothing). The per-account limit is per address so that a stranger who knows an email
+cannot lock its owner out: the owner, from anywhere else, still logs in (docs/domain.md §1.6).
+
+Attempts are stored under keyed hashes (HMAC under the app secret) of the normalized email and of the address:
+fixed-size index rows whatever was typed, and no email or address in clear. An email that cannot belong to an
+account (malformed, over 254 characters, control characters) or a password over the length cap gets the same
+answer as a wrong password without any hashing, and still counts against the address. An attempt is recorded
+*before* the password is verified (under a per-email lock), so parallel guesses cannot all slip under the limit
+while their hashes run; a success deletes it. Hashing runs under `app.accounts.passwords`'s concurrency bound.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
+import hmac
+import ipaddress
 import math
 import secrets
 from dataclasses import dataclass
@@ -29,20 +40,22 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
 from app.accounts.models import Account
-from app.accounts.passwords import hash_password, verify_password
+from app.accounts.passwords import hash_password_bounded, verify_password_bounded
+from app.accounts.service import PASSWORD_MAX, is_valid_email
 from app.kernel import db
 from app.kernel.config import settings
 from app.kernel.errors import DomainError, RateLimited
 from app.kernel.policy import is_locked_out
 from app.kernel.security import SESSION_COOKIE_NAME
-from app.ops.secrets import client_ip_hash
+from app.ops.secrets import client_ip_hash, secret_key
 
 COOKIE_NAME = SESSION_COOKIE_NAME
 IDLE_TIMEOUT = timedelta(hours=12)
 ABSOLUTE_LIFETIME = timedelta(days=7)
 TOUCH_INTERVAL = timedelta(minutes=5)
 RATE_WINDOW = timedelta(minutes=15)
-MAX_FAILURES_PER_ACCOUNT = 5
+MAX_FAILURES_PER_ACCOUNT = 5  # per account and client address
+IPV6_PREFIX = 64
 MAX_FAILURES_PER_ADDRESS = 20
 INVALID_CREDENTIALS = "invalid email or password"
 
@@ -83,22 +96,44 @@ def normalize_email(email: str) -> str:
 async def _dummy() -> str:
     global _dummy_hash
     if _dummy_hash is None:
-        _dummy_hash = await asyncio.to_thread(hash_password, secrets.token_urlsafe(16))
+        _dummy_hash = await hash_password_bounded(secrets.token_urlsafe(16))
     return _dummy_hash
 
 
-async def _retry_after(session: AsyncSession, column: str, value: object, limit: int) -> int | None:
-    """Seconds until an attempt is allowed again for this email/address, or None when under the limit."""
+def client_address(ip: str | None) -> str:
+    """The address the login limits count: an IPv4 address, or the /64 of an IPv6 one (an IPv4-mapped IPv6
+    address counts as its IPv4); anything unparsable is taken as given."""
+    if not ip:
+        return "unknown"
+    try:
+        parsed = ipaddress.ip_address(ip)
+    except ValueError:
+        return ip
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((parsed, IPV6_PREFIX), strict=False))
+    return str(parsed)
+
+
+async def email_key(email: str) -> bytes:
+    """HMAC-SHA256 of the normalized email under the app secret (what `login_attempts.email_hash` holds)."""
+    data = email.encode("utf-8", "surrogatepass")
+    return hmac.new(await secret_key(), b"login-email:" + data, hashlib.sha256).digest()
+
+
+async def _retry_after(session: AsyncSession, where: str, params: dict[str, object], limit: int) -> int | None:
+    """Seconds until an attempt is allowed again for these failures, or None when under the limit."""
     row = (
         await session.execute(
             text(
                 f"""SELECT count(*) AS n,
                           EXTRACT(EPOCH FROM (min(attempted_at) + CAST(:window AS interval) - now())) AS wait
                    FROM (SELECT attempted_at FROM login_attempts
-                         WHERE {column} = :value AND attempted_at > now() - CAST(:window AS interval)
+                         WHERE {where} AND attempted_at > now() - CAST(:window AS interval)
                          ORDER BY attempted_at DESC LIMIT :limit) recent"""
             ),
-            {"value": value, "window": RATE_WINDOW, "limit": limit},
+            {**params, "window": RATE_WINDOW, "limit": limit},
         )
     ).one()
     if int(row.n) < limit:
@@ -107,13 +142,15 @@ async def _retry_after(session: AsyncSession, column: str, value: object, limit:
     return max(1, math.ceil(float(row.wait)))
 
 
-async def check_rate_limit(session: AsyncSession, email: str, ip_hash: bytes) -> None:
-    """Raise RateLimited (429) when the account or the address has too many recent failures."""
-    for column, value, limit, what in (
-        ("email", email, MAX_FAILURES_PER_ACCOUNT, "this account"),
-        ("ip_hash", ip_hash, MAX_FAILURES_PER_ADDRESS, "your address"),
+async def check_rate_limit(session: AsyncSession, email_hash: bytes, ip_hash: bytes) -> None:
+    """Raise RateLimited (429) when this account from this address, or this address, has too many recent
+    failures."""
+    params: dict[str, object] = {"email": email_hash, "ip": ip_hash}
+    for where, limit, what in (
+        ("email_hash = :email AND ip_hash = :ip", MAX_FAILURES_PER_ACCOUNT, "this account from your address"),
+        ("ip_hash = :ip", MAX_FAILURES_PER_ADDRESS, "your address"),
     ):
-        wait = await _retry_after(session, column, value, limit)
+        wait = await _retry_after(session, where, params, limit)
         if wait is not None:
             minutes = math.ceil(wait / 60)
             raise RateLimited(
@@ -127,39 +164,56 @@ async def check_rate_limit(session: AsyncSession, email: str, ip_hash: bytes) ->
             )
 
 
+async def _forget_attempt(attempt_id: int) -> None:
+    async with db.transaction() as session:
+        await session.execute(text("DELETE FROM login_attempts WHERE id = :id"), {"id": attempt_id})
+
+
 async def login(email: str, password: str, *, client_ip: str | None, presented_token: str | None) -> LoginResult:
     """Verify a password login and open a new session (rotation: a session presented with the login is revoked).
 
-    Failures are recorded for the rate limit in their own committed transaction; the rate limit is checked under
-    a per-email advisory lock so parallel guesses cannot all slip under it."""
+    Under a per-email advisory lock: check the limits, record the attempt, commit; then verify the password
+    outside any transaction (no connection held while hashing); a success deletes the attempt."""
     email = normalize_email(email)
-    ip_hash = await client_ip_hash(client_ip or "unknown")
+    well_formed = is_valid_email(email) and len(password) <= PASSWORD_MAX
+    email_hash = await email_key(email)
+    ip_hash = await client_ip_hash(client_address(client_ip))
     assert ip_hash is not None
     async with db.transaction() as session:
-        await session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": "login:" + email})
-        await check_rate_limit(session, email, ip_hash)
-        account = (await session.execute(select(Account).where(Account.email == email))).scalar_one_or_none()
-        stored = account.password_hash if account is not None and account.password_hash else await _dummy()
-        ok, new_hash = await asyncio.to_thread(verify_password, stored, password)
-        if account is None or not account.password_hash or not ok:
-            await session.execute(
-                text("INSERT INTO login_attempts (email, ip_hash) VALUES (:email, :ip)"),
-                {"email": email, "ip": ip_hash},
-            )
-            # bounded pruning: only the last 15 minutes matter, so each failure removes up to 100 expired rows
-            await session.execute(
-                text(
-                    "DELETE FROM login_attempts WHERE id IN (SELECT id FROM login_attempts "
-                    "WHERE attempted_at < now() - interval '1 day' LIMIT 100)"
+        await session.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": "login:" + email_hash.hex()}
+        )
+        await check_rate_limit(session, email_hash, ip_hash)
+        attempt_id = int(
+            (
+                await session.execute(
+                    text("INSERT INTO login_attempts (email_hash, ip_hash) VALUES (:email, :ip) RETURNING id"),
+                    {"email": email_hash, "ip": ip_hash},
                 )
+            ).scalar_one()
+        )
+        # bounded pruning: only the last 15 minutes matter, so each attempt removes up to 100 expired rows
+        await session.execute(
+            text(
+                "DELETE FROM login_attempts WHERE id IN (SELECT id FROM login_attempts "
+                "WHERE attempted_at < now() - interval '1 day' LIMIT 100)"
             )
-            failed = True
-        else:
-            failed = False
-    if failed:
+        )
+        account = None
+        if well_formed:
+            account = (await session.execute(select(Account).where(Account.email == email))).scalar_one_or_none()
+    if not well_formed:
+        raise LoginFailed({"base": [INVALID_CREDENTIALS]})  # nothing hashed; the attempt stays counted
+    stored = account.password_hash if account is not None and account.password_hash else await _dummy()
+    try:
+        ok, new_hash = await verify_password_bounded(stored, password)
+    except DomainError:  # shed (503): not a failed guess
+        await _forget_attempt(attempt_id)
+        raise
+    if account is None or not account.password_hash or not ok:
         raise LoginFailed({"base": [INVALID_CREDENTIALS]})
-    assert account is not None
     if is_locked_out(account):
+        await _forget_attempt(attempt_id)
         raise AccountBlocked({"base": [f"this account is {account.state} and cannot log in"]})
 
     token = new_token()
@@ -171,8 +225,12 @@ async def login(email: str, password: str, *, client_ip: str | None, presented_t
             )
         if presented_token:
             await revoke_session(session, presented_token)
-        # a successful login clears this account's failures (the per-address ones stay)
-        await session.execute(text("DELETE FROM login_attempts WHERE email = :email"), {"email": email})
+        # a success clears this account's failures from this address (those counted for the address alone and
+        # the account's failures from elsewhere stay)
+        await session.execute(
+            text("DELETE FROM login_attempts WHERE id = :id OR (email_hash = :email AND ip_hash = :ip)"),
+            {"id": attempt_id, "email": email_hash, "ip": ip_hash},
+        )
         expires_at = await create_session(session, account.id, token)
         await touch_account(session, account.id)
     return LoginResult(account=account, token=token, expires_at=expires_at)
