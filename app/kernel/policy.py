@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from app.kernel.errors import Forbidden
+
 # Account states that may act (submit, check, moderate); the others are read-only or shut out.
 ACTING_STATES = ("probation", "active")
 # States that end every web session of the account at once and refuse new ones.
@@ -36,6 +38,12 @@ def in_good_standing(actor: Actor) -> bool:
     return actor.state in ACTING_STATES
 
 
+def require_good_standing(actor: Actor) -> None:
+    """Forbidden (403 naming `account`) unless the account may act: registering, submitting, checking."""
+    if not in_good_standing(actor):
+        raise Forbidden({"account": [f"is {actor.state} and cannot act"]})
+
+
 def is_locked_out(actor: Actor) -> bool:
     return actor.state in LOCKED_OUT_STATES
 
@@ -60,6 +68,13 @@ def qualified_reviewer_sql(alias: str) -> str:
 def can_moderate(actor: Actor | None) -> bool:
     """A moderator or admin in good standing: the only accounts that may moderate or delete."""
     return actor is not None and has_moderator_role(actor) and in_good_standing(actor)
+
+
+def can_change_roles(actor: Actor | None) -> bool:
+    """Only an admin in good standing grants or revokes a platform role; moderators change account states only
+    (a moderator who could make moderators could step around "nobody moderates their own report" with a second
+    account of their own; docs/domain.md §8)."""
+    return actor is not None and actor.platform_role == "admin" and in_good_standing(actor)
 
 
 def can_verify(actor: Actor) -> bool:

@@ -24,7 +24,7 @@ from app.kernel import db
 from app.kernel.audit import record_audit
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.outbox import mark_repository_dirty, mark_scan_dirty
-from app.kernel.policy import can_moderate, is_locked_out
+from app.kernel.policy import can_change_roles, can_moderate, is_locked_out
 from app.kernel.refs import normalize_ref, ref_slug
 from app.registry.metrics import recalculate_repository_metrics, registry_changed
 from app.registry.models import LISTING_STATUSES, Repository
@@ -230,8 +230,8 @@ async def change_account(
     reason: str,
     notes: str,
 ) -> ActionOutcome:
-    """Change an account's platform role and/or state. Only admins grant or revoke admin or change an admin;
-    nobody changes their own account. Authority revalidation: every repository where the account recorded
+    """Change an account's platform role and/or state. Only admins change roles or touch an admin account
+    (`can_change_roles`); moderators change the states of members and moderators; nobody changes their own account. Authority revalidation: every repository where the account recorded
     checks gets its canonical statuses recomputed (the account's checks may now count differently)."""
     errors: dict[str, list[str]] = {}
     platform_role = platform_role or None
@@ -253,9 +253,10 @@ async def change_account(
             raise NotFound({"handle": [f"no account @{handle}"]})
         if target.id == actor.id:
             raise Forbidden({"base": ["you cannot change your own role or state"]})
-        touches_admin = target.platform_role == "admin" or platform_role == "admin"
-        if touches_admin and actor.platform_role != "admin":
-            raise Forbidden({"base": ["only admins may grant or revoke admin or change an admin account"]})
+        if platform_role is not None and platform_role != target.platform_role and not can_change_roles(actor):
+            raise Forbidden({"platform_role": ["only admins may change platform roles"]})
+        if target.platform_role == "admin" and not can_change_roles(actor):
+            raise Forbidden({"base": ["only admins may change an admin account"]})
         before: dict[str, Any] = {}
         after: dict[str, Any] = {}
         if platform_role is not None and platform_role != target.platform_role:

@@ -199,7 +199,7 @@ async def test_account_form_and_audit_log(client: httpx.AsyncClient, moderator: 
         data={"platform_role": "admin", "state": "suspended", "reason": "promote", "notes": NOTES},
         headers=SAME_ORIGIN,
     )
-    assert forbidden.status_code == 403 and "only admins may grant or revoke admin" in forbidden.text
+    assert forbidden.status_code == 403 and "only admins may change platform roles" in forbidden.text
 
     audit = soup(await client.get("/moderation/audit"))
     [row] = audit.select("table tbody tr")

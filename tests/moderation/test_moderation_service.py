@@ -229,17 +229,43 @@ async def test_account_changes_follow_the_admin_and_self_rules(moderator: Accoun
     assert "base" in nothing.errors
     assert await audit_rows() == []
 
-    await service.change_account(moderator, member.handle, platform_role="moderator", reason="promote", notes=NOTES)
+    await service.change_account(admin, member.handle, platform_role="moderator", reason="promote", notes=NOTES)
     await service.change_account(
         admin, member.handle, platform_role="admin", state="active", reason="promote", notes=NOTES
     )
     events = await audit_rows()
     assert [(e["actor_id"], e["before"], e["after"]) for e in events] == [
-        (moderator.id, {"platform_role": "member"}, {"platform_role": "moderator"}),
+        (admin.id, {"platform_role": "member"}, {"platform_role": "moderator"}),
         (admin.id, {"platform_role": "moderator"}, {"platform_role": "admin"}),
     ]
     stored = (await rows("SELECT platform_role, state FROM accounts WHERE id = :id", id=member.id))[0]
     assert stored == {"platform_role": "admin", "state": "active"}
+
+
+async def test_only_admins_change_roles_while_moderators_still_change_states(moderator: Account) -> None:
+    member = await make_account("member")
+    second = await make_account("second", platform_role="moderator")
+    for target, role in ((member, "moderator"), (second, "member"), (member, "admin")):
+        with pytest.raises(Forbidden) as caught:
+            await service.change_account(moderator, target.handle, platform_role=role, reason="promote", notes=NOTES)
+        assert list(caught.value.errors) == ["platform_role"]
+    assert await audit_rows() == []
+    stored = await rows("SELECT handle, platform_role FROM accounts WHERE id IN (:a, :b) ORDER BY handle",
+                        a=member.id, b=second.id)  # fmt: skip
+    assert [(r["handle"], r["platform_role"]) for r in stored] == [("member", "member"), ("second", "moderator")]
+    # the console posts the current role with a state change: that is a state change, allowed to moderators
+    await service.change_account(
+        moderator, member.handle, platform_role="member", state="restricted", reason="abuse", notes=NOTES
+    )
+    await service.change_account(moderator, second.handle, state="suspended", reason="abuse", notes=NOTES)
+    assert [(e["before"], e["after"]) for e in await audit_rows()] == [
+        ({"state": "active"}, {"state": "restricted"}),
+        ({"state": "active"}, {"state": "suspended"}),
+    ]
+    # an admin who is no longer in good standing cannot change roles either
+    fallen = await make_account("fallen", platform_role="admin", state="restricted")
+    with pytest.raises(Forbidden):
+        await service.change_account(fallen, member.handle, platform_role="moderator", reason="promote", notes=NOTES)
 
 
 async def test_suspending_an_account_logs_it_out_everywhere(moderator: Account) -> None:

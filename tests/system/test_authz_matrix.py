@@ -1,8 +1,9 @@
 """Every moderator page and every mutating moderation route × every kind of visitor → the expected status.
 
 Anonymous: pages redirect to the login page (coming back after), forms answer 401. Members, reviewers and a
-suspended moderator: 403. Moderators and admins: pages 200, valid forms 303 back to the console. A refused
-request writes nothing (checked on the audit log)."""
+suspended moderator: 403. Moderators and admins: pages 200, valid forms 303 back to the console, except that only
+admins change platform roles (a moderator's role change is a 403). A refused request writes nothing (checked on
+the audit log)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,10 @@ def form_requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
             f"/moderation/accounts/{world.target_handle}",
             {"platform_role": "member", "state": "restricted", "reason": "abuse", "notes": NOTES},
         ),
+        "role change": (
+            f"/moderation/accounts/{world.target_handle}",
+            {"platform_role": "moderator", "state": "active", "reason": "promote", "notes": NOTES},
+        ),
     }
 
 
@@ -71,6 +76,8 @@ PAGE_EXPECTED = {
     "suspended moderator": 403,
 }
 FORM_EXPECTED = {**PAGE_EXPECTED, "anonymous": 401, "moderator": 303, "admin": 303}
+# only admins change platform roles; moderators still change account states (docs/domain.md §8)
+ROUTE_EXPECTED = {"role change": {**FORM_EXPECTED, "moderator": 403}}
 
 
 async def visitor(kind: str) -> Account | None:
@@ -98,15 +105,16 @@ async def test_moderator_pages(client: httpx.AsyncClient, kind: str, path: str) 
         assert "Moderators only" in response.text
 
 
-@pytest.mark.parametrize("route", ["scan visibility", "repository listing", "account change"])
+@pytest.mark.parametrize("route", ["scan visibility", "repository listing", "account change", "role change"])
 @pytest.mark.parametrize("kind", list(VISITORS))
 async def test_mutating_routes(client: httpx.AsyncClient, kind: str, route: str) -> None:
     world = await build_world()
     await act_as(client, await visitor(kind))
     path, form = form_requests(world)[route]
     response = await client.post(path, data=form, headers=SAME_ORIGIN)
-    assert response.status_code == FORM_EXPECTED[kind]
-    expected_audit = 1 if FORM_EXPECTED[kind] == 303 else 0
+    expected = ROUTE_EXPECTED.get(route, FORM_EXPECTED)[kind]
+    assert response.status_code == expected
+    expected_audit = 1 if expected == 303 else 0
     assert await audit_count() == expected_audit
 
 
