@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from sqlalchemy.exc import DataError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -14,9 +16,11 @@ from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from app.kernel import db, outages, urls
-from app.kernel.errors import DomainError, NotFound
+from app.kernel.errors import BadRequest, DomainError, NotFound
 from app.kernel.templating import ROOT
 from app.kernel.web import error_response, unavailable_response
+
+logger = logging.getLogger(__name__)
 
 
 def _routes() -> list[BaseRoute]:
@@ -45,6 +49,7 @@ def _routes() -> list[BaseRoute]:
 
 
 def _middleware() -> list[Middleware]:
+    from app.kernel.limits import BodyLimitMiddleware, EdgeMiddleware
     from app.kernel.logs import RequestIdMiddleware
     from app.kernel.metrics import RequestMetricsMiddleware, ServerTimingMiddleware
     from app.kernel.security import middleware
@@ -55,6 +60,9 @@ def _middleware() -> list[Middleware]:
         Middleware(RequestMetricsMiddleware),
         Middleware(ServerTimingMiddleware),
         *middleware(),
+        # innermost: refusals still carry the security headers, request id and metrics (docs/security.md)
+        Middleware(BodyLimitMiddleware),
+        Middleware(EdgeMiddleware),
     ]
 
 
@@ -72,6 +80,13 @@ async def dependency_failure(request: Request, exc: Exception) -> Response:
         raise exc
     outages.record(dependency, exc, source="request")
     return unavailable_response(request, dependency)
+
+
+async def data_error(request: Request, exc: Exception) -> Response:
+    """A value the database refused (NUL in text, a number out of range...): a validation is missing at the edge.
+    The client gets a 400 through the one error path; the log gets an error with the traceback to fix it."""
+    logger.error("database refused a value: a validation is missing (docs/security.md)", exc_info=exc)
+    return error_response(request, BadRequest({"request": ["contains a value the registry cannot store"]}))
 
 
 async def routing_error(request: Request, exc: Exception) -> Response:
@@ -108,6 +123,7 @@ def create_app() -> Starlette:
         middleware=_middleware(),
         exception_handlers={
             DomainError: domain_error,
+            DataError: data_error,
             404: routing_error,
             405: routing_error,
             **dict.fromkeys(outages.OUTAGE_ERRORS, dependency_failure),

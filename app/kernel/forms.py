@@ -1,12 +1,40 @@
-"""Form plumbing: text fields from a form body, safe local redirects, query strings."""
+"""Form plumbing: bounded form bodies, text fields from them, safe local redirects, query strings."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+from app.kernel.errors import BadRequest
 
 MAX_FIELD = 8000
+
+
+# The site's forms (docs/security.md): no file parts, a handful of fields, small parts. Starlette's defaults
+# (1,000 files, 1,000 fields of 1 MiB) are for upload forms; none of ours is one.
+@dataclass(frozen=True)
+class FormLimits:
+    max_fields: int
+    max_part_size: int  # bytes of one field's value
+    max_files: int = 0
+
+
+LOGIN_FORM = FormLimits(max_fields=8, max_part_size=4 * 1024)
+MODERATION_FORM = FormLimits(max_fields=16, max_part_size=16 * 1024)
+
+
+async def read_form(request: Request, limits: FormLimits) -> FormData:
+    """The form body under `limits` (LOGIN_FORM, MODERATION_FORM); a 400 naming `form` beyond them."""
+    try:
+        return await request.form(
+            max_files=limits.max_files, max_fields=limits.max_fields, max_part_size=limits.max_part_size
+        )
+    except HTTPException as exc:  # Starlette's answer to a multipart or urlencoded limit
+        raise BadRequest({"form": [str(exc.detail)]}) from None
 
 
 def field(form: FormData, name: str) -> str:

@@ -19,9 +19,10 @@ from starlette.routing import BaseRoute, Route
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import current_account
 from app.kernel.errors import DomainError, Forbidden, NotFound, Unauthorized
-from app.kernel.forms import field, safe_local_path, with_query
+from app.kernel.forms import MODERATION_FORM, field, read_form, safe_local_path, with_query
 from app.kernel.paging import Page
 from app.kernel.policy import can_moderate
+from app.kernel.text import ascii_int, require_clean
 from app.kernel.web import page
 from app.moderation import queries, service
 from app.registry.models import LISTING_STATUSES
@@ -60,10 +61,10 @@ async def _moderator(request: Request) -> Account:
 
 async def _flash(request: Request) -> str | None:
     """The message for `?recorded=<audit event id>` after a no-JS action."""
-    raw = request.query_params.get("recorded", "")
-    if not raw.isdigit() or len(raw) > 18:
+    recorded = ascii_int(request.query_params.get("recorded"))
+    if recorded is None:
         return None
-    event = await queries.get_audit_event(int(raw))
+    event = await queries.get_audit_event(recorded)
     if event is None:
         return None
     return _recorded_message(event, await service.pending_rollup_backlog())
@@ -170,12 +171,13 @@ async def _act(
 ) -> Response:
     """Run one moderation action from its form (`fields` plus reason, notes and return_to) and answer for both
     the no-JS and the htmx form."""
-    form = await request.form()
+    form = await read_form(request, MODERATION_FORM)
     values = {k: field(form, k) for k in (*fields, *REASON_FIELDS)}
     htmx = request.headers.get("hx-request") == "true"
     return_to = safe_local_path(values.get("return_to"), default=default_return, prefix="/moderation")
     context: dict[str, Any] = {"subject": subject, "values": values, "errors": {}, "return_to": return_to}
     try:
+        require_clean(values)  # no NUL or control characters in notes and reasons (docs/security.md)
         outcome = await action(values)
     except DomainError as exc:
         context["errors"] = exc.errors

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
@@ -11,7 +10,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.service import authenticate_bearer, require_scope
 from app.kernel.config import settings
-from app.kernel.errors import DomainError, ValidationError
+from app.kernel.limits import read_json_object
 from app.registry.models import Repository
 from app.registry.service import register_repository
 from app.registry.validation import validate_repo_ref
@@ -42,28 +41,10 @@ def repository_json(repository: Repository) -> dict[str, Any]:
     }
 
 
-async def read_json_object(request: Request, *, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
-    """The request body as a JSON object, or a 4xx naming `body`. Stops reading past `limit` bytes."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise DomainError({"body": [f"must be at most {limit} bytes"]}, status_code=413)
-        chunks.append(chunk)
-    try:
-        body = json.loads(b"".join(chunks))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ValidationError({"body": ["must be valid JSON"]}, status_code=400) from None
-    if not isinstance(body, dict):
-        raise ValidationError({"body": ["must be a JSON object"]}, status_code=400)
-    return body
-
-
 async def create_repository(request: Request) -> Response:
     account, scopes = await authenticate_bearer(request.headers.get("authorization"))
     require_scope(scopes, *REGISTER_SCOPES)
-    body = await read_json_object(request)
+    body = await read_json_object(request, limit=MAX_BODY_BYTES, non_object_status=400)
     host, owner, name = validate_repo_ref(body.get("host"), body.get("owner"), body.get("name"))
     repository, created = await register_repository(host, owner, name, submitted_by_id=account.id)
     payload = repository_json(repository)

@@ -1,70 +1,129 @@
 """Refuse reports and checks that carry live credentials (docs/domain.md §9). Errors name the field and the kind of
-secret, never the secret itself: the error body is echoed to logs and terminals."""
+secret, never the secret itself: the error body is echoed to logs and terminals.
+
+Hostile input (docs/security.md): every pattern runs in time linear in the text. Quantifiers are bounded where a
+fixed number of characters proves the match (`{30}` finds exactly what `{30,}` finds), and the one pattern that must
+see a whole run (a JSON Web Token's segments end at a dot) may start only at the beginning of a run and never gives
+characters back (a possessive `{8,}+`), so no run is scanned more than a few times. A time budget on the `regex`
+engine is the second fence: past it the field is refused as unscannable. Matches release the GIL
+(`concurrent=True`), so `scan_fields_off_loop` keeps the event loop answering while a large report is scanned.
+"""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
+import asyncio
+import bisect
+import time
 from typing import Any
 
-from app.kernel.errors import ValidationError
+import regex
 
-PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("a private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")),
-    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a GitHub token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}")),
-    ("a GitHub token", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}")),
-    ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
-    ("a Stripe live key", re.compile(r"\bsk_live_[0-9A-Za-z]{16,}")),
-    ("a JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+from app.kernel.errors import ValidationError
+from app.kernel.text import walk_strings
+from app.reports.validation import document_field
+
+# seconds one `scan_fields` call may spend matching (a 2 MB report of the worst known shape takes ~0.3 s)
+SCAN_BUDGET_SECONDS = 0.75
+
+PATTERNS: tuple[tuple[str, regex.Pattern[str]], ...] = (
+    ("a private key", regex.compile(r"-----BEGIN (?:[A-Z0-9]{1,32}+ ){0,8}PRIVATE KEY-----")),
+    ("an AWS access key id", regex.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a GitHub token", regex.compile(r"\bgh[pousr]_[A-Za-z0-9]{30}")),
+    ("a GitHub token", regex.compile(r"\bgithub_pat_[A-Za-z0-9_]{22}")),
+    ("a Slack token", regex.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10}")),
+    ("a Google API key", regex.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
+    ("a Stripe live key", regex.compile(r"\bsk_live_[0-9A-Za-z]{16}")),
+    (
+        "a JSON Web Token",
+        regex.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8}"),
+    ),
     (
         "a credential assignment",
-        re.compile(
-            r"(?i)\b(?:api_key|secret_key|access_token|private_key)\b[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9_\-+/=.]{24,}"
+        regex.compile(
+            r"(?i)\b(?:api_key|secret_key|access_token|private_key)\b[\"']?\s{0,16}+[:=]\s{0,16}+[\"']?"
+            r"[A-Za-z0-9_\-+/=.]{24}"
         ),
     ),
 )
 
+# Joins the strings of one field for a single pass: no pattern matches across it (NUL is in no character class,
+# is not whitespace, and starts a run for the token pattern like the start of a string does).
+_SEPARATOR = "\x00"
 
-def find_secret(text: str) -> str | None:
-    """The kind of the first secret found in `text`, or None."""
+
+class ScanTimeout(Exception):
+    """The budget ran out before the text was scanned."""
+
+
+def _search(pattern: regex.Pattern[str], text: str, deadline: float) -> regex.Match[str] | None:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise ScanTimeout
+    try:
+        return pattern.search(text, timeout=remaining, concurrent=True)
+    except TimeoutError:
+        raise ScanTimeout from None
+
+
+def find_secret(text: str, *, deadline: float | None = None) -> str | None:
+    """The kind of the first secret found in `text` (in pattern order), or None."""
+    if deadline is None:
+        deadline = time.monotonic() + SCAN_BUDGET_SECONDS
     for kind, pattern in PATTERNS:
-        if pattern.search(text):
+        if _search(pattern, text, deadline):
             return kind
     return None
 
 
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(key, path)
-            yield from _strings(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _strings(item, f"{path}[{index}]")
+def _first_secret(strings: list[tuple[str, str]], deadline: float) -> tuple[str, str] | None:
+    """(path, kind) of the first string carrying a secret. One pass per pattern over the joined strings; the
+    earliest match names the string, which is then judged alone (its first kind in pattern order)."""
+    if not strings:
+        return None
+    starts: list[int] = []
+    offset = 0
+    for _, text in strings:
+        starts.append(offset)
+        offset += len(text) + len(_SEPARATOR)
+    joined = _SEPARATOR.join(text for _, text in strings)
+    earliest: int | None = None
+    for _, pattern in PATTERNS:
+        match = _search(pattern, joined, deadline)
+        if match is not None:
+            index = bisect.bisect_right(starts, match.start()) - 1
+            earliest = index if earliest is None else min(earliest, index)
+    if earliest is None:
+        return None
+    path, text = strings[earliest]
+    kind = find_secret(text, deadline=deadline)
+    assert kind is not None
+    return path, kind
 
 
-def _field_for(document_path: str) -> str:
-    # findings are named like the validator names them (`findings[3].description`); the rest lives under document
-    return document_path if document_path.startswith("findings[") else f"document.{document_path}".rstrip(".")
+def scan_fields(fields: dict[str, Any], *, budget: float = SCAN_BUDGET_SECONDS) -> None:
+    """Raise a 422 naming the first field (per field, the first path inside it) that carries a secret, or that
+    could not be scanned within `budget` seconds.
 
-
-def scan_fields(fields: dict[str, Any]) -> None:
-    """Raise a 422 naming the first field (per field, the first path inside it) that carries a secret.
-
-    `fields` maps a field name to its value; the value `document` is walked recursively."""
+    `fields` maps a field name to its value; the value `document` is walked."""
+    deadline = time.monotonic() + budget
     errors: dict[str, list[str]] = {}
     for name, value in fields.items():
         if value is None:
             continue
-        for path, text in _strings(value, "" if name == "document" else name):
-            kind = find_secret(text)
-            if kind is not None:
-                field = _field_for(path) if name == "document" else name
-                errors[field] = [f"must not contain secrets (found what looks like {kind}; remove or redact it)"]
-                break
+        strings = list(walk_strings(value, "" if name == "document" else name))
+        try:
+            found = _first_secret(strings, deadline)
+        except ScanTimeout:
+            errors[name] = ["could not be checked for secrets in time; send a smaller report"]
+            break
+        if found is not None:
+            path, kind = found
+            field = document_field(path) if name == "document" else name
+            errors[field] = [f"must not contain secrets (found what looks like {kind}; remove or redact it)"]
     if errors:
         raise ValidationError(errors)
+
+
+async def scan_fields_off_loop(fields: dict[str, Any]) -> None:
+    """`scan_fields` in a worker thread: the matches release the GIL, so the event loop keeps serving."""
+    await asyncio.to_thread(scan_fields, fields)

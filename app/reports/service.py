@@ -197,7 +197,6 @@ async def submit_report_once(
         return await report_response(session, scan.id), True
 
 
-
 def _report_only(
     once: Callable[P, Awaitable[tuple[dict[str, Any], bool]]],
 ) -> Callable[P, Awaitable[dict[str, Any]]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.kernel.errors import ValidationError
+from app.kernel.text import UNCLEAN_MESSAGE, first_unclean, is_clean
 from app.reports.models import (
     CHECK_VERDICTS,
     CONFIRMATION_VERDICTS,
@@ -130,14 +131,29 @@ def normalize_commit_sha(value: object) -> tuple[str | None, str | None]:
     return sha, None
 
 
+def document_field(document_path: str) -> str:
+    """The API's name of a path inside the document: findings as the validator names them (`findings[3].title`),
+    the rest under `document.`."""
+    return document_path if document_path.startswith("findings[") else f"document.{document_path}".rstrip(".")
+
+
 def _optional_text(
-    body: dict[str, Any], field: str, maximum: int, errors: dict[str, list[str]], *, trim: bool
+    body: dict[str, Any],
+    field: str,
+    maximum: int,
+    errors: dict[str, list[str]],
+    *,
+    trim: bool,
+    single_line: bool = False,
 ) -> str | None:
     value = body.get(field)
     if value is None:
         return None
     if not isinstance(value, str):
         errors[field] = ["must be a string"]
+        return None
+    if not is_clean(value, single_line=single_line):
+        errors[field] = [UNCLEAN_MESSAGE + (", tabs or line breaks" if single_line else "")]
         return None
     if trim:
         value = value.strip()
@@ -167,6 +183,8 @@ def _required_text(raw: dict[str, Any], key: str, maximum: int, fail: Callable[[
         raise fail(key, "must not be blank")
     if len(value) > maximum:
         raise fail(key, f"must be at most {maximum} characters")
+    if not is_clean(value):
+        raise fail(key, UNCLEAN_MESSAGE)
     return value
 
 
@@ -262,13 +280,13 @@ def validate_report(body: dict[str, Any]) -> ReportInput:
         errors["commit_sha"] = [commit_error]
     provenance = _enum(body, "provenance", PROVENANCES, "agent", errors)
     review_kind = _enum(body, "review_kind", REVIEW_KINDS, "code_review", errors)
-    model = _optional_text(body, "model", MAX_LABEL, errors, trim=True)
-    prompt_version = _optional_text(body, "prompt_version", MAX_LABEL, errors, trim=True)
+    model = _optional_text(body, "model", MAX_LABEL, errors, trim=True, single_line=True)
+    prompt_version = _optional_text(body, "prompt_version", MAX_LABEL, errors, trim=True, single_line=True)
     if provenance != "human" or "provenance" in errors:
         for field, value in (("model", model), ("prompt_version", prompt_version)):
             if value is None and field not in errors:
                 errors[field] = ["can't be blank unless provenance is human"]
-    run_id = _optional_text(body, "run_id", MAX_RUN_ID, errors, trim=True)
+    run_id = _optional_text(body, "run_id", MAX_RUN_ID, errors, trim=True, single_line=True)
     notes = _optional_text(body, "notes", MAX_NOTES, errors, trim=False)
     document = body.get("document")
     findings: list[FindingInput] = []
@@ -281,6 +299,11 @@ def validate_report(body: dict[str, Any]) -> ReportInput:
             errors["document"] = [f"must be at most {MAX_RAW_DOCUMENT} characters"]
         else:
             findings = _document(document, errors)
+            # the findings' own rules first (they name the rule); then any other string of the document
+            unclean = None if any(k.startswith(("document", "findings")) for k in errors) else first_unclean(document)
+            if unclean is not None:
+                errors[document_field(unclean)] = [UNCLEAN_MESSAGE]
+                findings = []
     if errors:
         raise ValidationError(errors)
     assert commit_sha is not None and isinstance(document, dict)
@@ -321,6 +344,8 @@ def _verdict_body(body: dict[str, Any], verdicts: tuple[str, ...], *, commit_req
         errors["notes"] = [f"must be at least {MIN_CHECK_NOTES} characters"]
     elif len(notes) > MAX_NOTES:
         errors["notes"] = [f"must be at most {MAX_NOTES} characters"]
+    elif not is_clean(notes):
+        errors["notes"] = [UNCLEAN_MESSAGE]
     evidence = _optional_text(body, "evidence", MAX_EVIDENCE, errors, trim=False)
     if errors:
         raise ValidationError(errors)

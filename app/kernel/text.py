@@ -1,0 +1,68 @@
+"""Text hygiene at the edge (docs/security.md): what no text field, path value or identifier may contain, and how
+integers are read from text. Checked before anything reaches SQL: PostgreSQL refuses NUL in text and the driver
+cannot encode an unpaired surrogate, so unchecked they would be 500s.
+
+Allowed in text: every character but NUL and the other C0 controls (tab, line feed and carriage return excepted),
+DEL, the C1 controls and unpaired surrogates (a JSON body may carry `\\ud800`; the UTF-8 decoder of a path or form
+never produces one, but the rule is the same everywhere).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from app.kernel.errors import ValidationError
+
+UNCLEAN_MESSAGE = "must not contain NUL, control characters or unpaired surrogates"
+
+_UNCLEAN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNCLEAN_IN_VALUE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # a single-line value: no tab or newline
+_ASCII_DIGITS = re.compile(r"[0-9]{1,18}")  # up to 18 digits always fits a PostgreSQL bigint
+
+
+def is_clean(value: str, *, single_line: bool = False) -> bool:
+    """True when `value` breaks no rule above (`single_line`: tab, line feed and carriage return too)."""
+    return (_UNCLEAN_IN_VALUE if single_line else _UNCLEAN).search(value) is None
+
+
+def require_clean(fields: Mapping[str, str | None]) -> None:
+    """A 422 naming every field whose text breaks the rule."""
+    errors = {name: [UNCLEAN_MESSAGE] for name, value in fields.items() if value is not None and not is_clean(value)}
+    if errors:
+        raise ValidationError(errors)
+
+
+def first_unclean(value: Any, path: str = "") -> str | None:
+    """The path (`a.b[2]`) of the first string, key or value, in a parsed JSON value that breaks the rule."""
+    for at, text in walk_strings(value, path):
+        if not is_clean(text):
+            return at
+    return None
+
+
+def walk_strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """Every string of a parsed JSON value, keys included (a key is named by its object's path), in document
+    order; iterative, so depth costs no stack."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            yield at, item
+        elif isinstance(item, dict):
+            children: list[tuple[Any, str]] = []
+            for key, child in item.items():
+                children.append((key, at))
+                children.append((child, f"{at}.{key}" if at else str(key)))
+            stack.extend(reversed(children))
+        elif isinstance(item, list):
+            stack.extend(reversed([(child, f"{at}[{index}]") for index, child in enumerate(item)]))
+
+
+def ascii_int(raw: str | None) -> int | None:
+    """`raw` as a non-negative integer when it is 1-18 ASCII digits, else None (`"²".isdigit()` is true, but it is
+    not a number `int()` reads)."""
+    if raw is None or not _ASCII_DIGITS.fullmatch(raw):
+        return None
+    return int(raw)
