@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.aftercommit import after_commit
 from app.kernel.outbox import mark_repository_dirty
-from app.registry.stats import invalidate_registry_stats
+from app.registry.stats import invalidate_registry_stats, invalidate_registry_stats_throttled
 
 _RECALCULATE = """
 WITH visible AS (
@@ -49,6 +49,13 @@ def registry_changed() -> None:
     """Drop the cached registry stats once the current transaction commits (counts, contributors or listings
     moved). Call inside `db.transaction()`."""
     after_commit(invalidate_registry_stats)
+
+
+def repository_registered() -> None:
+    """A new repository after commit: drop the cached stats at most once per TTL, so a burst of registrations does
+    not turn every home page into a recount (its counts are at most one TTL stale). Call inside
+    `db.transaction()`."""
+    after_commit(invalidate_registry_stats_throttled)
 
 
 async def recalculate_repository_metrics(session: AsyncSession, repository_id: int) -> tuple[str, str]:

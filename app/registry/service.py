@@ -1,16 +1,58 @@
 """Registering and reading repositories: the only place that inserts `repositories` rows. (The hard delete, a
-moderator's action that also removes the reports' rows, is `app.moderation.service.delete_repository`.)"""
+moderator's action that also removes the reports' rows, is `app.moderation.service.delete_repository`.)
+
+A registration made by an account (`submitted_by_id`: the API) is an account's action (docs/domain.md §1.1,
+docs/security.md): the account must be in good standing (probation or active), a repository it may not see
+(quarantined, unless it is a privileged viewer) answers as if unregistered (404), and new repositories count
+against a daily quota (`app.kernel.quotas`; moderators and admins exempt). Operators (CLI, seed) register without
+an account and without those checks.
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert
+from datetime import timedelta
 
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.accounts.models import Account
 from app.kernel import db
-from app.kernel.errors import ValidationError
-from app.registry.metrics import registry_changed
+from app.kernel.errors import Forbidden, NotFound, ValidationError
+from app.kernel.policy import require_good_standing, viewer_of
+from app.kernel.quotas import DailyQuota, require_within_quota
+from app.kernel.visibility import repository_visible
+from app.registry.metrics import repository_registered
 from app.registry.models import LISTING_STATUSES, Repository
 from app.registry.validation import canonical_url, validate_repo_ref
+
+REGISTRATIONS_PER_DAY = DailyQuota("repository registrations", reviewer=50, active=20, other=5)
+_HIDDEN = {"repository": ["not found"]}
+_DAY = timedelta(days=1)
+
+
+async def _acting_account(session: AsyncSession, account_id: int) -> Account:
+    """The registering account as stored now, locked: concurrent registrations by one account are counted one
+    after another against its quota."""
+    account = (
+        await session.execute(select(Account).where(Account.id == account_id).with_for_update())
+    ).scalar_one_or_none()
+    if account is None:
+        raise Forbidden({"account": ["does not exist"]})
+    require_good_standing(account)
+    return account
+
+
+async def _registered_today(session: AsyncSession, account_id: int) -> int:
+    return int(
+        (
+            await session.execute(
+                select(func.count())
+                .select_from(Repository)
+                .where(Repository.submitted_by_id == account_id, Repository.inserted_at > func.now() - _DAY)
+            )
+        ).scalar_one()
+    )
 
 
 async def register_repository(
@@ -18,12 +60,25 @@ async def register_repository(
 ) -> tuple[Repository, bool]:
     """Register a repository, or return the existing one unchanged. Returns (repository, created).
 
-    A new repository has no findings, so inserting it (even as listed) changes no infestation rollup.
+    With `submitted_by_id` (an account's registration): Forbidden unless the account may act, NotFound for a
+    repository it may not see, RateLimited past its daily quota of new repositories. A new repository has no
+    findings, so inserting it (even as listed) changes no infestation rollup; the registry stats are dropped at
+    most once per TTL (`repository_registered`).
     """
     host, owner, name = validate_repo_ref(host, owner, name)
     if listing_status not in LISTING_STATUSES:
         raise ValidationError({"listing_status": [f"must be one of {', '.join(LISTING_STATUSES)}"]})
+    same = (Repository.host == host, Repository.owner == owner, Repository.name == name)
     async with db.transaction() as session:
+        actor = None
+        if submitted_by_id is not None:
+            actor = await _acting_account(session, submitted_by_id)
+            existing = (await session.execute(select(Repository).where(*same))).scalar()
+            if existing is not None:
+                if not repository_visible(viewer_of(actor), existing.listing_status):
+                    raise NotFound(_HIDDEN)
+                return existing, False
+            require_within_quota(actor, REGISTRATIONS_PER_DAY, await _registered_today(session, actor.id))
         # ON CONFLICT DO NOTHING: two registrations racing for the same name both succeed, one creates it
         inserted_id = (
             await session.execute(
@@ -41,12 +96,10 @@ async def register_repository(
             )
         ).scalar()
         if inserted_id is not None:
-            registry_changed()
-        repository = (
-            await session.execute(
-                select(Repository).where(Repository.host == host, Repository.owner == owner, Repository.name == name)
-            )
-        ).scalar_one()
+            repository_registered()
+        repository = (await session.execute(select(Repository).where(*same))).scalar_one()
+        if actor is not None and not repository_visible(viewer_of(actor), repository.listing_status):
+            raise NotFound(_HIDDEN)  # lost a race with a registration that was quarantined since
     return repository, inserted_id is not None
 
 

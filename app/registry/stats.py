@@ -8,6 +8,7 @@ it) holds the value; one refresher per key recomputes it while concurrent caller
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sqlalchemy import text
@@ -77,6 +78,23 @@ def invalidate_registry_stats() -> None:
     _cache.invalidate()
 
 
+_last_throttled_drop: float | None = None
+
+
+def invalidate_registry_stats_throttled() -> None:
+    """Forget the cached stats at most once per TTL (per process). For changes that may come in
+    bursts (repository registrations): a burst drops the cache once and the values it adds show when that TTL
+    ends, so they are at most one TTL stale while the home page keeps its cached numbers (docs/security.md)."""
+    global _last_throttled_drop
+    now = time.monotonic()
+    if _last_throttled_drop is not None and now - _last_throttled_drop < settings().registry_stats_ttl:
+        return
+    _last_throttled_drop = now
+    _cache.invalidate()
+
+
 def reset_registry_stats_cache() -> None:
     """Forget even the value served while a refresh runs. For test isolation (truncated tables), not production."""
+    global _last_throttled_drop
+    _last_throttled_drop = None
     _cache.reset()

@@ -16,7 +16,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.errors import Forbidden, NotFound, RateLimited
-from app.kernel.policy import can_verify, has_moderator_role, in_good_standing
+from app.kernel.policy import can_verify, has_moderator_role, require_good_standing
+from app.kernel.quotas import DailyQuota, exempt_from_quotas, require_within_quota
 from app.kernel.refs import normalize_ref
 from app.kernel.visibility import report_writable, repository_writable
 
@@ -29,6 +30,7 @@ PER_REPOSITORY_MINUTE_LIMIT = 5
 DAILY_QUOTA_REVIEWER = 100
 DAILY_QUOTA_ACTIVE = 30
 DAILY_QUOTA_OTHER = 3
+REPORTS_PER_DAY = DailyQuota("reports", DAILY_QUOTA_REVIEWER, DAILY_QUOTA_ACTIVE, DAILY_QUOTA_OTHER)
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,7 @@ async def load_actor(session: AsyncSession, account_id: int, *, lock: bool) -> A
 
 
 def require_acting_state(actor: Actor) -> None:
-    if not in_good_standing(actor):
-        raise Forbidden({"account": [f"is {actor.state} and cannot act"]})
+    require_good_standing(actor)
 
 
 def require_verifier(actor: Actor) -> None:
@@ -146,18 +147,10 @@ def require_not_paused(actor: Actor, repo: RepositoryRow) -> None:
 # --- §9 rate limits --------------------------------------------------------------------------------------
 
 
-def daily_quota(actor: Actor) -> int:
-    if actor.trust_tier == "reviewer":
-        return DAILY_QUOTA_REVIEWER
-    if actor.state == "active":
-        return DAILY_QUOTA_ACTIVE
-    return DAILY_QUOTA_OTHER
-
-
 async def enforce_limits(session: AsyncSession, actor: Actor, repository_id: int) -> None:
     """§9 limits counted from stored reports (rolling minute and day; the account row is locked by the caller,
     so concurrent submissions by one account are counted one after another)."""
-    if has_moderator_role(actor):
+    if exempt_from_quotas(actor):
         return
     row = (
         await session.execute(
@@ -170,9 +163,7 @@ async def enforce_limits(session: AsyncSession, actor: Actor, repository_id: int
         )
     ).one()
     per_minute, per_repo_minute, per_day = int(row[0]), int(row[1]), int(row[2])
-    quota = daily_quota(actor)
-    if per_day >= quota:
-        raise RateLimited({"rate_limit": [f"daily quota of {quota} reports reached"]}, retry_after=86400)
+    require_within_quota(actor, REPORTS_PER_DAY, per_day)
     if per_minute >= PER_MINUTE_LIMIT:
         raise RateLimited(
             {"rate_limit": [f"at most {PER_MINUTE_LIMIT} reports per minute per account"]}, retry_after=60
