@@ -23,7 +23,7 @@ async def test_a_secret_in_a_label_is_refused(field: str) -> None:
     account = await factories.create_account(state="active")
     repo = await factories.create_repository()
     with pytest.raises(ValidationError) as info:
-        await submit_report(account, repo.host, repo.owner, repo.name, report_body(**{field: f"x {AWS}"}))
+        await submit_report(account, repo.host, repo.owner, repo.name, report_body(None, **{field: f"x {AWS}"}))
     assert list(info.value.errors) == [field]
     assert "AWS access key" in info.value.errors[field][0]
     assert all(count == 0 for count in (await row_counts()).values())
@@ -88,7 +88,7 @@ async def test_unclean_text_in_a_report_is_422_naming_the_field(overrides: dict[
     account = await factories.create_account(state="active")
     repo = await factories.create_repository()
     findings = overrides.pop("findings", None)
-    body = report_body(findings=findings, **overrides)  # type: ignore[arg-type]
+    body = report_body(findings, **overrides)  # type: ignore[arg-type]
     with pytest.raises(ValidationError) as info:
         await submit_report(account, repo.host, repo.owner, repo.name, body)
     assert field in info.value.errors, info.value.errors

@@ -1,0 +1,170 @@
+"""Hostile-input benchmark (docs/security.md): the worst server time (`Server-Timing: app;dur`) of each
+adversarial input class against a real `tarakan serve` on throwaway Postgres and Valkey, plus whether /healthz on the
+same process answered while the largest report was processed. Target: every class <= 1 s.
+
+    .venv/bin/python -m bench.hostile_bench [--runs 3]
+
+Writes bench/out/hostile.json and its section of docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from bench.common import write_section
+from bench.services import throwaway_services
+from tests.harness import ROOT, start_server, stop
+
+SIZE = 1_900_000  # characters of hostile text inside one report (the document cap is 2,000,000)
+COMMIT = "a" * 40
+
+
+def _report(meta: Any, findings: list[dict[str, Any]] | None = None) -> bytes:
+    body = {
+        "commit_sha": COMMIT,
+        "model": "bench",
+        "prompt_version": "v1",
+        "document": {"tarakan_scan_format": 1, "findings": findings or [], "meta": meta},
+    }
+    return json.dumps(body).encode()
+
+
+def _benign_findings() -> list[dict[str, Any]]:
+    return [
+        {"file": f"src/f{i}.py", "line_start": 1, "severity": "low", "title": f"Finding {i}", "description": "d" * 9000}
+        for i in range(200)
+    ]
+
+
+CLASSES: dict[str, Callable[[], bytes]] = {
+    "token run (-eyJ x 475k)": lambda: _report("-eyJ" * (SIZE // 4)),
+    "token-shaped dots": lambda: _report("eyJaaaaaaaaa!" * (SIZE // 13)),
+    "private-key header run": lambda: _report("-----BEGIN " + "A " * (SIZE // 2)),
+    "credential whitespace": lambda: _report("api_key" + " " * SIZE),
+    "slack run": lambda: _report("xoxb" + "-" * SIZE),
+    "many small strings": lambda: _report(["ab"] * (SIZE // 7)),
+    "many small keys": lambda: _report({f"k{i}": 1 for i in range(SIZE // 12)}),
+    "benign 200 x 9 kB findings": lambda: _report("", _benign_findings()),
+    "NUL and surrogates": lambda: _report("a" * SIZE + "\x00\ud800"),
+    "deep JSON (2 MB of [)": lambda: b"[" * 2_000_000,
+    "body over the limit (5 MB)": lambda: b" " * 5_000_000,
+}
+
+
+def _server_ms(response: httpx.Response) -> float:
+    match = re.search(r"app;dur=([0-9.]+)", response.headers.get("server-timing", ""))
+    return float(match.group(1)) if match else float("nan")
+
+
+async def _setup() -> tuple[str, str]:
+    from app.accounts.service import create_account, create_token
+    from app.kernel import db
+    from app.registry.service import register_repository
+
+    try:
+        account = await create_account("bench@example.com", "bench", platform_role="moderator", state="active")
+        token = await create_token(account.id, ["findings:submit"])
+        await register_repository("github.com", "bench", "hostile", submitted_by_id=account.id)
+    finally:
+        await db.dispose_engines()
+    return token, "/api/v1/repos/github.com/bench/hostile/reports"
+
+
+def _liveness(base: str, token: str, url: str, body: bytes) -> dict[str, Any]:
+    """/healthz while the given report is in flight on the same process."""
+    done: dict[str, Any] = {}
+
+    def post() -> None:
+        started = time.perf_counter()
+        r = httpx.post(base + url, content=body, headers={"Authorization": f"Bearer {token}"}, timeout=600)
+        done.update(status=r.status_code, report_s=time.perf_counter() - started, server_ms=_server_ms(r))
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    time.sleep(0.05)
+    started = time.perf_counter()
+    health = httpx.get(base + "/healthz", timeout=30)
+    health_s = time.perf_counter() - started
+    in_flight = thread.is_alive()
+    thread.join()
+    return {**done, "healthz_status": health.status_code, "healthz_s": health_s, "report_in_flight": in_flight}
+
+
+def run(runs: int) -> dict[str, Any]:
+    with throwaway_services("tarakan-hostile-bench-") as services:
+        env = {"DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench"}
+        os.environ.update(env)
+        from app.migrate import upgrade_to_head
+
+        upgrade_to_head()
+        token, url = asyncio.run(_setup())
+        proc, base = start_server(env, quiet=True)
+        services.procs.append(proc)
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        results: dict[str, Any] = {"runs": runs, "classes": {}}
+        with httpx.Client(base_url=base, timeout=600) as client:
+            for name, make in CLASSES.items():
+                body = make()
+                worst, statuses = 0.0, set()
+                for n in range(runs):
+                    # a distinct run per attempt so a stored report is never a retry answered from the database
+                    payload = body.replace(
+                        b'"model": "bench"', f'"model": "bench", "run_id": "r{n}-{len(name)}-{name[:8]}"'.encode(), 1
+                    )
+                    response = client.post(url, content=payload, headers=headers)
+                    statuses.add(response.status_code)
+                    worst = max(worst, _server_ms(response))
+                results["classes"][name] = {"bytes": len(body), "worst_server_ms": worst, "statuses": sorted(statuses)}
+                print(f"  {name}: {len(body)} B, worst {worst:.0f} ms, {sorted(statuses)}", flush=True)
+        results["liveness"] = _liveness(base, token, url, CLASSES["token run (-eyJ x 475k)"]())
+        print(f"  liveness: {results['liveness']}", flush=True)
+        stop(proc)
+    return results
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "## Hostile input (bench/hostile_bench.py)",
+        "",
+        f"Worst server time (`Server-Timing: app;dur`) over {results['runs']} runs of each adversarial class against "
+        "one `tarakan serve` (reports API, moderator token: quotas exempt so every run reaches the scanner). "
+        "Target: <= 1000 ms each.",
+        "",
+        "| class | body bytes | worst server ms | statuses |",
+        "|---|---:|---:|---|",
+    ]
+    for name, row in results["classes"].items():
+        statuses = ", ".join(str(s) for s in row["statuses"])
+        lines.append(f"| {name} | {row['bytes']:,} | {row['worst_server_ms']:.0f} | {statuses} |")
+    live = results["liveness"]
+    lines += [
+        "",
+        f"/healthz during the token-run report: {live['healthz_status']} in {live['healthz_s'] * 1000:.0f} ms "
+        f"(report still in flight: {live['report_in_flight']}; report answered {live.get('status')} in "
+        f"{live.get('report_s', 0) * 1000:.0f} ms).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    results = run(args.runs)
+    out = ROOT / "bench" / "out" / "hostile.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_section(markdown(results), "## Hostile input (bench/hostile_bench.py)")
+
+
+if __name__ == "__main__":
+    main()
