@@ -6,6 +6,7 @@ fragments (`HX-Request`), so those responses vary on that header.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -122,17 +123,36 @@ def _bad_cursor_is_400() -> Iterator[None]:
 
 
 async def _show_data(request: Request, *, with_repositories: bool = True) -> dict[str, Any]:
-    """Everything the show page and its twin need (404 unknown key, 400 bad cursor)."""
-    infestation, refreshed_at = await _infestation(request.path_params["pattern_key"])
-    key = infestation["pattern_key"]
+    """Everything the show page and its twin need (404 unknown key, 400 bad cursor).
+
+    The reads run at once, each on its own read session (`queries` opens one per call) and each under the
+    read-time guard: the page waits for the slowest read instead of their sum. An unknown key still answers 404
+    before a bad cursor's 400, as when they ran one after the other."""
+    key = queries.parse_pattern_key(request.path_params["pattern_key"])
+    if key is None:
+        await _infestation(request.path_params["pattern_key"])  # the one 404 of an unknown key
+    assert key is not None
     cursor = request.query_params.get("cursor") or None
-    with _bad_cursor_is_400():
-        instances = await queries.list_instances_page(key, limit=LEDGER_PAGE, cursor=cursor)
-        repositories: Page[dict[str, Any]] = {"entries": [], "next_cursor": None}
-        if with_repositories:
-            repositories = await queries.list_pattern_repos_page(
-                key, limit=SATELLITE_CAP, cursor=request.query_params.get("repos_cursor") or None
-            )
+    empty: Page[dict[str, Any]] = {"entries": [], "next_cursor": None}
+
+    async def repositories_page() -> Page[dict[str, Any]]:
+        if not with_repositories:
+            return empty
+        repos_cursor = request.query_params.get("repos_cursor") or None
+        return await queries.list_pattern_repos_page(key, limit=SATELLITE_CAP, cursor=repos_cursor)
+
+    found, instances, repositories = await asyncio.gather(
+        _infestation(key),
+        queries.list_instances_page(key, limit=LEDGER_PAGE, cursor=cursor),
+        repositories_page(),
+        return_exceptions=True,
+    )
+    for outcome in (found, instances, repositories):  # the first failure in the order the reads used to run
+        if isinstance(outcome, BaseException):
+            with _bad_cursor_is_400():
+                raise outcome
+    assert not isinstance(found, BaseException)
+    infestation, refreshed_at = found
     return {
         "infestation": infestation,
         "refreshed_at": refreshed_at,

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.kernel.urls import infestation_path, repo_path
+from markupsafe import Markup
+
+from app.kernel.urls import finding_path, infestation_path, repo_path
 
 GOLDEN_ANGLE = math.pi * (3 - math.sqrt(5))  # ~137.5 degrees: successive ranks never line up
 STATUSES = ("open", "verified", "disputed", "fixed")  # tie order when picking a dominant status
@@ -296,6 +298,24 @@ class Satellite:
     label_x: float
     label_y: float
     label_anchor: str
+    listed_status: str = "open"  # the membership's status as listed (the table's Status column)
+    finding_href: str | None = None  # its sample finding's page, when it has one
+
+    # The SVG geometry as ready attribute runs. Only numbers and this module's own keywords go in (a tone from
+    # STATUSES, a text-anchor), never text from a row, so there is nothing to escape; the slug, href and names stay
+    # autoescaped in the template. One output per element instead of one autoescaped `{{ }}` per number keeps the
+    # show page's render cost down (96 satellites a render: docs/benchmarks.md, the hot show page's server time).
+    @property
+    def ring_attrs(self) -> Markup:
+        return Markup(f'cx="{self.x}" cy="{self.y}" r="{self.r + 4}"')
+
+    @property
+    def node_attrs(self) -> Markup:
+        return Markup(f'class="node tone-{self.status}" cx="{self.x}" cy="{self.y}" r="{self.r}"')
+
+    @property
+    def label_attrs(self) -> Markup:
+        return Markup(f'x="{self.label_x}" y="{self.label_y}" text-anchor="{self.label_anchor}"')
 
 
 @dataclass(frozen=True)
@@ -312,6 +332,12 @@ class HubGraph:
     legend: tuple[LegendEntry, ...]
     narrow: HubGraph | None = None  # the same graph for a phone (drawn instead below NARROW_SCREEN)
 
+    @property
+    def spoke_attrs(self) -> tuple[Markup, ...]:
+        """Each satellite's spoke from the hub, as a ready attribute run (numbers only: see `Satellite.ring_attrs`)."""
+        start = f'x1="{self.hub_x}" y1="{self.hub_y}"'
+        return tuple(Markup(f'{start} x2="{sat.x}" y2="{sat.y}"') for sat in self.satellites)
+
 
 HUB_STATUS_LABELS = {"open": "Open", "verified": "Verified", "disputed": "Disputed", "fixed": "Fixed"}
 
@@ -324,12 +350,17 @@ def hub_layout(
     width: int = 800,
     height: int = 560,
     with_narrow: bool = True,
+    links: Sequence[tuple[str, str | None]] | None = None,
 ) -> HubGraph:
     """The pattern as a hub with up to `cap` repositories on concentric rings (most recent innermost), sized by
     instance count and coloured by their primary status. `more` counts the listed repositories not drawn. Each
     satellite links to its repository page, is named by its <title>, and shows its slug on hover and focus;
-    `narrow` is the same graph in a phone-sized frame (smaller nodes, same 11px labels)."""
+    `narrow` is the same graph in a phone-sized frame (smaller nodes, same 11px labels). `links` are the entries'
+    (repository page, sample finding page), when the caller already made them (the narrow graph reuses the wide
+    one's)."""
     drawn = list(entries)[: min(cap, SATELLITE_CAP)]
+    if links is None:
+        links = [(repo_path(e.get("host", ""), e.get("owner", ""), e.get("name", "")), _finding_href(e)) for e in drawn]
     cx, cy = width / 2, height / 2
     rings_used = sum(1 for start in itertools.accumulate((0, *RING_CAPACITY[:-1])) if start < len(drawn))
     # spread whatever rings are used across the frame (a small pattern should not huddle around the hub)
@@ -341,12 +372,13 @@ def hub_layout(
     index = 0
     for ring, capacity in enumerate(RING_CAPACITY):
         members = drawn[index : index + capacity]
+        member_links = links[index : index + capacity]
         index += capacity
         if not members:
             break
         # spread a partial ring evenly; offset alternate rings so spokes do not overlap
         offset = -math.pi / 2 + (math.pi / len(members) if ring % 2 else 0.0)
-        for j, entry in enumerate(members):
+        for j, (entry, (href, finding_href)) in enumerate(zip(members, member_links, strict=True)):
             angle = offset + 2 * math.pi * j / len(members)
             status = str(entry.get("status") or "open")
             tone = status if status in STATUSES else "disputed"
@@ -366,12 +398,14 @@ def hub_layout(
                     x=x,
                     y=y,
                     r=r,
-                    href=repo_path(entry.get("host", ""), entry.get("owner", ""), entry.get("name", "")),
+                    href=href,
                     aria_label=f"{slug}: {count} instance{'s' if count != 1 else ''}, {status}",
                     label=label,
                     label_x=label_x,
                     label_y=round(y + 4, 1),
                     label_anchor=label_anchor,
+                    listed_status=status,
+                    finding_href=finding_href,
                 )
             )
     repo_count = _int(infestation, "repo_count")
@@ -381,7 +415,13 @@ def hub_layout(
     if with_narrow and width > NARROW_WIDTH:
         # a phone draws the two inner rings (the 32 most recent); "+N more in ledger" counts the rest
         narrow = hub_layout(
-            infestation, drawn, cap=NARROW_SATELLITES, width=NARROW_WIDTH, height=NARROW_HUB_HEIGHT, with_narrow=False
+            infestation,
+            drawn,
+            cap=NARROW_SATELLITES,
+            width=NARROW_WIDTH,
+            height=NARROW_HUB_HEIGHT,
+            with_narrow=False,
+            links=links[:NARROW_SATELLITES],
         )
     return HubGraph(
         width=width,
@@ -396,6 +436,11 @@ def hub_layout(
         legend=tuple(LegendEntry(tone=s, label=HUB_STATUS_LABELS[s]) for s in tones),
         narrow=narrow,
     )
+
+
+def _finding_href(entry: Mapping[str, Any]) -> str | None:
+    sample = entry.get("occurrence_public_id")
+    return finding_path(sample) if sample else None
 
 
 NARROW_HUB_HEIGHT = 400

@@ -13,7 +13,7 @@ from app.kernel.templating import environment
 from app.kernel.urls import repo_path
 from app.seed import DEMO_PATTERNS
 from e2e.seed import HOSTILE_NAME, HOSTILE_TITLE
-from e2e.soup import attrs, soup
+from e2e.soup import attr, attrs, one, soup
 
 
 def pattern(rank: int, repos: int, *, open_count: int | None = None, fixed: int = 0) -> dict[str, Any]:
@@ -205,3 +205,38 @@ def test_satellites_carry_a_label_a_link_and_stay_in_the_frame() -> None:
             x0 = sat.label_x if sat.label_anchor == "start" else sat.label_x - w
             assert x0 >= 0 and x0 + w <= g.width, (g.width, sat.slug)
             assert sat.r <= sat.x <= g.width - sat.r and sat.r <= sat.y <= g.height - sat.r
+
+
+def test_the_drawn_hub_is_the_layouts_geometry_with_status_and_links() -> None:
+    """The template draws each satellite's spoke, focus ring, node and label from the layout's numbers (ready
+    attribute runs), and the satellite carries what the table beside it shows: listed status and finding link."""
+    statuses = ("open", "fixed", "verified", "an unknown <status>")
+    entries = [
+        repo(i, instances=i % 5 + 1, status=statuses[i % 4]) | {"occurrence_public_id": f"{i:08d}" if i % 3 else None}
+        for i in range(40)
+    ]
+    graph = hub_layout({"title": "Hub", "repo_count": 40}, entries)
+    assert graph.narrow is not None
+    page = soup(environment.get_template("infestations/_hub.svg.html").render(graph=graph))
+    for variant, g in (("wide", graph), ("narrow", graph.narrow)):
+        svg = one(page, f"svg.map--{variant}")
+        spokes = [(float(attr(s, "x2")), float(attr(s, "y2"))) for s in svg.select("line.spoke")]
+        assert spokes == [(sat.x, sat.y) for sat in g.satellites]
+        assert {(attr(s, "x1"), attr(s, "y1")) for s in svg.select("line.spoke")} == {(str(g.hub_x), str(g.hub_y))}
+        for a, sat in zip(svg.select("a.satellite"), g.satellites, strict=True):
+            ring, node = a.select("circle")
+            assert [float(attr(ring, k)) for k in ("cx", "cy", "r")] == [sat.x, sat.y, sat.r + 4]
+            assert [float(attr(node, k)) for k in ("cx", "cy", "r")] == [sat.x, sat.y, sat.r]
+            assert node.get("class") == ["node", f"tone-{sat.status}"]
+            label = one(a, "text")
+            assert (float(attr(label, "x")), float(attr(label, "y")), attr(label, "text-anchor")) == (
+                sat.label_x,
+                sat.label_y,
+                sat.label_anchor,
+            )
+            assert label.get_text() == sat.label
+    for i, sat in enumerate(graph.satellites):
+        assert sat.listed_status == statuses[i % 4]
+        assert sat.status == (statuses[i % 4] if i % 4 < 3 else "disputed")
+        assert sat.finding_href == (f"/findings/{i:08d}" if i % 3 else None)
+    assert [s.finding_href for s in graph.narrow.satellites] == [s.finding_href for s in graph.satellites[:32]]
