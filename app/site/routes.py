@@ -10,7 +10,7 @@ from starlette.routing import BaseRoute, Route
 from app.kernel.web import json_twin, page, wants_json
 from app.registry.stats import registry_stats
 from app.reports.queries import list_recent_public_reports
-from app.site import home_infestations, records
+from app.site import home_infestations, openapi, records
 
 RECENT_REPORTS = 10
 
@@ -63,4 +63,5 @@ routes: list[BaseRoute] = [
     Route("/index{format:twin}", home, methods=["GET", "HEAD"], name="home_twin"),  # the twin of `/`
     Route("/fragments/home-infestations", home_infestations_fragment, methods=["GET", "HEAD"]),
     *records.routes,
+    *openapi.routes,
 ]

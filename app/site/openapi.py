@@ -1,0 +1,488 @@
+"""The OpenAPI 3.1 document of the JSON API (`/api/v1/...`) and of the public JSON twins, served at
+`/api/v1/openapi.json` (docs/domain.md §6.1 twins, §9 the report format; docs/security.md the error shape).
+
+The document is data: the enums come from the modules that own them, the shapes mirror the serializers
+(`app.reports.serializers`, `app.registry.api`) and the twins (`app.site.routes`, `app.site.records`,
+`app.infestations.routes`, `app.registry.routes`); tests/site/test_openapi.py checks real answers against it and
+that every API and twin route of the router is described.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from app.infestations.routes import STATUS_CHOICES
+from app.reports.models import CHECK_VERDICTS, CONFIRMATION_VERDICTS, PROVENANCES, REVIEW_KINDS, SEVERITIES
+from app.reports.validation import (
+    MAX_DESCRIPTION,
+    MAX_EVIDENCE,
+    MAX_FINDINGS,
+    MAX_LABEL,
+    MAX_LINE,
+    MAX_NOTES,
+    MAX_RUN_ID,
+    MAX_TITLE,
+)
+
+Schema = dict[str, Any]
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(kind: str, **extra: Any) -> Schema:
+    return {"type": [kind, "null"], **extra}
+
+
+def _obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
+    """An object with these required properties; more may be added later (clients ignore unknown keys)."""
+    return {"type": "object", "required": list(required), "properties": {**required, **(optional or {})}}
+
+
+STRING: Schema = {"type": "string"}
+INTEGER: Schema = {"type": "integer"}
+BOOLEAN: Schema = {"type": "boolean"}
+TIMESTAMP: Schema = _nullable("string", description="ISO 8601 date-time")
+UUID: Schema = {"type": "string", "format": "uuid"}
+SHA: Schema = {"type": "string", "pattern": "^[0-9a-f]{40}$"}
+SEVERITY: Schema = {"type": "string", "enum": list(SEVERITIES)}
+PROVENANCE: Schema = {"type": "string", "enum": list(PROVENANCES)}
+
+
+def _page(item: Schema) -> Schema:
+    """`app.kernel.paging.Page`: a keyset page."""
+    return _obj({"entries": {"type": "array", "items": item}, "next_cursor": _nullable("string")})
+
+
+_SCHEMAS: dict[str, Schema] = {
+    "Errors": {
+        "type": "object",
+        "required": ["errors"],
+        "properties": {
+            "errors": {
+                "type": "object",
+                "description": "field (or `request`, `path`, ...) -> messages naming the rule broken",
+                "additionalProperties": {"type": "array", "items": STRING},
+            }
+        },
+    },
+    # -- request bodies (docs/domain.md §9) --
+    "ScanFinding": {
+        "type": "object",
+        "required": ["file", "severity", "title", "description"],
+        "properties": {
+            "file": {"type": "string", "description": "a safe repository-relative path (docs/domain.md §2.3)"},
+            "severity": SEVERITY,
+            "title": {"type": "string", "maxLength": MAX_TITLE},
+            "description": {"type": "string", "maxLength": MAX_DESCRIPTION},
+            "disposition": {"type": "string", "description": "ignored: recomputed by the registry"},
+            "existing_finding_id": {**UUID, "description": "a hint only"},
+            "line_start": {"type": "integer", "minimum": 1, "maximum": MAX_LINE},
+            "line_end": {"type": "integer", "minimum": 1, "maximum": MAX_LINE, "description": "needs line_start, ≥ it"},
+        },
+    },
+    "ScanDocument": {
+        "type": "object",
+        "description": "Scan Format v1 (`tarakan_review_format` is accepted as an alias key; unknown keys ignored; "
+        "≤ 2,000,000 characters as stored)",
+        "required": ["findings"],
+        "properties": {
+            "tarakan_scan_format": {"const": 1},
+            "tarakan_review_format": {"const": 1},
+            "findings": {"type": "array", "maxItems": MAX_FINDINGS, "items": _ref("ScanFinding")},
+        },
+    },
+    "ReportSubmission": {
+        "type": "object",
+        "required": ["commit_sha", "document"],
+        "properties": {
+            "commit_sha": {"type": "string", "description": "40 hex, trimmed and lowercased"},
+            "provenance": {**PROVENANCE, "default": "agent"},
+            "review_kind": {"type": "string", "enum": list(REVIEW_KINDS), "default": "code_review"},
+            "model": {"type": "string", "maxLength": MAX_LABEL, "description": "required unless provenance is human"},
+            "prompt_version": {"type": "string", "maxLength": MAX_LABEL, "description": "as model"},
+            "run_id": {"type": "string", "maxLength": MAX_RUN_ID, "description": "one report per run and account"},
+            "notes": {"type": "string", "maxLength": MAX_NOTES},
+            "document": _ref("ScanDocument"),
+        },
+    },
+    "CheckSubmission": {
+        "type": "object",
+        "required": ["commit_sha", "verdict", "notes"],
+        "properties": {
+            "commit_sha": STRING,
+            "verdict": {"type": "string", "enum": list(CHECK_VERDICTS)},
+            "provenance": {**PROVENANCE, "default": "agent"},
+            "notes": {"type": "string", "minLength": 20, "maxLength": MAX_NOTES},
+            "evidence": {"type": "string", "maxLength": MAX_EVIDENCE},
+        },
+    },
+    "ConfirmationSubmission": {
+        "type": "object",
+        "required": ["verdict", "notes"],
+        "properties": {
+            "verdict": {"type": "string", "enum": list(CONFIRMATION_VERDICTS)},
+            "provenance": {**PROVENANCE, "default": "agent"},
+            "notes": {"type": "string", "minLength": 20, "maxLength": MAX_NOTES},
+            "evidence": {"type": "string", "maxLength": MAX_EVIDENCE},
+        },
+    },
+    "RepositoryRegistration": {
+        "type": "object",
+        "required": ["host", "owner", "name"],
+        "properties": {"host": STRING, "owner": STRING, "name": STRING},
+    },
+    # -- API answers (app.reports.serializers, app.registry.api) --
+    "Report": _obj(
+        {
+            "id": INTEGER,
+            "kind": {"const": "report"},
+            "repository": STRING,
+            "commit_sha": SHA,
+            "commit_committed_at": TIMESTAMP,
+            "model": _nullable("string"),
+            "prompt_version": _nullable("string"),
+            "run_id": _nullable("string"),
+            "provenance": PROVENANCE,
+            "provenance_attestation": {"const": "self_reported"},
+            "review_kind": {"type": "string", "enum": list(REVIEW_KINDS)},
+            "findings_count": INTEGER,
+            "verified": BOOLEAN,
+            "review_status": STRING,
+            "visibility": STRING,
+            "disclosed": BOOLEAN,
+            "record_url": STRING,
+            "findings": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "public_id": UUID,
+                        "canonical_public_id": _nullable("string", format="uuid"),
+                        "pattern_key": _nullable("string"),
+                        "title": STRING,
+                        "severity": SEVERITY,
+                        "disposition": STRING,
+                        "url": STRING,
+                    }
+                ),
+            },
+        }
+    ),
+    "Check": _obj(
+        {
+            "id": INTEGER,
+            "canonical_public_id": UUID,
+            "verdict": {"type": "string", "enum": list(CHECK_VERDICTS)},
+            "commit_sha": SHA,
+            "provenance": PROVENANCE,
+            "status": STRING,
+            "confirmations_count": INTEGER,
+            "disputes_count": INTEGER,
+        }
+    ),
+    "Confirmation": _obj(
+        {
+            "id": INTEGER,
+            "report_id": INTEGER,
+            "verdict": {"type": "string", "enum": list(CONFIRMATION_VERDICTS)},
+            "provenance": PROVENANCE,
+            "commit_sha": SHA,
+            "confirmations_count": INTEGER,
+            "disputes_count": INTEGER,
+            "verified": BOOLEAN,
+            "review_status": STRING,
+            "checks_recorded": INTEGER,
+        }
+    ),
+    "Repository": _obj(
+        {
+            "id": INTEGER,
+            "host": STRING,
+            "owner": STRING,
+            "name": STRING,
+            "canonical_url": STRING,
+            "listing_status": STRING,
+            "status": STRING,
+            "scan_count": INTEGER,
+            "open_findings_count": INTEGER,
+            "verified_findings_count": INTEGER,
+            "url": STRING,
+        }
+    ),
+    # -- public twins --
+    "PublicRepository": _obj(
+        {
+            "host": STRING,
+            "owner": STRING,
+            "name": STRING,
+            "canonical_url": STRING,
+            "status": STRING,
+            "scan_count": INTEGER,
+            "open_findings_count": INTEGER,
+            "verified_findings_count": INTEGER,
+            "last_scanned_at": TIMESTAMP,
+            "description": _nullable("string"),
+            "primary_language": _nullable("string"),
+            "stars_count": _nullable("integer"),
+            "forks_count": _nullable("integer"),
+            "archived": _nullable("boolean"),
+            "participation_mode": _nullable("string"),
+            "listing_status": STRING,
+            "url": {"type": "string", "description": "the page's path"},
+        }
+    ),
+    "Infestation": _obj(
+        {
+            "pattern_key": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            "repo_count": INTEGER,
+            "instance_count": INTEGER,
+        },
+        {k: INTEGER for k in ("open_count", "verified_count", "fixed_count", "disputed_count")},
+    ),
+    "Instance": {"type": "object", "description": "one ledger row (docs/domain.md §4.4)"},
+    "AffectedRepository": {"type": "object", "description": "a repository affected by the pattern"},
+    "InstancePage": _page(_ref("Instance")),
+    "InfestationList": _obj(
+        {
+            "items": {"type": "array", "items": _ref("Infestation")},
+            "refreshed_at": TIMESTAMP,
+            "filters": _obj(
+                {
+                    "days": {"type": "integer", "minimum": 1, "maximum": 365},
+                    "min_repos": INTEGER,
+                    "status": {"type": "string", "enum": list(STATUS_CHOICES)},
+                    "limit": INTEGER,
+                    "counts_window_days": INTEGER,
+                }
+            ),
+        }
+    ),
+    "InfestationShow": _obj(
+        {
+            "infestation": _ref("Infestation"),
+            "refreshed_at": TIMESTAMP,
+            "repositories": _page(_ref("AffectedRepository")),
+            "instances": _ref("InstancePage"),
+        }
+    ),
+    "Home": _obj(
+        {
+            "stats": {"type": "object"},
+            "infestations": {"type": "array", "items": {"type": "object"}},
+            "recent_reports": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "id": INTEGER,
+                        "repository": STRING,
+                        "host": STRING,
+                        "commit_sha": SHA,
+                        "provenance": PROVENANCE,
+                        "model": _nullable("string"),
+                        "visibility": STRING,
+                        "findings_count": _nullable("integer", description="null for a summary-only report"),
+                        "inserted_at": TIMESTAMP,
+                    }
+                ),
+            },
+        }
+    ),
+    "Search": _obj({"query": STRING, "items": {"type": "array", "items": _ref("PublicRepository")}}),
+    "RepositoryRecord": _obj(
+        {
+            "repository": _ref("PublicRepository"),
+            "reports": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "id": INTEGER,
+                        "commit_sha": SHA,
+                        "model": _nullable("string"),
+                        "provenance": PROVENANCE,
+                        "review_kind": STRING,
+                        "review_status": STRING,
+                        "visibility": STRING,
+                        "inserted_at": TIMESTAMP,
+                    },
+                    {"findings_count": INTEGER, "findings": {"type": "array", "items": {"type": "object"}}},
+                ),
+            },
+            "infestations": {"type": "array", "items": {"type": "object"}},
+        }
+    ),
+    "FindingRecord": _obj(
+        {
+            "finding": _obj(
+                {
+                    "public_id": UUID,
+                    "title": STRING,
+                    "severity": SEVERITY,
+                    "file_path": STRING,
+                    "line_start": _nullable("integer"),
+                    "line_end": _nullable("integer"),
+                    "description": STRING,
+                    "disposition": STRING,
+                    "status": _nullable("string"),
+                    "canonical_public_id": _nullable("string", format="uuid"),
+                    "confirmations_count": _nullable("integer"),
+                    "disputes_count": _nullable("integer"),
+                    "pattern_key": _nullable("string"),
+                    "commit_sha": SHA,
+                    "reported_at": TIMESTAMP,
+                    "repository": _obj({"host": STRING, "owner": STRING, "name": STRING}),
+                }
+            ),
+            "checks": {"type": "array", "items": {"type": "object"}},
+        }
+    ),
+}
+
+_ERROR_TEXT = {
+    "400": "Malformed request: not JSON, not an object, too deep, a bad cursor or identifier",
+    "401": "No or unknown bearer token",
+    "403": "The token lacks the scope, or the account may not act here",
+    "404": "Unknown or hidden resource (the same answer for both)",
+    "409": "Conflicts with the current state",
+    "413": "Body larger than the limit",
+    "422": "A field broke a rule: `errors` names the field and the rule",
+    "429": "A rate limit or daily quota: see `Retry-After`",
+    "503": "Load shedding or a dependency outage: see `Retry-After`",
+}
+
+
+def _error(code: str) -> Schema:
+    return {"$ref": f"#/components/responses/E{code}"}
+
+
+_API_ERRORS = ("400", "401", "403", "404", "409", "413", "422", "429", "503")
+_TWIN_ERRORS = ("400", "404", "413", "422", "503")
+
+
+def _json(schema: Schema, description: str) -> Schema:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _param(name: str, where: str = "path", schema: Schema | None = None, description: str = "") -> Schema:
+    param: Schema = {"name": name, "in": where, "required": where == "path", "schema": schema or STRING}
+    if description:
+        param["description"] = description
+    return param
+
+
+def _post(summary: str, body: str, answers: dict[str, Schema], params: list[Schema]) -> Schema:
+    return {
+        "post": {
+            "summary": summary,
+            "security": [{"bearer": []}],
+            "parameters": params,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(body)}}},
+            "responses": answers | {code: _error(code) for code in _API_ERRORS},
+        }
+    }
+
+
+def _get(summary: str, schema: str, params: list[Schema] | None = None) -> Schema:
+    return {
+        "get": {
+            "summary": summary,
+            "parameters": params or [],
+            "responses": {"200": _json(_ref(schema), summary)} | {code: _error(code) for code in _TWIN_ERRORS},
+        }
+    }
+
+
+_REPO_PARAMS = [_param("host"), _param("owner"), _param("name")]
+_KEY = _param("pattern_key", schema={"type": "string"}, description="64 lowercase hex characters")
+_CURSOR = _param("cursor", "query", description="the `next_cursor` of the previous page")
+
+DOCUMENT: Schema = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "Tarakan API",
+        "version": "1",
+        "description": "The report API (bearer tokens) and the public JSON twins of the site's pages "
+        '(the `.json` suffix). Every error is `{"errors": {field: [messages]}}`.',
+    },
+    "paths": {
+        "/api/v1/repositories": _post(
+            "Register a repository (scope repositories:write or findings:submit)",
+            "RepositoryRegistration",
+            {
+                "201": _json(_ref("Repository"), "Registered"),
+                "200": _json(_ref("Repository"), "Already registered"),
+            },
+            [],
+        ),
+        "/api/v1/repos/{host}/{owner}/{name}/reports": _post(
+            "Submit a report (scope findings:submit or reviews:submit)",
+            "ReportSubmission",
+            {
+                "201": _json(_ref("Report"), "Stored"),
+                "200": _json(_ref("Report"), "A retry of a run already stored: the stored report"),
+            },
+            _REPO_PARAMS,
+        ),
+        "/api/v1/findings/{canonical_public_id}/checks": _post(
+            "Record a check of a canonical finding (scope findings:verify or reviews:verify)",
+            "CheckSubmission",
+            {"201": _json(_ref("Check"), "Recorded")},
+            [_param("canonical_public_id", schema=UUID)],
+        ),
+        "/api/v1/reports/{scan_id}/confirmations": _post(
+            "Record a report-level verdict (scope findings:verify or reviews:verify)",
+            "ConfirmationSubmission",
+            {"201": _json(_ref("Confirmation"), "Recorded")},
+            [_param("scan_id", schema={"type": "string", "pattern": "^[0-9]+$"})],
+        ),
+        "/api/v1/openapi.json": {
+            "get": {"summary": "This document", "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")}}
+        },
+        "/index.json": _get("The home page's twin: stats, infestations, recent reports", "Home"),
+        "/infestations.json": _get(
+            "The atlas: ranked infestations (filters are clamped, never refused)",
+            "InfestationList",
+            [
+                _param("days", "query", {"type": "string"}, "1..365, default 30"),
+                _param("min_repos", "query", {"type": "string"}, "default 2"),
+                _param("status", "query", {"type": "string"}, "one of " + ", ".join(STATUS_CHOICES)),
+                _param("limit", "query", {"type": "string"}, "default 50"),
+            ],
+        ),
+        "/infestations/{pattern_key}.json": _get(
+            "One infestation: counts, affected repositories, ledger",
+            "InfestationShow",
+            [_KEY, _CURSOR, _param("repos_cursor", "query")],
+        ),
+        "/infestations/{pattern_key}/instances.json": _get(
+            "A page of an infestation's ledger", "InstancePage", [_KEY, _CURSOR]
+        ),
+        "/repos/{host}/{owner}/{name}.json": _get(
+            "A repository's record: its reports and infestations", "RepositoryRecord", _REPO_PARAMS
+        ),
+        "/findings/{ref}.json": _get(
+            "A finding's record and its checks", "FindingRecord", [_param("ref", schema=UUID)]
+        ),
+        "/search.json": _get(
+            "Search repositories",
+            "Search",
+            [_param("q", "query"), _param("limit", "query", {"type": "string"})],
+        ),
+    },
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an API token"}},
+        "schemas": _SCHEMAS,
+        "responses": {f"E{code}": _json(_ref("Errors"), text) for code, text in _ERROR_TEXT.items()},
+    },
+}
+
+
+async def openapi_json(request: Request) -> Response:
+    return JSONResponse(DOCUMENT, headers={"Cache-Control": "public, max-age=300"})
+
+
+routes: list[BaseRoute] = [Route("/api/v1/openapi.json", openapi_json, methods=["GET", "HEAD"], name="openapi")]
