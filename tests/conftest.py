@@ -62,6 +62,8 @@ def truncate_all() -> None:
 
 @pytest.fixture(autouse=True)
 def clean_database(services: dict[str, str]) -> None:
+    from app.infestations import queries as infestation_queries
+    from app.registry import queries as registry_queries
     from app.registry.stats import reset_registry_stats_cache
     from app.site import home_infestations
 
@@ -69,6 +71,8 @@ def clean_database(services: dict[str, str]) -> None:
     # in-process caches must not outlive the rows they describe
     reset_registry_stats_cache()
     home_infestations.clear()
+    registry_queries.search_cache.reset()
+    infestation_queries.status_list_cache.reset()
 
 
 @pytest.fixture

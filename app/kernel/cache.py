@@ -2,7 +2,9 @@
 
 A `cachetools.TTLCache` holds fresh values; one refresher per key recomputes an expired value while concurrent
 callers get the value they already had (stale-while-revalidate). Used for the registry's headline numbers and
-the sitemap's child page boundaries.
+the sitemap's child page boundaries, and for the expensive anonymous reads keyed by user input (search, the
+status-filtered atlas; docs/security.md): every per-key table is bounded by `maxsize` (least recently used out), so
+arbitrary keys cannot grow the process.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
+
+from app.kernel import db
+from app.kernel.audit import latest_event_id
 
 V = TypeVar("V")
 
@@ -30,10 +35,14 @@ class SingleFlightCache(Generic[V]):
         self._ttl = ttl
         self._maxsize = maxsize
         self._fresh: TTLCache[Hashable, V] = TTLCache(maxsize=maxsize, ttl=0)  # sized on first use
-        self._last: dict[Hashable, tuple[int, V]] = {}  # key -> (generation, value), kept past expiry
-        self._completed: dict[Hashable, int] = {}  # key -> refreshes finished (lets waiters share a result)
-        self._locks: dict[tuple[int, Hashable], asyncio.Lock] = {}
+        # key -> (generation, value), kept past expiry; bounded like the fresh values (least recently used out)
+        self._last: LRUCache[Hashable, tuple[int, V]] = LRUCache(maxsize=maxsize)
+        # key -> refreshes finished (lets waiters share a result)
+        self._completed: LRUCache[Hashable, int] = LRUCache(maxsize=maxsize)
+        # an evicted lock costs at worst one duplicate load, never a wrong value
+        self._locks: LRUCache[tuple[int, Hashable], asyncio.Lock] = LRUCache(maxsize=maxsize)
         self._generation = 0
+        self.loads = 0  # loader calls so far (observability for tests and operators)
 
     def _fresh_cache(self) -> TTLCache[Hashable, V]:
         ttl = self._ttl()
@@ -69,6 +78,7 @@ class SingleFlightCache(Generic[V]):
             if self._completed.get(key, 0) != seen and last is not None and last[0] == self._generation:
                 return last[1]  # the refresher we waited for produced a result after the last invalidation
             generation = self._generation
+            self.loads += 1
             value = await loader()
             self._completed[key] = self._completed.get(key, 0) + 1
             self._last[key] = (generation, value)
@@ -84,3 +94,31 @@ class SingleFlightCache(Generic[V]):
         """Forget everything, the last known values included (test isolation)."""
         self.invalidate()
         self._last.clear()
+        self._completed.clear()
+        self.loads = 0
+
+
+class TakedownKeyedCache(Generic[V]):
+    """A `SingleFlightCache` for public answers that a takedown must change at the next request in every process.
+
+    The newest audit event id is read at every call (one index probe, as the home fragment does: every takedown is
+    audited, docs/domain.md §5.7) and folded into the key; when it differs from the last one this process saw, the
+    older entries are dropped. Callers put only anonymous answers here (docs/security.md: a privileged viewer's
+    answer never enters a shared cache).
+    """
+
+    def __init__(self, ttl: Callable[[], float], *, maxsize: int) -> None:
+        self.cache: SingleFlightCache[V] = SingleFlightCache(ttl, maxsize=maxsize)
+        self._seen: int | None = None
+
+    async def get(self, key: Hashable, loader: Callable[[], Awaitable[V]]) -> V:
+        async with db.read_session() as session:
+            generation = await latest_event_id(session)
+        if generation != self._seen:
+            self.cache.invalidate()
+            self._seen = generation
+        return await self.cache.get((generation, key), loader)
+
+    def reset(self) -> None:
+        self.cache.reset()
+        self._seen = None

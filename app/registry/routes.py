@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from app.accounts.sessions import session_token
 from app.kernel.urls import repo_path, twin_path
 from app.kernel.web import json_twin, page, wants_json
 from app.registry import queries
@@ -48,7 +49,8 @@ def _search_limit(raw: str | None) -> int:
 async def search(request: Request) -> Response:
     query = queries.normalize_query(request.query_params.get("q", ""))
     limit = _search_limit(request.query_params.get("limit"))
-    results = await queries.search_repositories(query, limit=limit)
+    # only a request without a session cookie shares the search cache (docs/security.md "Limits")
+    results = await queries.search_repositories(query, limit=limit, anonymous=session_token(request) is None)
     if wants_json(request):
         return json_twin({"query": query, "items": [public_repository_json(r) for r in results]})
     json_url = twin_path(f"/search?{request.query_params}" if request.query_params else "/search")
