@@ -82,3 +82,17 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 4711))
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
         yield c
+
+
+@pytest.fixture
+async def tiny_statement_timeout(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
+    """This process's new connections cap every statement at 0.2 s, as `tarakan serve` does with DB_STATEMENT_TIMEOUT."""
+    from app.kernel import db
+
+    await db.dispose_engines()
+    monkeypatch.setenv("DB_STATEMENT_TIMEOUT", "0.2")
+    monkeypatch.setattr(db, "_statement_timeout", 0.0)
+    db.limit_statements()
+    yield
+    await db.dispose_engines()
+

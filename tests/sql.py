@@ -3,8 +3,12 @@ statement in its own committed transaction."""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
+import httpx
+import psycopg
 from sqlalchemy import text
 
 from app.kernel import db
@@ -28,3 +32,15 @@ async def scalar(sql: str, **params: Any) -> Any:
 async def execute(sql: str, **params: Any) -> None:
     async with db.transaction() as session:
         await session.execute(text(sql), params)
+
+
+async def get_while_locked(client: httpx.AsyncClient, path: str, table: str) -> tuple[httpx.Response, float]:
+    """GET `path` while another connection holds `table` exclusively; the answer and the seconds it took."""
+    url = os.environ["DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url) as blocker:
+        blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        response = await client.get(path)
+        waited = time.monotonic() - started
+        blocker.rollback()
+    return response, waited

@@ -6,13 +6,9 @@ server's statement timeout is load shedding (503 with Retry-After), not a 500 or
 from __future__ import annotations
 
 import asyncio
-import os
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from sqlalchemy import text
 
@@ -22,6 +18,7 @@ from app.moderation import service
 from e2e.seed import seed_pattern
 from tests import factories
 from tests.moderation.support import act_as
+from tests.sql import get_while_locked
 
 NOTES = "Quarantined while its history is checked."
 OPEN = "/infestations.json?status=open&days=365"
@@ -100,28 +97,13 @@ async def test_a_signed_in_viewers_status_list_never_enters_the_shared_cache(cli
     assert queries.status_list_cache.cache.loads == 1
 
 
-@pytest.fixture
-async def tiny_statement_timeout(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
-    await db.dispose_engines()
-    monkeypatch.setenv("DB_STATEMENT_TIMEOUT", "0.2")
-    monkeypatch.setattr(db, "_statement_timeout", 0.0)
-    db.limit_statements()
-    yield
-    await db.dispose_engines()
-
-
 @pytest.mark.parametrize("path", [OPEN, "/infestations?status=open&days=365"])
 async def test_a_status_list_past_the_statement_timeout_answers_503_with_retry_after(
     client: httpx.AsyncClient, tiny_statement_timeout: None, path: str
 ) -> None:
     await seed_pattern("Hardcoded secret in config", repos=2)
-    url = os.environ["DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(url) as blocker:  # holds the table: the aggregate waits until its statement is cancelled
-        blocker.execute("LOCK TABLE infestation_pattern_instances IN ACCESS EXCLUSIVE MODE")
-        started = time.monotonic()
-        response = await client.get(path)
-        waited = time.monotonic() - started
-        blocker.rollback()
+    # another connection holds the table: the aggregate waits until its statement is cancelled
+    response, waited = await get_while_locked(client, path, "infestation_pattern_instances")
     assert response.status_code == 503, response.text[:200]
     assert response.headers["retry-after"] == "10"
     assert waited < 5

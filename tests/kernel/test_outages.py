@@ -211,17 +211,7 @@ async def test_a_request_waits_a_bounded_time_for_a_connection_then_answers_503(
     assert (await client.get("/infestations.json")).status_code == 200  # connections back: served again
 
 
-@pytest.fixture
-async def statement_timeout(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
-    await db.dispose_engines()
-    monkeypatch.setenv("DB_STATEMENT_TIMEOUT", "0.2")
-    monkeypatch.setattr(db, "_statement_timeout", 0.0)
-    db.limit_statements()
-    yield
-    await db.dispose_engines()
-
-
-async def test_the_server_caps_each_statement_and_the_cap_is_an_outage(statement_timeout: None) -> None:
+async def test_the_server_caps_each_statement_and_the_cap_is_an_outage(tiny_statement_timeout: None) -> None:
     started = time.monotonic()
     with pytest.raises(sa_exc.OperationalError) as raised:
         async with db.read_session() as session:

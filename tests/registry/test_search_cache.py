@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from collections.abc import AsyncIterator
 
 import httpx
 import psycopg
 import pytest
 
-from app.kernel import db
 from app.kernel.cache import TakedownKeyedCache
 from app.moderation import service
 from app.registry import queries
 from tests import factories
 from tests.moderation.support import act_as
+from tests.sql import get_while_locked
 
 NOTES = "Quarantined while its history is checked."
 
@@ -88,28 +86,13 @@ async def test_a_signed_in_viewers_search_never_enters_the_shared_cache(client: 
     assert queries.search_cache.cache.loads == 1  # the anonymous answer was loaded, not taken from the moderator's
 
 
-@pytest.fixture
-async def tiny_statement_timeout(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
-    await db.dispose_engines()
-    monkeypatch.setenv("DB_STATEMENT_TIMEOUT", "0.2")
-    monkeypatch.setattr(db, "_statement_timeout", 0.0)
-    db.limit_statements()
-    yield
-    await db.dispose_engines()
-
-
 @pytest.mark.parametrize("path", ["/search.json?q=acme", "/search?q=acme"])
 async def test_a_search_past_the_statement_timeout_answers_503_with_retry_after(
     client: httpx.AsyncClient, tiny_statement_timeout: None, path: str
 ) -> None:
     await two_repositories()
-    url = os.environ["DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(url) as blocker:  # holds the table: the search waits until its statement is cancelled
-        blocker.execute("LOCK TABLE repositories IN ACCESS EXCLUSIVE MODE")
-        started = time.monotonic()
-        response = await client.get(path)
-        waited = time.monotonic() - started
-        blocker.rollback()
+    # another connection holds the table: the search waits until its statement is cancelled
+    response, waited = await get_while_locked(client, path, "repositories")
     assert response.status_code == 503, response.text[:200]
     assert response.headers["retry-after"] == "10"
     assert waited < 5
