@@ -170,6 +170,30 @@ async def measure_refresh(results: dict[str, Any]) -> None:
     print(f"  refresh hot key: {json.dumps(results['refresh_hot'])}", flush=True)
 
 
+async def poll_lag(
+    dsn: str, pending: dict[int, float], lags: list[float], done: asyncio.Event, last_submit: list[float]
+) -> None:
+    """The lag measurement (also bench/capacity_bench.py): `pending` maps a canonical id to its commit time; it is
+    reflected once its instance row carries the canonical's new updated_at. Runs until `done` and nothing pending
+    (or 60 s after the last submit)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not (done.is_set() and not pending):
+            if pending:
+                ids = list(pending)
+                rows = conn.execute(
+                    "SELECT i.canonical_finding_id FROM infestation_pattern_instances i "
+                    "JOIN canonical_findings c ON c.id = i.canonical_finding_id "
+                    "WHERE i.canonical_finding_id = ANY(%s) AND i.updated_at = c.updated_at",
+                    (ids,),
+                ).fetchall()
+                now = time.perf_counter()
+                for (cid,) in rows:
+                    lags.append(now - pending.pop(cid))
+            await asyncio.sleep(0.02)
+            if done.is_set() and time.perf_counter() - last_submit[0] > 60:
+                break
+
+
 async def measure_lag(dsn: str, results: dict[str, Any], rate: float, seconds: float) -> None:
     """Submit reports at `rate`/s through the real service while a real worker drains; lag = commit →
     the canonical's instance row carries its new updated_at."""
@@ -187,27 +211,8 @@ async def measure_lag(dsn: str, results: dict[str, Any], rate: float, seconds: f
     lags: list[float] = []
     done = asyncio.Event()
     rng = random.Random(7)
-
-    async def poll() -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            while not (done.is_set() and not pending):
-                if pending:
-                    ids = list(pending)
-                    rows = conn.execute(
-                        "SELECT i.canonical_finding_id FROM infestation_pattern_instances i "
-                        "JOIN canonical_findings c ON c.id = i.canonical_finding_id "
-                        "WHERE i.canonical_finding_id = ANY(%s) AND i.updated_at = c.updated_at",
-                        (ids,),
-                    ).fetchall()
-                    now = time.perf_counter()
-                    for (cid,) in rows:
-                        lags.append(now - pending.pop(cid))
-                await asyncio.sleep(0.02)
-                if done.is_set() and time.perf_counter() - last_submit[0] > 60:
-                    break
-
     last_submit = [time.perf_counter()]
-    poller = asyncio.create_task(poll())
+    poller = asyncio.create_task(poll_lag(dsn, pending, lags, done, last_submit))
     interval = 1 / rate
     start = time.perf_counter()
     n = 0
