@@ -78,6 +78,7 @@ class Settings:
     shadow_sample_keys: int
     shadow_period_minutes: int
     shadow_recheck_seconds: float
+    export_dir: str
 
 
 def settings() -> Settings:
@@ -117,6 +118,8 @@ def settings() -> Settings:
         shadow_sample_keys=_int("INFESTATIONS_SHADOW_SAMPLE", 50),
         shadow_period_minutes=_int("INFESTATIONS_SHADOW_PERIOD_MINUTES", 5, minimum=1),
         shadow_recheck_seconds=seconds("INFESTATIONS_SHADOW_RECHECK_SECONDS", 120.0),
+        # where the worker writes the bulk exports and the web serves them from (docs/operations.md "Bulk export")
+        export_dir=os.environ.get("EXPORT_DIR", "").strip() or ".data/exports",
     )
 
 
