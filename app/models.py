@@ -8,6 +8,7 @@ from app.infestations.models import (
     InfestationPatternRepo,
 )
 from app.kernel.audit import AuditEvent
+from app.kernel.changes import Change, PublishedCanonical, PublishedFinding, PublishedRepository
 from app.kernel.db import Base
 from app.ops.models import AppSecret, InstanceLease, JobRun
 from app.registry.models import Repository
@@ -22,6 +23,7 @@ __all__ = [
     "AuditEvent",
     "CanonicalFinding",
     "CanonicalFindingCheck",
+    "Change",
     "InfestationDirtyKey",
     "InfestationPattern",
     "InfestationPatternInstance",
@@ -29,6 +31,9 @@ __all__ = [
     "InstanceLease",
     "JobRun",
     "LoginAttempt",
+    "PublishedCanonical",
+    "PublishedFinding",
+    "PublishedRepository",
     "Repository",
     "Scan",
     "ScanConfirmation",

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.kernel import db, outages
+from app.kernel import changes, db, outages
 from app.kernel.aftercommit import after_commit
 from app.kernel.public import HAS_PUBLIC_OCCURRENCE
 
@@ -51,8 +51,10 @@ WHERE f.scan_id = :scan_id AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
 
 async def mark_dirty(session: AsyncSession, keys: Iterable[str | None], reason: str, *, ring: bool = True) -> int:
     """Record pattern keys whose rollups must be recomputed. Returns how many keys were marked. `ring=False` for
-    a caller that drains the keys itself (reconcile)."""
+    a caller that drains the keys itself (reconcile). Also announces the status changes under these keys on the
+    change feed (`app.kernel.changes`), in this transaction."""
     unique = sorted({k for k in keys if k})
+    await changes.sync_statuses(session, unique)
     if not unique:
         return 0
     result = await session.execute(
@@ -63,7 +65,9 @@ async def mark_dirty(session: AsyncSession, keys: Iterable[str | None], reason: 
 
 
 async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> int:
-    """Keys of the canonicals linked to one report (visibility and listing are irrelevant here)."""
+    """Keys of the canonicals linked to one report (visibility and listing are irrelevant here); the report's
+    change is announced on the change feed in this transaction."""
+    await changes.sync_scan(session, scan_id)
     result = await session.execute(
         text(_UPSERT_DIRTY.format(source=KEYS_FOR_SCAN)), {"scan_id": scan_id, "reason": reason}
     )
@@ -72,7 +76,10 @@ async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> i
 
 async def mark_repository_dirty(session: AsyncSession, repository_id: int, reason: str) -> int:
     """Delist-safe repository fan-out. One INSERT ... SELECT, whatever the number of keys; the drain job
-    then refreshes them in sorted batches of at most 200 per job, chaining continuation jobs."""
+    then refreshes them in sorted batches of at most 200 per job, chaining continuation jobs. The change feed
+    announces the repository's change in this transaction; reason `delete` (called before the rows go) withdraws
+    all of its findings and itself."""
+    await changes.sync_repository(session, repository_id, deleting=reason == "delete")
     result = await session.execute(
         text(_UPSERT_DIRTY.format(source=KEYS_FOR_REPOSITORY)), {"repository_id": repository_id, "reason": reason}
     )
