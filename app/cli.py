@@ -65,13 +65,21 @@ async def _check_schema() -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.kernel.logs import configure_logging
+    from app.kernel.logs import PROCESS_LOG_CONFIG, configure_logging
+    from app.kernel.metrics import multiprocess_metrics
 
     settings()  # DATABASE_URL and REDIS_URL are required before anything listens
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
     configure_logging()
     asyncio.run(_check_schema())
-    # our logging (LOG_FORMAT) and our access line (route, status, duration, request id) replace uvicorn's
-    uvicorn.run("app.main:app", host=args.host, port=args.port, proxy_headers=True, log_config=None, access_log=False)
+    # N processes share the port (uvicorn's supervisor restarts one that dies); /metrics sums over them
+    with multiprocess_metrics(args.workers):
+        # our logging (LOG_FORMAT) and our access line (route, status, duration, request id) replace uvicorn's
+        uvicorn.run(
+            "app.main:app", host=args.host, port=args.port, workers=args.workers, proxy_headers=True,
+            log_config=PROCESS_LOG_CONFIG if args.workers > 1 else None, access_log=False,
+        )  # fmt: skip
     return 0
 
 
@@ -140,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = command(sub, "serve", _serve, "serve the web app")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    serve.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="server processes on the one port (default: 1)"
+    )
     worker = command(sub, "worker", _worker, "run the arq worker")
     worker.add_argument("--burst", action="store_true", help="run queued jobs, then exit")
     worker.add_argument(
@@ -153,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     command(sub, "migrate", _migrate, "apply database migrations")
 
     from app.accounts.cli import register as register_accounts
+    from app.exports.cli import register as register_exports
     from app.infestations.cli import register as register_infestations
     from app.moderation.cli import register as register_moderation
     from app.registry.cli import register as register_registry
@@ -166,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         register_reports,
         register_moderation,
         register_infestations,
+        register_exports,
     ):
         register(sub)
     return parser

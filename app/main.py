@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from app.kernel import db, outages, urls
+from app.kernel import db, metrics, outages, urls
 from app.kernel.errors import BadRequest, DomainError, NotFound
 from app.kernel.templating import ROOT
 from app.kernel.web import error_response, unavailable_response
@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 def _routes() -> list[BaseRoute]:
     from app.accounts.routes import routes as account_routes
+    from app.exports.routes import routes as export_routes
+    from app.feed.routes import routes as feed_routes
     from app.infestations.routes import routes as infestation_routes
     from app.moderation.routes import routes as moderation_routes
     from app.ops.routes import routes as ops_routes
@@ -40,10 +42,12 @@ def _routes() -> list[BaseRoute]:
         *account_routes,
         *moderation_routes,
         *registry_api_routes,
+        *feed_routes,
         *report_routes,
         *registry_routes,
         *infestation_routes,
         *site_routes,
+        *export_routes,
         Mount("/static", app=StaticFiles(directory=str(ROOT / "static")), name="static"),
     ]
 
@@ -115,6 +119,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 
     await close_pools()
     await db.dispose_engines()
+    metrics.process_exit()  # serve --workers N: this process's live samples leave the sum
 
 
 def create_app() -> Starlette:

@@ -19,6 +19,7 @@ from arq.worker import Worker, func, get_kwargs
 from prometheus_client import start_http_server
 from sqlalchemy import exc as sa_exc
 
+from app.exports import service as exports
 from app.infestations import dirty_queue, maintenance, shadow_sampler
 from app.kernel import db, outages
 from app.kernel.config import ConfigError, settings
@@ -33,6 +34,7 @@ MAX_TRIES = 5
 WINDOWS_LEASE = "recompute_windows"
 RECONCILE_LEASE = "reconcile"
 SHADOW_LEASE = "shadow_compare"
+EXPORT_LEASE = "export"
 
 
 def _transient(exc: BaseException) -> bool:
@@ -139,6 +141,27 @@ async def shadow_compare_job(ctx: dict[str, Any], slot: str | None = None) -> bo
     return await _singleton(ctx, SHADOW_LEASE, when, run)
 
 
+async def export_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """The bulk export (app.exports.service), checked every minute and built once fleet-wide when due: none yet,
+    the newest a day old, or the newest holding a record withdrawn since it was built (a takedown: rebuilt at the
+    next minute's check, so takedowns within one minute share one rebuild). Returns False when nothing was due or
+    another worker ran it."""
+    when = _slot(ctx, slot)
+    try:
+        due = await exports.export_due(when)
+    except Exception as exc:
+        if _transient(exc):
+            raise Retry(defer=_retry_defer(ctx)) from exc
+        raise
+    if due is None:
+        return False
+
+    async def run() -> dict[str, Any]:
+        return {"reason": due, **await exports.rebuild_export()}
+
+    return await _singleton(ctx, EXPORT_LEASE, when, run)
+
+
 async def startup(ctx: dict[str, Any]) -> None:
     """At start and after each reconnection to Redis: ring a drain, so keys dirtied while no worker listened (rings
     lost in a Redis outage) drain now rather than at the next minute's sweep."""
@@ -191,12 +214,14 @@ class WorkerSettings:
         func(recompute_windows_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
         func(reconcile_job, keep_result=3600, timeout=12 * 3600, max_tries=3),
         func(shadow_compare_job, keep_result=3600, timeout=600, max_tries=1),
+        func(export_job, keep_result=3600, timeout=3 * 3600, max_tries=1),
     ]
     cron_jobs = [
         cron(recompute_windows_job, minute=0, timeout=3 * 3600, max_tries=3),
         cron(reconcile_job, hour=3, minute=30, timeout=12 * 3600, max_tries=3),
         cron(sweep_dirty_keys, timeout=600, max_tries=1),
         cron(shadow_compare_job, timeout=600, max_tries=1),  # every minute; runs when its period is due
+        cron(export_job, timeout=3 * 3600, max_tries=1),  # every minute; builds when due (daily, after a takedown)
     ]
     on_startup = startup
     on_shutdown = shutdown

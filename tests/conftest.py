@@ -39,6 +39,8 @@ def services() -> Iterator[dict[str, str]]:
     # the worker's continuous shadow-compare stays off in the suite (its own test runs it:
     # tests/infestations/test_shadow_continuous.py); real worker processes inherit this
     os.environ.setdefault("INFESTATIONS_SHADOW_SAMPLE", "0")
+    # bulk exports (built by every real worker when none exists) go to the session's directory, not the tree's .data
+    os.environ.setdefault("EXPORT_DIR", os.path.join(tmp, "exports"))
     from app.migrate import upgrade_to_head
 
     upgrade_to_head()

@@ -34,7 +34,7 @@ PRIVATE_CACHE = "private, no-store"  # what a privileged viewer sees must never 
 JSON_SUFFIX = ".json"
 # Documents for machines (feeds, sitemaps) answer their errors in JSON like the API does; a 503 there is plain
 # text (a crawler reads the status and Retry-After, docs/reliability.md).
-_DOCUMENT_SUFFIXES = (".xml", ".atom", ".txt")
+_DOCUMENT_SUFFIXES = (".xml", ".atom", ".txt", ".sarif", ".gz")  # .gz: the bulk export files
 _MACHINE_SUFFIXES = (JSON_SUFFIX, *_DOCUMENT_SUFFIXES)
 
 

@@ -340,6 +340,17 @@ _SCHEMAS: dict[str, Schema] = {
             "checks": {"type": "array", "items": {"type": "object"}},
         }
     ),
+    # the bulk export (app.exports): its manifest; the records of its files are docs/schemas/*.schema.json
+    "ExportManifest": _obj(
+        {
+            "generated_at": {"type": "string", "description": "ISO 8601 date-time of the snapshot"},
+            "changes_cursor": {"type": "string", "description": "follow /api/v1/changes from this cursor"},
+            "files": {
+                "type": "array",
+                "items": _obj({"name": STRING, "records": INTEGER, "bytes": INTEGER, "sha256": {"type": "string"}}),
+            },
+        }
+    ),
 }
 
 _ERROR_TEXT = {
@@ -394,6 +405,21 @@ def _get(summary: str, schema: str, params: list[Schema] | None = None) -> Schem
             "responses": {"200": _json(_ref(schema), summary)} | {code: _error(code) for code in _TWIN_ERRORS},
         }
     }
+
+
+def _export_get(summary: str, content: Schema) -> Schema:
+    """A bulk export document (app.exports.routes): 404 before the first export, 503 while the newest one is being
+    rebuilt after a takedown (plain text for the files, like feeds)."""
+    unavailable = {"description": "Rebuilding after a takedown: see `Retry-After`", "content": {"text/plain": {}}}
+    answers: dict[str, Schema] = {
+        "200": {"description": summary, "content": content},
+        "206": {"description": "The requested range", "content": content},
+        "304": {"description": "Not modified (If-None-Match)"},
+        "404": _error("404"),
+        "416": {"description": "Range not satisfiable", "content": {"text/plain": {}}},
+        "503": _error("503") if "application/json" in content else unavailable,
+    }
+    return {"get": {"summary": summary, "parameters": [], "responses": answers}}
 
 
 _REPO_PARAMS = [_param("host"), _param("owner"), _param("name")]
@@ -472,6 +498,17 @@ DOCUMENT: Schema = {
             "Search",
             [_param("q", "query"), _param("limit", "query", {"type": "string"})],
         ),
+        "/exports/manifest.json": _export_get(
+            "The newest bulk export's manifest (ETag)", {"application/json": {"schema": _ref("ExportManifest")}}
+        ),
+        **{
+            f"/exports/{name}": _export_get(
+                "A file of the newest bulk export: gzipped NDJSON, one record per line (docs/schemas/); ETag is its "
+                "sha256, Range and If-Range supported",
+                {"application/gzip": {}},
+            )
+            for name in ("repositories.ndjson.gz", "findings.ndjson.gz", "patterns.ndjson.gz")
+        },
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an API token"}},

@@ -1,0 +1,69 @@
+"""`/exports/manifest.json` and `/exports/{file}`: the newest bulk export, with ETag and Range.
+
+Starlette's `FileResponse` answers `Range` (one or several ranges, 206/416) and `If-Range`; we add the strong ETag
+(the file's sha256 from the manifest, the manifest's own sha256 for itself) and `If-None-Match` (304). 404 when
+no export exists; 503 with Retry-After while the newest one holds a record withdrawn since it was built
+(`app.exports.service.served_export`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from app.exports import service
+from app.kernel.errors import NotFound
+from app.kernel.web import PUBLIC_CACHE
+
+_MEDIA_TYPES = {service.MANIFEST: "application/json"} | dict.fromkeys(service.FILE_NAMES, "application/gzip")
+
+
+def _not_modified(request: Request, etag: str) -> bool:
+    wanted = request.headers.get("if-none-match")
+    if wanted is None:
+        return False
+    return wanted.strip() == "*" or etag in (tag.strip().removeprefix("W/") for tag in wanted.split(","))
+
+
+async def _serve(request: Request, name: str) -> Response:
+    export = await service.served_export()
+    path = export.path / name
+    if name == service.MANIFEST:
+        digest = await anyio.to_thread.run_sync(lambda: hashlib.sha256(path.read_bytes()).hexdigest())
+    else:
+        entry = export.file(name)
+        if entry is None:
+            raise NotFound({"file": ["not in this export"]})
+        digest = entry["sha256"]
+    etag = f'"{digest}"'
+    headers = {"ETag": etag, "Cache-Control": PUBLIC_CACHE}
+    if _not_modified(request, etag):
+        return Response(status_code=304, headers=headers)
+    try:
+        # stat here, not in the response: an export deleted by the worker in between is a 404, not a 500
+        stat = await anyio.to_thread.run_sync(os.stat, path)
+    except FileNotFoundError:
+        raise NotFound({"file": ["this export was just replaced; read the manifest again"]}) from None
+    return FileResponse(path, headers=headers, media_type=_MEDIA_TYPES[name], stat_result=stat)
+
+
+async def manifest(request: Request) -> Response:
+    return await _serve(request, service.MANIFEST)
+
+
+async def export_file(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in service.FILE_NAMES:
+        raise NotFound({"file": [f"one of {', '.join(service.FILE_NAMES)}"]})
+    return await _serve(request, name)
+
+
+routes: list[BaseRoute] = [
+    Route("/exports/manifest.json", manifest, methods=["GET", "HEAD"], name="export_manifest"),
+    Route("/exports/{name}", export_file, methods=["GET", "HEAD"], name="export_file"),
+]

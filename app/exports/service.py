@@ -1,0 +1,314 @@
+"""Bulk export (issue 14 item 5): one consistent snapshot of all public data as gzipped NDJSON plus a manifest.
+
+An export is a directory holding `repositories.ndjson.gz`, `findings.ndjson.gz`, `patterns.ndjson.gz` and
+`manifest.json` = `{"generated_at", "changes_cursor", "files": [{"name", "records", "bytes", "sha256"}]}`. All
+three files are read in ONE repeatable-read, read-only transaction, and `changes_cursor` is the change feed's
+position in that same snapshot (`app.kernel.changes.snapshot_cursor`): a mirror loads the files, then follows
+`/api/v1/changes` from the cursor and misses nothing. Rows are streamed from a server-side cursor and rendered as
+JSON by Postgres, so memory stays bounded whatever the registry's size; the directory is written under a
+temporary name and renamed into place, so a reader never sees half an export.
+
+Public is what the site shows: the public join set (`app.kernel.public`) for repositories and findings, and the
+read-time guard for the derived pattern rows. Record fields are documented by the JSON Schemas in
+`docs/schemas/`.
+
+The worker keeps the last `KEEP_EXPORTS` exports in EXPORT_DIR (`rebuild_export`), builds one daily and again
+after any takedown (`export_due`); the web serves the newest one only while no withdrawal happened after its
+cursor (`served_export`), so a withdrawn record is never served from an export (docs/operations.md "Bulk export").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import json
+import logging
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.kernel import db
+from app.kernel.cache import TakedownKeyedCache
+from app.kernel.changes import PublishedRepository, snapshot_cursor, withdrawals_after
+from app.kernel.config import ConfigError, settings
+from app.kernel.errors import NotFound, ServiceUnavailable
+from app.kernel.public import PUBLIC_JOIN, listed_repository, visible_pattern
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+KEEP_EXPORTS = 3  # the newest ones kept in EXPORT_DIR (older ones, and any holding a withdrawn record, are deleted)
+EXPORT_PERIOD = timedelta(days=1)  # the daily build
+STREAM_BATCH = 1_000  # rows per fetch from the server-side cursor (bounded memory)
+STALE_RETRY_AFTER = 120  # seconds a client waits for the rebuild after a takedown: the next minute tick + the build
+WITHDRAWALS_CACHE_SECONDS = 5.0  # the request-time staleness check, dropped at the next request after a takedown
+
+# `host/owner/name`, and the opaque id, as the change feed names a repository (its `published_repositories` row,
+# written when the feed first announced it listed; NULL for a repository it has not announced yet)
+_SLUG = "r.host || '/' || r.owner || '/' || r.name"
+_OPAQUE_ID = f"(SELECT pr.opaque_id FROM {PublishedRepository.__tablename__} pr WHERE pr.repository_id = r.id)"
+
+# Each query yields one JSON text per record (built by Postgres: no per-row objects in Python), in a stable order
+# so that two exports of the same data are byte-identical once decompressed.
+_REPOSITORIES = f"""
+SELECT json_build_object(
+  'repository', {_SLUG}, 'repository_id', {_OPAQUE_ID},
+  'host', r.host, 'owner', r.owner, 'name', r.name, 'canonical_url', r.canonical_url,
+  'status', r.status, 'scan_count', r.scan_count, 'open_findings_count', r.open_findings_count,
+  'verified_findings_count', r.verified_findings_count, 'last_scanned_at', r.last_scanned_at,
+  'description', r.description, 'primary_language', r.primary_language, 'stars_count', r.stars_count,
+  'forks_count', r.forks_count, 'archived', r.archived, 'participation_mode', r.participation_mode,
+  'registered_at', r.inserted_at
+)::text
+FROM repositories r
+WHERE {listed_repository("r")}
+ORDER BY r.id
+"""
+
+_FINDINGS = f"""
+SELECT json_build_object(
+  'finding', f.public_id, 'canonical', c.public_id,
+  'repository', {_SLUG}, 'repository_id', {_OPAQUE_ID},
+  'status', c.status, 'pattern_key', c.pattern_key,
+  'title', f.title, 'severity', f.severity, 'description', f.description,
+  'file_path', f.file_path, 'line_start', f.line_start, 'line_end', f.line_end,
+  'disposition', f.disposition, 'commit_sha', s.commit_sha, 'reported_at', s.inserted_at,
+  'confirmations_count', c.confirmations_count, 'disputes_count', c.disputes_count,
+  'verified_at', c.verified_at, 'status_updated_at', c.updated_at
+)::text
+FROM scan_findings f
+JOIN scans s ON s.id = f.scan_id
+JOIN repositories r ON r.id = s.repository_id
+JOIN canonical_findings c ON c.id = f.canonical_finding_id
+WHERE {PUBLIC_JOIN}
+ORDER BY f.id
+"""
+
+# Derived rows (the atlas rollups): what the atlas shows, under the read-time guard; they follow a takedown after
+# the worker drains the pattern's key, like the atlas pages' counts.
+_PATTERNS = f"""
+SELECT json_build_object(
+  'pattern_key', p.pattern_key, 'title', p.title, 'severity', p.severity,
+  'repo_count', p.repo_count, 'instance_count', p.instance_count, 'open_count', p.open_count,
+  'verified_count', p.verified_count, 'fixed_count', p.fixed_count, 'disputed_count', p.disputed_count,
+  'first_seen_at', p.first_seen_at, 'last_seen_at', p.last_seen_at, 'refreshed_at', p.refreshed_at
+)::text
+FROM infestation_patterns p
+WHERE {visible_pattern("p.pattern_key")}
+ORDER BY p.pattern_key
+"""
+
+FILES: tuple[tuple[str, str], ...] = (
+    ("repositories.ndjson.gz", _REPOSITORIES),
+    ("findings.ndjson.gz", _FINDINGS),
+    ("patterns.ndjson.gz", _PATTERNS),
+)
+FILE_NAMES = tuple(name for name, _ in FILES)
+
+
+class ExportError(ConfigError):
+    """A refused destination (the CLI prints it as one line)."""
+
+
+@dataclass(frozen=True)
+class Export:
+    path: Path  # the export's directory
+    manifest: dict[str, Any]
+
+    @property
+    def cursor(self) -> str:
+        return str(self.manifest["changes_cursor"])
+
+    def file(self, name: str) -> dict[str, Any] | None:
+        return next((f for f in self.manifest["files"] if f["name"] == name), None)
+
+
+# ---- building ---------------------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+async def _write_file(session: AsyncSession, sql: str, path: Path) -> dict[str, Any]:
+    records = 0
+    result = await session.stream(text(sql), execution_options={"yield_per": STREAM_BATCH})
+    # mtime 0: the bytes depend on the records only; compresslevel 6: ~3x faster than 9 for a few % more bytes
+    with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as out:
+        async for rows in result.partitions():
+            out.write("".join(row[0] + "\n" for row in rows).encode())
+            records += len(rows)
+    return {"name": path.name, "records": records, "bytes": path.stat().st_size, "sha256": _sha256(path)}
+
+
+async def write_export(out: Path) -> dict[str, Any]:
+    """Write one export into the directory `out` (absent or empty; created), atomically: everything is written
+    into a hidden sibling directory that is renamed to `out` at the end. Returns the manifest."""
+    out = out.absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"--out {out}: exists and is not an empty directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+    partial.mkdir()
+    try:
+        manifest = await _snapshot_into(partial)
+        (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        partial.rename(out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return manifest
+
+
+async def _snapshot_into(directory: Path) -> dict[str, Any]:
+    # One repeatable-read, read-only transaction on the primary: every file and the feed cursor see one snapshot.
+    # UTC so that Postgres writes timestamps as `...+00:00`.
+    async with async_sessionmaker(db.engine())() as session:
+        await session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+        await session.execute(text("SET LOCAL TimeZone = 'UTC'"))
+        generated_at = (await session.execute(text("SELECT now()"))).scalar_one()
+        cursor = await snapshot_cursor(session)
+        files = [await _write_file(session, sql, directory / name) for name, sql in FILES]
+        await session.rollback()
+    return {"generated_at": generated_at.isoformat(), "changes_cursor": cursor, "files": files}
+
+
+# ---- EXPORT_DIR: the exports the web serves ---------------------------------------------------------------------
+
+
+def export_dir() -> Path:
+    return Path(settings().export_dir)
+
+
+def list_exports(directory: Path | None = None) -> list[Export]:
+    """The complete exports in `directory` (EXPORT_DIR), newest first; partial and unreadable ones are skipped."""
+    directory = directory or export_dir()
+    exports = []
+    try:
+        entries = sorted((p for p in directory.iterdir() if not p.name.startswith(".")), reverse=True)
+    except FileNotFoundError:
+        return []
+    for path in entries:
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+        except (OSError, ValueError):
+            continue
+        exports.append(Export(path, manifest))
+    return exports
+
+
+def _stamp(at: datetime) -> str:
+    # sortable by name: the newest export is the greatest name
+    return at.strftime("%Y%m%dT%H%M%S%fZ")
+
+
+async def stale(export: Export) -> bool:
+    """True when something was withdrawn after the export's snapshot: it may hold a record that is not public any
+    more, and must not be served (a finding both published and withdrawn after it counts too: harmless)."""
+    async with db.read_session(replica=False) as session:
+        return await withdrawals_after(session, export.cursor) > 0
+
+
+async def export_due(now: datetime, directory: Path | None = None) -> str | None:
+    """Why the worker should build an export now: `missing` (none yet), `takedown` (the newest one holds a record
+    withdrawn since; the worker checks every minute, so takedowns within one minute share one rebuild), `daily`
+    (the newest is older than a day); None when the newest one is fine."""
+    exports = list_exports(directory)
+    if not exports:
+        return "missing"
+    newest = exports[0]
+    if await stale(newest):
+        return "takedown"
+    if now - datetime.fromisoformat(newest.manifest["generated_at"]) >= EXPORT_PERIOD:
+        return "daily"
+    return None
+
+
+async def rebuild_export(directory: Path | None = None, *, keep: int = KEEP_EXPORTS) -> dict[str, Any]:
+    """Build a new export into EXPORT_DIR, then delete the exports past the newest `keep`, those holding a
+    withdrawn record, and partial directories left by a build that died. Returns a summary for `job_runs`."""
+    directory = directory or export_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    # named after the build's start; renamed below to the snapshot's time, which orders exports by content
+    building = directory / f".build-{uuid.uuid4().hex[:8]}"
+    manifest = await write_export(building)
+    final = directory / _stamp(datetime.fromisoformat(manifest["generated_at"]))
+    building.rename(final)
+    deleted = 0
+    for index, export in enumerate(list_exports(directory)):
+        if export.path != final and (index >= keep or await stale(export)):
+            shutil.rmtree(export.path, ignore_errors=True)
+            deleted += 1
+    for leftover in directory.glob(".*"):
+        if leftover.is_dir() and leftover.stat().st_mtime < datetime.now().timestamp() - 6 * 3600:
+            shutil.rmtree(leftover, ignore_errors=True)  # a build that died hours ago
+    log.info("export %s written (%s); %d older deleted", final.name, _summary(manifest), deleted)
+    return {"export": final.name, "records": {f["name"]: f["records"] for f in manifest["files"]}, "deleted": deleted}
+
+
+def _summary(manifest: dict[str, Any]) -> str:
+    return ", ".join(f"{f['name']} {f['records']} records {f['bytes']} bytes" for f in manifest["files"])
+
+
+# ---- serving ----------------------------------------------------------------------------------------------------
+
+_withdrawals: TakedownKeyedCache[bool] = TakedownKeyedCache(lambda: WITHDRAWALS_CACHE_SECONDS, maxsize=8)
+
+
+async def served_export() -> Export:
+    """The export the web serves: the newest one in EXPORT_DIR, unless a withdrawal happened after its snapshot.
+    404 when there is none; 503 with Retry-After while the rebuild after a takedown is pending (the answer is
+    cached a few seconds, and dropped at the next request after any audited takedown)."""
+    exports = await asyncio.to_thread(list_exports)
+    if not exports:
+        raise NotFound({"export": ["no export has been built yet"]}, message="No bulk export has been built yet.")
+    newest = exports[0]
+    if await _withdrawals.get(newest.cursor, lambda: stale(newest)):
+        raise ServiceUnavailable(
+            {"export": ["the newest export holds records withdrawn since it was built; it is being rebuilt"]},
+            retry_after=STALE_RETRY_AFTER,
+            message="The bulk export is being rebuilt after a takedown. Try again in a few minutes.",
+        )
+    return newest
+
+
+def describe(manifest: dict[str, Any]) -> str:
+    """One line per file, for the CLI."""
+    return "\n".join(
+        f"{f['name']}: {f['records']} records, {f['bytes']} bytes, sha256 {f['sha256']}" for f in manifest["files"]
+    )
+
+
+def clear_caches() -> None:
+    _withdrawals.reset()
+
+
+__all__ = [
+    "FILE_NAMES",
+    "KEEP_EXPORTS",
+    "MANIFEST",
+    "Export",
+    "ExportError",
+    "clear_caches",
+    "describe",
+    "export_dir",
+    "export_due",
+    "list_exports",
+    "rebuild_export",
+    "served_export",
+    "stale",
+    "write_export",
+]
