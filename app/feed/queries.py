@@ -1,0 +1,77 @@
+"""The change feed's read side: entries in seq (commit) order, rendered from *current* visibility.
+
+The rows (`app.kernel.changes`) keep what was announced; whether a row may still say it is decided here, at read
+time, by the public join set (`app.kernel.public`): a finding that is not public now is served with its own id
+only (no canonical, repository, opaque repository id or pattern), a canonical with no public occurrence without
+its status, and a repository that is not listed now by its opaque id alone. So a takedown holds at the very next
+request, whatever the worker does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+
+from app.kernel import changes, db
+from app.kernel.paging import Page
+from app.kernel.public import LISTED_REPOSITORY, PUBLIC_CANONICAL, PUBLIC_JOIN
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1_000
+
+_PAGE = text(
+    f"""
+SELECT ch.seq, ch.at, ch.kind, ch.finding, ch.canonical, ch.repository_key, ch.pattern_key, ch.status, ch.reason,
+       CASE WHEN {LISTED_REPOSITORY} THEN r.host || '/' || r.owner || '/' || r.name END AS slug,
+       ch.finding IS NOT NULL AND EXISTS (
+         SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
+         WHERE f.public_id = ch.finding AND {PUBLIC_JOIN}) AS finding_public,
+       ch.kind = '{changes.STATUS}' AND EXISTS (
+         SELECT 1 FROM canonical_findings c JOIN repositories r ON r.id = c.repository_id
+         WHERE c.public_id = ch.canonical AND {PUBLIC_CANONICAL}) AS canonical_public
+FROM changes ch
+LEFT JOIN repositories r ON r.id = ch.repository_id
+WHERE ch.seq >= :start
+ORDER BY ch.seq
+LIMIT :limit
+"""
+)
+
+
+def render(row: Any) -> dict[str, Any]:
+    """One entry as served: `seq`, `at`, `kind`, then the ids the kind carries that current visibility allows."""
+    entry: dict[str, Any] = {"seq": row.seq, "at": row.at, "kind": row.kind}
+    if row.kind == changes.PUBLISHED:
+        entry["finding"] = row.finding
+        if row.finding_public:
+            entry |= {
+                "canonical": row.canonical,
+                "repository": row.slug,
+                "repository_id": row.repository_key,
+                "pattern_key": row.pattern_key,
+            }
+    elif row.kind == changes.STATUS:
+        entry["canonical"] = row.canonical
+        if row.canonical_public:
+            entry["status"] = row.status
+    elif row.kind == changes.FINDING_WITHDRAWN:
+        entry |= {"finding": row.finding, "reason": row.reason}
+    elif row.kind == changes.LISTED_KIND:
+        if row.slug is not None:
+            entry["repository"] = row.slug
+        entry["repository_id"] = row.repository_key
+    else:  # repository.withdrawn: the opaque id only
+        entry["repository_id"] = row.repository_key
+    return entry
+
+
+async def changes_page(*, cursor: str | None, limit: int) -> Page[dict[str, Any]]:
+    """Up to `limit` entries from `cursor` (None: the start), oldest first; `next_cursor` is always set (a client
+    at the end polls from it). Seq order is commit order, so reading `seq >= cursor` never skips a late commit."""
+    start = changes.next_seq_of(cursor)
+    async with db.read_session() as session:
+        rows = (await session.execute(_PAGE, {"start": start, "limit": limit})).all()
+    entries = [render(row) for row in rows]
+    next_seq = int(rows[-1].seq) + 1 if rows else start
+    return {"entries": entries, "next_cursor": changes.cursor_at(next_seq)}
