@@ -25,7 +25,6 @@ logger = logging.getLogger(__name__)
 
 def _routes() -> list[BaseRoute]:
     from app.accounts.routes import routes as account_routes
-    from app.feed.routes import routes as feed_routes
     from app.exports.routes import routes as export_routes
     from app.feed.routes import routes as feed_routes
     from app.infestations.routes import routes as infestation_routes
@@ -43,7 +42,6 @@ def _routes() -> list[BaseRoute]:
         *account_routes,
         *moderation_routes,
         *registry_api_routes,
-        *feed_routes,
         *feed_routes,
         *report_routes,
         *registry_routes,
