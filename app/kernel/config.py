@@ -123,6 +123,13 @@ def settings() -> Settings:
     )
 
 
+def transaction_pooling() -> bool:
+    """`DB_TRANSACTION_POOLING=1`: the database URLs point at a transaction-pooling PgBouncer, which refuses startup
+    options and gives each transaction any server connection, so nothing may be set per connection
+    (docs/scaling.md "PgBouncer in transaction mode")."""
+    return _bool("DB_TRANSACTION_POOLING", False)
+
+
 def read_from_rollup() -> bool:
     """Runtime flag, read at every call (docs/domain.md §13 "Feature flag and Cutover gates": instant rollback without restart)."""
     return _bool("INFESTATIONS_READ_FROM_ROLLUP", True)

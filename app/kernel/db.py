@@ -20,12 +20,12 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 
-from sqlalchemy import MetaData, text
+from sqlalchemy import Connection, MetaData, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
 
 from app.kernel import aftercommit, outages
-from app.kernel.config import settings
+from app.kernel.config import settings, transaction_pooling
 from app.kernel.metrics import REPLICA_FALLBACKS
 
 NAMING = {
@@ -71,9 +71,9 @@ def _engine_for(url: str) -> AsyncEngine:
         cfg = settings()
         # prepare_threshold=None keeps us compatible with PgBouncer in transaction mode
         connect_args: dict[str, object] = {"prepare_threshold": None, "connect_timeout": CONNECT_TIMEOUT}
-        if _statement_timeout > 0:
-            # a startup option, no extra round trip (PgBouncer: list `options` in ignore_startup_parameters, or set
-            # DB_STATEMENT_TIMEOUT=0 and a role-level statement_timeout; docs/reliability.md)
+        pooled = transaction_pooling()
+        if _statement_timeout > 0 and not pooled:
+            # a startup option, no extra round trip (a transaction pooler refuses it: see below)
             connect_args["options"] = f"-c statement_timeout={int(_statement_timeout * 1000)}"
         engine = create_async_engine(
             url,
@@ -84,8 +84,20 @@ def _engine_for(url: str) -> AsyncEngine:
             pool_pre_ping=True,
             connect_args=connect_args,
         )
+        if _statement_timeout > 0 and pooled:
+            _cap_every_transaction(engine, int(_statement_timeout * 1000))
         _engines[key] = engine
     return engine
+
+
+def _cap_every_transaction(engine: AsyncEngine, milliseconds: int) -> None:
+    """Behind PgBouncer in transaction mode the next transaction may run on another server connection, and a
+    session `SET` would stay on a connection other clients share: each transaction sets its own cap (`SET LOCAL`,
+    one round trip more per transaction)."""
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def cap(connection: Connection) -> None:
+        connection.exec_driver_sql(f"SET LOCAL statement_timeout = {milliseconds}")
 
 
 def engine() -> AsyncEngine:

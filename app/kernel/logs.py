@@ -88,6 +88,20 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines are per-migration chatter
 
 
+def _configured_in_this_process() -> logging.Handler:
+    configure_logging()
+    return logging.NullHandler()  # dictConfig wants a handler back; the real one is on the root logger now
+
+
+# uvicorn's `log_config` for `serve --workers N`: its server processes start afresh (spawn) and apply this with
+# dictConfig, which runs `configure_logging` in each of them
+PROCESS_LOG_CONFIG: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"tarakan": {"()": f"{__name__}._configured_in_this_process"}},
+}
+
+
 def _incoming_id(scope: Scope) -> str:
     given = Headers(scope=scope).get(REQUEST_ID_HEADER, "")
     return given if _SANE_ID.match(given) else uuid.uuid4().hex

@@ -1,11 +1,25 @@
-"""Prometheus metrics (served on /metrics). Defined in one place; features import what they record."""
+"""Prometheus metrics (served on /metrics). Defined in one place; features import what they record.
+
+`tarakan serve --workers N` runs N processes behind one port; a scrape reaches one of them, so with N > 1 the
+processes write their samples to files in PROMETHEUS_MULTIPROC_DIR (prometheus-client's multiprocess mode) and
+/metrics answers the sum over all of them (`exposition()`). The database gauges are set at scrape time by whichever
+process answers: they report the most recent value (`multiprocess_mode="mostrecent"`), not a sum.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess as prometheus_multiprocess
 from starlette.datastructures import MutableHeaders
 from starlette.types import Message, Receive, Scope, Send
 
@@ -34,10 +48,18 @@ RECONCILE_KEYS = Counter("tarakan_infestations_reconcile_keys_total", "Keys visi
 SHADOW_MISMATCHES = Counter(
     "tarakan_infestations_shadow_mismatches_total", "Shadow-compare mismatches between legacy and rollup reads"
 )
-DIRTY_BACKLOG = Gauge("tarakan_infestations_dirty_backlog", "Pattern keys waiting for a rollup refresh")
-DIRTY_OLDEST_AGE = Gauge("tarakan_infestations_dirty_oldest_age_seconds", "Age of the oldest waiting dirty key")
+# database gauges (app/ops/gauges.py): a fact about the fleet read at scrape time, never summed over processes
+_DB_GAUGE: Final = "mostrecent"
+DIRTY_BACKLOG = Gauge(
+    "tarakan_infestations_dirty_backlog", "Pattern keys waiting for a rollup refresh", multiprocess_mode=_DB_GAUGE
+)
+DIRTY_OLDEST_AGE = Gauge(
+    "tarakan_infestations_dirty_oldest_age_seconds", "Age of the oldest waiting dirty key", multiprocess_mode=_DB_GAUGE
+)
 OLDEST_REFRESHED_AGE = Gauge(
-    "tarakan_infestations_oldest_refreshed_age_seconds", "Age of the least recently refreshed rollup row"
+    "tarakan_infestations_oldest_refreshed_age_seconds",
+    "Age of the least recently refreshed rollup row",
+    multiprocess_mode=_DB_GAUGE,
 )
 
 # Dependency outages (app.kernel.outages, docs/reliability.md)
@@ -57,7 +79,9 @@ WORKER_RECONNECTS = Counter(
 )
 # max(refreshed_at): the pipeline's heartbeat (docs/operations.md "Alerts"); an hour old with work waiting = stopped
 NEWEST_REFRESHED_AGE = Gauge(
-    "tarakan_infestations_newest_refreshed_age_seconds", "Age of the most recently refreshed rollup row"
+    "tarakan_infestations_newest_refreshed_age_seconds",
+    "Age of the most recently refreshed rollup row",
+    multiprocess_mode=_DB_GAUGE,
 )
 DRAINED_KEYS = Counter("tarakan_infestations_drained_keys_total", "Dirty keys refreshed and removed from the queue")
 HOT_KEYS_THROTTLED = Counter(
@@ -81,6 +105,7 @@ JOB_LAST_SUCCESS = Gauge(
     "tarakan_job_last_success_timestamp_seconds",
     "Unix time the fleet-wide job last finished (from job_runs), by job",
     ["job"],
+    multiprocess_mode=_DB_GAUGE,
 )
 
 # HTTP RED metrics. Labels stay bounded: the route template (never the raw path; unmatched paths share one
@@ -99,6 +124,48 @@ HTTP_DURATION = Histogram(
     ["route", "method"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
+
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@contextlib.contextmanager
+def multiprocess_metrics(processes: int) -> Iterator[None]:
+    """Around `tarakan serve`: with more than one process (or PROMETHEUS_MULTIPROC_DIR already set), the processes
+    started inside the block record their samples in a directory emptied first (files of an earlier run would be
+    summed in); a directory we created is removed afterwards. Must wrap the start of the processes: prometheus-client
+    picks its storage when it is imported."""
+    configured = os.environ.get(MULTIPROC_DIR)
+    if processes <= 1 and not configured:
+        yield
+        return
+    path = Path(configured) if configured else Path(tempfile.mkdtemp(prefix="tarakan-metrics-"))
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink()
+    os.environ[MULTIPROC_DIR] = str(path)
+    try:
+        yield
+    finally:
+        if not configured:
+            os.environ.pop(MULTIPROC_DIR, None)
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def exposition() -> bytes:
+    """The Prometheus text of this server: with several processes, every metric summed over them (gauges as their
+    mode says); the per-process `process_*` and `python_*` defaults exist only with one process."""
+    if not os.environ.get(MULTIPROC_DIR):
+        return generate_latest()
+    registry = CollectorRegistry()
+    prometheus_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
+
+
+def process_exit() -> None:
+    """A serve process stops: its live gauges go (counters and histograms stay in the sum)."""
+    if os.environ.get(MULTIPROC_DIR):
+        prometheus_multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
 
 def route_template(scope: Scope) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.kernel import db, outages
 from app.kernel.errors import ServiceUnavailable
+from app.kernel.metrics import exposition
 from app.ops.gauges import refresh_gauges
 from app.ops.schema import schema_state
 
@@ -59,7 +60,8 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """Prometheus text exposition of every metric in app.kernel.metrics (and the process defaults)."""
+    """Prometheus text exposition of every metric in app.kernel.metrics (and the process defaults); with
+    `serve --workers N`, summed over the N processes."""
     try:
         await refresh_gauges()
     except Exception as exc:  # a database outage must not hide the counters; readyz reports it
@@ -68,7 +70,7 @@ async def metrics(request: Request) -> Response:
             log.warning("could not refresh rollup gauges: %s", exc)
         else:
             outages.record(dependency, exc, source="metrics")
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
+    return Response(exposition(), media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
 
 
 routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)]

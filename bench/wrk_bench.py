@@ -1,0 +1,193 @@
+"""Many processes under wrk (issue 15 item 5). Not a test: prints figures and writes them to docs/benchmarks.md.
+
+    .venv/bin/python -m bench.wrk_bench --tier B      # generation and backfill, then 2 x 4 wrk runs
+    .venv/bin/python -m bench.wrk_bench --tier T --duration 3 --no-write      # a smoke run of the script
+
+Generates the tier in SQL (bench/generate.py) on a throw-away embedded Postgres + Valkey, backfills the rollups,
+then, for `tarakan serve --workers 1` and then `--workers 2` (uvicorn processes on one port), runs wrk with
+`--connections` connections (default 64) against the atlas index (`/infestations`), the hottest pattern's show page,
+the sitemap index (`/sitemap.xml`) and its first child sitemap, and records requests/s, p50/p99 latency, errors
+and non-2xx answers. wrk, the servers and Postgres share this machine's cores: the figures are the capacity of the
+whole box, not of the web tier alone. Raw results: `bench/out/wrk.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+import psycopg
+
+from app.devservices import free_port
+from bench.common import write_section
+from bench.generate import TIERS, generate
+from bench.services import throwaway_services
+from tests.harness import ROOT, spawn, stop, wait_http
+
+HEADING = "## Many processes under wrk"
+HOT_TITLE = "shared pattern 1 injection in handler"  # the hottest pattern of bench/generate.py
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def _found(pattern: str, text: str) -> re.Match[str]:
+    match = re.search(pattern, text)
+    if match is None:
+        raise ValueError(f"unexpected wrk output (no {pattern!r}):\n{text}")
+    return match
+
+
+def _ms(value: str) -> float:
+    number, unit = _found(r"^([\d.]+)(us|ms|s|m)$", value.strip()).groups()
+    return float(number) * _UNITS[unit]
+
+
+def parse_wrk(output: str) -> dict[str, Any]:
+    """requests/s, latency percentiles (ms) and failures from `wrk --latency` output."""
+    percentiles = {
+        f"p{p}_ms": _ms(v) for p, v in re.findall(r"^\s+(50|75|90|99)%\s+(\S+)$", output, flags=re.MULTILINE)
+    }
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    requests = re.search(r"(\d+) requests in", output)
+    return {
+        "requests_per_s": float(_found(r"Requests/sec:\s+([\d.]+)", output).group(1)),
+        "requests": int(requests.group(1)) if requests else 0,
+        **percentiles,
+        "socket_errors": sum(int(n) for n in errors.groups()) if errors else 0,
+        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
+    }
+
+
+def wrk(url: str, connections: int, duration: float, threads: int) -> dict[str, Any]:
+    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "--timeout", "30s", "--latency", url]
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return parse_wrk(output)
+
+
+def first_child_sitemap(base: str) -> str:
+    index = httpx.get(f"{base}/sitemap.xml", timeout=60).text
+    locations = re.findall(r"<loc>([^<]+)</loc>", index)
+    assert locations, index[:300]
+    return locations[0].removeprefix(base) if "<sitemapindex" in index else "/sitemap.xml"
+
+
+def run(tier_name: str, connections: int, duration: float, threads: int) -> dict[str, Any]:
+    tier = TIERS[tier_name]
+    results: dict[str, Any] = {"tier": tier.name, "connections": connections, "duration_s": duration, "runs": []}
+    with throwaway_services(f"tarakan-wrk-{tier.name}-") as services:
+        env = {**os.environ, "DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench"}
+        os.environ.update(env)
+        from app.migrate import upgrade_to_head
+
+        upgrade_to_head()
+        results["rows"] = generate(services.dsn, tier)
+
+        async def backfill() -> int:
+            from app.infestations import maintenance
+            from app.kernel import db
+
+            try:
+                return await maintenance.backfill(progress=lambda m: print("  " + m, flush=True), concurrency=3)
+            finally:
+                await db.dispose_engines()
+
+        started = time.perf_counter()
+        results["backfill_keys"] = asyncio.run(backfill())
+        print(f"[{tier.name}] backfill {results['backfill_keys']} keys in {time.perf_counter() - started:.0f}s")
+        with psycopg.connect(services.dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+        from app.reports.finding_memory import pattern_key
+
+        for processes in (1, 2):
+            base = f"http://127.0.0.1:{free_port()}"
+            proc = spawn(
+                "serve", "--port", base.rsplit(":", 1)[1], "--workers", str(processes),
+                env={**env, "BASE_URL": base}, quiet=True,
+            )  # fmt: skip
+            try:
+                wait_http(f"{base}/healthz", timeout=60)
+                paths = {
+                    "index": "/infestations",
+                    "show (hottest)": f"/infestations/{pattern_key(HOT_TITLE)}",
+                    "sitemap index": "/sitemap.xml",
+                    "child sitemap": first_child_sitemap(base),
+                }
+                for name, path in paths.items():
+                    for _ in range(3):  # warm every process's caches and pools a little
+                        assert httpx.get(base + path, timeout=60).status_code == 200, path
+                    wrk(base + path, connections, 2, threads)  # warm-up
+                    figures = {
+                        "processes": processes,
+                        "page": name,
+                        "path": path,
+                        **wrk(base + path, connections, duration, threads),
+                    }
+                    results["runs"].append(figures)
+                    print(json.dumps(figures), flush=True)
+            finally:
+                stop(proc, timeout=30)
+    return results
+
+
+def failed(run: dict[str, Any]) -> int:
+    return int(run["socket_errors"] + run["non_2xx"])
+
+
+def render(results: dict[str, Any], command: str) -> str:
+    rows = results["rows"]
+    by = {(r["page"], r["processes"]): r for r in results["runs"]}
+    lines = [
+        HEADING,
+        "",
+        f"Command: `{command}` (one run). Tier {results['tier']}: {rows['repositories']:,} repositories, "
+        f"{rows['canonical_findings']:,} canonical findings. wrk with {results['connections']} connections for "
+        f"{results['duration_s']:g} s per page (after a 2 s warm-up), against `tarakan serve --workers 1` and "
+        "`--workers 2` (uvicorn processes sharing one port). **wrk, the server processes and Postgres share the "
+        "same 2 cores** (and this machine was shared with other work during the run), so a second server process "
+        "competes with wrk and Postgres for CPU: read the figures as the capacity of the whole box.",
+        "",
+        "| page | 1 process: requests/s | p50 / p99 ms | 2 processes: requests/s | p50 / p99 ms | failed (1 / 2) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for page in dict.fromkeys(r["page"] for r in results["runs"]):
+        one, two = by[(page, 1)], by[(page, 2)]
+        lines.append(
+            f"| {page} (`{one['path'][:40]}`) | {one['requests_per_s']:,.1f} | {one['p50_ms']:,.0f} / "
+            f"{one['p99_ms']:,.0f} | {two['requests_per_s']:,.1f} | {two['p50_ms']:,.0f} / {two['p99_ms']:,.0f} | "
+            f"{failed(one)} / {failed(two)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", choices=sorted(TIERS), default="B")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--duration", type=float, default=15)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
+        return 1
+    results = run(args.tier, args.connections, args.duration, args.threads)
+    md = render(results, "python -m bench.wrk_bench " + " ".join(sys.argv[1:]))
+    print(md)
+    (ROOT / "bench" / "out").mkdir(exist_ok=True)
+    (ROOT / "bench" / "out" / "wrk.json").write_text(json.dumps(results, indent=2, default=str))
+    if not args.no_write:
+        write_section(md, HEADING)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
