@@ -8,6 +8,7 @@ only render what it allows. Unknown, hidden and malformed addresses are all the 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -16,11 +17,13 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.viewer import viewer_for
 from app.infestations.queries import list_repository_infestations
+from app.kernel import db
+from app.kernel.changes import withdrawn_finding
 from app.kernel.errors import NotFound
 from app.kernel.policy import Viewer
 from app.kernel.urls import finding_path, repo_path, twin_path
 from app.kernel.visibility import repository_visible
-from app.kernel.web import JSON_SUFFIX, cache_for, json_twin, page, wants_json
+from app.kernel.web import ERROR_CACHE, JSON_SUFFIX, cache_for, json_twin, page, wants_json
 from app.registry import queries
 from app.registry.routes import public_repository_json
 from app.reports.queries import get_finding, list_repository_reports
@@ -132,10 +135,31 @@ _FINDING_FIELDS = (
 )
 
 
+WITHDRAWAL_REASONS = {
+    "moderation": "withdrawn by moderation",
+    "repository": "its repository is no longer listed",
+    "deleted": "deleted from the registry",
+}
+
+
+def _tombstone(request: Request, public_id: str, withdrawn_at: datetime, reason: str) -> Response:
+    """410 Gone for a finding that was public: its id, when and the reason class, never its repository or text."""
+    if wants_json(request):
+        body = {"finding": public_id, "withdrawn_at": withdrawn_at, "reason": reason}
+        return json_twin(body, status_code=410, cache=ERROR_CACHE)
+    context = {"public_id": public_id, "withdrawn_at": withdrawn_at, "reason_text": WITHDRAWAL_REASONS[reason]}
+    return page(request, "site/withdrawn.html", context, status_code=410, cache=ERROR_CACHE)
+
+
 async def finding_page(request: Request) -> Response:
     public_id = _parse_public_id(request.path_params["ref"])
     viewer = await viewer_for(request)
     finding = await get_finding(public_id, viewer=viewer) if public_id is not None else None
+    if finding is None and public_id is not None:
+        async with db.read_session() as session:
+            withdrawn = await withdrawn_finding(session, public_id)
+        if withdrawn is not None:
+            return _tombstone(request, str(public_id), *withdrawn)
     if finding is None:
         raise NotFound({"finding": ["not found"]}, message="No public finding is recorded at this address.")
     if wants_json(request):
