@@ -44,29 +44,43 @@ def meets_quorum(tally: Tally) -> bool:
     return status_for(tally) in ("fixed", "verified")
 
 
+# Qualified verdict counts of many canonicals, each at its own commit, in one statement.
 _TALLY = f"""
-WITH colluding AS (
-  SELECT o.client_ip_hash FROM canonical_finding_checks o
-  WHERE o.canonical_finding_id = :canonical_id AND o.client_ip_hash IS NOT NULL
+WITH wanted AS (
+  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:commits AS text[])) AS w(canonical_id, commit_sha)
+), colluding AS (
+  SELECT o.canonical_finding_id, o.client_ip_hash FROM canonical_finding_checks o
+  WHERE o.canonical_finding_id IN (SELECT canonical_id FROM wanted) AND o.client_ip_hash IS NOT NULL
     AND o.inserted_at >= now() - interval '{COLLUSION_WINDOW}'
-  GROUP BY o.client_ip_hash HAVING count(DISTINCT o.account_id) > 1
+  GROUP BY o.canonical_finding_id, o.client_ip_hash HAVING count(DISTINCT o.account_id) > 1
 )
-SELECT ch.verdict, count(*) FROM canonical_finding_checks ch
+SELECT ch.canonical_finding_id, ch.verdict, count(*) FROM canonical_finding_checks ch
+JOIN wanted w ON w.canonical_id = ch.canonical_finding_id AND w.commit_sha = ch.commit_sha
 JOIN accounts a ON a.id = ch.account_id
-WHERE ch.canonical_finding_id = :canonical_id AND ch.commit_sha = :commit_sha
-  AND ch.provenance IN ('human', 'hybrid')
+WHERE ch.provenance IN ('human', 'hybrid')
   AND a.state = 'active'
   AND {qualified_reviewer_sql("a")}
-  AND (ch.client_ip_hash IS NULL OR ch.client_ip_hash NOT IN (SELECT client_ip_hash FROM colluding))
-GROUP BY ch.verdict
+  AND NOT EXISTS (SELECT 1 FROM colluding x
+                  WHERE x.canonical_finding_id = ch.canonical_finding_id AND x.client_ip_hash = ch.client_ip_hash)
+GROUP BY ch.canonical_finding_id, ch.verdict
 """
 
 
 async def tally_checks(session: AsyncSession, canonical_id: int, commit_sha: str) -> Tally:
     """Qualified verdict counts for one canonical at one commit."""
-    rows = (await session.execute(text(_TALLY), {"canonical_id": canonical_id, "commit_sha": commit_sha})).all()
-    counts = {str(verdict): int(n) for verdict, n in rows}
-    return Tally(counts.get("confirmed", 0), counts.get("disputed", 0), counts.get("fixed", 0))
+    return (await tally_many(session, {canonical_id: commit_sha})).get(canonical_id, Tally())
+
+
+async def tally_many(session: AsyncSession, commits: dict[int, str]) -> dict[int, Tally]:
+    """`tally_checks` of many canonicals (id -> the commit to count at); a canonical without counted checks is
+    left out (its tally is `Tally()`)."""
+    if not commits:
+        return {}
+    params = {"ids": list(commits), "commits": list(commits.values())}
+    counts: dict[int, dict[str, int]] = {}
+    for canonical_id, verdict, n in await session.execute(text(_TALLY), params):
+        counts.setdefault(int(canonical_id), {})[str(verdict)] = int(n)
+    return {cid: Tally(c.get("confirmed", 0), c.get("disputed", 0), c.get("fixed", 0)) for cid, c in counts.items()}
 
 
 _APPLY_STATUS = """
@@ -79,23 +93,43 @@ WHERE id = :id
       (:status, :c, :d, CASE WHEN :status IN ('verified', 'fixed') THEN coalesce(verified_at, now()) END)
 """
 
+_CURRENT = """
+SELECT id, last_seen_commit_sha, status, confirmations_count, disputes_count, verified_at IS NOT NULL
+FROM canonical_findings WHERE id = ANY(CAST(:ids AS bigint[]))
+"""
+
 
 async def recompute_canonical_status(session: AsyncSession, canonical_id: int) -> bool:
     """Recompute status, confirmations_count (C), disputes_count (D) and verified_at of one canonical.
     Returns True when any of them changed (and only then `updated_at` moved)."""
-    commit = (
-        await session.execute(
-            text("SELECT last_seen_commit_sha FROM canonical_findings WHERE id = :id"), {"id": canonical_id}
+    return canonical_id in await recompute_canonical_statuses(session, [canonical_id])
+
+
+async def recompute_canonical_statuses(session: AsyncSession, canonical_ids: list[int]) -> set[int]:
+    """`recompute_canonical_status` of many canonicals: two reads for all, then an update only for those whose
+    values change (a new report's fresh canonicals usually need none). Returns the ids that changed."""
+    if not canonical_ids:
+        return set()
+    current = (await session.execute(text(_CURRENT), {"ids": canonical_ids})).all()
+    tallies = await tally_many(session, {int(row[0]): str(row[1]) for row in current})
+    changed: set[int] = set()
+    for canonical_id, _commit, status, c, d, verified in current:
+        tally = tallies.get(int(canonical_id), Tally())
+        new_status = status_for(tally)
+        if (new_status, tally.confirmed, tally.disputed, new_status in ("verified", "fixed")) == (
+            status,
+            c,
+            d,
+            verified,
+        ):
+            continue  # the update's own IS DISTINCT FROM guard would match nothing
+        result = await session.execute(
+            text(_APPLY_STATUS),
+            {"id": int(canonical_id), "status": new_status, "c": tally.confirmed, "d": tally.disputed},
         )
-    ).scalar_one_or_none()
-    if commit is None:
-        return False
-    tally = await tally_checks(session, canonical_id, str(commit))
-    result = await session.execute(
-        text(_APPLY_STATUS),
-        {"id": canonical_id, "status": status_for(tally), "c": tally.confirmed, "d": tally.disputed},
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+        if result.rowcount:  # type: ignore[attr-defined]
+            changed.add(int(canonical_id))
+    return changed
 
 
 _REPORT_TALLY = f"""
@@ -149,11 +183,8 @@ async def recompute_scan_verification(session: AsyncSession, scan_id: int) -> bo
         .all()
     )
     if canonical_ids:
-        verified = True
-        for canonical_id in canonical_ids:
-            if not meets_quorum(await tally_checks(session, int(canonical_id), str(commit))):
-                verified = False
-                break
+        tallies = await tally_many(session, {int(cid): str(commit) for cid in canonical_ids})
+        verified = all(meets_quorum(tallies.get(int(cid), Tally())) for cid in canonical_ids)
     else:
         verified = report.confirmed - report.disputed >= THRESHOLD
     result = await session.execute(
