@@ -16,7 +16,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.infestations.routes import STATUS_CHOICES
-from app.reports.models import CHECK_VERDICTS, CONFIRMATION_VERDICTS, PROVENANCES, REVIEW_KINDS, SEVERITIES
+from app.kernel.changes import KINDS, REASONS
+from app.reports.models import (
+    CANONICAL_STATUSES,
+    CHECK_VERDICTS,
+    CONFIRMATION_VERDICTS,
+    PROVENANCES,
+    REVIEW_KINDS,
+    SEVERITIES,
+)
 from app.reports.validation import (
     MAX_DESCRIPTION,
     MAX_EVIDENCE,
@@ -340,6 +348,37 @@ _SCHEMAS: dict[str, Schema] = {
             "checks": {"type": "array", "items": {"type": "object"}},
         }
     ),
+    # the change feed (app.feed, docs/domain.md §13): which ids each kind carries; a withdrawn finding or repository
+    # keeps only kind, seq, at and its opaque ids in every entry (rendered at read time)
+    "ChangeEntry": _obj(
+        {
+            "seq": {"type": "integer", "description": "increasing; commit order"},
+            "at": {"type": "string", "description": "ISO 8601 date-time"},
+            "kind": {"type": "string", "enum": list(KINDS)},
+        },
+        {
+            "finding": {**UUID, "description": "occurrence public_id"},
+            "canonical": {**UUID, "description": "canonical finding public_id"},
+            "repository": {"type": "string", "description": "host/owner/name"},
+            "repository_id": {**UUID, "description": "opaque repository id (not the serial id)"},
+            "pattern_key": _nullable("string"),
+            "status": {"type": "string", "enum": list(CANONICAL_STATUSES)},
+            "reason": {"type": "string", "enum": list(REASONS)},
+        },
+    ),
+    "ChangePage": _obj(
+        {
+            "entries": {"type": "array", "items": _ref("ChangeEntry")},
+            "next_cursor": {"type": "string", "description": "always set: resume or poll from it"},
+        }
+    ),
+    "Tombstone": _obj(
+        {
+            "finding": UUID,
+            "withdrawn_at": {"type": "string", "description": "ISO 8601 date-time"},
+            "reason": {"type": "string", "enum": list(REASONS)},
+        }
+    ),
     # the bulk export (app.exports): its manifest; the records of its files are docs/schemas/*.schema.json
     "ExportManifest": _obj(
         {
@@ -405,6 +444,12 @@ def _get(summary: str, schema: str, params: list[Schema] | None = None) -> Schem
             "responses": {"200": _json(_ref(schema), summary)} | {code: _error(code) for code in _TWIN_ERRORS},
         }
     }
+
+
+def _gone(operation: Schema) -> Schema:
+    """A record that answers 410 Gone once withdrawn (a tombstone: id, time, reason class)."""
+    operation["get"]["responses"]["410"] = _json(_ref("Tombstone"), "Withdrawn: the tombstone, nothing else")
+    return operation
 
 
 def _export_get(summary: str, content: Schema) -> Schema:
@@ -490,8 +535,13 @@ DOCUMENT: Schema = {
         "/repos/{host}/{owner}/{name}.json": _get(
             "A repository's record: its reports and infestations", "RepositoryRecord", _REPO_PARAMS
         ),
-        "/findings/{ref}.json": _get(
-            "A finding's record and its checks", "FindingRecord", [_param("ref", schema=UUID)]
+        "/findings/{ref}.json": _gone(
+            _get("A finding's record and its checks", "FindingRecord", [_param("ref", schema=UUID)])
+        ),
+        "/api/v1/changes": _get(
+            "The change feed, oldest first: what became public, changed status or was withdrawn (no token)",
+            "ChangePage",
+            [_CURSOR, _param("limit", "query", {"type": "string"}, "1..1000, default 100")],
         ),
         "/search.json": _get(
             "Search repositories",

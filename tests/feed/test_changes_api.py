@@ -13,6 +13,7 @@ from tests import factories
 from tests.kernel.test_changes import submit
 from tests.moderation.support import NOTES, make_account
 from tests.reports.support import reach_quorum
+from tests.site.test_openapi import _conforms
 
 TITLE = "SQL injection in login"
 PATH = "src/0.py"  # the file `submit` gives the first finding
@@ -122,3 +123,17 @@ async def test_a_bad_limit_or_cursor_is_a_400_naming_the_field(
     response = await client.get("/api/v1/changes", params=params)
     assert response.status_code == 400
     assert list(response.json()["errors"]) == [field]
+
+
+async def test_the_feed_and_a_tombstone_answer_as_the_openapi_document_says(client: httpx.AsyncClient) -> None:
+    agent = await make_account("agent")
+    moderator = await make_account("mod", platform_role="moderator")
+    report = await submit(agent, await factories.create_repository(), TITLE)
+    await moderation.change_scan_visibility(moderator, report["id"], "restricted", "takedown", NOTES)
+    document = (await client.get("/api/v1/openapi.json")).json()
+
+    _conforms(document, "/api/v1/changes", "get", await client.get("/api/v1/changes"))
+    _conforms(document, "/api/v1/changes", "get", await client.get("/api/v1/changes?limit=0"))
+    gone = await client.get(f"/findings/{report['findings'][0]['public_id']}.json")
+    assert gone.status_code == 410
+    _conforms(document, "/findings/{ref}.json", "get", gone)
