@@ -15,6 +15,7 @@ from sqlalchemy import (
     Uuid,
     text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.kernel.columns import Timestamps, closed_sets, one_of
@@ -112,6 +113,8 @@ class ScanFinding(Timestamps, Base):
     fingerprint: Mapped[str | None] = mapped_column(Text)
     disposition: Mapped[str] = mapped_column(Text, server_default="new")
     claimed_canonical_public_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    # a SARIF result's partialFingerprints, as the scanner wrote them (docs/sarif.md)
+    partial_fingerprints: Mapped[dict[str, str] | None] = mapped_column(JSONB(none_as_null=True))
 
 
 class CanonicalFinding(Timestamps, Base):

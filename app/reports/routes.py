@@ -12,7 +12,7 @@ from app.accounts.service import authenticate_bearer
 from app.kernel.errors import NotFound
 from app.kernel.limits import read_json_object
 from app.kernel.text import ascii_int
-from app.reports import service
+from app.reports import sarif, service
 
 
 async def authenticate(request: Request) -> tuple[Account, frozenset[str]]:
@@ -28,10 +28,17 @@ async def submit_report(request: Request) -> JSONResponse:
     `run_id`, repository and content: the first answer was lost, docs/reliability.md "Retries")."""
     account, scopes = await authenticate(request)
     body = await read_json_object(request)
+    sarif_report = None
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() == sarif.SARIF_MEDIA_TYPE:
+        # a SARIF 2.1.0 log, mapped onto the same body (docs/sarif.md); the commit may come as a parameter
+        sarif_report = sarif.sarif_to_report(body, commit_sha=request.query_params.get("commit_sha"))
+        body = sarif_report.body
     p = request.path_params
     result, created = await service.submit_report_once(
         account, p["host"], p["owner"], p["name"], body, client_ip=_client_ip(request), scopes=scopes
     )
+    if sarif_report is not None:
+        result = result | {"sarif": sarif_report.summary()}
     return JSONResponse(result, status_code=201 if created else 200)
 
 

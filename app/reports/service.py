@@ -186,6 +186,7 @@ async def submit_report_once(
                         "description": f.description,
                         "disposition": f.disposition,
                         "claimed_canonical_public_id": f.claimed_canonical_public_id,
+                        "partial_fingerprints": f.partial_fingerprints,
                     }
                     for f in report.findings
                 ],

@@ -38,6 +38,9 @@ MAX_EVIDENCE = 10_000
 MAX_PATH_BYTES = 500
 MAX_PATH_SEGMENTS = 64
 MAX_SEGMENT_BYTES = 255
+MAX_FINGERPRINTS = 20  # partial_fingerprints: a SARIF result's, kept as written (docs/sarif.md)
+MAX_FINGERPRINT_KEY = 100
+MAX_FINGERPRINT_VALUE = 500
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -54,6 +57,7 @@ class FindingInput:
     description: str
     disposition: str
     claimed_canonical_public_id: uuid.UUID | None
+    partial_fingerprints: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,13 @@ def _finding(index: int, raw: object) -> FindingInput:
         raise fail("line_end", "must be greater than or equal to line_start")
     if line_start is not None and line_end is None:
         line_end = line_start
+    partial_fingerprints = raw.get("partial_fingerprints")
+    if partial_fingerprints is not None and not _fingerprints_ok(partial_fingerprints):
+        raise fail(
+            "partial_fingerprints",
+            f"must be an object of at most {MAX_FINGERPRINTS} strings (names up to {MAX_FINGERPRINT_KEY} "
+            f"characters, values up to {MAX_FINGERPRINT_VALUE})",
+        )
     return FindingInput(
         position=index,
         file_path=file_path,
@@ -247,6 +258,18 @@ def _finding(index: int, raw: object) -> FindingInput:
         description=description,
         disposition=disposition,
         claimed_canonical_public_id=claimed,
+        partial_fingerprints=partial_fingerprints or None,
+    )
+
+
+def _fingerprints_ok(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and len(value) <= MAX_FINGERPRINTS
+        and all(
+            isinstance(v, str) and 0 < len(k) <= MAX_FINGERPRINT_KEY and len(v) <= MAX_FINGERPRINT_VALUE
+            for k, v in value.items()
+        )
     )
 
 

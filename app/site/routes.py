@@ -10,7 +10,7 @@ from starlette.routing import BaseRoute, Route
 from app.kernel.web import json_twin, page, wants_json
 from app.registry.stats import registry_stats
 from app.reports.queries import list_recent_public_reports
-from app.site import home_infestations, openapi, records
+from app.site import badge, home_infestations, openapi, records, sarif
 
 RECENT_REPORTS = 10
 
@@ -63,5 +63,7 @@ routes: list[BaseRoute] = [
     Route("/index{format:twin}", home, methods=["GET", "HEAD"], name="home_twin"),  # the twin of `/`
     Route("/fragments/home-infestations", home_infestations_fragment, methods=["GET", "HEAD"]),
     *records.routes,
+    *sarif.routes,  # /repos/.../findings.sarif (docs/sarif.md)
+    *badge.routes,  # /repos/.../badge.svg
     *openapi.routes,
 ]

@@ -1,0 +1,83 @@
+"""`/repos/{host}/{owner}/{name}/badge.svg`: a shields-style badge for a README ("tarakan | 3 open",
+"tarakan | clean", "tarakan | not scanned").
+
+It counts what `findings.sarif` lists (`app.site.sarif`): canonical findings with an occurrence in a public report
+of a listed repository, read from the source tables, so a takedown changes the badge at the next request. "Open"
+is every status but `fixed`, as the repository metrics count it (docs/domain.md §1.7). A static SVG from an
+autoescaping template: no script, nothing for the CSP to allow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from sqlalchemy import text
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from app.kernel import db
+from app.kernel.errors import NotFound
+from app.kernel.public import LISTED_REPOSITORY, PUBLIC_SCAN
+from app.kernel.templating import environment
+from app.kernel.web import PUBLIC_CACHE
+from app.site.home_infestations import etag_matches
+from app.site.sarif import NOT_PUBLIC, public_repository
+
+SVG_TYPE = "image/svg+xml"
+LABEL = "tarakan"
+COLORS = {"open": "#e05d44", "clean": "#44cc11", "not scanned": "#9f9f9f"}
+CHAR_WIDTH = 7  # Verdana 11px, roughly; shields measures glyphs, a badge this short needs no more
+PADDING = 10
+
+_COUNTS = f"""
+SELECT
+  (SELECT count(*) FROM canonical_findings c
+   WHERE c.repository_id = r.id AND c.status <> 'fixed'
+     AND EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+                 WHERE f.canonical_finding_id = c.id AND {PUBLIC_SCAN})) AS open,
+  EXISTS (SELECT 1 FROM scans s
+          WHERE s.repository_id = r.id AND s.visibility IN ('public', 'public_summary')) AS scanned
+FROM repositories r
+WHERE r.id = :repository_id AND {LISTED_REPOSITORY}
+"""
+
+
+def badge_svg(message: str, color: str) -> str:
+    label_width = len(LABEL) * CHAR_WIDTH + PADDING
+    message_width = len(message) * CHAR_WIDTH + PADDING
+    return environment.get_template("site/badge.svg").render(
+        label=LABEL,
+        message=message,
+        color=color,
+        label_width=label_width,
+        message_width=message_width,
+        width=label_width + message_width,
+    )
+
+
+async def badge(request: Request) -> Response:
+    p = request.path_params
+    repository = await public_repository(p["host"], p["owner"], p["name"])
+    async with db.read_session() as session:
+        row = (await session.execute(text(_COUNTS), {"repository_id": repository["id"]})).first()
+    if row is None:  # delisted between the two reads
+        raise NotFound({"repository": ["not found"]}, message=NOT_PUBLIC)
+    open_count, scanned = int(row[0]), bool(row[1])
+    if open_count:
+        message, color = f"{open_count} open", COLORS["open"]
+    elif scanned:
+        message, color = "clean", COLORS["clean"]
+    else:
+        message, color = "not scanned", COLORS["not scanned"]
+    body = badge_svg(message, color).encode()
+    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    headers = {"ETag": etag, "Cache-Control": PUBLIC_CACHE}
+    if etag_matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type=SVG_TYPE, headers=headers)
+
+
+routes: list[BaseRoute] = [
+    Route("/repos/{host}/{owner}/{name}/badge.svg", badge, methods=["GET", "HEAD"], name="badge"),
+]

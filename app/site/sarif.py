@@ -1,0 +1,173 @@
+"""SARIF 2.1.0 out: `/repos/{host}/{owner}/{name}/findings.sarif`, a repository's public findings as one SARIF log
+a maintainer can upload to a code-scanning service (docs/sarif.md).
+
+Public only, whoever asks: the repository must be listed and each finding must have an occurrence in a public
+report, read from the source tables in one statement (the public join set, `app.kernel.public`), so a takedown
+holds at the very next request without a worker. What a result says (title, file, lines) comes from the newest
+public occurrence, never from a hidden one; the canonical finding adds its status and fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import text
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from app.kernel import db
+from app.kernel.config import settings
+from app.kernel.errors import NotFound
+from app.kernel.public import LISTED_REPOSITORY, PUBLIC_SCAN
+from app.kernel.urls import finding_path, infestation_path, repo_path
+from app.kernel.web import PUBLIC_CACHE
+from app.site.home_infestations import etag_matches
+
+SARIF_MEDIA_TYPE = "application/sarif+json"
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+MAX_RESULTS = 5000  # a bounded document; past it the run says `truncated`
+FINGERPRINT_KEY = "tarakanFingerprint/v2"  # the canonical fingerprint (docs/domain.md §2.3)
+LEVELS = {"critical": "error", "high": "error", "medium": "warning", "low": "note", "info": "none"}
+# the score code-scanning services read (`security-severity`), the middle of each severity's band
+SCORES = {"critical": "9.5", "high": "8.0", "medium": "5.5", "low": "2.0", "info": "0.0"}
+NOT_PUBLIC = "No public repository is recorded at this address."
+
+_REPOSITORY = f"""
+SELECT r.id, r.host, r.owner, r.name, r.canonical_url
+FROM repositories r
+WHERE r.host = :host AND r.owner = :owner AND r.name = :name AND {LISTED_REPOSITORY}
+"""
+
+# One row per canonical finding with a public occurrence in a listed repository: its newest public occurrence.
+_FINDINGS = f"""
+SELECT * FROM (
+  SELECT DISTINCT ON (c.id)
+         c.id, c.fingerprint, c.pattern_key, c.status, c.public_id AS canonical_public_id,
+         f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end, s.commit_sha
+  FROM canonical_findings c
+  JOIN scan_findings f ON f.canonical_finding_id = c.id
+  JOIN scans s ON s.id = f.scan_id
+  JOIN repositories r ON r.id = c.repository_id
+  WHERE c.repository_id = :repository_id AND {PUBLIC_SCAN} AND {LISTED_REPOSITORY}
+  ORDER BY c.id, s.inserted_at DESC, f.id DESC
+) newest
+ORDER BY id
+LIMIT :limit
+"""
+
+
+async def public_repository(host: str, owner: str, name: str) -> dict[str, Any]:
+    """The listed repository at these coordinates, or NotFound (quarantined, pending, delisted or unknown alike)."""
+    async with db.read_session() as session:
+        row = (
+            (
+                await session.execute(
+                    text(_REPOSITORY), {"host": host.lower(), "owner": owner.lower(), "name": name.lower()}
+                )
+            )
+            .mappings()
+            .first()
+        )
+    if row is None:
+        raise NotFound({"repository": ["not found"]}, message=NOT_PUBLIC)
+    return dict(row)
+
+
+async def public_findings(repository_id: int, *, limit: int = MAX_RESULTS) -> list[dict[str, Any]]:
+    async with db.read_session() as session:
+        result = await session.execute(text(_FINDINGS), {"repository_id": repository_id, "limit": limit})
+        return [dict(row) for row in result.mappings()]
+
+
+def _rule(key: str, title: str, base_url: str) -> dict[str, Any]:
+    rule: dict[str, Any] = {"id": key, "shortDescription": {"text": title}}
+    if key != "unkeyed":
+        rule["helpUri"] = base_url + infestation_path(key)  # the pattern across the registry
+    return rule
+
+
+def _result(finding: dict[str, Any], rule_index: int, key: str, base_url: str) -> dict[str, Any]:
+    region: dict[str, Any] = {}
+    if finding["line_start"] is not None:
+        region = {"startLine": finding["line_start"], "endLine": finding["line_end"] or finding["line_start"]}
+    location: dict[str, Any] = {
+        "artifactLocation": {"uri": quote(finding["file_path"]), "uriBaseId": "%SRCROOT%"},
+    }
+    if region:
+        location["region"] = region
+    url = base_url + finding_path(finding["public_id"])
+    return {
+        "ruleId": key,
+        "ruleIndex": rule_index,
+        "level": LEVELS.get(finding["severity"], "warning"),
+        "message": {"text": finding["title"]},
+        "locations": [{"physicalLocation": location}],
+        "partialFingerprints": {FINGERPRINT_KEY: finding["fingerprint"]},
+        "hostedViewerUri": url,
+        "properties": {
+            "status": finding["status"],
+            "severity": finding["severity"],
+            "security-severity": SCORES.get(finding["severity"], "0.0"),
+            "finding": str(finding["public_id"]),
+            "canonical": str(finding["canonical_public_id"]),
+            "commit": finding["commit_sha"],
+        },
+    }
+
+
+def sarif_log(repository: dict[str, Any], findings: list[dict[str, Any]], *, truncated: bool) -> dict[str, Any]:
+    """One run, tool "Tarakan", one rule per pattern, one result per public finding."""
+    base_url = settings().base_url
+    rules: list[dict[str, Any]] = []
+    index_of: dict[str, int] = {}
+    results = []
+    for finding in findings:
+        key = finding["pattern_key"] or "unkeyed"
+        if key not in index_of:
+            index_of[key] = len(rules)
+            rules.append(_rule(key, finding["title"], base_url))
+        results.append(_result(finding, index_of[key], key, base_url))
+    slug = f"{repository['host']}/{repository['owner']}/{repository['name']}"
+    run: dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "Tarakan",
+                "informationUri": base_url + "/",
+                "rules": rules,
+            }
+        },
+        "originalUriBaseIds": {"%SRCROOT%": {"description": {"text": f"The root of {slug}"}}},
+        "results": results,
+        "properties": {
+            "repository": slug,
+            "record": base_url + repo_path(repository["host"], repository["owner"], repository["name"]),
+            "truncated": truncated,
+        },
+    }
+    if repository["canonical_url"].startswith("https://"):
+        run["versionControlProvenance"] = [{"repositoryUri": repository["canonical_url"]}]
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+async def findings_sarif(request: Request) -> Response:
+    p = request.path_params
+    repository = await public_repository(p["host"], p["owner"], p["name"])
+    findings = await public_findings(repository["id"], limit=MAX_RESULTS + 1)
+    log = sarif_log(repository, findings[:MAX_RESULTS], truncated=len(findings) > MAX_RESULTS)
+    body = json.dumps(log, ensure_ascii=False, separators=(",", ":")).encode()
+    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    headers = {"ETag": etag, "Cache-Control": PUBLIC_CACHE}
+    if etag_matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type=SARIF_MEDIA_TYPE, headers=headers)
+
+
+routes: list[BaseRoute] = [
+    Route(
+        "/repos/{host}/{owner}/{name}/findings.sarif", findings_sarif, methods=["GET", "HEAD"], name="findings_sarif"
+    ),
+]
