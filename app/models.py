@@ -6,6 +6,7 @@ from app.infestations.models import (
     InfestationPattern,
     InfestationPatternInstance,
     InfestationPatternRepo,
+    InfestationPatternStatusWindow,
 )
 from app.kernel.audit import AuditEvent
 from app.kernel.changes import Change, PublishedCanonical, PublishedFinding, PublishedRepository
@@ -28,6 +29,7 @@ __all__ = [
     "InfestationPattern",
     "InfestationPatternInstance",
     "InfestationPatternRepo",
+    "InfestationPatternStatusWindow",
     "InstanceLease",
     "JobRun",
     "LoginAttempt",

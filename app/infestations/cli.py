@@ -45,7 +45,7 @@ async def _refresh(args: argparse.Namespace) -> int:
 async def _recompute_windows(args: argparse.Namespace) -> int:
     from app.infestations.maintenance import recompute_all_windows
 
-    done = await recompute_all_windows(progress=_progress)
+    done = await recompute_all_windows(progress=_progress, ranges=args.ranges)
     print(f"recompute-windows: done, {done} patterns")
     return 0
 
@@ -61,7 +61,7 @@ async def _reconcile(args: argparse.Namespace) -> int:
 async def _backfill(args: argparse.Namespace) -> int:
     from app.infestations.maintenance import backfill
 
-    await backfill(progress=_progress, concurrency=args.concurrency)
+    await backfill(progress=_progress, concurrency=args.concurrency, ranges=args.ranges)
     return 0
 
 
@@ -88,6 +88,16 @@ async def _cutover_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _ranges_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ranges",
+        type=int,
+        choices=range(1, 257),
+        metavar="N",
+        help="key ranges to cut the keys into (1-256; default: about 100,000 rows each)",
+    )
+
+
 def register(sub: Any) -> None:
     """Add this feature's subcommands to the `tarakan` parser."""
     jobs = sub.add_parser("jobs", help="background jobs", description="background jobs")
@@ -98,11 +108,13 @@ def register(sub: Any) -> None:
     inf_sub = inf.add_subparsers(dest="infestations_command", required=True, metavar="ACTION")
     refresh = command(inf_sub, "refresh", _refresh, "recompute one pattern key from source")
     refresh.add_argument("key", metavar="KEY", help="pattern key (64 hex)")
-    command(inf_sub, "recompute-windows", _recompute_windows, "recompute the 7/30/90/365-day window columns")
+    windows = command(inf_sub, "recompute-windows", _recompute_windows, "recompute the 7/30/90/365-day windows")
+    _ranges_option(windows)
     command(inf_sub, "reconcile", _reconcile, "re-project every source key, then delete orphan patterns")
-    backfill_cmd = command(inf_sub, "backfill", _backfill, "project every key of the public join set inline")
+    backfill_cmd = command(inf_sub, "backfill", _backfill, "project every key of the public join set, set-based")
     backfill_cmd.add_argument(
-        "--concurrency", type=int, default=1, choices=range(1, 17), metavar="N", help="keys refreshed at once (1-16)"
+        "--concurrency", type=int, default=1, choices=range(1, 17), metavar="N", help="key ranges at once (1-16)"
     )
+    _ranges_option(backfill_cmd)
     command(inf_sub, "shadow-compare", _shadow_compare, "compare rollup and legacy reads; exit 1 on any mismatch")
     command(inf_sub, "cutover-check", _cutover_check, "check the hard cutover gates; exit 1 if any fails")

@@ -1,18 +1,21 @@
 """Maintenance passes over every key (docs/domain.md §13 "Reconcile", "Backfill"; docs/domain.md §5.4, §5.5): the nightly
-reconcile that heals missed hooks and removes orphans, the first backfill, and the hourly window recompute.
-Each walks its keys with a chained keyset cursor (`key > :after`), a batch at a time."""
+reconcile that heals missed hooks and removes orphans (a chained keyset cursor, `key > :after`, a batch at a time),
+and the set-based backfill and hourly window recompute (every key of a key range in a few large statements,
+`app.infestations.projection.project_range` / `recompute_range`)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import math
+import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
 
 from app.infestations.dirty_queue import drain
-from app.infestations.projection import recompute_windows, refresh_pattern
+from app.infestations.projection import Keys, key_ranges, project_range, recompute_range, refresh_pattern
 from app.kernel import db, outbox
 from app.kernel.metrics import RECONCILE_KEYS
 from app.kernel.public import PUBLIC_CANONICAL
@@ -22,8 +25,9 @@ from app.ops.leases import new_worker_id
 Progress = Callable[[str], Any]
 
 RECONCILE_BATCH = 500
-BACKFILL_BATCH = 200
-WINDOWS_BATCH = 200
+# rows (canonicals for the backfill, instance rows for the window recompute) per key range: one range's statements
+# stay well inside memory, and ranges are few (10 at Tier B, 100 at Tier C)
+RANGE_ROWS = 100_000
 
 # Distinct keys of the public join set, keyset-paged (chained cursor: key > :after).
 _SOURCE_KEYS_PAGE = f"""
@@ -31,10 +35,6 @@ SELECT DISTINCT c.pattern_key FROM canonical_findings c
 JOIN repositories r ON r.id = c.repository_id
 WHERE c.pattern_key > :after AND c.pattern_key <> '' AND {PUBLIC_CANONICAL}
 ORDER BY c.pattern_key LIMIT :limit
-"""
-
-_PATTERN_KEYS_PAGE = """
-SELECT pattern_key FROM infestation_patterns WHERE pattern_key > :after ORDER BY pattern_key LIMIT :limit
 """
 
 # Projected keys flagged when nothing in the public join set backs them any more.
@@ -102,39 +102,70 @@ async def reconcile(*, progress: Progress | None = None, record: bool = True) ->
     return summary
 
 
-async def backfill(*, progress: Progress | None = print, concurrency: int = 1) -> int:
-    """Project every key of the public join set inline (batch 200, chained cursor). Returns keys refreshed.
+async def _range_count(table: str) -> int:
+    """How many key ranges cover `table` at about RANGE_ROWS rows each (the planner's row estimate)."""
+    async with db.read_session(replica=False) as session:
+        rows = (
+            await session.execute(
+                text("SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = CAST(:t AS regclass)"), {"t": table}
+            )
+        ).scalar_one()
+    return max(1, math.ceil(float(rows) / RANGE_ROWS))
 
-    `concurrency` refreshes that many keys at once (one connection each): keys are independent, and a first
-    backfill of a large registry is bound by round trips, not by any one key."""
+
+async def _each_range(ranges: list[Keys], concurrency: int, work: Callable[[int, Keys], Awaitable[None]]) -> None:
+    """Run `work` over the ranges, `concurrency` at a time (each range its own transaction and connection)."""
+    pending = list(enumerate(ranges))
+
+    async def lane() -> None:
+        while pending:
+            await work(*pending.pop(0))
+
+    await asyncio.gather(*(lane() for _ in range(max(1, concurrency))))
+
+
+def _span(keys: Keys) -> str:
+    return f"[{keys.lo or '-'}, {keys.hi or '-'})"
+
+
+async def backfill(*, progress: Progress | None = print, concurrency: int = 1, ranges: int | None = None) -> int:
+    """Project every key from source, set-based: the key space is cut into ranges of about RANGE_ROWS canonicals
+    (`ranges` overrides the count) and each range is projected in one transaction of a few statements
+    (`project_range`), `concurrency` ranges at a time. Keys left without public instances lose their projection.
+    Returns the pattern rows written (the keys of the public join set)."""
+    count = ranges or await _range_count("canonical_findings")
     done = 0
-    cursor = ""
-    while keys := await _page(_SOURCE_KEYS_PAGE, cursor, BACKFILL_BATCH):
-        cursor = keys[-1]
-        lanes = [keys[i :: max(1, concurrency)] for i in range(max(1, concurrency))]
+    finished = 0
 
-        async def run(lane: list[str]) -> None:
-            for key in lane:
-                await refresh_pattern(key, reason="backfill")
+    async def work(index: int, keys: Keys) -> None:
+        nonlocal done, finished
+        started = time.perf_counter()
+        instances, patterns = await project_range(keys)
+        done += patterns
+        finished += 1
+        if progress:
+            progress(
+                f"backfill: range {index + 1}/{count} {_span(keys)}: {patterns} keys, {instances} instances "
+                f"({time.perf_counter() - started:.1f} s; {finished} ranges done)"
+            )
 
-        await asyncio.gather(*(run(lane) for lane in lanes if lane))
-        before, done = done, done + len(keys)
-        if progress and done // 1000 > before // 1000:
-            progress(f"backfill: {done} keys refreshed (at {keys[-1][:12]})")
+    await _each_range(key_ranges(count), concurrency, work)
     if progress:
         progress(f"backfill: done, {done} keys refreshed")
     return done
 
 
-async def recompute_all_windows(*, progress: Progress | None = None) -> int:
-    """Hourly window decay over every pattern row (cursor, batch 200). Returns patterns visited."""
+async def recompute_all_windows(*, progress: Progress | None = None, ranges: int | None = None) -> int:
+    """Hourly window decay over every pattern row, set-based: `recompute_range` over key ranges of about RANGE_ROWS
+    instance rows. Returns the pattern rows updated."""
+    count = ranges or await _range_count("infestation_pattern_instances")
     done = 0
-    cursor = ""
-    while keys := await _page(_PATTERN_KEYS_PAGE, cursor, WINDOWS_BATCH):
-        cursor = keys[-1]
-        for key in keys:
-            await recompute_windows(key)
-        done += len(keys)
+
+    async def work(index: int, keys: Keys) -> None:
+        nonlocal done
+        done += await recompute_range(keys)
         if progress:
-            progress(f"recompute-windows: {done} patterns")
+            progress(f"recompute-windows: range {index + 1}/{count} {_span(keys)}, {done} patterns")
+
+    await _each_range(key_ranges(count), 1, work)
     return done

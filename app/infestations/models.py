@@ -16,6 +16,9 @@ WINDOWS = (7, 30, 90, 365)
 COUNTS = ("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count")
 # the aggregates kept for each window (docs/domain.md §5.3) as `{name}_{W}d`; the all-time columns carry the bare names
 WINDOWED_AGGREGATES = (*COUNTS, "last_seen_at")
+STATUSES = ("open", "verified", "disputed", "fixed")
+ALL_TIME = 0  # `window_days` of the all-time row of infestation_pattern_status_windows
+STATUS_WINDOWS = (ALL_TIME, *WINDOWS)
 
 
 def _window_columns() -> dict[str, MappedColumn[Any]]:
@@ -132,6 +135,35 @@ class InfestationPatternInstance(Base):
     sample_commit_sha: Mapped[str | None] = mapped_column(Text)
     inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class InfestationPatternStatusWindow(Base):
+    """Per-status windowed counts of a pattern (docs/domain.md §1.8): one row per (key, status, window) with at least
+    one instance of that status in the window (`window_days` 0 = all time), so a status-filtered list walks one
+    rank index in O(limit). Narrow rows rather than 40 more columns on `infestation_patterns`: one partial rank
+    index serves all 16 status x window lists (instead of 16 more indexes on a row every refresh rewrites), and a
+    status change rewrites only the few rows whose counts moved."""
+
+    __tablename__ = "infestation_pattern_status_windows"
+    __table_args__ = (
+        # `>= 2` is the list's min_repos floor; pattern_key last so the list's full order comes off the index
+        Index(
+            "infestation_pattern_status_windows_rank_idx",
+            "status",
+            "window_days",
+            text("repo_count DESC"),
+            text("last_seen_at DESC"),
+            "pattern_key",
+            postgresql_where=text("repo_count >= 2"),
+        ),
+    )
+
+    pattern_key: Mapped[str] = mapped_column(Text, primary_key=True)
+    status: Mapped[str] = mapped_column(Text, primary_key=True)
+    window_days: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_count: Mapped[int] = mapped_column(Integer)
+    instance_count: Mapped[int] = mapped_column(Integer)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class InfestationDirtyKey(Base):

@@ -1,20 +1,25 @@
-"""The refresh of one pattern key: the public join set projected into the rollup tables (docs/domain.md §13 "Recompute
-algorithm", docs/domain.md §5.2-§5.6).
+"""The projection of the public join set into the rollup tables (docs/domain.md §13 "Recompute algorithm",
+docs/domain.md §5.2-§5.6): one key at a time, or every key of a key range at once.
 
 Everything runs in SQL (INSERT ... SELECT): a hot key has 10^4+ canonicals and none of them is loaded into Python.
-`refresh_pattern` recomputes a key from source; `recompute_windows` decays its windows from the instance table
-alone. Which keys to refresh, and when, is the dirty-key queue's business (`app.infestations.dirty_queue`); whole
-passes over every key are maintenance (`app.infestations.maintenance`).
+Each statement is written once over a set of keys (`Keys`: one key, or a key range) so the per-key refresh and the
+set-based backfill are the same SQL with a different `WHERE`. `refresh_pattern` recomputes a key from source;
+`recompute_windows` decays its windows from the instance table alone; `project_range` and `recompute_range` do the
+same for every key of a range in a few large statements. Which keys to refresh, and when, is the dirty-key queue's
+business (`app.infestations.dirty_queue`); whole passes over every key are maintenance
+(`app.infestations.maintenance`).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from functools import cache
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.infestations.models import COUNTS, WINDOWED_AGGREGATES, WINDOWS
+from app.infestations.models import COUNTS, STATUS_WINDOWS, STATUSES, WINDOWED_AGGREGATES, WINDOWS
 from app.kernel import db
 from app.kernel.metrics import REFRESH_DURATION, REFRESH_ERRORS, REFRESH_INSTANCES
 from app.kernel.public import PUBLIC_JOIN
@@ -23,18 +28,75 @@ from app.kernel.public import PUBLIC_JOIN
 _STATUS_RANK = "CASE status WHEN 'open' THEN 0 WHEN 'disputed' THEN 1 WHEN 'verified' THEN 2 ELSE 3 END"
 _REPRESENTATIVE_ORDER = f"{_STATUS_RANK}, updated_at DESC, canonical_finding_id DESC"
 
-_LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"
+# A key's refresh is serialized per key; a range statement cannot take thousands of key locks, so keys are also
+# grouped in 257 buckets (the first two hex digits, or "other"): a refresh holds its bucket's lock shared, a range
+# statement holds the locks of every bucket it spans exclusively (in ascending order, so ranges never deadlock). A
+# range written from an older snapshot can then never overwrite a newer per-key refresh, nor the reverse, while
+# ranges run side by side.
+_LOCK_KEY = (
+    "SELECT pg_advisory_xact_lock_shared(hashtextextended('infestations:bucket:' || :bucket, 0)), "
+    "pg_advisory_xact_lock(hashtextextended(:key, 0))"
+)
+_LOCK_BUCKETS = (
+    "SELECT count(pg_advisory_xact_lock(hashtextextended('infestations:bucket:' || b, 0))) "
+    "FROM unnest(CAST(:buckets AS text[])) AS b"
+)
+_OTHER = "other"  # the bucket of a key that does not start with two hex digits (pattern keys are sha256 hex)
+_HEX = frozenset("0123456789abcdef")
+
+
+def _bucket(key: str) -> str:
+    return key[:2] if len(key) >= 2 and set(key[:2]) <= _HEX else _OTHER
+
+
+def _lock_key_params(key: str) -> dict[str, str]:
+    return {"key": key, "bucket": _bucket(key)}
+
+
+# a range statement aggregates 10^5+ instance rows: let its hashes stay in memory
+_RANGE_WORK_MEM = "SET LOCAL work_mem = '128MB'"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The keys a statement projects: one `key`, or every key in `[lo, hi)` (`hi` None: no upper bound)."""
+
+    key: str | None = None
+    lo: str = ""
+    hi: str | None = None
+
+    @property
+    def shape(self) -> str:
+        return "key" if self.key is not None else "range" if self.hi is not None else "open_range"
+
+    @property
+    def params(self) -> dict[str, str]:
+        if self.key is not None:
+            return {"key": self.key}
+        return {"lo": self.lo} if self.hi is None else {"lo": self.lo, "hi": self.hi}
+
+
+def _keys(shape: str, alias: str) -> str:
+    column = f"{alias}.pattern_key"
+    if shape == "key":
+        return f"{column} = :key"
+    return f"{column} >= :lo" + (f" AND {column} < :hi" if shape == "range" else "")
+
 
 _INSTANCE_COLUMNS = (
     "pattern_key, repository_id, status, severity, title, file_path, sample_occurrence_public_id, sample_scan_id, "
     "sample_commit_sha, inserted_at, updated_at"
 )
 
-# One row per canonical of the public join set (docs/domain.md §3), carrying its newest PUBLIC occurrence as the sample.
-# The key's instance rows are reconciled with it in one statement: rows that really changed are updated (a refresh
-# of a hot key under a storm rewrites a handful of its 10^4 rows, not all of them), rows that left the join set are
-# deleted, and a canonical whose pattern_key changed has its row moved here from its old key.
-_SYNC_INSTANCES = f"""
+
+@cache
+def _sync_instances(shape: str) -> str:
+    """One row per canonical of the public join set (docs/domain.md §3), carrying its newest PUBLIC occurrence as
+    the sample. The keys' instance rows are reconciled with it in one statement: rows that really changed are updated
+    (a refresh of a hot key under a storm rewrites a handful of its 10^4 rows, not all of them), rows that left the
+    join set are deleted, and a canonical whose pattern_key changed has its row moved here from its old key."""
+    excluded = ", ".join(f"EXCLUDED.{c}" for c in _INSTANCE_COLUMNS.split(", "))
+    return f"""
 WITH src AS (
   SELECT DISTINCT ON (c.id)
     c.id AS canonical_finding_id, c.pattern_key, c.repository_id, c.status, c.severity,
@@ -45,30 +107,26 @@ WITH src AS (
   JOIN repositories r ON r.id = c.repository_id
   JOIN scan_findings f ON f.canonical_finding_id = c.id
   JOIN scans s ON s.id = f.scan_id
-  WHERE c.pattern_key = :key AND c.pattern_key <> '' AND {PUBLIC_JOIN}
+  WHERE {_keys(shape, "c")} AND c.pattern_key <> '' AND {PUBLIC_JOIN}
   ORDER BY c.id, s.inserted_at DESC, f.id DESC
 ),
 upserted AS (
   INSERT INTO infestation_pattern_instances AS i (canonical_finding_id, {_INSTANCE_COLUMNS})
   SELECT canonical_finding_id, {_INSTANCE_COLUMNS} FROM src
-  ON CONFLICT (canonical_finding_id) DO UPDATE SET ({_INSTANCE_COLUMNS}) = (
-    EXCLUDED.pattern_key, EXCLUDED.repository_id, EXCLUDED.status, EXCLUDED.severity, EXCLUDED.title,
-    EXCLUDED.file_path, EXCLUDED.sample_occurrence_public_id, EXCLUDED.sample_scan_id, EXCLUDED.sample_commit_sha,
-    EXCLUDED.inserted_at, EXCLUDED.updated_at)
-  WHERE (i.{_INSTANCE_COLUMNS.replace(", ", ", i.")}) IS DISTINCT FROM (
-    EXCLUDED.pattern_key, EXCLUDED.repository_id, EXCLUDED.status, EXCLUDED.severity, EXCLUDED.title,
-    EXCLUDED.file_path, EXCLUDED.sample_occurrence_public_id, EXCLUDED.sample_scan_id, EXCLUDED.sample_commit_sha,
-    EXCLUDED.inserted_at, EXCLUDED.updated_at)
+  ON CONFLICT (canonical_finding_id) DO UPDATE SET ({_INSTANCE_COLUMNS}) = ({excluded})
+  WHERE (i.{_INSTANCE_COLUMNS.replace(", ", ", i.")}) IS DISTINCT FROM ({excluded})
   RETURNING 1
 ),
 removed AS (
   DELETE FROM infestation_pattern_instances i
-  WHERE i.pattern_key = :key AND NOT EXISTS (SELECT 1 FROM src WHERE src.canonical_finding_id = i.canonical_finding_id)
+  WHERE {_keys(shape, "i")}
+    AND NOT EXISTS (SELECT 1 FROM src WHERE src.canonical_finding_id = i.canonical_finding_id)
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM src) AS instances, (SELECT count(*) FROM upserted) AS written,
        (SELECT count(*) FROM removed) AS removed
 """
+
 
 _MEMBERSHIP_COLUMNS = (
     "instance_count, open_count, verified_count, fixed_count, disputed_count, primary_status, severity, title, "
@@ -76,38 +134,45 @@ _MEMBERSHIP_COLUMNS = (
 )
 _MEMBERSHIP_EXCLUDED = ", ".join(f"EXCLUDED.{c}" for c in _MEMBERSHIP_COLUMNS.split(", "))
 
-# Memberships from the key's instance rows; unchanged memberships are not rewritten.
-_UPSERT_MEMBERSHIPS = f"""
+
+@cache
+def _upsert_memberships(shape: str) -> str:
+    """Memberships from the keys' instance rows; unchanged memberships are not rewritten."""
+    return f"""
 INSERT INTO infestation_pattern_repos AS m (
   pattern_key, repository_id, instance_count, open_count, verified_count, fixed_count, disputed_count,
   primary_status, severity, title, sample_occurrence_public_id, first_seen_at, last_seen_at, inserted_at, updated_at)
-SELECT :key, agg.repository_id, agg.instance_count, agg.open_count, agg.verified_count, agg.fixed_count,
+SELECT agg.pattern_key, agg.repository_id, agg.instance_count, agg.open_count, agg.verified_count, agg.fixed_count,
   agg.disputed_count,
   CASE WHEN agg.open_count > 0 THEN 'open' WHEN agg.disputed_count > 0 THEN 'disputed'
        WHEN agg.verified_count > 0 THEN 'verified' ELSE 'fixed' END,
   rep.severity, rep.title, rep.sample_occurrence_public_id, agg.first_seen_at, agg.last_seen_at, now(), now()
 FROM (
-  SELECT repository_id, count(*) AS instance_count,
+  SELECT pattern_key, repository_id, count(*) AS instance_count,
     count(*) FILTER (WHERE status = 'open') AS open_count,
     count(*) FILTER (WHERE status = 'verified') AS verified_count,
     count(*) FILTER (WHERE status = 'fixed') AS fixed_count,
     count(*) FILTER (WHERE status = 'disputed') AS disputed_count,
     min(inserted_at) AS first_seen_at, max(updated_at) AS last_seen_at
-  FROM infestation_pattern_instances WHERE pattern_key = :key GROUP BY repository_id
+  FROM infestation_pattern_instances i WHERE {_keys(shape, "i")} GROUP BY pattern_key, repository_id
 ) agg
 JOIN (
-  SELECT DISTINCT ON (repository_id) repository_id, severity, title, sample_occurrence_public_id
-  FROM infestation_pattern_instances WHERE pattern_key = :key
-  ORDER BY repository_id, {_REPRESENTATIVE_ORDER}
-) rep USING (repository_id)
+  SELECT DISTINCT ON (pattern_key, repository_id) pattern_key, repository_id, severity, title,
+    sample_occurrence_public_id
+  FROM infestation_pattern_instances i WHERE {_keys(shape, "i")}
+  ORDER BY pattern_key, repository_id, {_REPRESENTATIVE_ORDER}
+) rep USING (pattern_key, repository_id)
 ON CONFLICT (pattern_key, repository_id) DO UPDATE SET ({_MEMBERSHIP_COLUMNS}) = ({_MEMBERSHIP_EXCLUDED}),
   updated_at = now()
 WHERE (m.{_MEMBERSHIP_COLUMNS.replace(", ", ", m.")}) IS DISTINCT FROM ({_MEMBERSHIP_EXCLUDED})
 """
 
-_DELETE_STALE_MEMBERSHIPS = """
+
+@cache
+def _delete_stale_memberships(shape: str) -> str:
+    return f"""
 DELETE FROM infestation_pattern_repos e
-WHERE e.pattern_key = :key
+WHERE {_keys(shape, "e")}
   AND NOT EXISTS (SELECT 1 FROM infestation_pattern_instances i
                   WHERE i.pattern_key = e.pattern_key AND i.repository_id = e.repository_id)
 """
@@ -123,90 +188,173 @@ def _window_columns() -> list[str]:
     return [f"{name}_{w}d" for w in WINDOWS for name in WINDOWED_AGGREGATES]
 
 
-def _window_aggregates() -> str:
-    parts: list[str] = []
+# Window aggregates in two steps: per (key, repository) first (plain counts, one hash aggregate), then per key, so
+# a window's repositories are `count(*) FILTER (n > 0)` rather than a sort-based count(DISTINCT) per window.
+def _per_repository(shape: str) -> str:
+    parts = [
+        "count(*) AS n",
+        *(f"count(*) FILTER (WHERE status = '{s}') AS {s}_n" for s in STATUSES),
+        "min(inserted_at) AS first_seen_at",
+        "max(updated_at) AS last_seen_at",
+    ]
     for w in WINDOWS:
         inside = f"updated_at >= {_since(w)}"
         parts += [
-            f"count(DISTINCT repository_id) FILTER (WHERE {inside}) AS repo_count_{w}d",
-            f"count(*) FILTER (WHERE {inside}) AS instance_count_{w}d",
-            *(
-                f"count(*) FILTER (WHERE {inside} AND status = '{s}') AS {s}_count_{w}d"
-                for s in ("open", "verified", "fixed", "disputed")
-            ),
+            f"count(*) FILTER (WHERE {inside}) AS n_{w}d",
+            *(f"count(*) FILTER (WHERE {inside} AND status = '{s}') AS {s}_n_{w}d" for s in STATUSES),
             f"max(updated_at) FILTER (WHERE {inside}) AS last_seen_at_{w}d",
         ]
-    return ",\n    ".join(parts)
+    return f"""SELECT pattern_key, repository_id, {", ".join(parts)}
+  FROM infestation_pattern_instances i WHERE {_keys(shape, "i")} GROUP BY pattern_key, repository_id"""
+
+
+def _window_aggregates() -> list[str]:
+    """`{name}_{W}d` of docs/domain.md §5.3, over the per-repository rows `pr`."""
+    parts: list[str] = []
+    for w in WINDOWS:
+        parts += [
+            f"count(*) FILTER (WHERE pr.n_{w}d > 0)::int AS repo_count_{w}d",
+            f"sum(pr.n_{w}d)::int AS instance_count_{w}d",
+            *(f"sum(pr.{s}_n_{w}d)::int AS {s}_count_{w}d" for s in ("open", "verified", "fixed", "disputed")),
+            f"max(pr.last_seen_at_{w}d) AS last_seen_at_{w}d",
+        ]
+    return parts
 
 
 _ALL_TIME_COLUMNS = [*COUNTS, "first_seen_at", "last_seen_at"]
+_ALL_TIME_AGGREGATES = [
+    "count(*)::int AS repo_count",
+    "sum(pr.n)::int AS instance_count",
+    *(f"sum(pr.{s}_n)::int AS {s}_count" for s in ("open", "verified", "fixed", "disputed")),
+    "min(pr.first_seen_at) AS first_seen_at",
+    "max(pr.last_seen_at) AS last_seen_at",
+]
 _REPRESENTATIVE_COLUMNS = ["title", "severity", "sample_file_path", "sample_occurrence_public_id"]
 _PATTERN_COLUMNS = [*_REPRESENTATIVE_COLUMNS, *_ALL_TIME_COLUMNS, *_window_columns(), "refreshed_at"]
 
-_UPSERT_PATTERN = f"""
+
+@cache
+def _upsert_patterns(shape: str) -> str:
+    """The pattern row of every key with instances: representative fields, all-time and window aggregates."""
+    aggregates = ",\n    ".join([*_ALL_TIME_AGGREGATES, *_window_aggregates()])
+    return f"""
 INSERT INTO infestation_patterns AS p (pattern_key, {", ".join(_PATTERN_COLUMNS)}, inserted_at, updated_at)
-SELECT :key, rep.title, rep.severity, rep.file_path, rep.sample_occurrence_public_id,
-  agg.*, now(), now(), now()
+SELECT agg.pattern_key, rep.title, rep.severity, rep.file_path, rep.sample_occurrence_public_id,
+  {", ".join(f"agg.{c}" for c in [*_ALL_TIME_COLUMNS, *_window_columns()])}, now(), now(), now()
 FROM (
-  SELECT count(DISTINCT repository_id) AS repo_count, count(*) AS instance_count,
-    count(*) FILTER (WHERE status = 'open') AS open_count,
-    count(*) FILTER (WHERE status = 'verified') AS verified_count,
-    count(*) FILTER (WHERE status = 'fixed') AS fixed_count,
-    count(*) FILTER (WHERE status = 'disputed') AS disputed_count,
-    min(inserted_at) AS first_seen_at, max(updated_at) AS last_seen_at,
-    {_window_aggregates()}
-  FROM infestation_pattern_instances WHERE pattern_key = :key
+  SELECT pr.pattern_key, {aggregates}
+  FROM ({_per_repository(shape)}) pr
+  GROUP BY pr.pattern_key
 ) agg
-CROSS JOIN (
-  SELECT title, severity, file_path, sample_occurrence_public_id
-  FROM infestation_pattern_instances WHERE pattern_key = :key
-  ORDER BY {_REPRESENTATIVE_ORDER} LIMIT 1
-) rep
+JOIN (
+  SELECT DISTINCT ON (pattern_key) pattern_key, title, severity, file_path, sample_occurrence_public_id
+  FROM infestation_pattern_instances i WHERE {_keys(shape, "i")}
+  ORDER BY pattern_key, {_REPRESENTATIVE_ORDER}
+) rep USING (pattern_key)
 ON CONFLICT (pattern_key) DO UPDATE SET
   {", ".join(f"{c} = EXCLUDED.{c}" for c in _PATTERN_COLUMNS)}, updated_at = now()
 """
 
-_UPDATE_WINDOWS = f"""
+
+@cache
+def _delete_stale_patterns(shape: str) -> str:
+    return f"""
+DELETE FROM infestation_patterns p
+WHERE {_keys(shape, "p")}
+  AND NOT EXISTS (SELECT 1 FROM infestation_pattern_instances i WHERE i.pattern_key = p.pattern_key)
+"""
+
+
+@cache
+def _update_windows(shape: str) -> str:
+    """The window columns (and refreshed_at, not updated_at) of every key with instances, from the instances."""
+    return f"""
 UPDATE infestation_patterns p SET
   {", ".join(f"{c} = w.{c}" for c in _window_columns())}, refreshed_at = now()
 FROM (
-  SELECT {_window_aggregates()}
-  FROM infestation_pattern_instances WHERE pattern_key = :key
-  HAVING count(*) > 0
+  SELECT pr.pattern_key, {", ".join(_window_aggregates())}
+  FROM ({_per_repository(shape)}) pr
+  GROUP BY pr.pattern_key
 ) w
-WHERE p.pattern_key = :key
+WHERE p.pattern_key = w.pattern_key AND {_keys(shape, "p")}
 """
 
-_DELETE_PROJECTION = [
-    "DELETE FROM infestation_pattern_instances WHERE pattern_key = :key",
-    "DELETE FROM infestation_pattern_repos WHERE pattern_key = :key",
-    "DELETE FROM infestation_patterns WHERE pattern_key = :key",
-]
+
+@cache
+def _sync_status_windows(shape: str) -> str:
+    """Per (key, status, window) counts for the status-filtered lists (docs/domain.md §1.8): repositories and
+    instances with that status updated inside the window (all time for window 0) and their newest `updated_at`.
+    Only (status, window) pairs with instances have a row; changed rows are rewritten, emptied ones deleted."""
+    per_repository = ", ".join(
+        [
+            "count(*) AS n_0",
+            "max(updated_at) AS last_0",
+            *(f"count(*) FILTER (WHERE updated_at >= {_since(w)}) AS n_{w}" for w in WINDOWS),
+            *(f"max(updated_at) FILTER (WHERE updated_at >= {_since(w)}) AS last_{w}" for w in WINDOWS),
+        ]
+    )
+    windows = ", ".join(f"({w}, pr.n_{w}, pr.last_{w})" for w in STATUS_WINDOWS)
+    return f"""
+WITH pr AS (
+  SELECT pattern_key, status, repository_id, {per_repository}
+  FROM infestation_pattern_instances i WHERE {_keys(shape, "i")}
+  GROUP BY pattern_key, status, repository_id
+),
+agg AS (
+  SELECT pr.pattern_key, pr.status, w.window_days, count(*) FILTER (WHERE w.n > 0)::int AS repo_count,
+    sum(w.n)::int AS instance_count, max(w.last_seen_at) AS last_seen_at
+  FROM pr CROSS JOIN LATERAL (VALUES {windows}) AS w (window_days, n, last_seen_at)
+  GROUP BY pr.pattern_key, pr.status, w.window_days
+  HAVING sum(w.n) > 0
+),
+upserted AS (
+  INSERT INTO infestation_pattern_status_windows AS sw
+    (pattern_key, status, window_days, repo_count, instance_count, last_seen_at)
+  SELECT pattern_key, status, window_days, repo_count, instance_count, last_seen_at FROM agg
+  ON CONFLICT (pattern_key, status, window_days) DO UPDATE
+    SET (repo_count, instance_count, last_seen_at) = (EXCLUDED.repo_count, EXCLUDED.instance_count,
+                                                      EXCLUDED.last_seen_at)
+  WHERE (sw.repo_count, sw.instance_count, sw.last_seen_at)
+    IS DISTINCT FROM (EXCLUDED.repo_count, EXCLUDED.instance_count, EXCLUDED.last_seen_at)
+  RETURNING 1
+)
+DELETE FROM infestation_pattern_status_windows sw
+WHERE {_keys(shape, "sw")}
+  AND NOT EXISTS (SELECT 1 FROM agg WHERE agg.pattern_key = sw.pattern_key AND agg.status = sw.status
+                                      AND agg.window_days = sw.window_days)
+"""
+
+
+_PROJECTION_TABLES = (
+    "infestation_pattern_instances",
+    "infestation_pattern_repos",
+    "infestation_pattern_status_windows",
+    "infestation_patterns",
+)
 
 
 async def _delete_projection(session: AsyncSession, key: str) -> None:
-    for statement in _DELETE_PROJECTION:
-        await session.execute(text(statement), {"key": key})
+    for table in _PROJECTION_TABLES:
+        await session.execute(text(f"DELETE FROM {table} WHERE pattern_key = :key"), {"key": key})
 
 
 async def refresh_pattern(pattern_key: str, *, reason: str = "manual") -> int:
-    """Recompute one key's instances, memberships and pattern row from source, in one transaction.
+    """Recompute one key's instances, memberships, pattern row and status windows from source, in one transaction.
 
     Returns the number of instances the key now has (its public join set); 0 means the key left the public join
     set and its projection was hard-deleted (its show page then 404s). Serialized per key by a transaction-scoped
-    advisory lock. Only rows that really changed are written."""
+    advisory lock. Only rows that really changed are written (the pattern row always is: `refreshed_at`)."""
     started = time.perf_counter()
     try:
         async with db.transaction() as session:
-            await session.execute(text(_LOCK_KEY), {"key": pattern_key})
-            synced = (await session.execute(text(_SYNC_INSTANCES), {"key": pattern_key})).mappings().one()
+            await session.execute(text(_LOCK_KEY), _lock_key_params(pattern_key))
+            keys = Keys(key=pattern_key)
+            synced = (await session.execute(text(_sync_instances(keys.shape)), keys.params)).mappings().one()
             instances = int(synced["instances"])
             if instances == 0:
                 await _delete_projection(session, pattern_key)
             else:
-                await session.execute(text(_UPSERT_MEMBERSHIPS), {"key": pattern_key})
-                await session.execute(text(_DELETE_STALE_MEMBERSHIPS), {"key": pattern_key})
-                await session.execute(text(_UPSERT_PATTERN), {"key": pattern_key})
+                await _project_from_instances(session, keys)
     except Exception:
         REFRESH_ERRORS.inc()
         raise
@@ -215,16 +363,31 @@ async def refresh_pattern(pattern_key: str, *, reason: str = "manual") -> int:
     return instances
 
 
+async def _project_from_instances(session: AsyncSession, keys: Keys) -> int:
+    """Memberships, pattern rows and status windows of `keys` from their (already synced) instance rows; keys
+    without instances lose them. Returns the pattern rows written."""
+    params = keys.params
+    await session.execute(text(_upsert_memberships(keys.shape)), params)
+    await session.execute(text(_delete_stale_memberships(keys.shape)), params)
+    patterns = await session.execute(text(_upsert_patterns(keys.shape)), params)
+    await session.execute(text(_delete_stale_patterns(keys.shape)), params)
+    await session.execute(text(_sync_status_windows(keys.shape)), params)
+    return int(patterns.rowcount or 0)  # type: ignore[attr-defined]
+
+
 async def recompute_windows(pattern_key: str) -> None:
-    """Hourly window decay for one key from the instance table only (no source join, docs/domain.md §5.4).
-    `updated_at` is left alone: it moves only with a refresh from source, which the hot-key cap reads (§5.5).
+    """Hourly window decay for one key from the instance table only (no source join, docs/domain.md §5.4): the
+    window columns and the status windows. `updated_at` is left alone: it moves only with a refresh from source,
+    which the hot-key cap reads (§5.5).
 
     No instances left (e.g. a hard repository delete cascaded them away) -> the key's projection is deleted;
     instances without a pattern row -> a full `refresh_pattern`."""
+    keys = Keys(key=pattern_key)
     async with db.transaction() as session:
-        await session.execute(text(_LOCK_KEY), {"key": pattern_key})
-        updated = await session.execute(text(_UPDATE_WINDOWS), {"key": pattern_key})
+        await session.execute(text(_LOCK_KEY), _lock_key_params(pattern_key))
+        updated = await session.execute(text(_update_windows(keys.shape)), keys.params)
         if int(updated.rowcount or 0) == 1:  # type: ignore[attr-defined]
+            await session.execute(text(_sync_status_windows(keys.shape)), keys.params)
             return
         has_instances = (
             await session.execute(
@@ -236,3 +399,63 @@ async def recompute_windows(pattern_key: str) -> None:
             await _delete_projection(session, pattern_key)
             return
     await refresh_pattern(pattern_key, reason="window_decay")
+
+
+# ---- key ranges (set-based backfill and window recompute, docs/domain.md §13 "Backfill") ------------------------
+
+
+def key_ranges(count: int) -> list[Keys]:
+    """`count` (at most 256) ranges covering every key, split on the first two hex digits (keys are sha256 hex, so
+    uniform): the first is open below and the last open above, so any key, hex or not, falls into exactly one."""
+    count = max(1, min(count, 256))
+    bounds = [f"{i * 256 // count:02x}" for i in range(1, count)]
+    highs: list[str | None] = [*bounds, None]
+    return [Keys(lo=lo, hi=hi) for lo, hi in zip(["", *bounds], highs, strict=True)]
+
+
+def _buckets(keys: Keys) -> list[str]:
+    """The lock buckets a range spans, ascending ("other" first: the first and last ranges hold non-hex keys)."""
+    first = int(keys.lo, 16) if keys.lo else 0
+    last = int(keys.hi, 16) if keys.hi is not None else 256
+    edge = [_OTHER] if not keys.lo or keys.hi is None else []
+    return [*edge, *(f"{b:02x}" for b in range(first, last))]
+
+
+async def _lock_range(session: AsyncSession, keys: Keys) -> None:
+    await session.execute(text(_RANGE_WORK_MEM))
+    await session.execute(text(_LOCK_BUCKETS), {"buckets": _buckets(keys)})
+
+
+async def project_range(keys: Keys) -> tuple[int, int]:
+    """Every key in the range projected from source in one transaction and a few statements (the set-based
+    backfill): the same statements as `refresh_pattern`, over the range. Keys of the range without public
+    instances lose their projection (so orphans go too). Returns (instances, patterns)."""
+    async with db.transaction() as session:
+        await _lock_range(session, keys)
+        synced = (await session.execute(text(_sync_instances(keys.shape)), keys.params)).mappings().one()
+        patterns = await _project_from_instances(session, keys)
+    return int(synced["instances"]), patterns
+
+
+async def recompute_range(keys: Keys) -> int:
+    """`recompute_windows` for every pattern row of the range at once: window columns and status windows from the
+    instances; a pattern row left without instances loses its projection. Returns the pattern rows updated."""
+    async with db.transaction() as session:
+        await _lock_range(session, keys)
+        updated = await session.execute(text(_update_windows(keys.shape)), keys.params)
+        await session.execute(text(_sync_status_windows(keys.shape)), keys.params)
+        await session.execute(
+            text(
+                f"""
+WITH gone AS (
+  DELETE FROM infestation_patterns p
+  WHERE {_keys(keys.shape, "p")}
+    AND NOT EXISTS (SELECT 1 FROM infestation_pattern_instances i WHERE i.pattern_key = p.pattern_key)
+  RETURNING pattern_key
+)
+DELETE FROM infestation_pattern_repos m USING gone WHERE m.pattern_key = gone.pattern_key
+"""
+            ),
+            keys.params,
+        )
+    return int(updated.rowcount or 0)  # type: ignore[attr-defined]

@@ -143,27 +143,19 @@ ORDER BY p.repo_count_{{w}}d DESC, p.last_seen_at_{{w}}d DESC NULLS LAST, p.patt
 LIMIT :limit
 """
 
-# Status filter: live aggregate over the instance grain (no window-column lag), representative fields from the
-# pattern row.
+# Status filter: the (status, window) rows of infestation_pattern_status_windows, walked on their one partial rank
+# index in O(limit) exactly like the unfiltered list, with the same bucket and read-time guard; representative
+# fields and the all-time first_seen_at from the pattern row.
 _STATUS_SQL = f"""
-WITH agg AS (
-  SELECT i.pattern_key,
-         COUNT(DISTINCT i.repository_id) AS repo_count,
-         COUNT(*) AS instance_count,
-         MAX(i.updated_at) AS last_seen_at,
-         MIN(i.inserted_at) AS first_seen_at
-  FROM infestation_pattern_instances i
-  WHERE i.status = :status AND i.updated_at >= :since
-  GROUP BY i.pattern_key
-  HAVING COUNT(DISTINCT i.repository_id) >= :min_repos AND {visible_pattern("i.pattern_key")}
-  ORDER BY repo_count DESC, last_seen_at DESC, pattern_key ASC
-  LIMIT :limit
-)
-SELECT agg.*, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.refreshed_at,
-       {_SAMPLE_VISIBLE}
-FROM agg
-LEFT JOIN infestation_patterns p ON p.pattern_key = agg.pattern_key
-ORDER BY agg.repo_count DESC, agg.last_seen_at DESC, agg.pattern_key ASC
+SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.first_seen_at,
+       p.refreshed_at, {_SAMPLE_VISIBLE},
+       sw.repo_count, sw.instance_count, sw.last_seen_at
+FROM infestation_pattern_status_windows sw
+JOIN infestation_patterns p ON p.pattern_key = sw.pattern_key
+WHERE sw.status = :status AND sw.window_days = {{w}} AND sw.repo_count >= 2 AND sw.repo_count >= :min_repos
+  AND sw.last_seen_at >= :since AND {visible_pattern("sw.pattern_key")}
+ORDER BY sw.repo_count DESC, sw.last_seen_at DESC, sw.pattern_key ASC
+LIMIT :limit
 """
 
 
@@ -172,6 +164,13 @@ def ranked_list_sql(window: int) -> str:
     if window not in (7, 30, 90, 365):
         raise ValueError(f"no precomputed window of {window} days")
     return _RANKED_SQL.format(columns=_window_columns(window), w=window)
+
+
+def status_list_sql(window: int) -> str:
+    """The status-filtered list statement for one window bucket (`:status` bound at run time)."""
+    if window not in (7, 30, 90, 365):
+        raise ValueError(f"no precomputed window of {window} days")
+    return _STATUS_SQL.format(w=window)
 
 
 async def list_infestations_rollup(
@@ -205,7 +204,7 @@ async def _list_rollup(
             sql = ranked_list_sql(window)
             params: dict[str, Any] = {"min_repos": min_repos, "since": since, "limit": limit}
         else:
-            sql = _STATUS_SQL
+            sql = status_list_sql(window)
             params = {"status": status, "min_repos": min_repos, "since": since, "limit": limit}
         rows = (await session.execute(text(sql), params)).mappings().all()
     LIST_DURATION.labels(source="rollup", window=str(window)).observe(time.perf_counter() - started)

@@ -131,6 +131,7 @@ async def shift_clock(days: float) -> None:
         "UPDATE infestation_pattern_repos SET first_seen_at = first_seen_at - :d, last_seen_at = last_seen_at - :d",
         "UPDATE infestation_patterns SET first_seen_at = first_seen_at - :d, last_seen_at = last_seen_at - :d, "
         f"refreshed_at = refreshed_at - :d, {window_columns}",
+        "UPDATE infestation_pattern_status_windows SET last_seen_at = last_seen_at - :d",
     ]
     async with db.transaction() as session:
         for statement in statements:

@@ -303,14 +303,15 @@ async def test_backfill_and_recompute_all_windows_visit_every_key(reporter: Acco
 
     lines: list[str] = []
     assert await maintenance.backfill(progress=lines.append) == 4
-    assert lines == ["backfill: done, 4 keys refreshed"]
+    assert lines[-1] == "backfill: done, 4 keys refreshed"
+    assert lines[0].startswith("backfill: range 1/1 [-, -): 4 keys, 4 instances")
     assert {r["pattern_key"] for r in await rows("SELECT pattern_key FROM infestation_patterns")} == {
         pattern_key(t) for t in titles
     }
     assert await maintenance.recompute_all_windows() == 4
 
 
-async def test_concurrent_backfill_projects_exactly_what_a_serial_one_does(reporter: Account) -> None:
+async def test_concurrent_ranged_backfill_projects_exactly_what_a_serial_one_does(reporter: Account) -> None:
     from app.infestations.shadow import shadow_compare_all
 
     repos = [await f.create_repository() for _ in range(3)]
@@ -324,7 +325,7 @@ async def test_concurrent_backfill_projects_exactly_what_a_serial_one_does(repor
         for table in ("infestation_patterns", "infestation_pattern_instances", "infestation_pattern_repos"):
             await session.execute(text(f"DELETE FROM {table}"))
     assert await rows("SELECT pattern_key FROM infestation_pattern_repos") == []
-    assert await maintenance.backfill(progress=None, concurrency=4) == serial == 9
+    assert await maintenance.backfill(progress=None, concurrency=4, ranges=16) == serial == 9
     assert await rows("SELECT pattern_key, repo_count, instance_count FROM infestation_patterns ORDER BY 1") == counts
     after = await rows("SELECT * FROM infestation_pattern_repos ORDER BY pattern_key, repository_id")
     strip = ("inserted_at", "updated_at")

@@ -64,12 +64,22 @@ async def test_backfill_reconcile_and_recompute_windows_report_progress() -> Non
 
     backfill = await tarakan("infestations", "backfill")
     assert backfill.code == 0, backfill.err
-    assert backfill.out.strip() == "backfill: done, 3 keys refreshed"
+    first, last = backfill.out.strip().splitlines()
+    assert first.startswith("backfill: range 1/1 [-, -): 3 keys, 6 instances (")
+    assert last == "backfill: done, 3 keys refreshed"
     assert await rows("SELECT count(*) AS n FROM infestation_patterns") == [{"n": 3}]
 
     windows = await tarakan("infestations", "recompute-windows")
     assert windows.code == 0, windows.err
-    assert windows.out.strip().splitlines() == ["recompute-windows: 3 patterns", "recompute-windows: done, 3 patterns"]
+    assert windows.out.strip().splitlines() == [
+        "recompute-windows: range 1/1 [-, -), 3 patterns",
+        "recompute-windows: done, 3 patterns",
+    ]
+
+    ranged = await tarakan("infestations", "backfill", "--ranges", "4", "--concurrency", "2")
+    assert ranged.code == 0, ranged.err
+    assert sum(line.startswith("backfill: range ") for line in ranged.out.splitlines()) == 4
+    assert ranged.out.strip().splitlines()[-1] == "backfill: done, 3 keys refreshed"
 
     reconcile = await tarakan("infestations", "reconcile")
     assert reconcile.code == 0, reconcile.err
