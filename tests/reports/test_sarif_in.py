@@ -86,12 +86,12 @@ async def test_bandit_output_goes_in_through_the_api(client: httpx.AsyncClient) 
     }
     stored = await stored_findings()
     assert {(f["file_path"], f["line_start"], f["severity"], f["title"]) for f in stored} == {
-        ("app/config.py", 3, "low", "B403 blacklist"),
-        ("app/config.py", 5, "low", "B105 hardcoded_password_string"),
-        ("app/config.py", 9, "medium", "B301 blacklist"),
-        ("app/db.py", 4, "low", "B404 blacklist"),
-        ("app/db.py", 8, "medium", "B608 hardcoded_sql_expressions"),
-        ("app/db.py", 13, "high", "B602 subprocess_popen_with_shell_equals_true"),
+        ("webapp/config.py", 3, "low", "B403 blacklist"),
+        ("webapp/config.py", 5, "low", "B105 hardcoded_password_string"),
+        ("webapp/config.py", 9, "medium", "B301 blacklist"),
+        ("webapp/db.py", 4, "low", "B404 blacklist"),
+        ("webapp/db.py", 8, "medium", "B608 hardcoded_sql_expressions"),
+        ("webapp/db.py", 13, "high", "B602 subprocess_popen_with_shell_equals_true"),
     }
     version = log["runs"][0]["tool"]["driver"]["version"]
     assert {(f["model"], f["prompt_version"]) for f in stored} == {(f"Bandit {version}", version)}

@@ -123,6 +123,6 @@ async def test_bandit_in_then_sarif_out_is_schema_valid(client: httpx.AsyncClien
     assert_valid_sarif(log)
     assert len(log["runs"][0]["results"]) == 6
     assert {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in log["runs"][0]["results"]} == {
-        "app/config.py",
-        "app/db.py",
+        "webapp/config.py",
+        "webapp/db.py",
     }
