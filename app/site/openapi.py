@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from app.infestations.models import COUNTS
 from app.infestations.routes import STATUS_CHOICES
 from app.kernel.changes import KINDS, REASONS
 from app.reports.models import (
@@ -48,8 +49,14 @@ def _nullable(kind: str, **extra: Any) -> Schema:
 
 
 def _obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
-    """An object with these required properties; more may be added later (clients ignore unknown keys)."""
-    return {"type": "object", "required": list(required), "properties": {**required, **(optional or {})}}
+    """An object with exactly these properties, as the code emits them (the fuzz suite holds every answer to it).
+    Later versions may add keys: clients ignore the ones they do not know."""
+    return {
+        "type": "object",
+        "required": list(required),
+        "properties": {**required, **(optional or {})},
+        "additionalProperties": False,
+    }
 
 
 STRING: Schema = {"type": "string"}
@@ -60,6 +67,20 @@ UUID: Schema = {"type": "string", "format": "uuid"}
 SHA: Schema = {"type": "string", "pattern": "^[0-9a-f]{40}$"}
 SEVERITY: Schema = {"type": "string", "enum": list(SEVERITIES)}
 PROVENANCE: Schema = {"type": "string", "enum": list(PROVENANCES)}
+
+
+CANONICAL_STATUS: Schema = {"type": "string", "enum": list(CANONICAL_STATUSES)}
+
+_INFESTATION: dict[str, Schema] = {
+    "pattern_key": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+    "title": STRING,
+    "severity": _nullable("string"),
+    "sample_file_path": _nullable("string", description="null once the sample's report is taken down"),
+    "sample_occurrence_public_id": _nullable("string", format="uuid"),
+    **{k: INTEGER for k in COUNTS},
+    "last_seen_at": TIMESTAMP,
+    "first_seen_at": TIMESTAMP,
+}
 
 
 def _page(item: Schema) -> Schema:
@@ -179,7 +200,8 @@ _SCHEMAS: dict[str, Schema] = {
                     }
                 ),
             },
-        }
+        },
+        {"sarif": _ref("SarifSummary")},  # the answer to a SARIF log only
     ),
     "Check": _obj(
         {
@@ -244,16 +266,47 @@ _SCHEMAS: dict[str, Schema] = {
             "url": {"type": "string", "description": "the page's path"},
         }
     ),
-    "Infestation": _obj(
+    # the infestation map (docs/domain.md §5.7, app.infestations.legacy.INFESTATION_KEYS): the same keys on every
+    # path; counts of the requested window
+    "Infestation": _obj(_INFESTATION),
+    # one ledger row (docs/domain.md §4.4, INSTANCE_KEYS)
+    "Instance": _obj(
         {
-            "pattern_key": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-            "repo_count": INTEGER,
-            "instance_count": INTEGER,
-        },
-        {k: INTEGER for k in ("open_count", "verified_count", "fixed_count", "disputed_count")},
+            "id": INTEGER,
+            "public_id": UUID,
+            "occurrence_public_id": _nullable("string", format="uuid"),
+            "status": CANONICAL_STATUS,
+            "severity": _nullable("string"),
+            "title": STRING,
+            "file_path": _nullable("string"),
+            "detections_count": INTEGER,
+            "confirmations_count": INTEGER,
+            "host": STRING,
+            "owner": STRING,
+            "name": STRING,
+            "repository_id": INTEGER,
+            "commit_sha": _nullable("string"),
+            "scan_id": _nullable("integer"),
+            "updated_at": TIMESTAMP,
+        }
     ),
-    "Instance": {"type": "object", "description": "one ledger row (docs/domain.md §4.4)"},
-    "AffectedRepository": {"type": "object", "description": "a repository affected by the pattern"},
+    # a repository affected by the pattern (app.infestations.legacy.membership_entry)
+    "AffectedRepository": _obj(
+        {
+            "id": INTEGER,
+            "repository_id": INTEGER,
+            "host": STRING,
+            "owner": STRING,
+            "name": STRING,
+            "status": CANONICAL_STATUS,
+            "severity": _nullable("string"),
+            "title": _nullable("string"),
+            "instance_count": INTEGER,
+            "open_count": INTEGER,
+            "occurrence_public_id": _nullable("string", format="uuid"),
+            "updated_at": TIMESTAMP,
+        }
+    ),
     "InstancePage": _page(_ref("Instance")),
     "InfestationList": _obj(
         {
@@ -280,8 +333,13 @@ _SCHEMAS: dict[str, Schema] = {
     ),
     "Home": _obj(
         {
-            "stats": {"type": "object"},
-            "infestations": {"type": "array", "items": {"type": "object"}},
+            "stats": _obj(
+                {
+                    k: INTEGER
+                    for k in ("repositories", "unscanned", "open_findings", "verified_findings", "contributors")
+                }
+            ),
+            "infestations": {"type": "array", "items": _ref("Infestation")},
             "recent_reports": {
                 "type": "array",
                 "items": _obj(
@@ -317,10 +375,41 @@ _SCHEMAS: dict[str, Schema] = {
                         "visibility": STRING,
                         "inserted_at": TIMESTAMP,
                     },
-                    {"findings_count": INTEGER, "findings": {"type": "array", "items": {"type": "object"}}},
+                    # a summary-only report stops at the header
+                    {
+                        "findings_count": INTEGER,
+                        "findings": {
+                            "type": "array",
+                            "items": _obj(
+                                {
+                                    "public_id": UUID,
+                                    "title": STRING,
+                                    "severity": _nullable("string"),
+                                    "file_path": STRING,
+                                    "line_start": _nullable("integer"),
+                                    "line_end": _nullable("integer"),
+                                    "status": _nullable("string"),
+                                    "pattern_key": _nullable("string"),
+                                    "url": STRING,
+                                }
+                            ),
+                        },
+                    },
                 ),
             },
-            "infestations": {"type": "array", "items": {"type": "object"}},
+            # the infestation map plus this repository's share of it
+            "infestations": {
+                "type": "array",
+                "items": _obj(
+                    _INFESTATION
+                    | {
+                        "repository_instance_count": INTEGER,
+                        "repository_open_count": INTEGER,
+                        "repository_status": CANONICAL_STATUS,
+                        "repository_occurrence_public_id": _nullable("string", format="uuid"),
+                    }
+                ),
+            },
         }
     ),
     "FindingRecord": _obj(
@@ -345,7 +434,17 @@ _SCHEMAS: dict[str, Schema] = {
                     "repository": _obj({"host": STRING, "owner": STRING, "name": STRING}),
                 }
             ),
-            "checks": {"type": "array", "items": {"type": "object"}},
+            "checks": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "verdict": {"type": "string", "enum": list(CHECK_VERDICTS)},
+                        "provenance": PROVENANCE,
+                        "commit_sha": SHA,
+                        "inserted_at": TIMESTAMP,
+                    }
+                ),
+            },
         }
     ),
     # the change feed (app.feed, docs/domain.md §13): which ids each kind carries; a withdrawn finding or repository
@@ -390,6 +489,25 @@ _SCHEMAS: dict[str, Schema] = {
             },
         }
     ),
+    # SARIF 2.1.0 in (app.reports.sarif, docs/sarif.md): the log, and what its mapping skipped or shortened
+    "SarifLog": {
+        "type": "object",
+        "description": "A SARIF 2.1.0 log (Content-Type application/sarif+json): one report, mapped as docs/sarif.md "
+        "says; errors name the JSON path in the log (`runs[0].results[12].locations[0]`)",
+        "required": ["version", "runs"],
+        "properties": {
+            "version": {"const": "2.1.0"},
+            "runs": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+        },
+    },
+    "SarifSummary": _obj(
+        {
+            "results": INTEGER,
+            "findings": INTEGER,
+            "skipped": _obj({k: INTEGER for k in ("suppressed", "absent", "not_a_problem", "no_location")}),
+            "truncated": _obj({"titles": INTEGER, "descriptions": INTEGER}),
+        }
+    ),
 }
 
 _ERROR_TEXT = {
@@ -424,13 +542,16 @@ def _param(name: str, where: str = "path", schema: Schema | None = None, descrip
     return param
 
 
-def _post(summary: str, body: str, answers: dict[str, Schema], params: list[Schema]) -> Schema:
+def _post(summary: str, body: str, answers: dict[str, Schema], params: list[Schema], *, sarif: bool = False) -> Schema:
+    content = {"application/json": {"schema": _ref(body)}}
+    if sarif:
+        content["application/sarif+json"] = {"schema": _ref("SarifLog")}
     return {
         "post": {
             "summary": summary,
             "security": [{"bearer": []}],
             "parameters": params,
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(body)}}},
+            "requestBody": {"required": True, "content": content},
             "responses": answers | {code: _error(code) for code in _API_ERRORS},
         }
     }
@@ -468,6 +589,19 @@ def _export_get(summary: str, content: Schema) -> Schema:
 
 
 _REPO_PARAMS = [_param("host"), _param("owner"), _param("name")]
+
+
+def _document_get(summary: str, content: Schema, errors: Schema) -> Schema:
+    """A public document of a listed repository (app.site.sarif, app.site.badge): ETag, 404 when not listed."""
+    answers: dict[str, Schema] = {
+        "200": {"description": summary, "content": content},
+        "304": {"description": "Not modified (If-None-Match)"},
+        "404": {"description": "No listed repository at this address", "content": errors},
+        "503": {"description": "Dependency outage: see `Retry-After`", "content": errors},
+    }
+    return {"get": {"summary": summary, "parameters": _REPO_PARAMS, "responses": answers}}
+
+
 _KEY = _param("pattern_key", schema={"type": "string"}, description="64 lowercase hex characters")
 _CURSOR = _param("cursor", "query", description="the `next_cursor` of the previous page")
 
@@ -493,10 +627,14 @@ DOCUMENT: Schema = {
             "Submit a report (scope findings:submit or reviews:submit)",
             "ReportSubmission",
             {
-                "201": _json(_ref("Report"), "Stored"),
+                "201": _json(_ref("Report"), "Stored (a SARIF log's answer adds `sarif`: a SarifSummary)"),
                 "200": _json(_ref("Report"), "A retry of a run already stored: the stored report"),
             },
-            _REPO_PARAMS,
+            [
+                *_REPO_PARAMS,
+                _param("commit_sha", "query", description="SARIF only: the commit when the log names none"),
+            ],
+            sarif=True,
         ),
         "/api/v1/findings/{canonical_public_id}/checks": _post(
             "Record a check of a canonical finding (scope findings:verify or reviews:verify)",
@@ -534,6 +672,16 @@ DOCUMENT: Schema = {
         ),
         "/repos/{host}/{owner}/{name}.json": _get(
             "A repository's record: its reports and infestations", "RepositoryRecord", _REPO_PARAMS
+        ),
+        "/repos/{host}/{owner}/{name}/findings.sarif": _document_get(
+            "A listed repository's public findings as one SARIF 2.1.0 log (docs/sarif.md)",
+            {"application/sarif+json": {"schema": {"type": "object"}}},
+            {"application/json": {"schema": _ref("Errors")}},
+        ),
+        "/repos/{host}/{owner}/{name}/badge.svg": _document_get(
+            'A listed repository\'s badge: "tarakan | N open", "clean" or "not scanned"',
+            {"image/svg+xml": {}},
+            {"text/html": {}},
         ),
         "/findings/{ref}.json": _gone(
             _get("A finding's record and its checks", "FindingRecord", [_param("ref", schema=UUID)])
