@@ -27,7 +27,7 @@ import logging
 import shutil
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +212,7 @@ def list_exports(directory: Path | None = None) -> list[Export]:
 
 def _stamp(at: datetime) -> str:
     # sortable by name: the newest export is the greatest name
-    return at.strftime("%Y%m%dT%H%M%S%fZ")
+    return at.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
 
 async def stale(export: Export) -> bool:

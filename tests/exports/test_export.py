@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import jsonschema_rs
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.exports import service
@@ -107,8 +109,14 @@ async def test_one_snapshot_while_writers_commit(tmp_path: Path, monkeypatch: py
     write_file = service._write_file
     during: list[dict[str, Any]] = []
 
-    async def write_then_commit_a_report(*args: Any) -> dict[str, Any]:
-        written = await write_file(*args)
+    async def write_then_commit_a_report(session: AsyncSession, *args: Any) -> dict[str, Any]:
+        mode = (
+            await session.execute(
+                text("SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only')")
+            )
+        ).one()
+        assert tuple(mode) == ("repeatable read", "on")
+        written = await write_file(session, *args)
         if not during:  # after the first file, in another transaction
             during.append(await publish("during", "Path traversal in upload"))
         return written
