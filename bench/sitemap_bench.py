@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from app.seo.queries import PUBLIC_PATTERN_WHERE
 from bench.common import pct, write_section
 from bench.generate import TIERS, generate
 from bench.services import throwaway_services
@@ -105,7 +106,7 @@ def expected_urls(dsn: str) -> dict[str, int]:
             "JOIN repositories r ON r.id = s.repository_id "
             "WHERE s.visibility = 'public' AND r.listing_status = 'listed'"
         ).fetchone()
-        patterns = conn.execute("SELECT count(*) FROM infestation_patterns WHERE repo_count >= 2").fetchone()
+        patterns = conn.execute(f"SELECT count(*) FROM infestation_patterns WHERE {PUBLIC_PATTERN_WHERE}").fetchone()
     assert repos and findings and patterns
     return {"hubs": 3, "repos": int(repos[0]), "findings": int(findings[0]), "infestations": int(patterns[0])}
 
@@ -121,6 +122,21 @@ def add_patterns(dsn: str) -> None:
                    max(c.updated_at), now(), max(c.updated_at)
             FROM canonical_findings c JOIN repositories r ON r.id = c.repository_id AND r.listing_status = 'listed'
             GROUP BY c.pattern_key
+            """
+        )
+        # one visible instance row per pattern: the read-time guard (app/kernel/public.py visible_pattern) lists
+        # a pattern only while one is left
+        conn.execute(
+            """
+            INSERT INTO infestation_pattern_instances (canonical_finding_id, pattern_key, repository_id, status,
+                severity, title, file_path, sample_occurrence_public_id, sample_scan_id, sample_commit_sha,
+                inserted_at, updated_at)
+            SELECT DISTINCT ON (c.pattern_key) c.id, c.pattern_key, c.repository_id, c.status, c.severity, c.title,
+                   c.file_path, f.public_id, s.id, s.commit_sha, c.inserted_at, c.updated_at
+            FROM canonical_findings c JOIN scan_findings f ON f.canonical_finding_id = c.id
+            JOIN scans s ON s.id = f.scan_id AND s.visibility = 'public'
+            JOIN repositories r ON r.id = s.repository_id AND r.listing_status = 'listed'
+            ORDER BY c.pattern_key, c.id
             """
         )
         conn.execute("VACUUM ANALYZE")

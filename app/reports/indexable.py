@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sqlalchemy import Row
-
 from app.kernel.paging import DEFAULT_PAGE, Page, id_range_page, id_range_statements, stream_entries
 from app.kernel.public import PUBLIC_JOIN
 
@@ -32,16 +30,20 @@ WHERE f.id > :after_id {{before}}
 ORDER BY f.id
 LIMIT :fetch
 """
+_BEFORE = "AND f.id < :before_id"
 _STATEMENTS = id_range_statements(
     _PAGE_SQL,
     {
         "api": "f.id, f.public_id, f.updated_at, c.status, coalesce(c.confirmations_count, 0) AS confirmations_count",
-        # the sitemap gets text it can splice as is: uuid text and the UTC date (no per-row object parsing)
-        "sitemap": "f.id, f.public_id::text, to_char(f.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), c.status, "
-        "coalesce(c.confirmations_count, 0)",
     },
-    before="AND f.id < :before_id",
+    before=_BEFORE,
 )
+
+
+def indexable_findings_page_sql(columns: str, *, bounded: bool) -> str:
+    """The page statement with another select list over `f` (the occurrence) and `c` (its canonical's `status`,
+    `confirmations_count`): the sitemap renders its XML there. Reads `:after_id`, `:fetch` (and `:before_id`)."""
+    return _PAGE_SQL.format(columns=columns, before=_BEFORE if bounded else "")
 
 
 async def list_indexable_findings_page(
@@ -52,16 +54,6 @@ async def list_indexable_findings_page(
     not yet assimilated), `confirmations_count` (the canonical's)."""
     page = await id_range_page(_STATEMENTS, "api", limit=limit, cursor=cursor, after_id=after_id, before_id=before_id)
     return {"entries": [row._asdict() for row in page["entries"]], "next_cursor": page["next_cursor"]}
-
-
-async def indexable_findings_sitemap_rows(
-    *, limit: int = DEFAULT_PAGE, cursor: str | None = None, after_id: int = 0, before_id: int | None = None
-) -> Page[Row[Any]]:
-    """The same page as tuples `(id, public_id text, UTC date text, status, confirmations_count)`: the sitemap
-    streams 10^6 of them, where building dicts and datetimes would dominate."""
-    return await id_range_page(
-        _STATEMENTS, "sitemap", limit=limit, cursor=cursor, after_id=after_id, before_id=before_id
-    )
 
 
 def stream_indexable_findings(*, page_size: int = DEFAULT_PAGE) -> AsyncIterator[dict[str, Any]]:

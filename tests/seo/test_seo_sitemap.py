@@ -189,6 +189,33 @@ async def test_single_urlset_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(locs(parse(body.encode()))) == 1_000  # the abandoned prefetch left no harm
 
 
+async def test_cap_cuts_inside_a_findings_page_at_a_whole_url_in_id_order() -> None:
+    """Postgres renders each findings page as one text: the cap still cuts after a whole `<url>`, keeps id order,
+    and the escaped base URL (a parameter of that statement) stays well-formed."""
+    from app.seo.sitemap import single_urlset
+
+    account = await factories.create_account()
+    [repo_id] = await add_repositories(1, 1)
+    public_ids = await sql(
+        """
+        INSERT INTO scan_findings (scan_id, position, file_path, severity, title, description, updated_at)
+        SELECT :scan, k, 'src/x.py', 'high', 'title ' || k, 'd', timestamptz '2026-04-02 23:30:00+00'
+        FROM generate_series(1, 1200) k ORDER BY k
+        RETURNING public_id
+        """,
+        scan=(await add_scans([repo_id], "public", account.id))[0],
+    )  # more than the first streamed page, so the cut falls in the prefetched second one
+    base = "http://x.test/a&b"
+    body = "".join([chunk async for chunk in single_urlset(base, 700)])
+    root = parse(body.encode())
+    assert locs(root) == [f"{base}/", f"{base}/infestations", f"{base}/search"] + [
+        f"{base}/findings/{p}" for p in public_ids[:697]
+    ]
+    last = root.xpath("//s:url", namespaces=N)[-1]
+    assert last.findtext(f"{{{NS}}}lastmod") == "2026-04-02"
+    assert last.findtext(f"{{{NS}}}priority") == "0.65"  # not assimilated yet: no canonical
+
+
 async def test_more_urls_than_one_file_holds_switch_to_the_index_early(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
