@@ -212,8 +212,8 @@ WITH up AS (
   ON CONFLICT (repository_id) DO UPDATE SET listed = TRUE WHERE NOT p.listed
   RETURNING p.repository_id, p.opaque_id
 )
-INSERT INTO changes (kind, repository_id, repository_key)
-SELECT '{kind}', repository_id, opaque_id FROM up ORDER BY repository_id
+INSERT INTO changes (seq, kind, repository_id, repository_key)
+SELECT {seq}, '{kind}', repository_id, opaque_id FROM up ORDER BY repository_id
 """
 
 _FINDINGS_WITHDRAWN = """
@@ -224,8 +224,8 @@ WITH gone AS (
     WHERE f.id = p.scan_finding_id AND f.canonical_finding_id IS NOT NULL AND {public}))
   RETURNING p.scan_finding_id, p.public_id
 )
-INSERT INTO changes (kind, finding, reason)
-SELECT '{kind}', g.public_id,
+INSERT INTO changes (seq, kind, finding, reason)
+SELECT {seq}, '{kind}', g.public_id,
        CASE WHEN NOT :keep OR r.id IS NULL THEN 'deleted'
             WHEN r.listing_status <> '{listed}' THEN 'repository'
             ELSE 'moderation' END
@@ -243,8 +243,8 @@ WITH down AS (
     SELECT 1 FROM repositories r WHERE r.id = p.repository_id AND r.listing_status = '{listed}'))
   RETURNING p.repository_id, p.opaque_id
 )
-INSERT INTO changes (kind, repository_id, repository_key)
-SELECT '{kind}', repository_id, opaque_id FROM down ORDER BY repository_id
+INSERT INTO changes (seq, kind, repository_id, repository_key)
+SELECT {seq}, '{kind}', repository_id, opaque_id FROM down ORDER BY repository_id
 """
 
 _FINDINGS_PUBLISHED = """
@@ -257,8 +257,8 @@ WITH ins AS (
   ON CONFLICT (scan_finding_id) DO NOTHING
   RETURNING scan_finding_id, public_id, repository_id, canonical_id
 )
-INSERT INTO changes (kind, finding, canonical, repository_id, repository_key, pattern_key)
-SELECT '{kind}', i.public_id, c.public_id, i.repository_id, pr.opaque_id, NULLIF(c.pattern_key, '')
+INSERT INTO changes (seq, kind, finding, canonical, repository_id, repository_key, pattern_key)
+SELECT {seq}, '{kind}', i.public_id, c.public_id, i.repository_id, pr.opaque_id, NULLIF(c.pattern_key, '')
 FROM ins i JOIN canonical_findings c ON c.id = i.canonical_id
 LEFT JOIN published_repositories pr ON pr.repository_id = i.repository_id
 ORDER BY i.scan_finding_id
@@ -273,7 +273,8 @@ WITH up AS (
   ON CONFLICT (canonical_id) DO UPDATE SET status = EXCLUDED.status WHERE pc.status <> EXCLUDED.status
   RETURNING pc.canonical_id, pc.public_id, pc.status
 )
-INSERT INTO changes (kind, canonical, status) SELECT '{kind}', public_id, status FROM up ORDER BY canonical_id
+INSERT INTO changes (seq, kind, canonical, status)
+SELECT {seq}, '{kind}', public_id, status FROM up ORDER BY canonical_id
 """
 
 _UNPUBLISHED_CANONICALS = """
@@ -317,7 +318,11 @@ _SCOPES: dict[str, dict[str, str]] = {
 
 def _statements(scope: str) -> list[str]:
     where = _SCOPES[scope]
-    common = {"listed": LISTED, "public": PUBLIC_JOIN}
+    # `seq`: NULL (numbered at commit by the trigger), except for the whole diff, which holds the commit-order lock
+    # from its start and numbers as it inserts (no per-row trigger work for a million-row seed; volatile select
+    # expressions are evaluated after ORDER BY, so numbers follow each statement's order)
+    seq = f"nextval('{COMMIT_SEQUENCE}')" if scope == "all" else "CAST(NULL AS bigint)"
+    common = {"listed": LISTED, "public": PUBLIC_JOIN, "seq": seq}
     # order inside one transaction: a repository is listed before its findings are published, and its findings
     # are withdrawn before it is
     return [
@@ -325,17 +330,30 @@ def _statements(scope: str) -> list[str]:
         _FINDINGS_WITHDRAWN.format(published=where["published_findings"], kind=FINDING_WITHDRAWN, **common),
         _REPOSITORIES_WITHDRAWN.format(published=where["published_repositories"], kind=REPOSITORY_WITHDRAWN, **common),
         _FINDINGS_PUBLISHED.format(findings=where["findings"], kind=PUBLISHED, **common),
-        _STATUSES.format(canonicals=where["canonicals"], kind=STATUS),
+        _STATUSES.format(canonicals=where["canonicals"], kind=STATUS, seq=seq),
         _UNPUBLISHED_CANONICALS.format(published=where["published_canonicals"]),
     ]
 
 
 _PREPARED = {scope: [text(sql) for sql in _statements(scope)] for scope in _SCOPES}
-_KEY_STATUSES = text(_STATUSES.format(canonicals="c.pattern_key = ANY(CAST(:keys AS text[]))", kind=STATUS))
+# By pattern key (a check, a quorum recompute): only canonicals already announced, and only an UPDATE. Such a key
+# spans repositories whose row locks the caller does not hold, so this statement must not re-create a published
+# row that a concurrent withdrawal in another repository just deleted (an UPDATE of a deleted row does nothing).
+_KEY_STATUSES = text(
+    f"""
+WITH up AS (
+  UPDATE published_canonicals pc SET status = c.status
+  FROM canonical_findings c
+  WHERE c.id = pc.canonical_id AND c.pattern_key = ANY(CAST(:keys AS text[])) AND pc.status <> c.status
+  RETURNING pc.canonical_id, pc.public_id, pc.status
+)
+INSERT INTO changes (kind, canonical, status) SELECT '{STATUS}', public_id, status FROM up ORDER BY canonical_id
+"""
+)
 
 
 def seed_statements() -> list[TextClause]:
-    """The whole diff (migration 0005 seeds the feed with it)."""
+    """The whole diff (migration 0005 seeds the feed with it); run under the commit-order lock."""
     return _PREPARED["all"]
 
 
@@ -347,14 +365,25 @@ async def _run(session: AsyncSession, scope: str, params: dict[str, Any]) -> int
     return written
 
 
+# Diffs of one report or repository run under its repository's row lock (every caller already holds it: the
+# services lock the repository before they recalculate its metrics), so two diffs of one repository never
+# interleave; taking it here again costs nothing and keeps that true for a future caller.
+_LOCK_REPOSITORY = text("SELECT 1 FROM repositories WHERE id = :repository_id FOR UPDATE")
+_LOCK_SCAN_REPOSITORY = text(
+    "SELECT 1 FROM repositories WHERE id = (SELECT repository_id FROM scans WHERE id = :scan_id) FOR UPDATE"
+)
+
+
 async def sync_scan(session: AsyncSession, scan_id: int) -> int:
     """Announce what one report's change published, withdrew or re-statused (its repository's listing included)."""
+    await session.execute(_LOCK_SCAN_REPOSITORY, {"scan_id": scan_id})
     return await _run(session, "scan", {"scan_id": scan_id, "keep": True})
 
 
 async def sync_repository(session: AsyncSession, repository_id: int, *, deleting: bool = False) -> int:
     """Announce a repository's listing change and its findings'. `deleting=True` (before a hard delete's rows go)
     withdraws all of them with reason `deleted`."""
+    await session.execute(_LOCK_REPOSITORY, {"repository_id": repository_id})
     return await _run(session, "repository", {"repository_id": repository_id, "keep": not deleting})
 
 
@@ -369,11 +398,11 @@ async def sync_statuses(session: AsyncSession, keys: Iterable[str | None]) -> in
 
 async def sync_all(session: AsyncSession) -> int:
     """The whole diff, set-based: the migration's seed, and a backfill after bulk loads that bypass the services
-    (bench data). Numbered in one go under the commit-order lock, so it needs no per-row trigger work."""
+    (bench data). It takes the commit-order lock first and numbers entries as it inserts them, so other writers'
+    commits wait for it (run it when a bulk load or an upgrade runs anyway)."""
     await session.execute(text(f"SELECT pg_advisory_xact_lock({COMMIT_ORDER_LOCK})"))
-    written = await _run(session, "all", {"keep": True})
-    await session.execute(text(NUMBER_PENDING))
-    return written
+    await session.execute(text(NUMBER_PENDING))  # anything this transaction wrote before, in its order
+    return await _run(session, "all", {"keep": True})
 
 
 # Number this transaction's pending entries now (the lock is held): the deferred trigger then finds none.

@@ -86,7 +86,6 @@ def upgrade() -> None:
     bind.execute(sa.text(f"SELECT pg_advisory_xact_lock({changes.COMMIT_ORDER_LOCK})"))
     for statement in changes.seed_statements():
         bind.execute(statement, {"keep": True})
-    bind.execute(sa.text(changes.NUMBER_PENDING))
 
 
 def downgrade() -> None:

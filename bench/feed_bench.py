@@ -1,0 +1,267 @@
+"""The change feed at a tier (issue 14 item 8): page p95 of `GET /api/v1/changes`, and what the feed costs writers.
+
+On a throw-away embedded Postgres + Valkey: migrate to 0004, generate the registry in SQL (bench/generate.py; Tier B
+is 10^5 repositories, about 10^6 occurrences), then run migration 0005, which seeds the feed set-based with what is
+public (the deploy-time path; timed). Then takedowns through the real write side (`outbox.mark_scan_dirty` /
+`mark_repository_dirty` after the state change, as the moderation services do: restricted reports and quarantined
+repositories), and status changes under the hottest pattern key (`outbox.mark_dirty`, as a check does), each timed
+per transaction, so the feed holds redacted entries too. Last, a real `tarakan serve` answers feed pages at random
+cursors across the whole feed (limit 100, the default, and 1000, the maximum) and at the end (a client polling):
+client round trip and server time (Server-Timing). Raw results: `bench/out/feed.json`.
+
+    .venv/bin/python -m bench.feed_bench --tier B [--runs 300] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+import httpx
+import psycopg
+from alembic import command
+
+from bench.common import pct, write_section
+from bench.generate import TIERS, generate
+from bench.services import throwaway_services
+from tests.harness import ROOT, start_server, stop
+
+HEADING = "## Change feed (issue 14 item 8)"
+HOT_TITLE = "shared pattern 1 injection in handler"  # the hottest pattern of bench/generate.py
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"p50_ms": statistics.median(values) * 1000, "p95_ms": pct(values, 0.95) * 1000, "n": len(values)}
+
+
+def scalar(dsn: str, sql: str) -> Any:
+    return fetch(dsn, sql)[0][0]
+
+
+def fetch(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return list(conn.execute(sql, params).fetchall())
+
+
+async def write_side(dsn: str, takedowns: int, quarantines: int, statuses: int) -> dict[str, Any]:
+    """Transactions through the outbox, timed from the state change to the commit (the feed's share of a
+    moderation action or a check, with the dirty-key marking it shares)."""
+    from sqlalchemy import text
+
+    from app.kernel import db, outbox
+    from app.reports.finding_memory import pattern_key
+
+    rng = random.Random(14)
+    scan_ids = [
+        int(r[0])
+        for r in fetch(
+            dsn,
+            "SELECT s.id FROM scans s JOIN repositories r ON r.id = s.repository_id "
+            "WHERE s.visibility = 'public' AND r.listing_status = 'listed' ORDER BY s.id",
+        )
+    ]
+    repo_ids = [
+        int(r[0]) for r in fetch(dsn, "SELECT id FROM repositories WHERE listing_status = 'listed' ORDER BY id")
+    ]
+    out: dict[str, Any] = {}
+    times: list[float] = []
+    for scan_id in rng.sample(scan_ids, min(takedowns, len(scan_ids))):
+        started = time.perf_counter()
+        async with db.transaction() as session:
+            await session.execute(text("UPDATE scans SET visibility = 'restricted' WHERE id = :id"), {"id": scan_id})
+            await outbox.mark_scan_dirty(session, scan_id, "visibility")
+        times.append(time.perf_counter() - started)
+    out["restrict_report"] = summary(times)
+    times = []
+    for repository_id in rng.sample(repo_ids, min(quarantines, len(repo_ids))):
+        started = time.perf_counter()
+        async with db.transaction() as session:
+            await session.execute(
+                text("UPDATE repositories SET listing_status = 'quarantined' WHERE id = :id"), {"id": repository_id}
+            )
+            await outbox.mark_repository_dirty(session, repository_id, "listing_change")
+        times.append(time.perf_counter() - started)
+    out["quarantine_repository"] = summary(times)
+    hot = pattern_key(HOT_TITLE)
+    canonicals = [
+        int(r[0])
+        for r in fetch(
+            dsn,
+            "SELECT canonical_id FROM published_canonicals pc JOIN canonical_findings c ON c.id = pc.canonical_id "
+            "WHERE c.pattern_key = %s AND c.status <> 'verified' ORDER BY canonical_id",
+            (hot,),
+        )
+    ]
+    out["hot_key_published_canonicals"] = len(canonicals)
+    times = []
+    for canonical_id in rng.sample(canonicals, min(statuses, len(canonicals))):
+        started = time.perf_counter()
+        async with db.transaction() as session:
+            await session.execute(
+                text("UPDATE canonical_findings SET status = 'verified' WHERE id = :id AND status <> 'verified'"),
+                {"id": canonical_id},
+            )
+            await outbox.mark_dirty(session, [hot], "status")
+        times.append(time.perf_counter() - started)
+    out["status_under_hot_key"] = summary(times)
+    await db.dispose_engines()
+    return out
+
+
+def read_side(base: str, last_seq: int, runs: int) -> dict[str, Any]:
+    from app.kernel.changes import cursor_at
+
+    rng = random.Random(15)
+    out: dict[str, Any] = {}
+    with httpx.Client(base_url=base, timeout=30) as client:
+        cases: tuple[tuple[str, int, int, bool], ...] = (
+            ("page_100", 100, runs, True),
+            ("page_1000", 1000, max(20, runs // 5), True),
+            ("tail_poll", 100, runs, False),  # at the end: the cursor a caught-up mirror polls from
+        )
+        for name, limit, n, anywhere in cases:
+
+            def params(limit: int = limit, anywhere: bool = anywhere) -> dict[str, str | int]:
+                return {"cursor": cursor_at(rng.randint(1, last_seq) if anywhere else last_seq + 1), "limit": limit}
+
+            for _ in range(3):
+                client.get("/api/v1/changes", params=params())
+            times, server, sizes, redacted = [], [], [], 0
+            for _ in range(n):
+                started = time.perf_counter()
+                r = client.get("/api/v1/changes", params=params())
+                times.append(time.perf_counter() - started)
+                assert r.status_code == 200, r.text
+                server.append(float(r.headers["server-timing"].split("dur=")[1]) / 1000)
+                sizes.append(len(r.content))
+                entries = r.json()["entries"]
+                redacted += sum(1 for e in entries if e["kind"] == "finding.published" and "canonical" not in e)
+            out[name] = {
+                **summary(times),
+                "server": summary(server),
+                "bytes_p50": statistics.median(sizes),
+                "redacted_entries_seen": redacted,
+            }
+            print(f"  {name}: {json.dumps(out[name])}", flush=True)
+    return out
+
+
+def run(tier_name: str, runs: int) -> dict[str, Any]:
+    tier = TIERS[tier_name]
+    with throwaway_services("tarakan-feed-bench-") as services:
+        env = {"DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench"}
+        os.environ.update(env)
+        from app.migrate import alembic_config
+
+        command.upgrade(alembic_config(), "0004")
+        started = time.perf_counter()
+        rows = generate(services.dsn, tier)
+        generated = time.perf_counter() - started
+        with psycopg.connect(services.dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+        started = time.perf_counter()
+        command.upgrade(alembic_config(), "0005")  # the seed: everything public, set-based, in one transaction
+        seeded = time.perf_counter() - started
+        command.upgrade(alembic_config(), "head")
+        seed_entries = int(scalar(services.dsn, "SELECT count(*) FROM changes"))
+        print(
+            f"[{tier.name}] generated in {generated:.0f}s; migration 0005 seeded {seed_entries:,} entries "
+            f"in {seeded:.0f}s",
+            flush=True,
+        )
+        writes = asyncio.run(write_side(services.dsn, takedowns=200, quarantines=20, statuses=50))
+        print(f"  writes: {json.dumps(writes)}", flush=True)
+        with psycopg.connect(services.dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+        kinds = {str(k): int(n) for k, n in fetch(services.dsn, "SELECT kind, count(*) FROM changes GROUP BY kind")}
+        last_seq = int(scalar(services.dsn, "SELECT max(seq) FROM changes"))
+        proc, base = start_server(env, quiet=True)
+        try:
+            reads = read_side(base, last_seq, runs)
+        finally:
+            stop(proc)
+        return {
+            "tier": tier.name,
+            "rows": rows,
+            "generate_s": generated,
+            "seed_s": seeded,
+            "seed_entries": seed_entries,
+            "kinds": kinds,
+            "last_seq": last_seq,
+            "writes": writes,
+            "reads": reads,
+        }
+
+
+def render(r: dict[str, Any], command_line: str) -> str:
+    rows, reads, writes = r["rows"], r["reads"], r["writes"]
+
+    def pair(x: dict[str, float]) -> str:
+        return f"{x['p50_ms']:.1f} / {x['p95_ms']:.1f}"
+
+    kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(r["kinds"].items()))
+    lines = [
+        HEADING,
+        "",
+        f"Command: `{command_line}` (machine: {os.cpu_count()} cores, shared with other work during the run; "
+        "embedded Postgres 18 with fsync off; a real `tarakan serve`, client on the same machine). Times in ms, "
+        "p50 / p95.",
+        "",
+        f"Tier {r['tier']}: {rows['repositories']:,} repositories, {rows['scan_findings']:,} occurrences. Migration "
+        f"0005 seeded the feed with {r['seed_entries']:,} entries in {r['seed_s']:.1f} s (set-based, one "
+        f"transaction; generation {r['generate_s']:.1f} s). Feed after the write runs: {r['last_seq']:,} entries "
+        f"({kinds}).",
+        "",
+        "| read (`GET /api/v1/changes`) | requests | client round trip | server time | body p50 |",
+        "|---|---|---|---|---|",
+    ]
+    for name, label in (
+        ("page_100", "page of 100 (default) at a random cursor"),
+        ("page_1000", "page of 1000 (maximum) at a random cursor"),
+        ("tail_poll", "at the end (a mirror polling)"),
+    ):
+        x = reads[name]
+        lines.append(f"| {label} | {x['n']} | {pair(x)} | {pair(x['server'])} | {x['bytes_p50'] / 1024:.1f} kB |")
+    lines += [
+        "",
+        "| write, one transaction from the state change to the commit (feed diff + dirty keys) | p50 / p95 |",
+        "|---|---|",
+        f"| restrict one report ({writes['restrict_report']['n']} runs) | {pair(writes['restrict_report'])} |",
+        f"| quarantine one repository ({writes['quarantine_repository']['n']} runs) | "
+        f"{pair(writes['quarantine_repository'])} |",
+        f"| status change under the hottest key ({writes['hot_key_published_canonicals']:,} published canonicals; "
+        f"{writes['status_under_hot_key']['n']} runs) | {pair(writes['status_under_hot_key'])} |",
+        "",
+        f"Redacted `finding.published` entries met by the readers: {reads['page_100']['redacted_entries_seen']} "
+        "(page of 100), rendered from current visibility at read time.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", choices=sorted(TIERS), default="B")
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    args = parser.parse_args()
+    results = run(args.tier, args.runs)
+    out = ROOT / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    (out / "feed.json").write_text(json.dumps(results, indent=2, default=str))
+    command_line = "python -m bench.feed_bench " + " ".join(sys.argv[1:])
+    markdown = render(results, command_line)
+    print(markdown)
+    if not args.no_write:
+        write_section(markdown, HEADING)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
