@@ -40,7 +40,7 @@ from bench.services import throwaway_services
 from tests.harness import ROOT, start_server, stop
 
 HEADING = "## Sitemap"
-TARGETS = {"urls_per_s": 50_000, "first_byte_ms": 100, "rss_growth_mb": 50}
+TARGETS = {"urls_per_s": 100_000, "first_byte_ms": 100, "rss_growth_mb": 50}
 
 
 def p50_p95(values: list[float]) -> tuple[float, float]:
@@ -55,6 +55,24 @@ def proc_status(pid: int) -> dict[str, int]:
             key, value = line.split(":", 1)
             out[key] = int(value.split()[0])
     return out
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes (the machine is shared, so CPU per run is steadier than wall)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def family(pid: int) -> list[int]:
+    """A process and its children (Postgres: the postmaster and its backends)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *map(int, children)]
 
 
 def reset_peak(pid: int) -> bool:
@@ -173,18 +191,36 @@ def top_up_findings(dsn: str, target_urls: int) -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-def run_single(base: str, pid: int, runs: int, expected: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"plain": [], "gzip": []}
+def run_once(
+    client: httpx.Client, server: tuple[str, int], postmaster: int, expected: int, gzip: bool
+) -> dict[str, Any]:
+    base, pid = server
+    before = proc_status(pid)["VmRSS"]
+    reset_peak(pid)
+    server_cpu, pg_cpu = cpu_seconds([pid]), cpu_seconds(family(postmaster))
+    result = stream(client, base + "/sitemap.xml", gzip=gzip)
+    result["server_cpu_s"] = cpu_seconds([pid]) - server_cpu
+    result["postgres_cpu_s"] = cpu_seconds(family(postmaster)) - pg_cpu
+    result["rss_growth_mb"] = (proc_status(pid)["VmHWM"] - before) / 1024
+    assert result["urls"] == expected, (result["urls"], expected)
+    return result
+
+
+def run_single(
+    server: tuple[str, int], baseline: tuple[str, int] | None, postmaster: int, runs: int, expected: int
+) -> dict[str, Any]:
+    """Plain runs (interleaved with the baseline server's when there is one: both see the same machine load),
+    then gzip runs."""
+    out: dict[str, Any] = {"plain": [], "gzip": [], "baseline": []}
     with httpx.Client(timeout=600) as client:
-        for mode in ("plain", "gzip"):
-            for _ in range(runs if mode == "plain" else max(1, runs // 2)):
-                before = proc_status(pid)["VmRSS"]
-                reset_peak(pid)
-                result = stream(client, base + "/sitemap.xml", gzip=mode == "gzip")
-                result["rss_growth_mb"] = (proc_status(pid)["VmHWM"] - before) / 1024
-                assert result["urls"] == expected, (result["urls"], expected)
-                out[mode].append(result)
-                print(f"  single {mode}: {result}", flush=True)
+        for _ in range(runs):
+            for name, srv in (("plain", server), ("baseline", baseline)):
+                if srv is not None:
+                    out[name].append(run_once(client, srv, postmaster, expected, gzip=False))
+                    print(f"  single {name}: {out[name][-1]}", flush=True)
+        for _ in range(max(1, runs // 2)):
+            out["gzip"].append(run_once(client, server, postmaster, expected, gzip=True))
+            print(f"  single gzip: {out['gzip'][-1]}", flush=True)
     return out
 
 
@@ -243,7 +279,7 @@ async def stats_costs(runs: int) -> dict[str, float]:
         await db.dispose_engines()
 
 
-def run(tier_name: str, runs: int, target_urls: int) -> dict[str, Any]:
+def run(tier_name: str, runs: int, target_urls: int, baseline: str | None = None) -> dict[str, Any]:
     tier = TIERS[tier_name]
     with throwaway_services("tarakan-sitemap-bench-") as services:
         procs, dsn = services.procs, services.dsn
@@ -271,8 +307,16 @@ def run(tier_name: str, runs: int, target_urls: int) -> dict[str, Any]:
         single_env = {**env, "SITEMAP_INDEX_THRESHOLD": str(10**9), "SITEMAP_MAX_URLS": str(10**8)}
         proc, base = start_server(single_env, quiet=True)
         procs.append(proc)
-        results["single"] = run_single(base, proc.pid, runs, total_expected)
-        stop(proc)
+        old: tuple[str, int] | None = None
+        if baseline:  # the same server from another source tree (e.g. the commit before a change)
+            old_proc, old_base = start_server({**single_env, "PYTHONPATH": baseline}, quiet=True)
+            procs.append(old_proc)
+            old = (old_base, old_proc.pid)
+        assert services.pg.proc is not None
+        results["single"] = run_single((base, proc.pid), old, services.pg.proc.pid, runs, total_expected)
+        results["baseline"] = baseline
+        for p in procs[-2:] if old else procs[-1:]:
+            stop(p)
 
         proc, base = start_server(
             {**env, "SITEMAP_INDEX_THRESHOLD": "1"}, quiet=True
@@ -287,6 +331,15 @@ def verdict(ok: bool) -> str:
     return "meets" if ok else "**misses**"
 
 
+def ratio(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> str:
+    """`median(a) / median(b)` of a per-run figure (`rate`: URLs/s), as `1.23x`."""
+
+    def value(x: dict[str, Any]) -> float:
+        return float(x["urls"] / x["total_s"] if key == "rate" else x[key])
+
+    return f"{statistics.median(map(value, a)) / statistics.median(map(value, b)):.2f}x"
+
+
 def render(r: dict[str, Any], command: str) -> str:
     exp = r["expected"]
     total = sum(exp.values())
@@ -294,7 +347,7 @@ def render(r: dict[str, Any], command: str) -> str:
         HEADING,
         "",
         f"Command: `{command}` (throw-away embedded Postgres 18 + Valkey, a real `tarakan serve`, client on the same",
-        "2-core machine, which other work shares: read the medians). Targets: >= 50,000 URLs/s, first byte <= 100 ms,",
+        "2-core machine, which other work shares: read the medians). Targets: >= 100,000 URLs/s, first byte <= 100 ms,",
         "peak RSS growth of the server <= 50 MB.",
         "",
         f"Registry: Tier {r['tier']}: {r['rows']['repositories']:,} repositories, {r['rows']['scan_findings']:,} finding "
@@ -302,22 +355,26 @@ def render(r: dict[str, Any], command: str) -> str:
         f"{exp['infestations']:,} infestations + 3 hubs = **{total:,}** (every run saw exactly this many).",
         "",
         "| stream | runs | URLs/s p50 (p95 low) | total s p50 | first byte ms p50 / p95 | first URL ms p50 / p95 "
-        "| RSS growth MB p50 / max | body MB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| RSS growth MB p50 / max | body MB | CPU s p50: server / Postgres |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     rates_all: list[float] = []
-    for mode in ("plain", "gzip"):
+    for mode in ("plain", "gzip", "baseline"):
         runs = r["single"][mode]
+        if not runs:
+            continue
         rates = [x["urls"] / x["total_s"] for x in runs]
         rates_all += rates if mode == "plain" else []
         fb = [x["first_byte_s"] * 1000 for x in runs]
         fu = [x["first_url_s"] * 1000 for x in runs]
         rss = [x["rss_growth_mb"] for x in runs]
         lines.append(
-            f"| single urlset, {mode} | {len(runs)} | {statistics.median(rates):,.0f} ({pct(rates, 0.05):,.0f}) | "
+            f"| single urlset, {mode if mode != 'baseline' else 'plain, baseline tree'} | {len(runs)} | {statistics.median(rates):,.0f} ({pct(rates, 0.05):,.0f}) | "
             f"{statistics.median([x['total_s'] for x in runs]):.1f} | {p50_p95(fb)[0]:.1f} / {p50_p95(fb)[1]:.1f} | "
             f"{p50_p95(fu)[0]:.1f} / {p50_p95(fu)[1]:.1f} | {statistics.median(rss):.1f} / {max(rss):.1f} | "
-            f"{statistics.median([x['bytes'] for x in runs]) / 1e6:.1f} |"
+            f"{statistics.median([x['bytes'] for x in runs]) / 1e6:.1f} | "
+            f"{statistics.median([x['server_cpu_s'] for x in runs]):.2f} / "
+            f"{statistics.median([x['postgres_cpu_s'] for x in runs]):.2f} |"
         )
     idx = r["index"]
     idx_rates = [x["urls"] / x["total_s"] for x in idx]
@@ -329,7 +386,7 @@ def render(r: dict[str, Any], command: str) -> str:
         f"({pct(idx_rates, 0.05):,.0f}) | {statistics.median([x['total_s'] for x in idx]):.1f} | "
         f"{p50_p95(child_fb)[0]:.1f} / {p50_p95(child_fb)[1]:.1f} (per child) | "
         f"{p50_p95(child_fu)[0]:.1f} / {p50_p95(child_fu)[1]:.1f} (per child) | "
-        f"{statistics.median(idx_rss):.1f} / {max(idx_rss):.1f} | |"
+        f"{statistics.median(idx_rss):.1f} / {max(idx_rss):.1f} | | |"
     )
     index_ms = [x["index_s"] * 1000 for x in idx]
     s = r["stats"]
@@ -337,11 +394,23 @@ def render(r: dict[str, Any], command: str) -> str:
     lines += [
         "",
         "- The p95 first byte and the max RSS growth are the first request after the server starts (database "
-        "connections opened, registry_stats() computed); warm requests are the medians.",
+        "connections opened, registry_stats() computed; forced to one urlset, the request also counts every kind's "
+        "URLs to decide that no index is needed, again whenever that count's cache expires); warm requests are "
+        "the medians. CPU is the server process's and every Postgres backend's user + system time per run.",
         f"- `/sitemap.xml` as an index: {statistics.median(index_ms):.0f} ms p50, {max(index_ms):.0f} ms max (the first "
         "request computes the child boundaries in one pass per kind; later ones read them from the cache).",
         f"- `registry_stats()`: cache hit {s['hit_us']:.2f} µs; miss (the real query) {s['miss_p50_ms']:.1f} ms p50, "
         f"{s['miss_p95_ms']:.1f} ms p95.",
+        *(
+            [
+                f"- Baseline tree `{r['baseline']}` served by a second process on the same database, its runs "
+                f"interleaved with these: URLs/s p50 {ratio(single_plain, r['single']['baseline'], 'rate')}, "
+                f"server CPU {ratio(r['single']['baseline'], single_plain, 'server_cpu_s')} less, Postgres CPU "
+                f"{ratio(r['single']['baseline'], single_plain, 'postgres_cpu_s')} less."
+            ]
+            if r["single"].get("baseline")
+            else []
+        ),
         f"- Verdict (single urlset, plain): throughput {verdict(statistics.median(rates_all) >= TARGETS['urls_per_s'])}"
         f", first byte {verdict(p50_p95([x['first_byte_s'] * 1000 for x in single_plain])[0] <= TARGETS['first_byte_ms'])}"
         f", RSS growth {verdict(max(x['rss_growth_mb'] for x in single_plain) <= TARGETS['rss_growth_mb'])}.",
@@ -356,9 +425,12 @@ def main() -> int:
     parser.add_argument(
         "--urls", type=int, default=1_000_000, help="top findings up to this many URLs (0: as generated)"
     )
+    parser.add_argument(
+        "--baseline", metavar="DIR", help="also serve this source tree (PYTHONPATH) and interleave its plain runs"
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    results = run(args.tier, args.runs, args.urls)
+    results = run(args.tier, args.runs, args.urls, args.baseline)
     md = render(results, "python -m bench.sitemap_bench " + " ".join(sys.argv[1:]))
     print(md)
     (ROOT / "bench" / "out").mkdir(exist_ok=True)
