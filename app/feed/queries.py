@@ -15,26 +15,31 @@ from sqlalchemy import text
 
 from app.kernel import changes, db
 from app.kernel.paging import Page
-from app.kernel.public import LISTED_REPOSITORY, PUBLIC_CANONICAL, PUBLIC_JOIN
+from app.kernel.public import LISTED_REPOSITORY, PUBLIC_JOIN
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1_000
 
+# One page, then per entry a few index probes: LATERAL ... LIMIT 1 keeps each visibility check a per-row probe (an
+# EXISTS here may be planned as one hash over every public occurrence, which at 10^6 rows is a full scan per page).
 _PAGE = text(
     f"""
 SELECT ch.seq, ch.at, ch.kind, ch.finding, ch.canonical, ch.repository_key, ch.pattern_key, ch.status, ch.reason,
        CASE WHEN {LISTED_REPOSITORY} THEN r.host || '/' || r.owner || '/' || r.name END AS slug,
-       ch.finding IS NOT NULL AND EXISTS (
-         SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
-         WHERE f.public_id = ch.finding AND {PUBLIC_JOIN}) AS finding_public,
-       ch.kind = '{changes.STATUS}' AND EXISTS (
-         SELECT 1 FROM canonical_findings c JOIN repositories r ON r.id = c.repository_id
-         WHERE c.public_id = ch.canonical AND {PUBLIC_CANONICAL}) AS canonical_public
-FROM changes ch
+       fp.found IS NOT NULL AS finding_public,
+       cp.found IS NOT NULL AS canonical_public
+FROM (SELECT * FROM changes WHERE seq >= :start ORDER BY seq LIMIT :limit) ch
 LEFT JOIN repositories r ON r.id = ch.repository_id
-WHERE ch.seq >= :start
+LEFT JOIN LATERAL (
+  SELECT 1 AS found FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
+  WHERE f.public_id = ch.finding AND {PUBLIC_JOIN} LIMIT 1
+) fp ON TRUE
+LEFT JOIN LATERAL (
+  SELECT 1 AS found FROM canonical_findings c JOIN repositories r ON r.id = c.repository_id
+  JOIN scan_findings f ON f.canonical_finding_id = c.id JOIN scans s ON s.id = f.scan_id
+  WHERE ch.kind = '{changes.STATUS}' AND c.public_id = ch.canonical AND {PUBLIC_JOIN} LIMIT 1
+) cp ON TRUE
 ORDER BY ch.seq
-LIMIT :limit
 """
 )
 
