@@ -23,7 +23,9 @@ import asyncio
 import json
 import os
 import re
+import signal
 import statistics
+import subprocess
 import sys
 import time
 import zlib
@@ -33,11 +35,12 @@ from typing import Any
 import httpx
 import psycopg
 
+from app.devservices import free_port, pdeathsig
 from app.seo.queries import PUBLIC_PATTERN_WHERE
 from bench.common import pct, write_section
 from bench.generate import TIERS, generate
 from bench.services import throwaway_services
-from tests.harness import ROOT, start_server, stop
+from tests.harness import ROOT, start_server, stop, wait_http
 
 HEADING = "## Sitemap"
 TARGETS = {"urls_per_s": 100_000, "first_byte_ms": 100, "rss_growth_mb": 50}
@@ -279,6 +282,25 @@ async def stats_costs(runs: int) -> dict[str, float]:
         await db.dispose_engines()
 
 
+def serve_tree(tree: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """`tarakan serve` from another source tree (`python -m` imports from its working directory)."""
+    base = f"http://127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", base.rsplit(":", 1)[1]],
+        env={**os.environ, **env, "BASE_URL": base},
+        cwd=tree,
+        preexec_fn=pdeathsig(signal.SIGTERM),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(f"{base}/healthz")
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, base
+
+
 def run(tier_name: str, runs: int, target_urls: int, baseline: str | None = None) -> dict[str, Any]:
     tier = TIERS[tier_name]
     with throwaway_services("tarakan-sitemap-bench-") as services:
@@ -309,7 +331,7 @@ def run(tier_name: str, runs: int, target_urls: int, baseline: str | None = None
         procs.append(proc)
         old: tuple[str, int] | None = None
         if baseline:  # the same server from another source tree (e.g. the commit before a change)
-            old_proc, old_base = start_server({**single_env, "PYTHONPATH": baseline}, quiet=True)
+            old_proc, old_base = serve_tree(baseline, single_env)
             procs.append(old_proc)
             old = (old_base, old_proc.pid)
         assert services.pg.proc is not None
