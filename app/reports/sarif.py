@@ -340,6 +340,15 @@ def _commit(runs: list[_Run], raw_runs: list[dict[str, Any]], commit_sha: str | 
     return found[0]
 
 
+def _too_many(results: int) -> ValidationError:
+    # refused at the first result past the limit: the rest is counted, not mapped
+    return _fail(
+        "runs",
+        f"the log has {results} results, more than {MAX_FINDINGS} of them to store (after the skipped ones); "
+        f"one report holds at most {MAX_FINDINGS} findings: split the log",
+    )
+
+
 def sarif_to_report(log: dict[str, Any], *, commit_sha: str | None = None) -> SarifReport:
     """Map a SARIF 2.1.0 log onto one Scan Format v1 request body. Raises ValidationError naming the JSON path of
     the first problem; a log with more findings to store than one report holds is refused with both counts."""
@@ -359,7 +368,6 @@ def sarif_to_report(log: dict[str, Any], *, commit_sha: str | None = None) -> Sa
     report = SarifReport(body={})
     findings: list[dict[str, Any]] = []
     origins: list[str] = []  # the SARIF path of each finding, to name the validator's errors
-    over = 0  # results to store past the limit
     for run, raw in zip(runs, raw_runs, strict=True):
         for k, result in enumerate(raw.get("results", [])):
             where = f"{run.path}.results[{k}]"
@@ -378,8 +386,7 @@ def sarif_to_report(log: dict[str, Any], *, commit_sha: str | None = None) -> Sa
                 continue
             assert file_path is not None
             if len(findings) == MAX_FINDINGS:
-                over += 1  # refused below: counted, not mapped
-                continue
+                raise _too_many(sum(len(raw.get("results", [])) for raw in raw_runs))
             rule = run.rule(result)
             line_start, line_end = _lines(_obj(physical.get("region")), location_path)
             message = _message(result, rule)
@@ -400,13 +407,6 @@ def sarif_to_report(log: dict[str, Any], *, commit_sha: str | None = None) -> Sa
                 finding["partial_fingerprints"] = fingerprints
             findings.append(finding)
             origins.append(where)
-    if over:
-        skipped = sum(report.skipped.values())
-        raise _fail(
-            "runs",
-            f"the log has {report.results} results ({len(findings) + over} to store after {skipped} skipped); "
-            f"one report holds at most {MAX_FINDINGS} findings: split the log",
-        )
     guid = _obj(raw_runs[0].get("automationDetails")).get("guid")
     report.body = {
         "commit_sha": sha,

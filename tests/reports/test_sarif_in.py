@@ -208,7 +208,7 @@ async def test_a_log_over_the_report_limit_is_refused_with_both_numbers(client: 
     response = await post_sarif(client, reports_url(repo), await token_for(account), log, commit_sha=COMMIT)
     assert response.status_code == 422
     message = response.json()["errors"]["runs"][0]
-    assert "201 results" in message and "at most 200" in message, message
+    assert "has 201 results" in message and "at most 200" in message, message
     assert (await row_counts())["scans"] == 0
 
 
