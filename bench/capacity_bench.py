@@ -1,0 +1,409 @@
+"""Ingest capacity (issue 15 item 4). Not a test: prints the curve and writes it to docs/benchmarks.md.
+
+    .venv/bin/python -m bench.capacity_bench --tier B --step-seconds 20    # ~20 minutes on 2 cores
+
+On a throw-away embedded Postgres + Valkey: generate the registry in SQL (bench/generate.py), backfill the rollups,
+then for each configuration (web processes x workers: 1x1, 1x2, 2x1, 2x2) start real `tarakan serve` and
+`tarakan worker` processes and submit reports through the real API (`POST /api/v1/repos/.../reports`, bearer
+tokens of several accounts, round-robin over the web processes) at a fixed rate, open loop, for `--step-seconds`,
+stepping the rate up (x1.5) until the knee: commit-to-atlas lag p95 above 1 s, the achieved rate under 90 % of the
+target, or errors. Lag is bench/infestations_bench.py's measurement (`poll_lag`): from the 2xx answer to the moment
+the report's canonical shows in the atlas with its new `updated_at`.
+
+Two web processes are `tarakan serve --workers 2` when the command has that option, else two `tarakan serve`
+processes on two ports. Client, servers, workers and Postgres share the machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import queue
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import psycopg
+
+from app.devservices import free_port
+from bench.common import pct, write_section
+from bench.generate import TIERS, generate
+from bench.infestations_bench import poll_lag
+from bench.services import throwaway_services
+from tests.harness import ROOT, spawn, start_server, stop, wait_http
+
+HEADING = "## Ingest capacity"
+LAG_TARGET_S = 1.0
+CONFIGS = ((1, 1), (1, 2), (2, 1), (2, 2))  # (web processes, workers)
+ACCOUNTS = 8  # submitters: each report locks its account's row, so one account would serialise them all
+MAX_IN_FLIGHT = 128
+
+
+@dataclass
+class Step:
+    """One rate step: what was sent, what came back, and the lag of every report that reached the atlas."""
+
+    target: float
+    seconds: float
+    statuses: dict[str, int] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    lags: list[float] = field(default_factory=list)
+    skipped: int = 0  # scheduled while MAX_IN_FLIGHT requests were still unanswered
+    unreflected: int = 0
+
+    @property
+    def ok(self) -> int:
+        return self.statuses.get("201", 0) + self.statuses.get("200", 0)
+
+    @property
+    def achieved(self) -> float:
+        return self.ok / self.seconds
+
+    def knee(self) -> str | None:
+        """Why this step is past the knee, or None."""
+        if not self.lags or pct(self.lags, 0.95) > LAG_TARGET_S:
+            return "lag p95 > 1 s"
+        if self.achieved < 0.9 * self.target:
+            return "achieved < 90 % of target"
+        if self.ok < sum(self.statuses.values()) or self.skipped:
+            return "errors"
+        if self.unreflected:
+            return "reports not in the atlas within 60 s"
+        return None
+
+    def row(self) -> dict[str, Any]:
+        lag = sorted(self.lags)
+        lat = sorted(self.latencies)
+        return {
+            "target": self.target,
+            "achieved": self.achieved,
+            "lag_p50_ms": statistics.median(lag) * 1000 if lag else None,
+            "lag_p95_ms": pct(lag, 0.95) * 1000 if lag else None,
+            "request_p50_ms": statistics.median(lat) * 1000 if lat else None,
+            "request_p95_ms": pct(lat, 0.95) * 1000 if lat else None,
+            "statuses": self.statuses,
+            "skipped": self.skipped,
+            "unreflected": self.unreflected,
+            "knee": self.knee(),
+        }
+
+
+def serve_supports_workers() -> bool:
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--help"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return "--workers" in out.stdout
+
+
+def start_web(env: dict[str, str], processes: int, procs: list[subprocess.Popen[bytes]]) -> list[str]:
+    """Base URLs that `processes` web processes answer on."""
+    if processes > 1 and serve_supports_workers():
+        base = f"http://127.0.0.1:{free_port()}"
+        port = base.rsplit(":", 1)[1]
+        procs.append(
+            spawn("serve", "--port", port, "--workers", str(processes), env={**env, "BASE_URL": base}, quiet=True)
+        )
+        wait_http(f"{base}/healthz")
+        return [base]
+    bases = []
+    for _ in range(processes):
+        proc, base = start_server(env, quiet=True)
+        procs.append(proc)
+        bases.append(base)
+    return bases
+
+
+def make_submitters(dsn: str, count: int) -> list[str]:
+    """`count` admin accounts (exempt from daily quotas, like a trusted scanner fleet) and a token each."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO accounts (email, handle, platform_role, trust_tier, state) "
+            "SELECT 'cap' || g || '@example.com', 'cap' || g, 'admin', 'reviewer', 'active' "
+            "FROM generate_series(1, %s) g",
+            (count,),
+        )
+        ids = [r[0] for r in conn.execute("SELECT id FROM accounts WHERE handle LIKE 'cap%%' ORDER BY id").fetchall()]
+
+    async def tokens() -> list[str]:
+        from app.accounts.service import create_token
+        from app.kernel import db
+
+        try:
+            return [await create_token(i, ["findings:submit"]) for i in ids]
+        finally:
+            await db.dispose_engines()
+
+    return asyncio.run(tokens())
+
+
+class Watcher:
+    """Resolves answered reports to their canonical id and measures their lag with `poll_lag`, in a thread of its
+    own (its psycopg calls block), so the sender's schedule is not disturbed."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.answered: queue.SimpleQueue[tuple[str, float]] = queue.SimpleQueue()
+        self.outstanding = 0  # answered, not yet handed to poll_lag
+        self.lock = threading.Lock()
+        self.pending: dict[int, float] = {}
+        self.lags: list[float] = []
+        self.done = asyncio.Event()  # only is_set()/set() are used, from both threads
+        self.last_submit = [time.perf_counter()]
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self.thread.start()
+
+    def answer(self, public_id: str, at: float) -> None:
+        with self.lock:
+            self.outstanding += 1
+        self.last_submit[0] = at
+        self.answered.put((public_id, at))
+
+    async def _resolve(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not (self.done.is_set() and self.outstanding == 0):
+                batch: list[tuple[str, float]] = []
+                while not self.answered.empty():
+                    batch.append(self.answered.get())
+                if batch:
+                    at = dict(batch)
+                    rows = conn.execute(
+                        "SELECT public_id::text, canonical_finding_id FROM scan_findings WHERE public_id = ANY(%s::uuid[])",
+                        (list(at),),
+                    ).fetchall()
+                    for public_id, canonical in rows:
+                        self.pending[canonical] = at[public_id]
+                    with self.lock:
+                        self.outstanding -= len(batch)
+                await asyncio.sleep(0.02)
+
+    async def _run(self) -> None:
+        await asyncio.gather(self._resolve(), poll_lag(self.dsn, self.pending, self.lags, self.done, self.last_submit))
+
+    def finish(self) -> tuple[list[float], int]:
+        """Wait until every answered report is resolved, then for poll_lag to see them (or give up after 60 s)."""
+        while self.outstanding:
+            time.sleep(0.02)
+        self.done.set()
+        self.thread.join(timeout=120)
+        return self.lags, len(self.pending)
+
+
+async def run_step(
+    bases: list[str],
+    tokens: list[str],
+    repos: list[tuple[str, str, str]],
+    rate: float,
+    seconds: float,
+    dsn: str,
+    seq: list[int],
+) -> Step:
+    step = Step(target=rate, seconds=seconds)
+    watcher = Watcher(dsn)
+    rng = random.Random(int(rate * 1000))
+    in_flight: set[asyncio.Task[None]] = set()
+    limits = httpx.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT)
+
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+
+        async def submit(n: int) -> None:
+            host, owner, name = repos[rng.randrange(len(repos))]
+            shared = rng.randrange(2, 3000)  # shared patterns (not the hot one) and fresh ones, as the lag bench
+            title = f"shared pattern {shared} injection in handler" if rng.random() < 0.5 else f"fresh finding {n} cap"
+            body = {
+                "commit_sha": f"{n:040x}",
+                "model": "bench",
+                "prompt_version": "bench/capacity",
+                "run_id": f"cap-{n}",
+                "document": {
+                    "tarakan_scan_format": 1,
+                    "findings": [
+                        {"file": f"cap/file_{n}.py", "severity": "high", "title": title, "description": "capacity probe",
+                         "line_start": 1 + n % 1000}
+                    ],
+                },
+            }  # fmt: skip
+            url = f"{bases[n % len(bases)]}/api/v1/repos/{host}/{owner}/{name}/reports"
+            started = time.perf_counter()
+            try:
+                response = await client.post(
+                    url, json=body, headers={"Authorization": f"Bearer {tokens[n % len(tokens)]}"}
+                )
+                status = str(response.status_code)
+            except httpx.HTTPError as exc:
+                status = type(exc).__name__
+                response = None
+            answered = time.perf_counter()
+            step.statuses[status] = step.statuses.get(status, 0) + 1
+            if response is not None and response.status_code in (200, 201):
+                step.latencies.append(answered - started)
+                watcher.answer(response.json()["findings"][0]["public_id"], answered)
+
+        start = time.perf_counter()
+        k = 0
+        while (due := start + k / rate) < start + seconds:
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            k += 1
+            if len(in_flight) >= MAX_IN_FLIGHT:
+                step.skipped += 1
+                continue
+            seq[0] += 1
+            task = asyncio.create_task(submit(seq[0]))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.wait(in_flight)
+        step.seconds = max(seconds, time.perf_counter() - start)  # the answers of the last sends count too
+    step.lags, step.unreflected = await asyncio.to_thread(watcher.finish)
+    return step
+
+
+def run_config(
+    env: dict[str, str], dsn: str, web: int, workers: int, tokens: list[str], args: argparse.Namespace, seq: list[int]
+) -> dict[str, Any]:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        bases = start_web(env, web, procs)
+        for _ in range(workers):
+            procs.append(spawn("worker", env=env, quiet=True))
+        time.sleep(2)
+        with psycopg.connect(dsn) as conn:
+            repos = [
+                (str(h), str(o), str(n))
+                for h, o, n in conn.execute(
+                    "SELECT host, owner, name FROM repositories WHERE listing_status = 'listed' ORDER BY id LIMIT 2000"
+                ).fetchall()
+            ]
+        steps = []
+        rate = args.start_rate
+        while rate <= args.max_rate:
+            step = asyncio.run(run_step(bases, tokens, repos, rate, args.step_seconds, dsn, seq))
+            row = step.row()
+            steps.append(row)
+            print(f"  {web} web x {workers} workers @ {rate:.0f}/s: {json.dumps(row)}", flush=True)
+            if row["knee"]:
+                break
+            rate = round(rate * args.factor)
+        return {"web": web, "workers": workers, "web_mode": "serve --workers" if len(bases) < web else "processes",
+                "steps": steps}  # fmt: skip
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
+def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
+    tier = TIERS[tier_name]
+    results: dict[str, Any] = {"tier": tier.name, "configs": []}
+    with throwaway_services("tarakan-capacity-bench-") as services:
+        dsn = services.dsn
+        env = {"DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench",
+               "REGISTRY_STATS_TTL": "30", "INFESTATIONS_READ_FROM_ROLLUP": "true"}  # fmt: skip
+        os.environ.update(env)
+        from app.migrate import upgrade_to_head
+
+        upgrade_to_head()
+        t = time.perf_counter()
+        results["rows"] = generate(dsn, tier)
+
+        async def backfill() -> int:
+            from app.infestations import maintenance
+            from app.kernel import db
+
+            try:
+                return await maintenance.backfill(progress=None, concurrency=2)
+            finally:
+                await db.dispose_engines()
+
+        asyncio.run(backfill())
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+        results["setup_s"] = time.perf_counter() - t
+        print(f"[{tier.name}] generated and backfilled in {results['setup_s']:.0f}s", flush=True)
+        tokens = make_submitters(dsn, ACCOUNTS)
+        seq = [0]
+        for web, workers in args.configs:
+            results["configs"].append(run_config(env, dsn, web, workers, tokens, args, seq))
+    return results
+
+
+def fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f}"
+
+
+def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
+    lines = [
+        HEADING,
+        "",
+        f"Command: `{command}` (throw-away embedded Postgres 18 with fsync off + Valkey; real `tarakan serve` and "
+        "`tarakan worker` processes; the open-loop client, the servers, the workers and Postgres all share this "
+        "2-core machine, which other work also shared during the run). Reports go through "
+        f"`POST /api/v1/repos/.../reports` ({ACCOUNTS} submitter accounts, one finding each, half on existing "
+        f"shared patterns); each rate is held {step_seconds:.0f} s; lag = the 2xx answer to the report's canonical "
+        "in the atlas with its new `updated_at` (bench/infestations_bench.py `poll_lag`). The rate steps up x1.5 "
+        "until the knee: lag p95 > 1 s, achieved < 90 % of the target, or errors.",
+        "",
+        f"Registry: Tier {r['tier']}: {r['rows']['repositories']:,} repositories, "
+        f"{r['rows']['canonical_findings']:,} canonical findings before the run.",
+        "",
+        "| web x workers | capacity (highest rate with lag p95 <= 1 s) |",
+        "|---|---|",
+    ]
+    for c in r["configs"]:
+        good = [s for s in c["steps"] if not s["knee"]]
+        best = f"{good[-1]['achieved']:,.0f} reports/s" if good else "below the first step"
+        lines.append(f"| {c['web']} x {c['workers']} ({c['web_mode']}) | {best} |")
+    lines += [
+        "",
+        "| web x workers | target /s | achieved /s | lag p50 / p95 ms | request p50 / p95 ms | 429 | 503 | other "
+        "errors | knee |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in r["configs"]:
+        for s in c["steps"]:
+            st = s["statuses"]
+            other = sum(v for k, v in st.items() if k not in ("200", "201", "429", "503")) + s["skipped"]
+            lines.append(
+                f"| {c['web']} x {c['workers']} | {s['target']:,.0f} | {s['achieved']:,.1f} | "
+                f"{fmt(s['lag_p50_ms'])} / {fmt(s['lag_p95_ms'])} | {fmt(s['request_p50_ms'])} / "
+                f"{fmt(s['request_p95_ms'])} | {st.get('429', 0)} | {st.get('503', 0)} | {other} | {s['knee'] or ''} |"
+            )
+    return "\n".join(lines)
+
+
+def parse_config(raw: str) -> tuple[int, int]:
+    web, _, workers = raw.partition("x")
+    return int(web), int(workers)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", choices=sorted(TIERS), default="B")
+    parser.add_argument("--step-seconds", type=float, default=20)
+    parser.add_argument("--start-rate", type=float, default=10)
+    parser.add_argument("--factor", type=float, default=1.5)
+    parser.add_argument("--max-rate", type=float, default=1000)
+    parser.add_argument(
+        "--configs", type=lambda v: [parse_config(x) for x in v.split(",")], default=list(CONFIGS),
+        help="web x workers, e.g. 1x1,2x2",
+    )  # fmt: skip
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    results = run(args.tier, args)
+    md = render(results, "python -m bench.capacity_bench " + " ".join(sys.argv[1:]), args.step_seconds)
+    print(md)
+    (ROOT / "bench" / "out").mkdir(exist_ok=True)
+    (ROOT / "bench" / "out" / "capacity.json").write_text(json.dumps(results, indent=2, default=str))
+    if not args.no_write:
+        write_section(md, HEADING)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
