@@ -67,6 +67,9 @@ UUID: Schema = {"type": "string", "format": "uuid"}
 SHA: Schema = {"type": "string", "pattern": "^[0-9a-f]{40}$"}
 SEVERITY: Schema = {"type": "string", "enum": list(SEVERITIES)}
 PROVENANCE: Schema = {"type": "string", "enum": list(PROVENANCES)}
+COMMIT_SHA: Schema = {"type": "string", "pattern": r"^\s*[0-9a-fA-F]{40}\s*$", "description": "trimmed, lowercased"}
+EXAMPLE_COMMIT = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+EXAMPLE_NOTES = "Reproduced with the proof of concept in the description."
 
 
 CANONICAL_STATUS: Schema = {"type": "string", "enum": list(CANONICAL_STATUSES)}
@@ -129,8 +132,28 @@ _SCHEMAS: dict[str, Schema] = {
     "ReportSubmission": {
         "type": "object",
         "required": ["commit_sha", "document"],
+        "examples": [
+            {
+                "commit_sha": EXAMPLE_COMMIT,
+                "model": "gpt-5",
+                "prompt_version": "review/v3",
+                "run_id": "run-2026-11-30-1",
+                "document": {
+                    "tarakan_scan_format": 1,
+                    "findings": [
+                        {
+                            "file": "lib/auth.py",
+                            "line_start": 42,
+                            "severity": "high",
+                            "title": "SQL injection in login",
+                            "description": "The user name is concatenated into the SQL string.",
+                        }
+                    ],
+                },
+            }
+        ],
         "properties": {
-            "commit_sha": {"type": "string", "description": "40 hex, trimmed and lowercased"},
+            "commit_sha": COMMIT_SHA,
             "provenance": {**PROVENANCE, "default": "agent"},
             "review_kind": {"type": "string", "enum": list(REVIEW_KINDS), "default": "code_review"},
             "model": {"type": "string", "maxLength": MAX_LABEL, "description": "required unless provenance is human"},
@@ -143,8 +166,11 @@ _SCHEMAS: dict[str, Schema] = {
     "CheckSubmission": {
         "type": "object",
         "required": ["commit_sha", "verdict", "notes"],
+        "examples": [
+            {"commit_sha": EXAMPLE_COMMIT, "verdict": "confirmed", "provenance": "human", "notes": EXAMPLE_NOTES}
+        ],
         "properties": {
-            "commit_sha": STRING,
+            "commit_sha": COMMIT_SHA,
             "verdict": {"type": "string", "enum": list(CHECK_VERDICTS)},
             "provenance": {**PROVENANCE, "default": "agent"},
             "notes": {"type": "string", "minLength": 20, "maxLength": MAX_NOTES},
@@ -154,6 +180,7 @@ _SCHEMAS: dict[str, Schema] = {
     "ConfirmationSubmission": {
         "type": "object",
         "required": ["verdict", "notes"],
+        "examples": [{"verdict": "confirmed", "provenance": "human", "notes": EXAMPLE_NOTES}],
         "properties": {
             "verdict": {"type": "string", "enum": list(CONFIRMATION_VERDICTS)},
             "provenance": {**PROVENANCE, "default": "agent"},
@@ -164,6 +191,7 @@ _SCHEMAS: dict[str, Schema] = {
     "RepositoryRegistration": {
         "type": "object",
         "required": ["host", "owner", "name"],
+        "examples": [{"host": "github.com", "owner": "acme", "name": "widget"}],
         "properties": {"host": STRING, "owner": STRING, "name": STRING},
     },
     # -- API answers (app.reports.serializers, app.registry.api) --

@@ -20,6 +20,7 @@ replays the run. A larger run by hand:
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase
 from schemathesis import Case, GenerationMode
+from schemathesis.core.failures import FailureGroup
 from schemathesis.core.result import Ok
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -42,6 +44,7 @@ from schemathesis.specs.openapi.checks import (
 from app.accounts.models import TOKEN_SCOPES
 from app.accounts.service import create_token
 from app.models import metadata
+from app.site.openapi import EXAMPLE_COMMIT
 from e2e.seed import seed_pattern
 from tests import factories
 from tests.harness import start_server, stop
@@ -92,14 +95,22 @@ class Run:
     session: requests.Session = field(default_factory=requests.Session)
     statuses: Counter[int] = field(default_factory=Counter)
     per_operation: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[tuple[str, int]] = field(default_factory=Counter)
+    snapshot_seconds: float = 0.0
+    request_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     operations: list[str] = field(default_factory=list)
 
-    def send(self, case: Case[Any], headers: dict[str, str], *, negative: bool) -> None:
+    def send(self, case: Case[Any], headers: dict[str, str], *, negative: bool = False) -> None:
+        started = time.perf_counter()
         before = self.snapshot()
+        self.snapshot_seconds += time.perf_counter() - started
+        started = time.perf_counter()
         response = case.call(base_url=self.base, session=self.session, headers=headers, timeout=30)
+        self.request_seconds += time.perf_counter() - started
         self.statuses[response.status_code] += 1
         self.per_operation[case.operation.label] += 1
+        self.outcomes[(case.operation.label, response.status_code)] += 1
         found: list[str] = []
         if response.status_code == 503:
             if "retry-after" not in {k.lower() for k in response.headers}:
@@ -108,8 +119,8 @@ class Run:
             found.append(f"server error {response.status_code}")
         try:
             case.validate_response(response, checks=CHECKS if negative else CHECKS[:3], headers=headers)
-        except AssertionError as failure:  # schemathesis' FailureGroup
-            found.append(str(failure).strip())
+        except FailureGroup as failures:
+            found.extend(f"{failure.title}: {failure.message}" for failure in failures.exceptions)
         if 400 <= response.status_code < 500:
             after = self.snapshot()
             changed = sorted({row[0] for row in set(before) ^ set(after)})
@@ -118,6 +129,17 @@ class Run:
         if found:
             curl = case.as_curl_command(headers=headers, base_url=self.base)
             self.problems.append(f"{case.operation.label} -> {response.status_code}: {'; '.join(found)}\n  {curl}")
+
+
+def example_body(document: dict[str, Any], operation: Any) -> dict[str, Any]:
+    """The JSON request body's first documented example, as `Case` arguments (none without a body)."""
+    content = operation.definition.raw.get("requestBody", {}).get("content", {})
+    if "application/json" not in content:
+        return {}
+    schema = content["application/json"]["schema"]
+    if "$ref" in schema:
+        schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return {"body": schema["examples"][0], "media_type": "application/json"}
 
 
 def explore(
@@ -150,7 +172,10 @@ def fuzz_every_operation(base: str, pattern_key: str, bearer: dict[str, str], au
     repo = {"host": "github.com", "owner": "fuzz", "name": "target"}
     assert requests.post(f"{base}/api/v1/repositories", json=repo, headers=author_bearer, timeout=10).ok
     report = requests.post(
-        f"{base}/api/v1/repos/github.com/fuzz/target/reports", json=report_body(), headers=author_bearer, timeout=10
+        f"{base}/api/v1/repos/github.com/fuzz/target/reports",
+        json=report_body(commit_sha=EXAMPLE_COMMIT),
+        headers=author_bearer,
+        timeout=10,
     )
     assert report.status_code == 201, report.text
     finding = report.json()["findings"][0]
@@ -176,6 +201,9 @@ def fuzz_every_operation(base: str, pattern_key: str, bearer: dict[str, str], au
             secured = bool(operation.definition.raw.get("security"))
             headers = bearer if secured else {}
             path_names = {p.name for p in operation.path_parameters}
+            if path_names <= real.keys():  # the documented example (if any) on real rows: a 2xx to conform
+                values = {name: real[name] for name in path_names}
+                run.send(operation.Case(path_parameters=values, **example_body(document, operation)), headers)
             explore(run, operation, GenerationMode.POSITIVE, headers, EXAMPLES)
             explore(run, operation, GenerationMode.NEGATIVE, headers, EXAMPLES)
             if path_names and path_names <= real.keys():
@@ -205,6 +233,9 @@ async def test_fuzzing_every_operation_finds_no_5xx_no_undocumented_answer_and_n
     server_errors = sum(n for status, n in run.statuses.items() if status >= 500)
     print(f"\nfuzz: {total} requests, {server_errors} 5xx, {len(run.operations)} operations, seed {SEED}")
     print(f"fuzz: statuses {sorted(run.statuses.items())}")
-    print("fuzz: per operation " + ", ".join(f"{label} {n}" for label, n in sorted(run.per_operation.items())))
+    print(f"fuzz: {run.request_seconds:.1f} s waiting for answers, {run.snapshot_seconds:.1f} s in snapshots before")
+    for label, n in sorted(run.per_operation.items()):
+        statuses = ", ".join(f"{status}x{k}" for (op, status), k in sorted(run.outcomes.items()) if op == label)
+        print(f"fuzz:   {label}: {n} ({statuses})")
     assert len(run.operations) >= 12 and set(run.operations) == set(run.per_operation)  # every one was sent
     assert not run.problems, f"{len(run.problems)} problems (replay: {REPLAY}):\n" + "\n".join(run.problems[:30])
