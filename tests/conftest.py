@@ -64,7 +64,6 @@ def truncate_all() -> None:
 
 @pytest.fixture(autouse=True)
 def clean_database(services: dict[str, str]) -> None:
-    from app.infestations import queries as infestation_queries
     from app.registry import queries as registry_queries
     from app.registry.stats import reset_registry_stats_cache
     from app.site import home_infestations
@@ -74,7 +73,6 @@ def clean_database(services: dict[str, str]) -> None:
     reset_registry_stats_cache()
     home_infestations.clear()
     registry_queries.search_cache.reset()
-    infestation_queries.status_list_cache.reset()
 
 
 @pytest.fixture

@@ -33,7 +33,6 @@ from app.infestations.legacy import (
     with_repository_share,
 )
 from app.kernel import config, db
-from app.kernel.cache import TakedownKeyedCache
 from app.kernel.metrics import LIST_DURATION
 from app.kernel.paging import Page
 from app.kernel.public import visible_occurrence, visible_pattern, visible_scan
@@ -59,15 +58,6 @@ __all__ = [
 LIST_INSTANCES_MAX = 300  # production parity for list consumers (swarm checks take 200)
 PAGE_MAX = 100  # UI pages: ledger and graph satellites
 
-# The status-filtered list is a live aggregate over the instance grain (~0.7 s at Tier B): anonymous answers are
-# cached single-flight by their clamped filters for a few seconds and dropped at the next request after any audited
-# takedown (docs/security.md "Limits"); read through the module so tests can change it.
-STATUS_CACHE_SECONDS = 5.0
-STATUS_CACHE_SIZE = 128
-status_list_cache: TakedownKeyedCache[tuple[list[dict[str, Any]], datetime | None]] = TakedownKeyedCache(
-    lambda: STATUS_CACHE_SECONDS, maxsize=STATUS_CACHE_SIZE
-)
-
 _PATTERN_KEY = re.compile(r"[0-9a-f]{64}")
 
 
@@ -88,18 +78,13 @@ async def list_infestations(
 
 
 async def list_infestations_dated(
-    *, days: int = 30, min_repos: int = 2, status: str | None = None, limit: int = 40, anonymous: bool = False
+    *, days: int = 30, min_repos: int = 2, status: str | None = None, limit: int = 40
 ) -> tuple[list[dict[str, Any]], datetime | None]:
     """`list_infestations` and when its counts were computed: the oldest `refreshed_at` of the rows shown (counts
     may lag a takedown until the refresh; identifying details never do, docs/domain.md §5.7), or now on the legacy
-    path; None for an empty rollup list. An `anonymous` status-filtered list goes through `status_list_cache`."""
+    path; None for an empty rollup list. Every filter combination walks a rank index in O(limit), so nothing is
+    cached: a takedown holds at the next request through the read-time guard alone."""
     days, min_repos, limit, status = clamp_list_options(days=days, min_repos=min_repos, limit=limit, status=status)
-    if anonymous and status is not None:
-        key = (config.read_from_rollup(), days, min_repos, status, limit)
-        items, refreshed_at = await status_list_cache.get(
-            key, lambda: _list_dated(days=days, min_repos=min_repos, status=status, limit=limit)
-        )
-        return [dict(item) for item in items], refreshed_at  # callers get their own rows
     return await _list_dated(days=days, min_repos=min_repos, status=status, limit=limit)
 
 

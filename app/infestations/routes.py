@@ -18,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from app.accounts.sessions import session_token
 from app.infestations import queries
 from app.infestations.legacy import clamp_list_options, window_bucket
 from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout
@@ -81,20 +80,15 @@ def parse_filters(params: Mapping[str, str]) -> Filters:
     return Filters(days=days, min_repos=min_repos, status=status if status in STATUS_CHOICES else "all", limit=limit)
 
 
-async def _list(filters: Filters, *, anonymous: bool) -> tuple[list[dict[str, Any]], datetime | None]:
+async def _list(filters: Filters) -> tuple[list[dict[str, Any]], datetime | None]:
     return await queries.list_infestations_dated(
-        days=filters.days,
-        min_repos=filters.min_repos,
-        status=filters.query_status(),
-        limit=filters.limit,
-        anonymous=anonymous,
+        days=filters.days, min_repos=filters.min_repos, status=filters.query_status(), limit=filters.limit
     )
 
 
 async def index(request: Request) -> Response:
     filters = parse_filters(request.query_params)
-    # only a request without a session cookie shares the status-list cache (docs/security.md "Limits")
-    items, refreshed_at = await _list(filters, anonymous=session_token(request) is None)
+    items, refreshed_at = await _list(filters)
     if wants_json(request):
         # when the counts were computed, beside the items (docs/domain.md §5.7: counts may lag a takedown)
         return json_twin({"items": items, "refreshed_at": refreshed_at, "filters": filters.applied()})
