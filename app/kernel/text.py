@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from itertools import chain
 from typing import Any
 
 from app.kernel.errors import ValidationError
@@ -36,10 +37,32 @@ def require_clean(fields: Mapping[str, str | None]) -> None:
 
 def first_unclean(value: Any, path: str = "") -> str | None:
     """The path (`a.b[2]`) of the first string, key or value, in a parsed JSON value that breaks the rule."""
+    if is_clean("".join(strings_of(value))):
+        return None  # the usual case, in one pass of the pattern and without building a path per string
     for at, text in walk_strings(value, path):
         if not is_clean(text):
             return at
     return None
+
+
+def strings_of(value: Any) -> list[str]:
+    """The strings of `walk_strings`, in the same order, without their paths: a tight loop for the usual case
+    (a 2 MB document of 300,000 short strings costs tens of milliseconds, not a second)."""
+    found: list[str] = []
+    stack: list[Iterator[Any]] = [iter((value,))]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, str):
+                found.append(item)
+            elif isinstance(item, dict):
+                stack.append(chain.from_iterable(item.items()))  # each key, then its value
+                break
+            elif isinstance(item, list):
+                stack.append(iter(item))
+                break
+        else:
+            stack.pop()
+    return found
 
 
 def walk_strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:

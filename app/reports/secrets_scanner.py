@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
+from itertools import accumulate, islice
 from typing import Any
 
 import regex
 
 from app.kernel.errors import ValidationError
-from app.kernel.text import walk_strings
+from app.kernel.text import strings_of, walk_strings
 from app.reports.validation import document_field
 
 # seconds one `scan_fields` call may spend matching (a 2 MB report of the worst known shape takes ~0.3 s)
@@ -75,17 +76,13 @@ def find_secret(text: str, *, deadline: float | None = None) -> str | None:
     return None
 
 
-def _first_secret(strings: list[tuple[str, str]], deadline: float) -> tuple[str, str] | None:
-    """(path, kind) of the first string carrying a secret. One pass per pattern over the joined strings; the
+def _first_secret(strings: list[str], deadline: float) -> tuple[int, str] | None:
+    """(index, kind) of the first string carrying a secret. One pass per pattern over the joined strings; the
     earliest match names the string, which is then judged alone (its first kind in pattern order)."""
     if not strings:
         return None
-    starts: list[int] = []
-    offset = 0
-    for _, text in strings:
-        starts.append(offset)
-        offset += len(text) + len(_SEPARATOR)
-    joined = _SEPARATOR.join(text for _, text in strings)
+    starts = list(accumulate((len(text) + len(_SEPARATOR) for text in strings[:-1]), initial=0))
+    joined = _SEPARATOR.join(strings)
     earliest: int | None = None
     for _, pattern in PATTERNS:
         match = _search(pattern, joined, deadline)
@@ -94,10 +91,9 @@ def _first_secret(strings: list[tuple[str, str]], deadline: float) -> tuple[str,
             earliest = index if earliest is None else min(earliest, index)
     if earliest is None:
         return None
-    path, text = strings[earliest]
-    kind = find_secret(text, deadline=deadline)
+    kind = find_secret(strings[earliest], deadline=deadline)
     assert kind is not None
-    return path, kind
+    return earliest, kind
 
 
 def scan_fields(fields: dict[str, Any], *, budget: float = SCAN_BUDGET_SECONDS) -> None:
@@ -110,14 +106,16 @@ def scan_fields(fields: dict[str, Any], *, budget: float = SCAN_BUDGET_SECONDS) 
     for name, value in fields.items():
         if value is None:
             continue
-        strings = list(walk_strings(value, "" if name == "document" else name))
+        # paths are built only for the string that carries a secret (a document may hold 300,000 short strings)
+        strings = strings_of(value)
         try:
             found = _first_secret(strings, deadline)
         except ScanTimeout:
             errors[name] = ["could not be checked for secrets in time; send a smaller report"]
             break
         if found is not None:
-            path, kind = found
+            index, kind = found
+            path = next(islice(walk_strings(value, "" if name == "document" else name), index, None))[0]
             field = document_field(path) if name == "document" else name
             errors[field] = [f"must not contain secrets (found what looks like {kind}; remove or redact it)"]
     if errors:
