@@ -1,17 +1,26 @@
 """Generate a synthetic registry quickly in SQL (for the benchmarks, never for tests).
 
-Tier A: 10^4 listed repositories; Tier B: 10^5. Power-law fan-out (Zipf-like) over shared patterns with a hot
-pattern in >= 10^4 repositories (Tier B), plus rare per-repository findings, about 10^6 canonical findings at
-Tier B. Pattern keys are computed in SQL with sha256 over titles that are already in normalized form, so they are
-exactly `pattern_key(title)`.
+Tier A: 10^4 listed repositories; Tier B: 10^5; Tier C: 10^6. Power-law fan-out (Zipf-like) over shared patterns
+with a hot pattern in >= 10^4 repositories (Tier B; >= 10^5 at Tier C), plus rare per-repository findings, about
+10^6 canonical findings at Tier B and 10^7 at Tier C. Pattern keys are computed in SQL with sha256 over titles that
+are already in normalized form, so they are exactly `pattern_key(title)`.
+
+A bulk tier (C) loads the two big tables without their secondary indexes and foreign-key triggers and builds the
+indexes afterwards (one sort each instead of 10^7 index insertions). `save_tier` / `restore_tier` keep a
+generated (and backfilled) tier as a `pg_dump -Fc` archive, made and restored with the PostgreSQL binaries the
+embedded server runs (`app.devservices.pg_bin_dir`), so a rerun skips the generation.
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
+
+from app.devservices import pg_bin_dir
 
 
 @dataclass(frozen=True)
@@ -22,13 +31,17 @@ class Tier:
     hot_fanout: int  # repositories of the hottest pattern
     rare_per_repo: int  # findings with rarely shared titles, per repository
     rare_pool: int  # distinct rare titles
+    bulk: bool = False  # load the big tables without secondary indexes and FK triggers, index afterwards
 
 
 TIERS = {
     "T": Tier("T", 2_000, 300, 500, 3, 1_000),  # smoke run of the benchmark itself
     "A": Tier("A", 10_000, 2_000, 2_000, 6, 20_000),
     "B": Tier("B", 100_000, 20_000, 12_000, 9, 60_000),
+    # ~1.5 * 10^6 shared (Zipf over 200k patterns, the hot one in 120k repositories) + 9 * 10^6 rare canonicals
+    "C": Tier("C", 1_000_000, 200_000, 120_000, 9, 600_000, bulk=True),
 }
+BULK_TABLES = ("canonical_findings", "scan_findings")
 
 STATUSES = "ARRAY['open','open','open','open','open','verified','verified','fixed','disputed']"
 
@@ -43,6 +56,14 @@ def generate(dsn: str, tier: Tier, *, progress: bool = True) -> dict[str, int]:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
+        indexes: list[str] = []
+        if tier.bulk:
+            conn.execute("SET work_mem = '256MB'")
+            conn.execute("SET maintenance_work_mem = '1GB'")
+            # no FK trigger per row (the generator's rows are consistent by construction); indexes rebuilt below
+            conn.execute("SET session_replication_role = replica")
+            indexes = _drop_secondary_indexes(conn, BULK_TABLES)
+            say(f"dropped {len(indexes)} secondary indexes of {', '.join(BULK_TABLES)}")
         conn.execute(
             "INSERT INTO accounts (email, handle, platform_role, trust_tier, state) "
             "VALUES ('bench@example.com', 'bench', 'admin', 'reviewer', 'active')"
@@ -132,6 +153,11 @@ def generate(dsn: str, tier: Tier, *, progress: bool = True) -> dict[str, int]:
                 """
             )
         say("occurrences")
+        if tier.bulk:
+            conn.execute("SET session_replication_role = origin")
+            for ddl in indexes:
+                conn.execute(ddl)
+            say(f"rebuilt {len(indexes)} indexes")
         conn.execute("ANALYZE")
         counts = {
             t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # type: ignore[index]
@@ -148,3 +174,37 @@ def generate(dsn: str, tier: Tier, *, progress: bool = True) -> dict[str, int]:
         )
         say(f"done: {counts}")
         return counts
+
+
+def _drop_secondary_indexes(conn: psycopg.Connection[tuple[object, ...]], tables: tuple[str, ...]) -> list[str]:
+    """Drop every index of `tables` that backs no constraint; return their definitions to rebuild them."""
+    rows = conn.execute(
+        """
+        SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+        FROM pg_index i
+        WHERE i.indrelid = ANY(CAST(%s AS regclass[]))
+          AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
+        """,
+        (list(tables),),
+    ).fetchall()
+    for name, _ in rows:
+        conn.execute(f"DROP INDEX {name}")
+    return [str(ddl) for _, ddl in rows]
+
+
+def _pg_tool(name: str, dsn: str, *args: str) -> None:
+    subprocess.run([str(pg_bin_dir() / name), "--dbname", dsn, *args], check=True)
+
+
+def save_tier(dsn: str, path: Path) -> None:
+    """Archive the whole database (schema, rows, rollups) as `pg_dump -Fc` (light compression: fast both ways)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _pg_tool("pg_dump", dsn, "--format=custom", "--compress=1", "--file", str(path))
+
+
+def restore_tier(dsn: str, path: Path, *, jobs: int = 2) -> None:
+    """Restore an archive of `save_tier` into an empty database (nothing migrated: the archive carries the schema
+    and its Alembic version), then refresh the planner's statistics."""
+    _pg_tool("pg_restore", dsn, "--no-owner", f"--jobs={jobs}", "--exit-on-error", str(path))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE")

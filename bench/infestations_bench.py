@@ -26,13 +26,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 
 from bench.common import pct, write_section
-from bench.generate import TIERS, Tier, generate
+from bench.generate import TIERS, Tier, generate, restore_tier, save_tier
 from bench.services import throwaway_services
 from tests.harness import ROOT, spawn, start_server
 
@@ -55,13 +56,13 @@ async def timed(fn: Callable[[], Awaitable[Any]], runs: int, warmup: int = 2) ->
     return out
 
 
-def explain_ms(dsn: str, sql: str, params: dict[str, Any], runs: int) -> list[float]:
+def explain_ms(dsn: str, sql: str, params: dict[str, Any], runs: int, warmup: int = 2) -> list[float]:
     """Database execution time of one statement (EXPLAIN ANALYZE), seconds."""
     out: list[float] = []
     with psycopg.connect(dsn) as conn:
-        for i in range(runs + 2):
+        for i in range(runs + warmup):
             plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()[0]  # type: ignore[index]
-            if i >= 2:
+            if i >= warmup:
                 out.append((plan[0]["Execution Time"] + plan[0].get("Planning Time", 0)) / 1000)
     return out
 
@@ -72,7 +73,13 @@ def legacy_list_sql(status: str | None) -> str:
     return legacy._LIST_SQL.format(status_filter="AND c.status = :status" if status else "")
 
 
-async def measure_lists(dsn: str, results: dict[str, Any], runs: int, legacy_runs: int) -> None:
+# at a bulk tier a legacy list takes tens of seconds: measured for these filters only, once each, no warm-up
+LEGACY_SAMPLE = {(None, 30), (None, 365), ("open", 30), ("open", 365)}
+
+
+async def measure_lists(
+    dsn: str, results: dict[str, Any], runs: int, legacy_runs: int, legacy_sample: bool = False
+) -> None:
     """Every filter combination (unfiltered and each status, x every window), both paths in the same run: wall time
     in process and database time (EXPLAIN ANALYZE: planning + execution) of the list statement."""
     from app.infestations import legacy, queries
@@ -87,9 +94,12 @@ async def measure_lists(dsn: str, results: dict[str, Any], runs: int, legacy_run
             params = {"min_repos": 2, "since": since, "limit": 50, "status": status}
             db_time = explain_ms(dsn, _psycopg_params(sql, names), params, runs // 2)
             entry: dict[str, Any] = {"rollup": summary(rollup), "rollup_db": summary(db_time)}
-            if legacy_runs:
-                legacy_t = await timed(functools.partial(legacy.list_infestations_legacy, **opts), legacy_runs, 1)
-                legacy_db = explain_ms(dsn, _psycopg_params(legacy_list_sql(status), names), params, legacy_runs)
+            if legacy_runs and (not legacy_sample or (status, window) in LEGACY_SAMPLE):
+                warm = 0 if legacy_sample else 1
+                legacy_fn = functools.partial(legacy.list_infestations_legacy, **opts)
+                legacy_t = await timed(legacy_fn, legacy_runs, warmup=warm)
+                legacy_sql = _psycopg_params(legacy_list_sql(status), names)
+                legacy_db = explain_ms(dsn, legacy_sql, params, legacy_runs, warmup=warm)
                 entry |= {
                     "legacy": summary(legacy_t),
                     "legacy_db": summary(legacy_db),
@@ -292,6 +302,54 @@ def measure_pages(base: str, hot: str, results: dict[str, Any], runs: int) -> No
             print(f"  {name}: {json.dumps(results[name])}", flush=True)
 
 
+async def maintain(dsn: str, results: dict[str, Any], concurrency: int) -> None:
+    """The set-based backfill, then the window recompute of every pattern, each timed."""
+    from app.infestations import maintenance
+    from app.kernel import db
+
+    def say(m: str) -> None:
+        print("  " + m, flush=True)
+
+    try:
+        t = time.perf_counter()
+        results["backfill_keys"] = await maintenance.backfill(progress=say, concurrency=concurrency)
+        results["backfill_s"] = time.perf_counter() - t
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+        t = time.perf_counter()
+        results["recompute_patterns"] = await maintenance.recompute_all_windows(progress=say)
+        results["recompute_s"] = time.perf_counter() - t
+    finally:
+        await db.dispose_engines()
+
+
+SIZED_TABLES = (
+    "repositories",
+    "scans",
+    "canonical_findings",
+    "scan_findings",
+    "infestation_patterns",
+    "infestation_pattern_repos",
+    "infestation_pattern_instances",
+    "infestation_pattern_status_windows",
+)
+
+
+def relation_sizes(conn: psycopg.Connection[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Disk size of each table (heap + TOAST) and of each of its indexes, bytes."""
+    out: list[dict[str, Any]] = []
+    for table in SIZED_TABLES:
+        heap = conn.execute("SELECT pg_table_size(CAST(%s AS regclass))", (table,)).fetchone()[0]  # type: ignore[index]
+        out.append({"table": table, "relation": "(table)", "bytes": int(heap)})
+        for name, size in conn.execute(
+            "SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
+            "WHERE indrelid = CAST(%s AS regclass) ORDER BY 2 DESC",
+            (table,),
+        ).fetchall():
+            out.append({"table": table, "relation": name, "bytes": int(size)})
+    return out
+
+
 @dataclass(frozen=True)
 class Options:
     runs: int = 100
@@ -303,6 +361,7 @@ class Options:
     skip_lag: bool = False
     skip_pages: bool = False
     skip_wrk: bool = False
+    snapshot: Path | None = None  # a pg_dump -Fc archive of the generated and backfilled tier (made if missing)
 
 
 WRK_SECONDS = 10
@@ -355,36 +414,31 @@ def run_tier(tier: Tier, options: Options) -> dict[str, Any]:
         os.environ.update(env)
         from app.migrate import upgrade_to_head
 
-        upgrade_to_head()
-        t = time.perf_counter()
-        results["rows"] = generate(dsn, tier)
-        results["generate_s"] = time.perf_counter() - t
-
-        async def maintain() -> None:
-            from app.infestations import maintenance
-            from app.kernel import db
-
-            def say(m: str) -> None:
-                print("  " + m, flush=True)
-
-            try:
+        snapshot = options.snapshot
+        if snapshot is not None and snapshot.exists():
+            t = time.perf_counter()
+            restore_tier(dsn, snapshot)
+            results |= json.loads(snapshot.with_suffix(".json").read_text())
+            results["restore_s"] = time.perf_counter() - t
+            print(f"[{tier.name}] restored {snapshot} in {results['restore_s']:.1f}s", flush=True)
+        else:
+            upgrade_to_head()
+            t = time.perf_counter()
+            results["rows"] = generate(dsn, tier)
+            results["generate_s"] = time.perf_counter() - t
+            asyncio.run(maintain(dsn, results, options.concurrency))
+            if snapshot is not None:
                 t = time.perf_counter()
-                results["backfill_keys"] = await maintenance.backfill(progress=say, concurrency=options.concurrency)
-                results["backfill_s"] = time.perf_counter() - t
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute("VACUUM ANALYZE")
-                t = time.perf_counter()
-                results["recompute_patterns"] = await maintenance.recompute_all_windows(progress=say)
-                results["recompute_s"] = time.perf_counter() - t
-            finally:
-                await db.dispose_engines()
-
-        asyncio.run(maintain())
+                save_tier(dsn, snapshot)
+                saved = ("rows", "generate_s", "backfill_keys", "backfill_s", "recompute_patterns", "recompute_s")
+                snapshot.with_suffix(".json").write_text(json.dumps({k: results[k] for k in saved}))
+                print(f"[{tier.name}] saved {snapshot} in {time.perf_counter() - t:.1f}s", flush=True)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
             results["status_window_rows"] = int(
                 conn.execute("SELECT count(*) FROM infestation_pattern_status_windows").fetchone()[0]  # type: ignore[index]
             )
+            results["sizes"] = relation_sizes(conn)
         print(
             f"[{tier.name}] backfill {results['backfill_keys']} keys in {results['backfill_s']:.1f}s, "
             f"recompute-windows {results['recompute_s']:.1f}s",
@@ -401,7 +455,7 @@ def run_tier(tier: Tier, options: Options) -> dict[str, Any]:
             from jobs.queue import close_pools
 
             try:
-                await measure_lists(dsn, results, options.runs, options.legacy_runs)
+                await measure_lists(dsn, results, options.runs, options.legacy_runs, legacy_sample=tier.bulk)
                 await measure_reads(dsn, results, options.runs)
                 await measure_refresh(results)
                 if not options.skip_lag:
@@ -452,8 +506,10 @@ def render(all_results: list[dict[str, Any]], command: str) -> str:
             f"{rows['hot_repos']:,} repositories",
             "",
             f"Generation {r['generate_s']:.1f} s; set-based backfill of {r['backfill_keys']:,} keys "
-            f"{r['backfill_s']:.1f} s (was 246.7 s key by key); window recompute of every pattern "
-            f"({r['recompute_patterns']:,}) {r['recompute_s']:.1f} s; {r['status_window_rows']:,} status-window rows.",
+            f"{r['backfill_s']:.1f} s{' (was 246.7 s key by key)' if r['tier'] == 'B' else ''}; window recompute "
+            f"of every pattern ({r['recompute_patterns']:,}) {r['recompute_s']:.1f} s; "
+            f"{r['status_window_rows']:,} status-window rows"
+            + (f"; this run restored the saved tier in {r['restore_s']:.1f} s." if "restore_s" in r else "."),
             "",
             "| list (limit 50) | rollup p50 / p95 | rollup DB time p50 / p95 | legacy p50 / p95 | legacy DB time p50 "
             "| legacy ÷ rollup, wall / DB (p50) |",
@@ -516,6 +572,10 @@ def render(all_results: list[dict[str, Any]], command: str) -> str:
                         f"| `{path}` | {who} | {x['rps']:.0f} | {x['p50_ms']:.1f} / {x['p90_ms']:.1f} / "
                         f"{x['p99_ms']:.1f} | {x['non_2xx']:.0f} | {x['timeouts']:.0f} |"
                     )
+        if r["tier"] == "C" and "sizes" in r:
+            lines += ["", "| table | relation | size MB |", "|---|---|---|"]
+            for x in r["sizes"]:
+                lines.append(f"| {x['table']} | {x['relation']} | {x['bytes'] / 2**20:,.1f} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -543,7 +603,7 @@ def render_guard(all_results: list[dict[str, Any]], command: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tier", choices=["T", "A", "B", "both"], default="A")
+    parser.add_argument("--tier", choices=["T", "A", "B", "C", "both"], default="A")
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--lag-seconds", type=float, default=30)
     parser.add_argument("--rate", type=float, default=20)
@@ -552,6 +612,12 @@ def main() -> int:
     parser.add_argument("--skip-lag", action="store_true", help="no worker and no lag run")
     parser.add_argument("--skip-pages", action="store_true", help="no page budgets against tarakan serve")
     parser.add_argument("--skip-wrk", action="store_true", help="no wrk runs")
+    parser.add_argument(
+        "--snapshot",
+        type=Path,
+        help="pg_dump -Fc archive of the generated, backfilled tier: restored if it exists, "
+        "else written after the backfill (e.g. bench/out/tier-C.dump)",
+    )
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--guard", action="store_true", help="only the read-time guard's cost, with and without it")
     args = parser.parse_args()
@@ -566,6 +632,7 @@ def main() -> int:
         skip_lag=args.skip_lag,
         skip_pages=args.skip_pages,
         skip_wrk=args.skip_wrk,
+        snapshot=args.snapshot,
     )
     command = "python -m bench.infestations_bench " + " ".join(sys.argv[1:])
     all_results = [run_tier(TIERS[t], options) for t in tiers]
