@@ -4,7 +4,7 @@ huge integers, SQL and HTML metacharacters) is never a 5xx, and an error answers
 an HTML error page, JSON twins, machine documents (feeds, sitemaps) and `/api/...` the JSON error shape. No request
 may log an error either: the last-resort `DataError` handler's 400 (app/main.py) would hide a missing validation.
 
-The cross product (36 routes, 11,201 URLs) is sampled deterministically (a fixed seed, 45 %: 5,040 requests, ~10 s)
+The cross product (38 routes, 11,957 URLs) is sampled deterministically (a fixed seed, 45 %: 5,381 requests, ~10 s)
 so the test stays within its time budget; `HOSTILE_CRAWLER_ALL=1` sends all of it. URLs are sent as a crawler's client sends them: already percent-encoded,
 never re-encoded (httpx leaves `%XX` alone)."""
 
@@ -79,6 +79,8 @@ def public_routes(host: str, owner: str, name: str, finding: str, pattern: str) 
         Route("/repos/{}/{}/{}", repo, HTML),
         Route("/repos/{}/{}/{}.json", repo, JSON),
         Route("/repos/{}/{}/{}/reports.atom", repo, JSON),
+        Route("/repos/{}/{}/{}/findings.sarif", repo, JSON),  # a machine document: JSON errors
+        Route("/repos/{}/{}/{}/badge.svg", repo, HTML),
         Route("/findings/{}", (finding,), HTML),
         Route("/findings/{}.json", (finding,), JSON),
         Route("/infestations", (), HTML),
@@ -113,7 +115,7 @@ def public_routes(host: str, owner: str, name: str, finding: str, pattern: str) 
 def documented_kind(path: str) -> str:
     """The documented format rule (app/kernel/web.py) for a URL whose `..` segment the client resolved away from
     its route (`/api/v1/..` is `/api`, which is not under `/api/`)."""
-    machine = path.startswith("/api/") or path.endswith((".json", ".atom", ".xml", ".txt"))
+    machine = path.startswith("/api/") or path.endswith((".json", ".atom", ".xml", ".txt", ".sarif"))
     return JSON if machine else HTML
 
 
