@@ -563,8 +563,16 @@ def _json(schema: Schema, description: str) -> Schema:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+# what the edge lets through (app.kernel.limits.edge_refusal, app.kernel.text): a path segment with a control
+# character is a 404, a query value with one (tab and line breaks aside) a 400
+PATH_TEXT: Schema = {"type": "string", "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"}
+QUERY_TEXT: Schema = {"type": "string", "pattern": "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f]*$"}
+
+
 def _param(name: str, where: str = "path", schema: Schema | None = None, description: str = "") -> Schema:
-    param: Schema = {"name": name, "in": where, "required": where == "path", "schema": schema or STRING}
+    """A parameter; its schema defaults to the text the edge lets through (a route reads it further)."""
+    default = PATH_TEXT if where == "path" else QUERY_TEXT
+    param: Schema = {"name": name, "in": where, "required": where == "path", "schema": schema or default}
     if description:
         param["description"] = description
     return param
@@ -684,10 +692,10 @@ DOCUMENT: Schema = {
             "The atlas: ranked infestations (filters are clamped, never refused)",
             "InfestationList",
             [
-                _param("days", "query", {"type": "string"}, "1..365, default 30"),
-                _param("min_repos", "query", {"type": "string"}, "default 2"),
-                _param("status", "query", {"type": "string"}, "one of " + ", ".join(STATUS_CHOICES)),
-                _param("limit", "query", {"type": "string"}, "default 50"),
+                _param("days", "query", None, "1..365, default 30"),
+                _param("min_repos", "query", None, "default 2"),
+                _param("status", "query", None, "one of " + ", ".join(STATUS_CHOICES)),
+                _param("limit", "query", None, "default 50"),
             ],
         ),
         "/infestations/{pattern_key}.json": _get(
@@ -722,7 +730,7 @@ DOCUMENT: Schema = {
         "/search.json": _get(
             "Search repositories",
             "Search",
-            [_param("q", "query"), _param("limit", "query", {"type": "string"})],
+            [_param("q", "query"), _param("limit", "query")],
         ),
         "/exports/manifest.json": _export_get(
             "The newest bulk export's manifest (ETag)", {"application/json": {"schema": _ref("ExportManifest")}}
