@@ -233,6 +233,7 @@ async def test_fuzzing_every_operation_finds_no_5xx_no_undocumented_answer_and_n
     server_errors = sum(n for status, n in run.statuses.items() if status >= 500)
     print(f"\nfuzz: {total} requests, {server_errors} 5xx, {len(run.operations)} operations, seed {SEED}")
     print(f"fuzz: statuses {sorted(run.statuses.items())}")
+    print(f"fuzz: after a 4xx, unchanged: {', '.join(authoritative_tables())} (not compared: the rest)")
     print(f"fuzz: {run.request_seconds:.1f} s waiting for answers, {run.snapshot_seconds:.1f} s in snapshots before")
     for label, n in sorted(run.per_operation.items()):
         statuses = ", ".join(f"{status}x{k}" for (op, status), k in sorted(run.outcomes.items()) if op == label)
