@@ -74,7 +74,7 @@ def generate(dsn: str, tier: Tier, *, progress: bool = True) -> dict[str, int]:
             SELECT 'github.com', 'owner' || (g %% 9973), 'repo-' || g,
                    'https://github.com/owner' || (g %% 9973) || '/repo-' || g,
                    CASE WHEN g %% 50 = 0 THEN 'quarantined' WHEN g %% 97 = 0 THEN 'pending' ELSE 'listed' END,
-                   (g * 7919) %% 5000, (ARRAY['python','go','rust','ruby','elixir'])[1 + g %% 5]
+                   (g::bigint * 7919) %% 5000, (ARRAY['python','go','rust','ruby','elixir'])[1 + g %% 5]
             FROM generate_series(1, %(n)s) g
             """,
             {"n": tier.repos},
