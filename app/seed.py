@@ -227,6 +227,7 @@ async def _existing_run_ids(account_id: int, run_ids: list[str]) -> set[str]:
 
 async def _apply_statuses_and_times(submitted: list[tuple[SeedReport, uuid.UUID]]) -> None:
     """One transaction: direct status writes, spread timestamps, dirty keys, repository metrics."""
+    from app.kernel import changes
     from app.kernel.outbox import mark_dirty
     from app.registry.metrics import recalculate_repository_metrics
 
@@ -260,6 +261,9 @@ async def _apply_statuses_and_times(submitted: list[tuple[SeedReport, uuid.UUID]
                 {"at": inserted, "cid": canonical_id},
             )
         await mark_dirty(session, [r.pattern_key for r, _ in submitted], "status")
+        # statuses written with seeded timestamps: the change feed's per-transaction status diff keys on
+        # `updated_at = now()`, so announce them with the whole (small) diff
+        await changes.sync_all(session)
         for repository_id in sorted({r.repository.id for r, _ in submitted}):
             await recalculate_repository_metrics(session, repository_id)
 

@@ -336,15 +336,19 @@ def _statements(scope: str) -> list[str]:
 
 
 _PREPARED = {scope: [text(sql) for sql in _statements(scope)] for scope in _SCOPES}
-# By pattern key (a check, a quorum recompute): only canonicals already announced, and only an UPDATE. Such a key
-# spans repositories whose row locks the caller does not hold, so this statement must not re-create a published
-# row that a concurrent withdrawal in another repository just deleted (an UPDATE of a deleted row does nothing).
+# By pattern key (a check, a quorum recompute): the canonicals under the keys that this transaction changed (a status
+# change sets `updated_at = now()`, the transaction's time: docs/domain.md §1.5), so a check under a pattern spread
+# over 10^4 repositories reads those canonicals' rows, not a join over every announced one; only those already
+# announced, and only an UPDATE: such a key spans repositories whose row locks the caller does not hold, so this
+# must not re-create a published row that a concurrent withdrawal elsewhere just deleted (an UPDATE of a deleted
+# row does nothing). A bulk status write with its own timestamps (the demo seed) runs `sync_all`.
 _KEY_STATUSES = text(
     f"""
 WITH up AS (
   UPDATE published_canonicals pc SET status = c.status
   FROM canonical_findings c
-  WHERE c.id = pc.canonical_id AND c.pattern_key = ANY(CAST(:keys AS text[])) AND pc.status <> c.status
+  WHERE c.id = pc.canonical_id AND c.pattern_key = ANY(CAST(:keys AS text[])) AND c.updated_at = now()
+    AND pc.status <> c.status
   RETURNING pc.canonical_id, pc.public_id, pc.status
 )
 INSERT INTO changes (kind, canonical, status) SELECT '{STATUS}', public_id, status FROM up ORDER BY canonical_id
