@@ -67,7 +67,7 @@ async def test_seed_builds_the_demo_registry_and_is_idempotent() -> None:
     assert tallies == {"open": 74, "verified": 12, "fixed": 8, "disputed": 1}
     # the change feed announced the final statuses too (they were written with seeded timestamps)
     async with db.read_session(replica=False) as session:
-        announced = dict(
+        announced: dict[object, object] = dict(
             (
                 await session.execute(
                     text(
@@ -77,7 +77,9 @@ async def test_seed_builds_the_demo_registry_and_is_idempotent() -> None:
                 )
             ).all()
         )
-        stored = dict((await session.execute(text("SELECT public_id, status FROM canonical_findings"))).all())
+        stored: dict[object, object] = dict(
+            (await session.execute(text("SELECT public_id, status FROM canonical_findings"))).all()
+        )
     assert announced == stored
     # verified/fixed carry verified_at, the others do not
     assert (
