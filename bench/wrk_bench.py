@@ -22,6 +22,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -75,10 +77,22 @@ def wrk(url: str, connections: int, duration: float, threads: int) -> dict[str, 
 
 
 def first_child_sitemap(base: str) -> str:
+    """The first full child of the sitemap index (the hubs child is small)."""
     index = httpx.get(f"{base}/sitemap.xml", timeout=60).text
-    locations = re.findall(r"<loc>([^<]+)</loc>", index)
-    assert locations, index[:300]
-    return locations[0].removeprefix(base) if "<sitemapindex" in index else "/sitemap.xml"
+    if "<sitemapindex" not in index:
+        return "/sitemap.xml"
+    children = [c for c in re.findall(r"<loc>([^<]+)</loc>", index) if not c.endswith("/hubs.xml")]
+    assert children, index[:300]
+    return str(children[0]).removeprefix(base)
+
+
+def statuses(log: Path, offset: int) -> tuple[dict[str, int], int]:
+    """HTTP statuses of the server's access lines written after `offset`, and the new offset."""
+    with open(log, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+        end = f.tell()
+    return dict(Counter(re.findall(r"tarakan\.access: \S+ \S+ (\d{3}) ", text))), end
 
 
 def run(tier_name: str, connections: int, duration: float, threads: int) -> dict[str, Any]:
@@ -110,9 +124,10 @@ def run(tier_name: str, connections: int, duration: float, threads: int) -> dict
 
         for processes in (1, 2):
             base = f"http://127.0.0.1:{free_port()}"
+            log = Path(services.pg.data_dir).parent / f"serve-{processes}.log"
             proc = spawn(
                 "serve", "--port", base.rsplit(":", 1)[1], "--workers", str(processes),
-                env={**env, "BASE_URL": base}, quiet=True,
+                env={**env, "BASE_URL": base}, log=log,
             )  # fmt: skip
             try:
                 wait_http(f"{base}/healthz", timeout=60)
@@ -126,13 +141,16 @@ def run(tier_name: str, connections: int, duration: float, threads: int) -> dict
                     for _ in range(3):  # warm every process's caches and pools a little
                         assert httpx.get(base + path, timeout=60).status_code == 200, path
                     wrk(base + path, connections, 2, threads)  # warm-up
+                    _, offset = statuses(log, 0)
                     figures = {
                         "processes": processes,
                         "page": name,
                         "path": path,
+                        "load_average_before": os.getloadavg()[0],  # the machine is shared: what else ran
                         # a child sitemap is 50,000 URLs: 64 at once take seconds each, so it runs longer
                         **wrk(base + path, connections, duration * 2 if name == "child sitemap" else duration, threads),
                     }
+                    figures["statuses"] = statuses(log, offset)[0]  # which answers wrk counted as non-2xx
                     results["runs"].append(figures)
                     print(json.dumps({k: v for k, v in figures.items() if k != "wrk_output"}), flush=True)
             finally:
@@ -140,8 +158,11 @@ def run(tier_name: str, connections: int, duration: float, threads: int) -> dict
     return results
 
 
-def failed(run: dict[str, Any]) -> int:
-    return int(run["socket_errors"] + run["non_2xx"])
+def failed(run: dict[str, Any]) -> str:
+    """wrk's failures, with the statuses the server logged that were not 2xx (a 503 is load shedding)."""
+    shed = ", ".join(f"{n} × {code}" for code, n in sorted(run["statuses"].items()) if not code.startswith("2"))
+    count = int(run["socket_errors"] + run["non_2xx"])
+    return f"{count} ({shed})" if shed else str(count)
 
 
 def render(results: dict[str, Any], command: str) -> str:
@@ -152,21 +173,22 @@ def render(results: dict[str, Any], command: str) -> str:
         "",
         f"Command: `{command}` (one run). Tier {results['tier']}: {rows['repositories']:,} repositories, "
         f"{rows['canonical_findings']:,} canonical findings. wrk with {results['connections']} connections for "
-        f"{results['duration_s']:g} s per page (the child sitemap twice as long; after a 2 s warm-up), against `tarakan serve --workers 1` and "
-        "`--workers 2` (uvicorn processes sharing one port). **wrk, the server processes and Postgres share the "
-        "same 2 cores** (and this machine was shared with other work during the run), so a second server process "
-        "competes with wrk and Postgres for CPU: read the figures as the capacity of the whole box.",
+        f"{results['duration_s']:g} s per page (the child sitemap twice as long; after a 2 s warm-up), against "
+        "`tarakan serve --workers 1` and `--workers 2` (uvicorn processes sharing one port). **wrk, the server "
+        "processes and Postgres share the same 2 cores, and this machine was shared with other work during the run "
+        "(the 1-minute load average before each run is in the table)**: a second server process competes with wrk "
+        "and Postgres for CPU, so read the figures as the capacity of the whole busy box, not of the web tier.",
         "",
-        "| page | 1 process: requests/s | p50 / p99 ms | 2 processes: requests/s | p50 / p99 ms | failed (1 / 2) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| page | processes | requests/s | p50 / p99 ms | failed (server statuses) | load average before |",
+        "|---|---:|---:|---:|---|---:|",
     ]
     for page in dict.fromkeys(r["page"] for r in results["runs"]):
-        one, two = by[(page, 1)], by[(page, 2)]
-        lines.append(
-            f"| {page} (`{one['path'][:40]}`) | {one['requests_per_s']:,.1f} | {one['p50_ms']:,.0f} / "
-            f"{one['p99_ms']:,.0f} | {two['requests_per_s']:,.1f} | {two['p50_ms']:,.0f} / {two['p99_ms']:,.0f} | "
-            f"{failed(one)} / {failed(two)} |"
-        )
+        for processes in (1, 2):
+            r = by[(page, processes)]
+            lines.append(
+                f"| {page} (`{r['path'][:48]}`) | {processes} | {r['requests_per_s']:,.1f} | "
+                f"{r['p50_ms']:,.0f} / {r['p99_ms']:,.0f} | {failed(r)} | {r['load_average_before']:.1f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
