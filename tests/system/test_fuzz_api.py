@@ -25,10 +25,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import hypothesis
 import psycopg
+import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase
@@ -48,7 +50,7 @@ from app.models import metadata
 from app.site.openapi import EXAMPLE_COMMIT
 from e2e.seed import seed_pattern
 from tests import factories
-from tests.harness import start_server, stop
+from tests.harness import start_server, stop, tarakan
 from tests.reports.support import report_body
 
 EXAMPLES = int(os.environ.get("TARAKAN_FUZZ_EXAMPLES", "10"))
@@ -168,8 +170,9 @@ def explore(
         assert mode is GenerationMode.NEGATIVE, f"no valid request for {operation.label}"  # nothing to make invalid
 
 
-def fuzz_every_operation(base: str, pattern_key: str, bearer: dict[str, str], author_bearer: dict[str, str]) -> Run:
-    # real rows, written through the API by another account (so the fuzzer may check and confirm them)
+def seed_over_http(base: str, pattern_key: str, author_bearer: dict[str, str]) -> dict[str, str]:
+    """Real rows, written through the API by another account than the fuzzer's (so the fuzzer may check and
+    confirm them); returns the path values that name them."""
     repo = {"host": "github.com", "owner": "fuzz", "name": "target"}
     assert requests.post(f"{base}/api/v1/repositories", json=repo, headers=author_bearer, timeout=10).ok
     report = requests.post(
@@ -180,7 +183,7 @@ def fuzz_every_operation(base: str, pattern_key: str, bearer: dict[str, str], au
     )
     assert report.status_code == 201, report.text
     finding = report.json()["findings"][0]
-    real = {
+    return {
         **repo,
         "scan_id": str(report.json()["id"]),
         "canonical_public_id": finding["canonical_public_id"],
@@ -188,6 +191,8 @@ def fuzz_every_operation(base: str, pattern_key: str, bearer: dict[str, str], au
         "pattern_key": pattern_key,
     }
 
+
+def fuzz_every_operation(base: str, real: dict[str, str], bearer: dict[str, str]) -> Run:
     with psycopg.connect(os.environ["DATABASE_URL"].replace("+psycopg", ""), autocommit=True) as conn:
         query = snapshot_query(authoritative_tables())
         run = Run(base, lambda: [(str(n), int(c), str(h)) for n, c, h in conn.execute(query).fetchall()])
@@ -217,16 +222,22 @@ def fuzz_every_operation(base: str, pattern_key: str, bearer: dict[str, str], au
     return run
 
 
-async def test_fuzzing_every_operation_finds_no_5xx_no_undocumented_answer_and_no_write_on_a_4xx() -> None:
+async def test_fuzzing_every_operation_finds_no_5xx_no_undocumented_answer_and_no_write_on_a_4xx(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     fuzzer = await factories.create_account(state="active", trust_tier="reviewer")
     bearer = {"Authorization": "Bearer " + await create_token(fuzzer.id, list(TOKEN_SCOPES))}
     author = await factories.create_account(state="active", trust_tier="reviewer")
     author_bearer = {"Authorization": "Bearer " + await create_token(author.id, list(TOKEN_SCOPES))}
     pattern = await seed_pattern("Fuzzed pattern", repos=2)
 
+    monkeypatch.setenv("EXPORT_DIR", str(tmp_path))  # the server and the export command share it
     server, base = start_server(quiet=True)
     try:
-        run = fuzz_every_operation(base, pattern.key, bearer, author_bearer)
+        real = seed_over_http(base, pattern.key, author_bearer)
+        exported = await tarakan("export")  # so the export documents answer 200 too
+        assert exported.code == 0, exported.err
+        run = fuzz_every_operation(base, real, bearer)
     finally:
         stop(server)
 
