@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -302,8 +303,23 @@ def measure_pages(base: str, hot: str, results: dict[str, Any], runs: int) -> No
             print(f"  {name}: {json.dumps(results[name])}", flush=True)
 
 
-async def maintain(dsn: str, results: dict[str, Any], concurrency: int) -> None:
-    """The set-based backfill, then the window recompute of every pattern, each timed."""
+def cluster_cpu_seconds(postmaster: int) -> float:
+    """CPU seconds the run's own Postgres has used so far: the postmaster, its live children and (cutime, cstime)
+    every child that exited. On a machine shared with other work this is the work done, whatever the wait."""
+
+    def stat(pid: int | str) -> list[str]:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # fields from 3 on
+
+    ticks = sum(int(x) for x in stat(postmaster)[11:15])  # utime, stime, cutime, cstime
+    for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # exited: now in the postmaster's cutime
+            ticks += sum(int(x) for x in stat(child)[11:13])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def maintain(dsn: str, results: dict[str, Any], concurrency: int, postmaster: int) -> None:
+    """The set-based backfill, then the window recompute of every pattern, each timed (wall time and the CPU
+    seconds Postgres spent)."""
     from app.infestations import maintenance
     from app.kernel import db
 
@@ -311,14 +327,17 @@ async def maintain(dsn: str, results: dict[str, Any], concurrency: int) -> None:
         print("  " + m, flush=True)
 
     try:
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), cluster_cpu_seconds(postmaster)
         results["backfill_keys"] = await maintenance.backfill(progress=say, concurrency=concurrency)
         results["backfill_s"] = time.perf_counter() - t
+        results["backfill_cpu_s"] = cluster_cpu_seconds(postmaster) - cpu
+        results["load_during_backfill"] = os.getloadavg()[1]  # 5-minute load average of the machine
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), cluster_cpu_seconds(postmaster)
         results["recompute_patterns"] = await maintenance.recompute_all_windows(progress=say)
         results["recompute_s"] = time.perf_counter() - t
+        results["recompute_cpu_s"] = cluster_cpu_seconds(postmaster) - cpu
     finally:
         await db.dispose_engines()
 
@@ -426,11 +445,13 @@ def run_tier(tier: Tier, options: Options) -> dict[str, Any]:
             t = time.perf_counter()
             results["rows"] = generate(dsn, tier)
             results["generate_s"] = time.perf_counter() - t
-            asyncio.run(maintain(dsn, results, options.concurrency))
+            assert services.pg.proc is not None
+            asyncio.run(maintain(dsn, results, options.concurrency, services.pg.proc.pid))
             if snapshot is not None:
                 t = time.perf_counter()
                 save_tier(dsn, snapshot)
-                saved = ("rows", "generate_s", "backfill_keys", "backfill_s", "recompute_patterns", "recompute_s")
+                saved = ("rows", "generate_s", "backfill_keys", "backfill_s", "recompute_patterns", "recompute_s",
+                         "backfill_cpu_s", "recompute_cpu_s", "load_during_backfill")  # fmt: skip
                 snapshot.with_suffix(".json").write_text(json.dumps({k: results[k] for k in saved}))
                 print(f"[{tier.name}] saved {snapshot} in {time.perf_counter() - t:.1f}s", flush=True)
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -480,6 +501,13 @@ def run_tier(tier: Tier, options: Options) -> dict[str, Any]:
     return results
 
 
+def _cpu(r: dict[str, Any], name: str) -> str:
+    if f"{name}_cpu_s" not in r:
+        return ""
+    load = f", machine load average {r['load_during_backfill']:.1f}" if name == "backfill" else ""
+    return f" (Postgres CPU {r[f'{name}_cpu_s']:.1f} s{load})"
+
+
 def _pair(x: dict[str, float] | None, digits: int = 2) -> str:
     return f"{x['p50_ms']:.{digits}f} / {x['p95_ms']:.{digits}f}" if x else "—"
 
@@ -506,9 +534,9 @@ def render(all_results: list[dict[str, Any]], command: str) -> str:
             f"{rows['hot_repos']:,} repositories",
             "",
             f"Generation {r['generate_s']:.1f} s; set-based backfill of {r['backfill_keys']:,} keys "
-            f"{r['backfill_s']:.1f} s{' (was 246.7 s key by key)' if r['tier'] == 'B' else ''}; window recompute "
-            f"of every pattern ({r['recompute_patterns']:,}) {r['recompute_s']:.1f} s; "
-            f"{r['status_window_rows']:,} status-window rows"
+            f"{r['backfill_s']:.1f} s{_cpu(r, 'backfill')}{' (was 246.7 s key by key)' if r['tier'] == 'B' else ''}; "
+            f"window recompute of every pattern ({r['recompute_patterns']:,}) {r['recompute_s']:.1f} s"
+            f"{_cpu(r, 'recompute')}; {r['status_window_rows']:,} status-window rows"
             + (f"; this run restored the saved tier in {r['restore_s']:.1f} s." if "restore_s" in r else "."),
             "",
             "| list (limit 50) | rollup p50 / p95 | rollup DB time p50 / p95 | legacy p50 / p95 | legacy DB time p50 "
