@@ -725,7 +725,15 @@ DOCUMENT: Schema = {
         "/api/v1/changes": _get(
             "The change feed, oldest first: what became public, changed status or was withdrawn (no token)",
             "ChangePage",
-            [_CURSOR, _param("limit", "query", {"type": "string"}, "1..1000, default 100")],
+            [
+                _CURSOR,
+                _param(
+                    "limit",
+                    "query",
+                    {"type": "string", "pattern": "^0*(?:[1-9][0-9]{0,2}|1000)$"},
+                    "1..1000, default 100",
+                ),
+            ],
         ),
         "/search.json": _get(
             "Search repositories",
