@@ -95,6 +95,7 @@ _SCHEMAS: dict[str, Schema] = {
     "Errors": {
         "type": "object",
         "required": ["errors"],
+        "additionalProperties": False,
         "properties": {
             "errors": {
                 "type": "object",

@@ -139,3 +139,37 @@ async def test_the_twins_conform_to_the_document(client: httpx.AsyncClient) -> N
         assert response.status_code in (200, 404), url
         _conforms(document, path, "get", response)
     assert (await client.get("/infestations.json")).json()["items"], "the seeded pattern is listed"
+
+
+def _open_objects(document: dict[str, Any], schema: Any, at: str, seen: set[str]) -> list[str]:
+    """Where an object schema reachable from `schema` lists properties but allows others."""
+    if isinstance(schema, list):
+        return [p for i, item in enumerate(schema) for p in _open_objects(document, item, f"{at}[{i}]", seen)]
+    if not isinstance(schema, dict):
+        return []
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        if ref in seen:
+            return []
+        seen.add(ref)
+        target = document
+        for part in ref.removeprefix("#/").split("/"):
+            target = target[part]
+        return _open_objects(document, target, ref, seen)
+    found = [at] if "properties" in schema and schema.get("additionalProperties") is not False else []
+    return found + [p for key, value in schema.items() for p in _open_objects(document, value, f"{at}.{key}", seen)]
+
+
+async def test_every_answer_object_is_closed_so_the_fuzz_suite_sees_an_undocumented_key(
+    client: httpx.AsyncClient,
+) -> None:
+    document = await _document(client)
+    answers = [
+        (f"{method.upper()} {path} {status}", answer)
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        for status, answer in operation["responses"].items()
+    ]
+    assert len(answers) > 50
+    open_objects = [p for label, answer in answers for p in _open_objects(document, answer, label, set())]
+    assert not open_objects, sorted(set(open_objects))
