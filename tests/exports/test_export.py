@@ -102,6 +102,26 @@ async def test_export_holds_exactly_the_public_records_valid_against_the_schemas
     assert "@example.com" not in text  # no account data at all
 
 
+async def test_rows_are_streamed_in_bounded_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory stays flat whatever the registry's size: rows reach the file a batch at a time, never all at once."""
+    repo = await factories.create_repository("many", "app")
+    body = report_body(findings=[finding(title=f"Unchecked input {n}", file=f"src/{n}.py") for n in range(7)])
+    await submit_report(await factories.create_account(), repo.host, repo.owner, repo.name, body)
+    lines_per_write: list[int] = []
+
+    class CountingGzip(gzip.GzipFile):
+        def write(self, data: Any) -> int:
+            lines_per_write.append(bytes(data).count(b"\n"))
+            return super().write(data)
+
+    monkeypatch.setattr(service, "STREAM_BATCH", 3)
+    monkeypatch.setattr(gzip, "GzipFile", CountingGzip)
+    out = tmp_path / "snapshot"
+    await service.write_export(out)
+    assert len(records(out, "findings.ndjson.gz")) == 7
+    assert max(lines_per_write) <= 3 and lines_per_write.count(3) >= 2
+
+
 async def test_one_snapshot_while_writers_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A report committed while the export is between its files is in none of them, and the feed position in the
     manifest is before it: the export is one repeatable-read snapshot, not three reads."""
