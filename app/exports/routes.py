@@ -18,8 +18,10 @@ from starlette.routing import BaseRoute, Route
 
 from app.exports import service
 from app.kernel.errors import NotFound
-from app.kernel.web import PUBLIC_CACHE
 
+# caches may keep the files but must revalidate each time (a 304 by ETag is cheap): after a takedown the next request
+# gets the 503, not a cached copy of the export holding the withdrawn record
+EXPORT_CACHE = "no-cache"
 _MEDIA_TYPES = {service.MANIFEST: "application/json"} | dict.fromkeys(service.FILE_NAMES, "application/gzip")
 
 
@@ -41,7 +43,7 @@ async def _serve(request: Request, name: str) -> Response:
             raise NotFound({"file": ["not in this export"]})
         digest = entry["sha256"]
     etag = f'"{digest}"'
-    headers = {"ETag": etag, "Cache-Control": PUBLIC_CACHE}
+    headers = {"ETag": etag, "Cache-Control": EXPORT_CACHE}
     if _not_modified(request, etag):
         return Response(status_code=304, headers=headers)
     try:

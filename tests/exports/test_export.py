@@ -169,6 +169,7 @@ async def test_served_with_etag_and_range_404_without_an_export(client: httpx.As
     whole = await client.get("/exports/findings.ndjson.gz")
     assert whole.status_code == 200 and whole.headers["accept-ranges"] == "bytes"
     assert whole.headers["etag"] == f'"{entry["sha256"]}"'
+    assert whole.headers["cache-control"] == "no-cache"  # revalidated at every use: a takedown shows at once
     assert hashlib.sha256(whole.content).hexdigest() == entry["sha256"] and len(whole.content) == entry["bytes"]
 
     part = await client.get("/exports/findings.ndjson.gz", headers={"Range": "bytes=10-29"})
