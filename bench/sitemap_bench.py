@@ -431,9 +431,9 @@ def render(r: dict[str, Any], command: str) -> str:
         *(
             [
                 f"- Baseline tree `{r['baseline']}` served by a second process on the same database, its runs "
-                f"interleaved with these: URLs/s p50 {ratio(single_plain, r['single']['baseline'], 'rate')}, "
-                f"server CPU {ratio(r['single']['baseline'], single_plain, 'server_cpu_s')} less, Postgres CPU "
-                f"{ratio(r['single']['baseline'], single_plain, 'postgres_cpu_s')} less."
+                f"interleaved with these: URLs/s p50 this ÷ baseline {ratio(single_plain, r['single']['baseline'], 'rate')}; "
+                f"CPU baseline ÷ this: server {ratio(r['single']['baseline'], single_plain, 'server_cpu_s')}, Postgres "
+                f"{ratio(r['single']['baseline'], single_plain, 'postgres_cpu_s')}."
             ]
             if r["single"].get("baseline")
             else []
