@@ -51,11 +51,13 @@ def fetch(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
 
 
 async def write_side(dsn: str, takedowns: int, quarantines: int, statuses: int) -> dict[str, Any]:
-    """Transactions through the outbox, timed from the state change to the commit (the feed's share of a
-    moderation action or a check, with the dirty-key marking it shares)."""
+    """Transactions from the state change to the commit, in two halves on different rows: through the outbox, as
+    the services do (the feed diff and the dirty-key marking), and with the feed diff alone (`changes.sync_*`),
+    its share."""
     from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import AsyncSession
 
-    from app.kernel import db, outbox
+    from app.kernel import changes, db, outbox
     from app.reports.finding_memory import pattern_key
 
     rng = random.Random(14)
@@ -70,25 +72,6 @@ async def write_side(dsn: str, takedowns: int, quarantines: int, statuses: int) 
     repo_ids = [
         int(r[0]) for r in fetch(dsn, "SELECT id FROM repositories WHERE listing_status = 'listed' ORDER BY id")
     ]
-    out: dict[str, Any] = {}
-    times: list[float] = []
-    for scan_id in rng.sample(scan_ids, min(takedowns, len(scan_ids))):
-        started = time.perf_counter()
-        async with db.transaction() as session:
-            await session.execute(text("UPDATE scans SET visibility = 'restricted' WHERE id = :id"), {"id": scan_id})
-            await outbox.mark_scan_dirty(session, scan_id, "visibility")
-        times.append(time.perf_counter() - started)
-    out["restrict_report"] = summary(times)
-    times = []
-    for repository_id in rng.sample(repo_ids, min(quarantines, len(repo_ids))):
-        started = time.perf_counter()
-        async with db.transaction() as session:
-            await session.execute(
-                text("UPDATE repositories SET listing_status = 'quarantined' WHERE id = :id"), {"id": repository_id}
-            )
-            await outbox.mark_repository_dirty(session, repository_id, "listing_change")
-        times.append(time.perf_counter() - started)
-    out["quarantine_repository"] = summary(times)
     hot = pattern_key(HOT_TITLE)
     canonicals = [
         int(r[0])
@@ -99,18 +82,48 @@ async def write_side(dsn: str, takedowns: int, quarantines: int, statuses: int) 
             (hot,),
         )
     ]
-    out["hot_key_published_canonicals"] = len(canonicals)
-    times = []
-    for canonical_id in rng.sample(canonicals, min(statuses, len(canonicals))):
-        started = time.perf_counter()
-        async with db.transaction() as session:
-            await session.execute(
-                text("UPDATE canonical_findings SET status = 'verified' WHERE id = :id AND status <> 'verified'"),
-                {"id": canonical_id},
-            )
+
+    async def restrict(session: AsyncSession, scan_id: int, feed_only: bool) -> None:
+        await session.execute(text("UPDATE scans SET visibility = 'restricted' WHERE id = :id"), {"id": scan_id})
+        if feed_only:
+            await changes.sync_scan(session, scan_id)
+        else:
+            await outbox.mark_scan_dirty(session, scan_id, "visibility")
+
+    async def quarantine(session: AsyncSession, repository_id: int, feed_only: bool) -> None:
+        await session.execute(
+            text("UPDATE repositories SET listing_status = 'quarantined' WHERE id = :id"), {"id": repository_id}
+        )
+        if feed_only:
+            await changes.sync_repository(session, repository_id)
+        else:
+            await outbox.mark_repository_dirty(session, repository_id, "listing_change")
+
+    async def verify(session: AsyncSession, canonical_id: int, feed_only: bool) -> None:
+        await session.execute(
+            text("UPDATE canonical_findings SET status = 'verified', updated_at = now() WHERE id = :id"),
+            {"id": canonical_id},
+        )
+        if feed_only:
+            await changes.sync_statuses(session, [hot])
+        else:
             await outbox.mark_dirty(session, [hot], "status")
-        times.append(time.perf_counter() - started)
-    out["status_under_hot_key"] = summary(times)
+
+    out: dict[str, Any] = {"hot_key_published_canonicals": len(canonicals)}
+    for name, step, ids, n in (
+        ("restrict_report", restrict, scan_ids, takedowns),
+        ("quarantine_repository", quarantine, repo_ids, quarantines),
+        ("status_under_hot_key", verify, canonicals, statuses),
+    ):
+        sample = rng.sample(ids, min(2 * n, len(ids)))
+        for label, feed_only, half in (("outbox", False, sample[::2]), ("feed_only", True, sample[1::2])):
+            times: list[float] = []
+            for row_id in half:
+                started = time.perf_counter()
+                async with db.transaction() as session:
+                    await step(session, row_id, feed_only)
+                times.append(time.perf_counter() - started)
+            out[f"{name}_{label}"] = summary(times)
     await db.dispose_engines()
     return out
 
@@ -176,7 +189,7 @@ def run(tier_name: str, runs: int) -> dict[str, Any]:
             f"in {seeded:.0f}s",
             flush=True,
         )
-        writes = asyncio.run(write_side(services.dsn, takedowns=200, quarantines=20, statuses=50))
+        writes = asyncio.run(write_side(services.dsn, takedowns=100, quarantines=20, statuses=40))
         print(f"  writes: {json.dumps(writes)}", flush=True)
         with psycopg.connect(services.dsn, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
@@ -184,7 +197,9 @@ def run(tier_name: str, runs: int) -> dict[str, Any]:
         last_seq = int(scalar(services.dsn, "SELECT max(seq) FROM changes"))
         proc, base = start_server(env, quiet=True)
         try:
+            load = os.getloadavg()[0]
             reads = read_side(base, last_seq, runs)
+            load = max(load, os.getloadavg()[0])
         finally:
             stop(proc)
         return {
@@ -197,6 +212,7 @@ def run(tier_name: str, runs: int) -> dict[str, Any]:
             "last_seq": last_seq,
             "writes": writes,
             "reads": reads,
+            "load": load,
         }
 
 
@@ -211,8 +227,8 @@ def render(r: dict[str, Any], command_line: str) -> str:
         HEADING,
         "",
         f"Command: `{command_line}` (machine: {os.cpu_count()} cores, shared with other work during the run; "
-        "embedded Postgres 18 with fsync off; a real `tarakan serve`, client on the same machine). Times in ms, "
-        "p50 / p95.",
+        f"load average up to {r['load']:.1f} during the reads; embedded Postgres 18 with fsync off; a real "
+        "`tarakan serve`, client on the same machine). Times in ms, p50 / p95.",
         "",
         f"Tier {r['tier']}: {rows['repositories']:,} repositories, {rows['scan_findings']:,} occurrences. Migration "
         f"0005 seeded the feed with {r['seed_entries']:,} entries in {r['seed_s']:.1f} s (set-based, one "
@@ -231,13 +247,15 @@ def render(r: dict[str, Any], command_line: str) -> str:
         lines.append(f"| {label} | {x['n']} | {pair(x)} | {pair(x['server'])} | {x['bytes_p50'] / 1024:.1f} kB |")
     lines += [
         "",
-        "| write, one transaction from the state change to the commit (feed diff + dirty keys) | p50 / p95 |",
-        "|---|---|",
-        f"| restrict one report ({writes['restrict_report']['n']} runs) | {pair(writes['restrict_report'])} |",
-        f"| quarantine one repository ({writes['quarantine_repository']['n']} runs) | "
-        f"{pair(writes['quarantine_repository'])} |",
-        f"| status change under the hottest key ({writes['hot_key_published_canonicals']:,} published canonicals; "
-        f"{writes['status_under_hot_key']['n']} runs) | {pair(writes['status_under_hot_key'])} |",
+        f"| write: one transaction, state change to commit ({writes['restrict_report_outbox']['n']}, "
+        f"{writes['quarantine_repository_outbox']['n']}, {writes['status_under_hot_key_outbox']['n']} runs each half) "
+        "| through the outbox (feed diff + dirty keys) | feed diff alone |",
+        "|---|---|---|",
+        f"| restrict one report | {pair(writes['restrict_report_outbox'])} | {pair(writes['restrict_report_feed_only'])} |",
+        f"| quarantine one repository | {pair(writes['quarantine_repository_outbox'])} | "
+        f"{pair(writes['quarantine_repository_feed_only'])} |",
+        f"| status change under the hottest key ({writes['hot_key_published_canonicals']:,} published canonicals) | "
+        f"{pair(writes['status_under_hot_key_outbox'])} | {pair(writes['status_under_hot_key_feed_only'])} |",
         "",
         f"Redacted `finding.published` entries met by the readers: {reads['page_100']['redacted_entries_seen']} "
         "(page of 100), rendered from current visibility at read time.",
