@@ -189,6 +189,20 @@ def render(results: dict[str, Any], command: str) -> str:
                 f"| {page} (`{r['path'][:48]}`) | {processes} | {r['requests_per_s']:,.1f} | "
                 f"{r['p50_ms']:,.0f} / {r['p99_ms']:,.0f} | {failed(r)} | {r['load_average_before']:.1f} |"
             )
+    lines += [
+        "",
+        "A failure is an answer wrk did not count as 2xx/3xx or a socket error (a timeout, or a response cut at the "
+        "end of the run); the server's 503s are load shedding: no pooled connection within `DB_POOL_TIMEOUT` or a "
+        "statement past `DB_STATEMENT_TIMEOUT` (docs/reliability.md).",
+    ]
+    cores, quietest = os.cpu_count() or 1, min(r["load_average_before"] for r in results["runs"])
+    if quietest > 2 * cores:
+        lines += [
+            "",
+            f"**The load average was at least {quietest:.1f} on {cores} cores before every run**: these figures "
+            "measure the contention with the other work on the machine, not what a second server process buys; "
+            "rerun the command on a quiet machine for that.",
+        ]
     return "\n".join(lines) + "\n"
 
 
