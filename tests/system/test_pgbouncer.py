@@ -179,7 +179,7 @@ def fleet(services: dict[str, str]) -> Iterator[Fleet]:
                 for n in range(2):
                     fleet.worker_logs.append(logs / f"worker-{n}.log")
                     fleet.procs.append(spawn("worker", env={**env, **WORKER_ENV}, log=fleet.worker_logs[-1]))
-                deadline = time.monotonic() + 30
+                deadline = time.monotonic() + 60  # five processes start at once on a busy machine
                 while not (
                     all("rollup worker" in log.read_text(errors="replace") for log in fleet.worker_logs)
                     and all(answers(f"{base}/healthz") for base in (fleet.a, fleet.b))
