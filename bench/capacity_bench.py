@@ -27,7 +27,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -58,6 +60,7 @@ class Step:
     lags: list[float] = field(default_factory=list)
     skipped: int = 0  # scheduled while MAX_IN_FLIGHT requests were still unanswered
     unreflected: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds used during the step, by process kind
 
     @property
     def ok(self) -> int:
@@ -92,8 +95,21 @@ class Step:
             "statuses": self.statuses,
             "skipped": self.skipped,
             "unreflected": self.unreflected,
+            # CPU ms per accepted report: steadier than wall time on a shared machine
+            "cpu_ms_per_report": {k: v * 1000 / self.ok for k, v in self.cpu.items()} if self.ok else {},
             "knee": self.knee(),
         }
+
+
+def cpu_seconds(pid: int, *, children: bool = False) -> float:
+    """User + system CPU of a process (and of its live children: uvicorn workers, Postgres backends)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + (sum(cpu_seconds(int(k)) for k in kids) if children else 0.0)
 
 
 def serve_supports_workers() -> bool:
@@ -204,8 +220,10 @@ async def run_step(
     seconds: float,
     dsn: str,
     seq: list[int],
+    cpu: Callable[[], dict[str, float]],
 ) -> Step:
     step = Step(target=rate, seconds=seconds)
+    cpu_before = cpu()
     watcher = Watcher(dsn)
     rng = random.Random(int(rate * 1000))
     in_flight: set[asyncio.Task[None]] = set()
@@ -262,17 +280,36 @@ async def run_step(
             await asyncio.wait(in_flight)
         step.seconds = max(seconds, time.perf_counter() - start)  # the answers of the last sends count too
     step.lags, step.unreflected = await asyncio.to_thread(watcher.finish)
+    step.cpu = {k: v - cpu_before[k] for k, v in cpu().items()}
     return step
 
 
 def run_config(
-    env: dict[str, str], dsn: str, web: int, workers: int, tokens: list[str], args: argparse.Namespace, seq: list[int]
+    env: dict[str, str],
+    dsn: str,
+    postmaster: int,
+    web: int,
+    workers: int,
+    tokens: list[str],
+    args: argparse.Namespace,
+    seq: list[int],
 ) -> dict[str, Any]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         bases = start_web(env, web, procs)
+        web_pids = [p.pid for p in procs]
         for _ in range(workers):
             procs.append(spawn("worker", env=env, quiet=True))
+        worker_pids = [p.pid for p in procs if p.pid not in web_pids]
+
+        def cpu() -> dict[str, float]:
+            return {
+                "web": sum(cpu_seconds(p, children=True) for p in web_pids),
+                "workers": sum(cpu_seconds(p) for p in worker_pids),
+                "postgres": cpu_seconds(postmaster, children=True),
+                "client": time.process_time(),
+            }
+
         time.sleep(2)
         with psycopg.connect(dsn) as conn:
             repos = [
@@ -284,7 +321,7 @@ def run_config(
         steps = []
         rate = args.start_rate
         while rate <= args.max_rate:
-            step = asyncio.run(run_step(bases, tokens, repos, rate, args.step_seconds, dsn, seq))
+            step = asyncio.run(run_step(bases, tokens, repos, rate, args.step_seconds, dsn, seq, cpu))
             row = step.row()
             steps.append(row)
             print(f"  {web} web x {workers} workers @ {rate:.0f}/s: {json.dumps(row)}", flush=True)
@@ -328,8 +365,9 @@ def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
         print(f"[{tier.name}] generated and backfilled in {results['setup_s']:.0f}s", flush=True)
         tokens = make_submitters(dsn, ACCOUNTS)
         seq = [0]
+        assert services.pg.proc is not None
         for web, workers in args.configs:
-            results["configs"].append(run_config(env, dsn, web, workers, tokens, args, seq))
+            results["configs"].append(run_config(env, dsn, services.pg.proc.pid, web, workers, tokens, args, seq))
     return results
 
 
@@ -362,17 +400,20 @@ def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
     lines += [
         "",
         "| web x workers | target /s | achieved /s | lag p50 / p95 ms | request p50 / p95 ms | 429 | 503 | other "
-        "errors | knee |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "errors | CPU ms per report: web / workers / Postgres | knee |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in r["configs"]:
         for s in c["steps"]:
             st = s["statuses"]
             other = sum(v for k, v in st.items() if k not in ("200", "201", "429", "503")) + s["skipped"]
+            cpu = s.get("cpu_ms_per_report") or {}
+            per_report = " / ".join(fmt(cpu.get(k)) for k in ("web", "workers", "postgres")) if cpu else "–"
             lines.append(
                 f"| {c['web']} x {c['workers']} | {s['target']:,.0f} | {s['achieved']:,.1f} | "
                 f"{fmt(s['lag_p50_ms'])} / {fmt(s['lag_p95_ms'])} | {fmt(s['request_p50_ms'])} / "
-                f"{fmt(s['request_p95_ms'])} | {st.get('429', 0)} | {st.get('503', 0)} | {other} | {s['knee'] or ''} |"
+                f"{fmt(s['request_p95_ms'])} | {st.get('429', 0)} | {st.get('503', 0)} | {other} | {per_report} | "
+                f"{s['knee'] or ''} |"
             )
     return "\n".join(lines)
 
