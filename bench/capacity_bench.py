@@ -6,8 +6,9 @@ On a throw-away embedded Postgres + Valkey: generate the registry in SQL (bench/
 then for each configuration (web processes x workers: 1x1, 1x2, 2x1, 2x2) start real `tarakan serve` and
 `tarakan worker` processes and submit reports through the real API (`POST /api/v1/repos/.../reports`, bearer
 tokens of several accounts, round-robin over the web processes) at a fixed rate, open loop, for `--step-seconds`,
-stepping the rate up (x1.5) until the knee: commit-to-atlas lag p95 above 1 s, the achieved rate under 90 % of the
-target, or errors. Lag is bench/infestations_bench.py's measurement (`poll_lag`): from the 2xx answer to the moment
+stepping the rate up (x1.5) past the knee (commit-to-atlas lag p95 above 1 s, or errors): until the rate is not
+achieved (< 90 %) or two steps in a row are past it. Each step records CPU ms per accepted report of the web
+processes, the workers and Postgres (steadier than wall figures on a shared machine). Lag is bench/infestations_bench.py's measurement (`poll_lag`): from the 2xx answer to the moment
 the report's canonical shows in the atlas with its new `updated_at`.
 
 Two web processes are `tarakan serve --workers 2` when the command has that option, else two `tarakan serve`
@@ -325,7 +326,9 @@ def run_config(
             row = step.row()
             steps.append(row)
             print(f"  {web} web x {workers} workers @ {rate:.0f}/s: {json.dumps(row)}", flush=True)
-            if row["knee"]:
+            # a shared machine makes one step's p95 noisy: stop when the rate is not achieved or two steps in a row
+            # are past the knee
+            if row["knee"] and (step.achieved < 0.9 * rate or (len(steps) > 1 and steps[-2]["knee"])):
                 break
             rate = round(rate * args.factor)
         return {"web": web, "workers": workers, "web_mode": "serve --workers" if len(bases) < web else "processes",
@@ -385,7 +388,7 @@ def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
         f"`POST /api/v1/repos/.../reports` ({ACCOUNTS} submitter accounts, one finding each, half on existing "
         f"shared patterns); each rate is held {step_seconds:.0f} s; lag = the 2xx answer to the report's canonical "
         "in the atlas with its new `updated_at` (bench/infestations_bench.py `poll_lag`). The rate steps up x1.5 "
-        "until the knee: lag p95 > 1 s, achieved < 90 % of the target, or errors.",
+        "until the rate is not achieved (< 90 %) or two steps in a row are past the knee (lag p95 > 1 s, errors).",
         "",
         f"Registry: Tier {r['tier']}: {r['rows']['repositories']:,} repositories, "
         f"{r['rows']['canonical_findings']:,} canonical findings before the run.",
@@ -395,7 +398,7 @@ def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
     ]
     for c in r["configs"]:
         good = [s for s in c["steps"] if not s["knee"]]
-        best = f"{good[-1]['achieved']:,.0f} reports/s" if good else "below the first step"
+        best = f"{max(s['achieved'] for s in good):,.1f} reports/s" if good else "below the first step"
         lines.append(f"| {c['web']} x {c['workers']} ({c['web_mode']}) | {best} |")
     lines += [
         "",
