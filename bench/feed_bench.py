@@ -257,6 +257,11 @@ def render(r: dict[str, Any], command_line: str) -> str:
         f"| status change under the hottest key ({writes['hot_key_published_canonicals']:,} published canonicals) | "
         f"{pair(writes['status_under_hot_key_outbox'])} | {pair(writes['status_under_hot_key_feed_only'])} |",
         "",
+        "The feed diff is a handful of index-probe statements per report or repository and commits in order under "
+        "the numbering lock; what a quarantine costs beyond it is the outbox's delist-safe key discovery "
+        "(`KEYS_FOR_REPOSITORY`), not the feed. The tail poll (no rows) is the request's fixed cost on this loaded "
+        "machine.",
+        "",
         f"Redacted `finding.published` entries met by the readers: {reads['page_100']['redacted_entries_seen']} "
         "(page of 100), rendered from current visibility at read time.",
     ]
