@@ -25,6 +25,10 @@ COPY migrations ./migrations
 COPY templates ./templates
 COPY static ./static
 ENV PYTHONPATH=/srv/tarakan
+# The bulk exports (docs/operations.md "Bulk export"): compose mounts one volume here in web and worker; an empty
+# named volume takes this folder's owner, so the unprivileged user can write it.
+RUN mkdir -p /srv/tarakan/exports && chown tarakan:tarakan /srv/tarakan/exports
+ENV EXPORT_DIR=/srv/tarakan/exports
 
 USER tarakan
 EXPOSE 8000
