@@ -9,8 +9,8 @@ transactions of one client land on different server connections, so anything tha
 - sessions: a login on A is valid on B, a same-origin form (a quarantine) is accepted and a cross-origin one
   refused, a logout on B ends the session on A; parallel wrong passwords on both servers stop at the limit
   (counted under a transaction advisory lock);
-- the quarantine is seen at the next anonymous request by both of A's processes, which had cached the list
-  (TakedownKeyedCache is keyed by the newest audit event id, read at every request, in every process);
+- the quarantine is seen at the next anonymous request by both of A's processes, which had both served the
+  status-filtered list (the read-time guard runs in every process at every request);
 - a burst of reports on both servers is fully projected after the workers drain the dirty-key queue, and the
   instance ledger paged with keyset cursors alternately on A and B lists every instance once;
 - the hourly and nightly singletons (leases and slots) triggered three times each run once;
@@ -218,7 +218,7 @@ async def test_sessions_forms_login_limits_and_a_takedown_across_processes(fleet
         )
         assert sorted(g.status_code for g in guesses) == [401] * 5 + [429] * 4
 
-        # both of A's processes cache the anonymous status list
+        # both of A's processes serve the anonymous status list
         before = await asyncio.gather(*(on_a.get(OPEN) for _ in range(12)))
         assert all(r.status_code == 200 and r.json()["items"][0]["sample_occurrence_public_id"] for r in before)
 
@@ -363,7 +363,7 @@ async def test_statement_timeout_metrics_and_pooling_hold(fleet: Fleet) -> None:
     await seed_pattern("Hardcoded secret in config", repos=2)
     # B's cap is a SET LOCAL in every transaction: a statement waiting on a lock is cancelled, and answers 503
     async with fresh_client(fleet.b) as on_b:
-        response, waited = await get_while_locked(on_b, OPEN, "infestation_pattern_instances")
+        response, waited = await get_while_locked(on_b, OPEN, "infestation_pattern_status_windows")
     assert response.status_code == 503, response.text[:200]
     assert STATEMENT_TIMEOUT - 0.5 < waited < STATEMENT_TIMEOUT + 3
 
