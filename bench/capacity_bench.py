@@ -103,14 +103,15 @@ class Step:
 
 
 def cpu_seconds(pid: int, *, children: bool = False) -> float:
-    """User + system CPU of a process (and of its live children: uvicorn workers, Postgres backends)."""
+    """User + system CPU of a process and, with `children`, of its children: the live ones (uvicorn workers,
+    Postgres backends) and the exited ones it reaped (cutime + cstime)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return 0.0
-    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return own + (sum(cpu_seconds(int(k)) for k in kids) if children else 0.0)
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK") + (sum(cpu_seconds(int(k)) for k in kids) if children else 0.0)
 
 
 def serve_supports_workers() -> bool:
