@@ -18,18 +18,12 @@ from starlette.routing import BaseRoute, Route
 
 from app.exports import service
 from app.kernel.errors import NotFound
+from app.kernel.web import etag_matches
 
 # caches may keep the files but must revalidate each time (a 304 by ETag is cheap): after a takedown the next request
 # gets the 503, not a cached copy of the export holding the withdrawn record
 EXPORT_CACHE = "no-cache"
 _MEDIA_TYPES = {service.MANIFEST: "application/json"} | dict.fromkeys(service.FILE_NAMES, "application/gzip")
-
-
-def _not_modified(request: Request, etag: str) -> bool:
-    wanted = request.headers.get("if-none-match")
-    if wanted is None:
-        return False
-    return wanted.strip() == "*" or etag in (tag.strip().removeprefix("W/") for tag in wanted.split(","))
 
 
 async def _serve(request: Request, name: str) -> Response:
@@ -44,7 +38,7 @@ async def _serve(request: Request, name: str) -> Response:
         digest = entry["sha256"]
     etag = f'"{digest}"'
     headers = {"ETag": etag, "Cache-Control": EXPORT_CACHE}
-    if _not_modified(request, etag):
+    if etag_matches(request, etag):
         return Response(status_code=304, headers=headers)
     try:
         # stat here, not in the response: an export deleted by the worker in between is a 404, not a 500

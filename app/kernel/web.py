@@ -13,6 +13,7 @@ error page or as `{"errors": {field: [messages]}}`, by the same format rule.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import AsyncIterable, Mapping
 from datetime import date, datetime
@@ -71,6 +72,26 @@ class _TwinConvertor(_FormatConvertor):
 register_url_convertor("stem", _StemConvertor())
 register_url_convertor("format", _FormatConvertor())
 register_url_convertor("twin", _TwinConvertor())
+
+
+def etag_matches(request: Request, etag: str) -> bool:
+    """`If-None-Match` names this representation (weak comparison, RFC 9110 §13.1.2; `*` matches any)."""
+    header = request.headers.get("if-none-match")
+    if not header:
+        return False
+    tags = {tag.strip().removeprefix("W/") for tag in header.split(",")}
+    return "*" in tags or etag.removeprefix("W/") in tags
+
+
+def document_response(
+    request: Request, body: bytes, media_type: str, *, cache: str = PUBLIC_CACHE, headers: Mapping[str, str] = {}
+) -> Response:
+    """A whole small document with a content ETag: 304 when the client holds it already."""
+    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    all_headers = {"ETag": etag, "Cache-Control": cache, **headers}
+    if etag_matches(request, etag):
+        return Response(status_code=304, headers=all_headers)
+    return Response(body, media_type=media_type, headers=all_headers)
 
 
 def wants_json(request: Request) -> bool:

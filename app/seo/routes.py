@@ -17,7 +17,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.kernel.errors import NotFound
-from app.kernel.web import streamed_document
+from app.kernel.web import etag_matches, streamed_document
 from app.seo import feeds
 from app.seo.settings import seo_settings
 from app.seo.sitemap import (
@@ -65,14 +65,6 @@ def _wants_gzip(request: Request) -> bool:
     return accepts_gzip(request.headers.get("accept-encoding", ""))
 
 
-def _etag_matches(request: Request, etag: str) -> bool:
-    header = request.headers.get("if-none-match", "")
-    if header.strip() == "*":
-        return True
-    candidates = {t.strip().removeprefix("W/") for t in header.split(",")}
-    return etag in candidates
-
-
 def _small_xml(request: Request, body: str, *, last_modified: datetime | None = None) -> Response:
     """A whole small document with a content ETag (304 on If-None-Match) and gzip when accepted."""
     compress = _wants_gzip(request)
@@ -81,7 +73,7 @@ def _small_xml(request: Request, body: str, *, last_modified: datetime | None = 
     headers = {"ETag": etag, "Vary": "Accept-Encoding", "Cache-Control": SITEMAP_CACHE}
     if last_modified is not None:
         headers["Last-Modified"] = format_datetime(last_modified.astimezone(UTC), usegmt=True)
-    if _etag_matches(request, etag):
+    if etag_matches(request, etag):
         return Response(status_code=304, headers=headers)
     content = body.encode()
     if compress:

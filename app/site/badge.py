@@ -9,8 +9,6 @@ autoescaping template: no script, nothing for the CSP to allow.
 
 from __future__ import annotations
 
-import hashlib
-
 from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,8 +18,7 @@ from app.kernel import db
 from app.kernel.errors import NotFound
 from app.kernel.public import LISTED_REPOSITORY, PUBLIC_SCAN
 from app.kernel.templating import environment
-from app.kernel.web import PUBLIC_CACHE
-from app.site.home_infestations import etag_matches
+from app.kernel.web import document_response
 from app.site.sarif import NOT_PUBLIC, public_repository
 
 SVG_TYPE = "image/svg+xml"
@@ -70,12 +67,7 @@ async def badge(request: Request) -> Response:
         message, color = "clean", COLORS["clean"]
     else:
         message, color = "not scanned", COLORS["not scanned"]
-    body = badge_svg(message, color).encode()
-    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-    headers = {"ETag": etag, "Cache-Control": PUBLIC_CACHE}
-    if etag_matches(request.headers.get("if-none-match"), etag):
-        return Response(status_code=304, headers=headers)
-    return Response(body, media_type=SVG_TYPE, headers=headers)
+    return document_response(request, badge_svg(message, color).encode(), SVG_TYPE)
 
 
 routes: list[BaseRoute] = [

@@ -120,13 +120,6 @@ def _fresh(generation: int) -> bool:
     )
 
 
-def etag_matches(if_none_match: str | None, etag: str) -> bool:
-    if not if_none_match:
-        return False
-    candidates = [c.strip() for c in if_none_match.split(",")]
-    return "*" in candidates or etag in candidates
-
-
 async def rendered(etag: str) -> Rendered:
     """The fragment for `etag`, rendered once per version per process."""
     current = _state.rendered

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from app.kernel.web import json_twin, page, wants_json
+from app.kernel.web import etag_matches, json_twin, page, wants_json
 from app.registry.stats import registry_stats
 from app.reports.queries import list_recent_public_reports
 from app.site import badge, home_infestations, openapi, records, sarif
@@ -52,7 +52,7 @@ async def home_infestations_fragment(request: Request) -> Response:
     """Polled by every open home page: 304 on an unchanged version before any list query runs."""
     etag = await home_infestations.current_etag()
     headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "HX-Request"}
-    if home_infestations.etag_matches(request.headers.get("If-None-Match"), etag):
+    if etag_matches(request, etag):
         return Response(status_code=304, headers=headers)
     fragment = await home_infestations.rendered(etag)
     return Response(fragment.html, media_type="text/html; charset=utf-8", headers=headers)

@@ -9,7 +9,6 @@ public occurrence, never from a hidden one; the canonical finding adds its statu
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 from urllib.parse import quote
@@ -24,8 +23,7 @@ from app.kernel.config import settings
 from app.kernel.errors import NotFound
 from app.kernel.public import LISTED_REPOSITORY, PUBLIC_SCAN
 from app.kernel.urls import finding_path, infestation_path, repo_path
-from app.kernel.web import PUBLIC_CACHE
-from app.site.home_infestations import etag_matches
+from app.kernel.web import document_response
 
 SARIF_MEDIA_TYPE = "application/sarif+json"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -159,11 +157,7 @@ async def findings_sarif(request: Request) -> Response:
     findings = await public_findings(repository["id"], limit=MAX_RESULTS + 1)
     log = sarif_log(repository, findings[:MAX_RESULTS], truncated=len(findings) > MAX_RESULTS)
     body = json.dumps(log, ensure_ascii=False, separators=(",", ":")).encode()
-    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-    headers = {"ETag": etag, "Cache-Control": PUBLIC_CACHE}
-    if etag_matches(request.headers.get("if-none-match"), etag):
-        return Response(status_code=304, headers=headers)
-    return Response(body, media_type=SARIF_MEDIA_TYPE, headers=headers)
+    return document_response(request, body, SARIF_MEDIA_TYPE)
 
 
 routes: list[BaseRoute] = [
