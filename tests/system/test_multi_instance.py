@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,9 +43,17 @@ from jobs import queue
 from tests import factories
 from tests.harness import spawn, stop, wait_http
 from tests.sql import execute, scalar
-
-PASSWORD = "correct horse battery staple"
-WORKER_ENV = {"INFESTATIONS_CLAIM_SECONDS": "3", "INFESTATIONS_HOT_KEY_INTERVAL": "1"}
+from tests.system.support import (
+    BURST,
+    PASSWORD,
+    REPOSITORIES,
+    TITLES,
+    WORKER_ENV,
+    dirty_count,
+    eventually,
+    no_dirty_key,
+    submit_burst,
+)
 
 
 class Fleet:
@@ -122,21 +130,6 @@ def fleet(fleet_processes: Fleet) -> Fleet:
     return fleet_processes
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"{what} within {timeout} s"
-        await asyncio.sleep(0.1)
-
-
-async def dirty_count() -> int:
-    return int(await scalar("SELECT count(*) FROM infestation_dirty_keys"))
-
-
-async def no_dirty_key() -> bool:
-    return await dirty_count() == 0
-
-
 # --- sessions -----------------------------------------------------------------------------------------------------
 
 
@@ -168,37 +161,6 @@ async def test_a_login_on_one_server_is_valid_on_the_other(fleet: Fleet) -> None
 
 # --- burst of reports -----------------------------------------------------------------------------------------------
 
-TITLES = [
-    "SQL injection in login handler",
-    "Hard-coded AWS secret key",
-    "Path traversal in upload handler",
-    "Open redirect after login",
-]
-BURST = 40
-REPOSITORIES = 8
-
-
-def burst_report(i: int) -> dict[str, Any]:
-    """Report i: two findings whose titles rotate, so every title lands in several repositories."""
-    findings = [
-        {
-            "file": f"src/module{i}_{n}.py",
-            "line_start": 10 + n,
-            "line_end": 12 + n,
-            "severity": "high",
-            "title": TITLES[(i + n) % len(TITLES)],
-            "description": "found by the multi-instance burst",
-        }
-        for n in range(2)
-    ]
-    return {
-        "commit_sha": f"{i:040x}",
-        "model": "gpt-test",
-        "prompt_version": "review/v1",
-        "run_id": f"burst-{i}",
-        "document": {"tarakan_scan_format": 1, "findings": findings},
-    }
-
 
 async def test_a_burst_of_reports_on_both_servers_is_fully_reflected_after_the_drain(fleet: Fleet) -> None:
     # a moderator: exempt from the per-minute report limits, so the whole burst is accepted
@@ -206,21 +168,7 @@ async def test_a_burst_of_reports_on_both_servers_is_fully_reflected_after_the_d
     bearer = {"Authorization": f"Bearer {await create_token(agent.id, ['findings:submit'])}"}
     repos = [await factories.create_repository() for _ in range(REPOSITORIES)]
 
-    async with httpx.AsyncClient(timeout=30) as http:
-        limit = asyncio.Semaphore(8)
-
-        async def submit(i: int) -> httpx.Response:
-            repo = repos[i % REPOSITORIES]
-            server = fleet.servers[i % 2]
-            async with limit:
-                return await http.post(
-                    f"{server}/api/v1/repos/{repo.host}/{repo.owner}/{repo.name}/reports",
-                    headers=bearer,
-                    content=json.dumps(burst_report(i)),
-                )
-
-        responses = await asyncio.gather(*(submit(i) for i in range(BURST)))
-    assert [r.status_code for r in responses] == [201] * BURST, [r.text for r in responses if r.status_code != 201]
+    await submit_burst(fleet.servers, bearer, repos)
 
     await eventually(no_dirty_key, timeout=30, what="the workers drain every dirty key")
     assert await shadow_compare_all() == []

@@ -56,7 +56,16 @@ from jobs import queue
 from tests import factories
 from tests.harness import spawn, stop
 from tests.sql import get_while_locked, rows, scalar
-from tests.system.test_multi_instance import PASSWORD, TITLES, WORKER_ENV, burst_report, eventually, no_dirty_key
+from tests.system.support import (
+    BURST,
+    PASSWORD,
+    REPOSITORIES,
+    TITLES,
+    WORKER_ENV,
+    eventually,
+    no_dirty_key,
+    submit_burst,
+)
 
 POOL_SIZE = 4  # server connections for every process together: far fewer than the clients
 STATEMENT_TIMEOUT = 2  # server B's DB_STATEMENT_TIMEOUT, seconds
@@ -254,9 +263,6 @@ async def test_sessions_forms_login_limits_and_a_takedown_across_processes(fleet
 
 # --- the dirty-key queue, drains and keyset cursors -------------------------------------------------------------------
 
-BURST = 40
-REPOSITORIES = 8
-
 
 async def test_a_burst_on_both_servers_is_drained_and_paged_with_cursors(fleet: Fleet) -> None:
     agent = await create_account("agent@example.com", "agent", platform_role="moderator", state="active")
@@ -264,25 +270,11 @@ async def test_a_burst_on_both_servers_is_drained_and_paged_with_cursors(fleet: 
     repos = [await factories.create_repository() for _ in range(REPOSITORIES)]
     servers = [fleet.a, fleet.b]
 
-    async with httpx.AsyncClient(timeout=30) as http:
-        limit = asyncio.Semaphore(8)
-
-        async def submit(i: int) -> httpx.Response:
-            repo = repos[i % REPOSITORIES]
-            async with limit:
-                return await http.post(
-                    f"{servers[i % 2]}/api/v1/repos/{repo.host}/{repo.owner}/{repo.name}/reports",
-                    headers=bearer,
-                    content=json.dumps(burst_report(i)),
-                )
-
-        responses = await asyncio.gather(*(submit(i) for i in range(BURST)))
-        assert [r.status_code for r in responses] == [201] * BURST, [r.text for r in responses if r.status_code != 201]
-
-        await eventually(no_dirty_key, timeout=30, what="the workers drain every dirty key")
-        assert await shadow_compare_all() == []
-        listed = await list_infestations_rollup(days=30, min_repos=2, limit=40)
-        assert sum(item["instance_count"] for item in listed) == BURST * 2
+    await submit_burst(servers, bearer, repos)
+    await eventually(no_dirty_key, timeout=30, what="the workers drain every dirty key")
+    assert await shadow_compare_all() == []
+    listed = await list_infestations_rollup(days=30, min_repos=2, limit=40)
+    assert sum(item["instance_count"] for item in listed) == BURST * 2
 
     # a ledger of 130 instances, 50 a page, each page asked from the other server
     seeded = await seed_pattern("XML external entity", repos=3, instances=130)
