@@ -1,18 +1,19 @@
 """Continuous shadow-compare (docs/operations.md "TarakanShadowMismatch"): every few minutes the worker compares a
-bounded random sample of pattern keys, each over every window x status, between the legacy aggregate over the
-public join set (docs/domain.md §4) and the rollup rows (docs/domain.md §5.3, §5.7).
+bounded random sample of pattern keys, each over all-time and every window x status, between the legacy aggregate
+over the public join set (docs/domain.md §4) and the rollup rows the atlas reads: the pattern row for the unfiltered
+counts (docs/domain.md §5.3) and the status-window rows for the status-filtered ones (docs/domain.md §1.8, §5.7).
 
 Lag is not a mismatch (docs/domain.md "Consistency model"):
 - a key that is dirty (waiting for, or in, its refresh) is skipped;
 - a key whose source changed after its last refresh from source (`infestation_patterns.updated_at`, which only a
   refresh from source moves, docs/domain.md §5.4) is skipped: a missed hook is the nightly reconcile's business;
-- a window's counts of the unfiltered row are compared only when no public instance of the key crossed that
-  window's boundary since the row's last recompute (`refreshed_at`, moved by the hourly decay and by refreshes):
-  such a (key, window) is skipped until the next hourly recompute. Status-filtered reads aggregate the instance
-  rows at read time (docs/domain.md §5.7), so they have no window lag and are always compared.
+- a window (its unfiltered counts and its status-window rows alike: the same refresh and hourly recompute write
+  both, docs/domain.md §5.4) is compared only when no public instance of the key crossed that window's boundary
+  since the row's last recompute (`refreshed_at`, moved by the hourly decay and by refreshes): such a (key, window)
+  is skipped until the next hourly recompute (`crossed_since_recompute`, also used by `app.infestations.shadow`).
 
-Everything one key needs is read in one statement, so dirty flag, source, rollup and instance rows come from one
-snapshot: a change committed between two reads cannot pass for a mismatch.
+Everything one key needs is read in one statement, so dirty flag, source and rollup rows come from one snapshot: a
+change committed between two reads cannot pass for a mismatch.
 
 A mismatch is not counted at once: the key is marked dirty through the outbox (reason `shadow_compare`), the
 comparison waits (bounded) for the drain to refresh it, and compares it again. Only a key that still differs
@@ -35,7 +36,7 @@ from typing import Any
 from sqlalchemy import text
 
 from app.infestations.legacy import STATUSES
-from app.infestations.models import COUNTS, WINDOWS
+from app.infestations.models import ALL_TIME, COUNTS, WINDOWS
 from app.kernel import db, outbox
 from app.kernel.metrics import SHADOW_COMPARED, SHADOW_MISMATCHES, SHADOW_SKIPPED, SHADOW_SUSPECTS
 from app.kernel.public import PUBLIC_CANONICAL
@@ -46,7 +47,7 @@ REASON = "shadow_compare"  # the dirty-key reason of a mismatched key (also the 
 ALL = "all"
 
 # what is compared, per (window, status): the unfiltered row carries every count and last_seen_at per window (and
-# first_seen_at all-time); a status-filtered read carries repositories, instances and last_seen_at (docs/domain.md §5.7)
+# first_seen_at all-time); a status-window row carries repositories, instances and last_seen_at (docs/domain.md §1.8)
 _UNFILTERED = (*COUNTS, "last_seen_at")
 _FILTERED = ("repo_count", "instance_count", "last_seen_at")
 _STATUS_COUNT = {f"{s}_count": s for s in STATUSES}
@@ -58,13 +59,15 @@ def _column(aggregate: str, window: int | None, status: str | None) -> str:
 
 def _combinations() -> list[tuple[int | None, str | None, tuple[str, ...]]]:
     combos: list[tuple[int | None, str | None, tuple[str, ...]]] = [(None, None, (*_UNFILTERED, "first_seen_at"))]
+    combos += [(None, s, _FILTERED) for s in STATUSES]
     for w in WINDOWS:
         combos.append((w, None, _UNFILTERED))
         combos += [(w, s, _FILTERED) for s in STATUSES]
     return combos
 
 
-COMBINATIONS = _combinations()  # 1 all-time + 4 windows x (unfiltered + 4 statuses) = 21 comparisons per key
+# (all-time + 4 windows) x (unfiltered + 4 statuses) = 25 comparisons per key; `None` is all-time (`window_days` 0)
+COMBINATIONS = _combinations()
 
 
 def _since(window: int) -> str:
@@ -72,14 +75,10 @@ def _since(window: int) -> str:
     return f"now() - interval '{window * 24} hours'"
 
 
-def _aggregates(alias: str, *, filtered_only: bool) -> str:
-    """One column per compared (aggregate, window, status), the same expressions over the public canonicals (legacy)
-    and over the instance rows (the status-filtered rollup read): `repository_id`, `id`/row, `status`,
-    `inserted_at`, `updated_at` mean the same on both."""
+def _aggregates(alias: str) -> str:
+    """One column per compared (aggregate, window, status) over the public canonicals: the legacy read."""
     parts: list[str] = []
     for window, status, aggregates in COMBINATIONS:
-        if filtered_only and status is None:
-            continue
         where = [f"{alias}.updated_at >= {_since(window)}"] if window else []
         if status:
             where.append(f"{alias}.status = '{status}'")
@@ -97,12 +96,14 @@ def _aggregates(alias: str, *, filtered_only: bool) -> str:
     return ",\n    ".join(parts)
 
 
-# Crossed: a public canonical of the key that was inside window W at the row's last recompute and is outside now.
-_CROSSED = ",\n    ".join(
-    f"coalesce(bool_or(c.updated_at >= p.refreshed_at - interval '{w * 24} hours' "
-    f"AND c.updated_at < {_since(w)}), false) AS crossed_{w}"
-    for w in WINDOWS
-)
+def crossed_since_recompute(window: int) -> str:
+    """Whether canonical `c` was inside window W at the last recompute of its key's rollup rows (`p.refreshed_at`:
+    the pattern row's window columns and the status windows are recomputed together, docs/domain.md §5.4) and is
+    outside now. Until the next hourly recompute that window's counts lag, by design: not a mismatch."""
+    return f"(c.updated_at >= p.refreshed_at - interval '{window * 24} hours' AND c.updated_at < {_since(window)})"
+
+
+_CROSSED = ",\n    ".join(f"coalesce(bool_or({crossed_since_recompute(w)}), false) AS crossed_{w}" for w in WINDOWS)
 
 _COMPARE_SQL = f"""
 WITH k AS (SELECT DISTINCT unnest(CAST(:keys AS text[])) AS pattern_key),
@@ -112,15 +113,10 @@ src AS (
   WHERE c.pattern_key = ANY(CAST(:keys AS text[])) AND {PUBLIC_CANONICAL}
 ),
 legacy AS (
-  SELECT c.pattern_key, {_aggregates("c", filtered_only=False)},
+  SELECT c.pattern_key, {_aggregates("c")},
     {_CROSSED}
   FROM src c LEFT JOIN infestation_patterns p ON p.pattern_key = c.pattern_key
   GROUP BY c.pattern_key
-),
-inst AS (
-  SELECT i.pattern_key, {_aggregates("i", filtered_only=True)}
-  FROM infestation_pattern_instances i WHERE i.pattern_key = ANY(CAST(:keys AS text[]))
-  GROUP BY i.pattern_key
 ),
 changed AS (
   SELECT c.pattern_key, max(c.updated_at) AS source_updated_at
@@ -130,11 +126,12 @@ changed AS (
 SELECT k.pattern_key,
   EXISTS (SELECT 1 FROM infestation_dirty_keys d WHERE d.pattern_key = k.pattern_key) AS dirty,
   p.pattern_key IS NOT NULL AND changed.source_updated_at > p.updated_at AS changed,
-  to_jsonb(legacy) AS legacy, to_jsonb(inst) AS inst, to_jsonb(p) AS rollup
+  to_jsonb(legacy) AS legacy, to_jsonb(p) AS rollup,
+  (SELECT jsonb_agg(to_jsonb(sw)) FROM infestation_pattern_status_windows sw
+   WHERE sw.pattern_key = k.pattern_key) AS status_windows
 FROM k
 LEFT JOIN infestation_patterns p ON p.pattern_key = k.pattern_key
 LEFT JOIN legacy ON legacy.pattern_key = k.pattern_key
-LEFT JOIN inst ON inst.pattern_key = k.pattern_key
 LEFT JOIN changed ON changed.pattern_key = k.pattern_key
 """
 
@@ -164,7 +161,7 @@ _STILL_DIRTY = "SELECT pattern_key FROM infestation_dirty_keys WHERE pattern_key
 class KeyComparison:
     pattern_key: str
     skipped: str | None = None  # "dirty" or "changed": lag, not compared
-    skipped_windows: list[int] = field(default_factory=list)  # boundary crossed since the last recompute
+    skipped_windows: list[int] = field(default_factory=list)  # boundary crossed since the last recompute (all statuses)
     problems: list[str] = field(default_factory=list)
 
 
@@ -215,6 +212,12 @@ def _rollup_column(aggregate: str, window: int | None) -> str:
     return f"{aggregate}_{window}d" if window else aggregate
 
 
+def _status_windows(raw: Any) -> dict[tuple[str, int | None], Mapping[str, Any]]:
+    """The key's status-window rows by (status, window); no row: nothing of that status in that window."""
+    rows = json.loads(raw) if isinstance(raw, str) else raw or []
+    return {(r["status"], None if r["window_days"] == ALL_TIME else r["window_days"]): r for r in rows}
+
+
 def _judge(row: Mapping[Any, Any]) -> KeyComparison:
     key = str(row["pattern_key"])
     result = KeyComparison(key)
@@ -224,18 +227,18 @@ def _judge(row: Mapping[Any, Any]) -> KeyComparison:
     if row["changed"]:
         result.skipped = "changed"
         return result
-    legacy, inst, rollup = _as_map(row["legacy"]), _as_map(row["inst"]), _as_map(row["rollup"])
+    legacy, rollup = _as_map(row["legacy"]), _as_map(row["rollup"])
+    status_windows = _status_windows(row["status_windows"])
     result.skipped_windows = [w for w in WINDOWS if legacy.get(f"crossed_{w}")]
     for window, status, aggregates in COMBINATIONS:
-        if status is None and window in result.skipped_windows:
+        if window in result.skipped_windows:
             continue
         for aggregate in aggregates:
-            column = _column(aggregate, window, status)
-            expected = _value(legacy, column, aggregate)
+            expected = _value(legacy, _column(aggregate, window, status), aggregate)
             if status is None:
                 actual = _value(rollup, _rollup_column(aggregate, window), aggregate)
             else:
-                actual = _value(inst, column, aggregate)
+                actual = _value(status_windows.get((status, window), {}), aggregate, aggregate)
             if expected != actual:
                 result.problems.append(
                     f"window={window or ALL} status={status or ALL} {aggregate}: legacy {expected}, rollup {actual}"

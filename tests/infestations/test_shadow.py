@@ -8,11 +8,14 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import text
 
+from app.infestations import projection
+from app.infestations.legacy import list_infestations_legacy
+from app.infestations.queries import list_infestations_rollup
 from app.infestations.shadow import describe_mismatches, shadow_compare, shadow_compare_all
 from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from tests import factories
-from tests.infestations.support import HARDCODED, SQLI, TRAVERSAL, XSS, build_registry, refresh_all
+from tests.infestations.support import HARDCODED, SQLI, TRAVERSAL, XSS, build_registry, refresh_all, shift_clock
 
 
 def mismatches_counted() -> float:
@@ -66,6 +69,42 @@ async def test_a_stale_instance_status_shows_in_the_status_filtered_comparison()
     ]
     verified = await shadow_compare(days=7, min_repos=2, status="verified")
     assert verified == [f"days=7 min_repos=2 status=verified: keys only in legacy: {pattern_key(XSS)[:12]}"]
+
+
+async def test_a_window_crossed_since_the_recompute_is_lag_not_a_mismatch() -> None:
+    await build_registry()
+    await refresh_all()
+    hardcoded, traversal = pattern_key(HARDCODED), pattern_key(TRAVERSAL)
+    # HARDCODED's verified canonical in repository 1 is 30 minutes inside the 30-day window at its refresh; an hour
+    # later it is outside, and until the hourly recompute both 30-day list forms still count repository 1
+    await execute(
+        "UPDATE canonical_findings SET updated_at = now() - interval '30 days' + interval '30 minutes' "
+        "WHERE pattern_key = :k AND status = 'verified' AND updated_at > now() - interval '21 days'",
+        k=hardcoded,
+    )
+    await projection.refresh_pattern(hardcoded)
+    await shift_clock(1 / 24)
+    for status in (None, "verified"):
+        rollup = await list_infestations_rollup(days=30, status=status)
+        legacy = await list_infestations_legacy(days=30, status=status)
+        assert hardcoded in [i["pattern_key"] for i in rollup] and hardcoded not in [i["pattern_key"] for i in legacy]
+        assert await shadow_compare(days=30, min_repos=2, status=status) == []
+    # at limit 3 the lagging key pushed XSS past the rollup list's end: compared over the ranks both lists cover
+    assert await shadow_compare(days=30, min_repos=2, status=None, limit=3) == []
+    # another key's corrupted status-window row is still reported
+    await execute(
+        "UPDATE infestation_pattern_status_windows SET repo_count = repo_count + 5 "
+        "WHERE pattern_key = :k AND status = 'verified' AND window_days = 30",
+        k=traversal,
+    )
+    assert await shadow_compare(days=30, min_repos=2, status="verified") == [
+        f"days=30 min_repos=2 status=verified: {traversal[:12]} repo_count: legacy 2, rollup 7"
+    ]
+    await refresh_all((TRAVERSAL,))
+    # the recompute catches up: nothing to skip, and the lists agree
+    await projection.recompute_windows(hardcoded)
+    assert hardcoded not in [i["pattern_key"] for i in await list_infestations_rollup(days=30, status="verified")]
+    assert await shadow_compare_all() == []
 
 
 async def test_a_missed_hook_is_caught_until_the_key_is_refreshed() -> None:

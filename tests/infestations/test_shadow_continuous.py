@@ -1,6 +1,7 @@
 """Continuous shadow-compare (app.infestations.shadow_sampler, the worker's `shadow_compare_job`): a healthy
 projection counts nothing; a mismatch marks its key dirty and is counted only when it survives the key's refresh;
 lag (dirty keys, source changed since the refresh, a window boundary crossed since the last recompute) is skipped.
+Compared: the pattern row (unfiltered counts) and the status-window rows (status-filtered counts) the atlas reads.
 The suite keeps the job off (tests/conftest.py); these tests run it."""
 
 from __future__ import annotations
@@ -79,15 +80,15 @@ async def test_corrupted_rows_are_marked_dirty_and_not_counted_once_their_refres
         "UPDATE infestation_patterns SET instance_count_30d = instance_count_30d + 5 WHERE pattern_key = :k",
         k=traversal,
     )
-    # an instance row with a status its canonical does not have: only the status-filtered reads see it
+    # a status-window row (what the status-filtered atlas serves) counting three repositories too many
     await execute(
-        "UPDATE infestation_pattern_instances SET status = 'disputed' WHERE canonical_finding_id = "
-        "(SELECT min(canonical_finding_id) FROM infestation_pattern_instances WHERE pattern_key = :k)",
+        "UPDATE infestation_pattern_status_windows SET repo_count = repo_count + 3 "
+        "WHERE pattern_key = :k AND status = 'open' AND window_days = 30",
         k=sqli,
     )
     first = await shadow_sampler.compare_keys(KEYS)
     assert "window=30 status=all instance_count: legacy 3, rollup 8" in first[traversal].problems
-    assert any("status=disputed repo_count: legacy 0, rollup 1" in p for p in first[sqli].problems)
+    assert first[sqli].problems == ["window=30 status=open repo_count: legacy 2, rollup 5"]
     assert [k for k, c in first.items() if c.problems] == sorted([traversal, sqli])
 
     result = await run_with_drain(compare(keys=KEYS), marked=[traversal, sqli])
@@ -99,34 +100,40 @@ async def test_corrupted_rows_are_marked_dirty_and_not_counted_once_their_refres
 async def test_a_mismatch_that_survives_its_refresh_is_counted_and_logged_with_its_key(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # A projection bug stand-in: every refresh of XSS's pattern row stores one open instance too many in the 90-day
-    # window, so the refresh cannot make it agree with the legacy read. (BEFORE INSERT only: the refresh's upsert
-    # takes its values from the proposed row, EXCLUDED, so the skew is one whether the row is new or not.)
+    # A projection bug stand-in: every refresh of XSS stores one open instance too many in the 90-day window, in its
+    # pattern row and in its (open, 90 days) status-window row, so the refresh cannot make them agree with the
+    # legacy read. (BEFORE INSERT only: the refresh's upserts take their values from the proposed row, EXCLUDED, so
+    # the skew is one whether the row is new or not.)
     await build_registry()
     xss = pattern_key(XSS)
+    tables = ("infestation_patterns", "infestation_pattern_status_windows")
     await execute(
         "CREATE FUNCTION shadow_test_skew() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-        f"IF NEW.pattern_key = '{xss}' THEN NEW.open_count_90d := NEW.open_count_90d + 1; END IF; "
-        "RETURN NEW; END $$"
+        f"IF NEW.pattern_key <> '{xss}' THEN RETURN NEW; END IF; "
+        "IF TG_TABLE_NAME = 'infestation_patterns' THEN NEW.open_count_90d := NEW.open_count_90d + 1; "
+        "ELSIF NEW.status = 'open' AND NEW.window_days = 90 THEN NEW.instance_count := NEW.instance_count + 1; "
+        "END IF; RETURN NEW; END $$"
     )
-    await execute(
-        "CREATE TRIGGER shadow_test_skew BEFORE INSERT ON infestation_patterns "
-        "FOR EACH ROW EXECUTE FUNCTION shadow_test_skew()"
-    )
+    for table in tables:
+        await execute(
+            f"CREATE TRIGGER shadow_test_skew BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION shadow_test_skew()"
+        )
     try:
         await refresh_all()
         with caplog.at_level(logging.INFO, logger="app.infestations.shadow_sampler"):
             result = await run_with_drain(compare(keys=KEYS), marked=[xss])
     finally:
-        await execute("DROP TRIGGER shadow_test_skew ON infestation_patterns")
+        for table in tables:
+            await execute(f"DROP TRIGGER shadow_test_skew ON {table}")
         await execute("DROP FUNCTION shadow_test_skew()")
     assert result.suspects == [xss] and result.fixed == []
-    assert result.survived == {xss: ["window=90 status=all open_count: legacy 2, rollup 3"]}
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [
-        f"infestation shadow mismatch after refresh: pattern_key={xss} window=90 status=all open_count: "
-        "legacy 2, rollup 3"
+    survived = [
+        "window=90 status=all open_count: legacy 2, rollup 3",
+        "window=90 status=open instance_count: legacy 2, rollup 3",
     ]
+    assert result.survived == {xss: survived}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"infestation shadow mismatch after refresh: pattern_key={xss} {p}" for p in survived]
 
 
 async def test_lag_is_skipped_not_marked_dirty() -> None:
@@ -157,6 +164,7 @@ async def test_lag_is_skipped_not_marked_dirty() -> None:
         "infestation_pattern_instances": ["updated_at"],
         "infestation_patterns": ["refreshed_at", "updated_at", "last_seen_at"]
         + [f"last_seen_at_{w}d" for w in (7, 30, 90, 365)],
+        "infestation_pattern_status_windows": ["last_seen_at"],
     }
     for table, columns in hour_back.items():
         moved = ", ".join(f"{c} = {c} - interval '1 hour'" for c in columns)
@@ -166,6 +174,12 @@ async def test_lag_is_skipped_not_marked_dirty() -> None:
     assert comparisons[hardcoded].skipped == "dirty"
     assert comparisons[sqli].skipped == "changed"
     assert comparisons[traversal].skipped is None and comparisons[traversal].skipped_windows == [7]
+    # the 7-day rows still count the canonical (the open status window too) until the recompute: skipped, not compared
+    open_7d = (
+        "SELECT instance_count FROM infestation_pattern_status_windows "
+        "WHERE pattern_key = :k AND status = 'open' AND window_days = 7"
+    )
+    assert await fetch(open_7d, k=traversal) == [(1,)]
     assert all(not c.problems for c in comparisons.values())
     result = await compare(keys=KEYS)
     assert (result.compared, result.skipped_dirty, result.skipped_changed, result.skipped_windows) == (3, 1, 1, 1)
@@ -175,6 +189,7 @@ async def test_lag_is_skipped_not_marked_dirty() -> None:
     )
     # the hourly recompute moves the boundary: the 7-day window is compared again, and agrees
     await projection.recompute_windows(traversal)
+    assert await fetch(open_7d, k=traversal) == []
     after = (await shadow_sampler.compare_keys([traversal]))[traversal]
     assert after.skipped_windows == [] and after.problems == []
 
