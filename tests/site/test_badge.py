@@ -62,7 +62,7 @@ async def test_badge_is_404_for_pending_and_unknown_repositories(client: httpx.A
 async def test_the_repository_page_links_its_machine_readable_documents(client: httpx.AsyncClient) -> None:
     repo = await factories.create_repository("acme", "linked")
     page = BeautifulSoup((await client.get(f"/repos/{repo.host}/{repo.owner}/{repo.name}")).text, "html.parser")
-    links = {a.get_text(): a["href"] for a in page.select("a[type]")}
+    links = {a.get_text(): str(a["href"]) for a in page.select("a[type]")}
     assert set(links) == {"public findings as SARIF 2.1.0", "Atom feed", "status badge"}
     for text, href in links.items():
         response = await client.get(href)
