@@ -31,7 +31,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.kernel.columns import closed_sets
 from app.kernel.db import Base
 from app.kernel.paging import decode_id_cursor, encode_id_cursor
-from app.kernel.public import LISTED, PUBLIC_JOIN
+from app.kernel.public import LISTED, LISTED_REPOSITORY, PUBLIC_JOIN
 
 PUBLISHED = "finding.published"
 STATUS = "finding.status"
@@ -121,6 +121,11 @@ class PublishedCanonical(Base):
 NUMBERING_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION changes_number_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+  -- numbered already (by this transaction's first event): a key probe. Rescanning the pending index instead would
+  -- walk the entries of every row numbered so far (they stay until vacuum): quadratic in the transaction's entries
+  IF NOT EXISTS (SELECT 1 FROM changes WHERE id = NEW.id AND seq IS NULL) THEN
+    RETURN NULL;
+  END IF;
   PERFORM pg_advisory_xact_lock({COMMIT_ORDER_LOCK});
   UPDATE changes c SET seq = n.seq
   FROM (SELECT id, nextval('changes_commit_seq') AS seq
@@ -201,13 +206,17 @@ async def _occurrence_public(session: AsyncSession, public_id: uuid.UUID | str) 
 
 # ---- the write side: diff the published set against the public join set ----------------------------------------
 # Each statement is one INSERT/UPDATE/DELETE on the published set whose RETURNING rows become entries. `{...}` are
-# scope predicates (one report, one repository, everything); `:keep` FALSE withdraws regardless of visibility
-# (a hard delete, before its rows go).
+# scope predicates (one report, one repository, everything); `deleting` withdraws regardless of visibility (a hard
+# delete, before its rows go).
+# Cost: a diff of one report or repository must cost its own rows, whatever the registry's size and the planner's
+# statistics (the published set has none right after migration 0005's seed), so its (NOT) EXISTS tests are per-row
+# key probes (`{probe}` = OFFSET 0, which keeps a subquery from being planned as a join or a hashed subplan: either
+# may read every public finding per write); the whole diff leaves them to the planner, which hashes once.
 
 _LISTED = """
 WITH up AS (
   INSERT INTO published_repositories AS p (repository_id, listed)
-  SELECT r.id, TRUE FROM repositories r WHERE ({repositories}) AND r.listing_status = '{listed}' AND :keep
+  SELECT r.id, TRUE FROM repositories r WHERE ({repositories}) AND r.listing_status = '{listed}'
   ORDER BY r.id
   ON CONFLICT (repository_id) DO UPDATE SET listed = TRUE WHERE NOT p.listed
   RETURNING p.repository_id, p.opaque_id
@@ -219,14 +228,12 @@ SELECT {seq}, '{kind}', repository_id, opaque_id FROM up ORDER BY repository_id
 _FINDINGS_WITHDRAWN = """
 WITH gone AS (
   DELETE FROM published_findings p
-  WHERE ({published}) AND NOT (:keep AND EXISTS (
-    SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
-    WHERE f.id = p.scan_finding_id AND f.canonical_finding_id IS NOT NULL AND {public}))
+  WHERE ({published}) AND {not_public}
   RETURNING p.scan_finding_id, p.public_id
 )
 INSERT INTO changes (seq, kind, finding, reason)
 SELECT {seq}, '{kind}', g.public_id,
-       CASE WHEN NOT :keep OR r.id IS NULL THEN 'deleted'
+       CASE WHEN {deleting} OR r.id IS NULL THEN 'deleted'
             WHEN r.listing_status <> '{listed}' THEN 'repository'
             ELSE 'moderation' END
 FROM gone g
@@ -239,8 +246,7 @@ ORDER BY g.scan_finding_id
 _REPOSITORIES_WITHDRAWN = """
 WITH down AS (
   UPDATE published_repositories p SET listed = FALSE
-  WHERE ({published}) AND p.listed AND NOT (:keep AND EXISTS (
-    SELECT 1 FROM repositories r WHERE r.id = p.repository_id AND r.listing_status = '{listed}'))
+  WHERE ({published}) AND p.listed AND {not_listed}
   RETURNING p.repository_id, p.opaque_id
 )
 INSERT INTO changes (seq, kind, repository_id, repository_key)
@@ -252,7 +258,7 @@ WITH ins AS (
   INSERT INTO published_findings (scan_finding_id, public_id, scan_id, repository_id, canonical_id)
   SELECT f.id, f.public_id, f.scan_id, s.repository_id, f.canonical_finding_id
   FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
-  WHERE ({findings}) AND f.canonical_finding_id IS NOT NULL AND {public} AND :keep
+  WHERE ({findings}) AND f.canonical_finding_id IS NOT NULL AND {public}
   ORDER BY f.id
   ON CONFLICT (scan_finding_id) DO NOTHING
   RETURNING scan_finding_id, public_id, repository_id, canonical_id
@@ -268,7 +274,7 @@ _STATUSES = """
 WITH up AS (
   INSERT INTO published_canonicals AS pc (canonical_id, public_id, repository_id, status)
   SELECT c.id, c.public_id, c.repository_id, c.status FROM canonical_findings c
-  WHERE ({canonicals}) AND EXISTS (SELECT 1 FROM published_findings p WHERE p.canonical_id = c.id)
+  WHERE ({canonicals}) AND EXISTS (SELECT 1 FROM published_findings p WHERE p.canonical_id = c.id{probe})
   ORDER BY c.id
   ON CONFLICT (canonical_id) DO UPDATE SET status = EXCLUDED.status WHERE pc.status <> EXCLUDED.status
   RETURNING pc.canonical_id, pc.public_id, pc.status
@@ -279,7 +285,8 @@ SELECT {seq}, '{kind}', public_id, status FROM up ORDER BY canonical_id
 
 _UNPUBLISHED_CANONICALS = """
 DELETE FROM published_canonicals pc
-WHERE ({published}) AND NOT EXISTS (SELECT 1 FROM published_findings p WHERE p.canonical_id = pc.canonical_id)
+WHERE ({published})
+  AND NOT EXISTS (SELECT 1 FROM published_findings p WHERE p.canonical_id = pc.canonical_id{probe})
 """
 
 # Scope predicates per grain: (repositories r, published repositories p, findings f/s, published findings p,
@@ -316,26 +323,50 @@ _SCOPES: dict[str, dict[str, str]] = {
 }
 
 
-def _statements(scope: str) -> list[str]:
+_NOT_PUBLIC = (
+    "NOT EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
+    "JOIN repositories r ON r.id = s.repository_id "
+    f"WHERE f.id = p.scan_finding_id AND f.canonical_finding_id IS NOT NULL AND {PUBLIC_JOIN}{{probe}})"
+)
+_NOT_LISTED = f"NOT EXISTS (SELECT 1 FROM repositories r WHERE r.id = p.repository_id AND {LISTED_REPOSITORY}{{probe}})"
+
+
+def _statements(scope: str, *, deleting: bool = False) -> list[str]:
     where = _SCOPES[scope]
     # `seq`: NULL (numbered at commit by the trigger), except for the whole diff, which holds the commit-order lock
     # from its start and numbers as it inserts (no per-row trigger work for a million-row seed; volatile select
     # expressions are evaluated after ORDER BY, so numbers follow each statement's order)
     seq = f"nextval('{COMMIT_SEQUENCE}')" if scope == "all" else "CAST(NULL AS bigint)"
-    common = {"listed": LISTED, "public": PUBLIC_JOIN, "seq": seq}
+    probe = "" if scope == "all" else " OFFSET 0"
+    common = {"listed": LISTED, "public": PUBLIC_JOIN, "seq": seq, "probe": probe}
+    withdrawn = {
+        "deleting": "TRUE" if deleting else "FALSE",
+        "not_public": "TRUE" if deleting else _NOT_PUBLIC.format(probe=probe),
+        "not_listed": "TRUE" if deleting else _NOT_LISTED.format(probe=probe),
+    }
+    withdrawals = [
+        _FINDINGS_WITHDRAWN.format(
+            published=where["published_findings"], kind=FINDING_WITHDRAWN, **withdrawn, **common
+        ),
+        _REPOSITORIES_WITHDRAWN.format(
+            published=where["published_repositories"], kind=REPOSITORY_WITHDRAWN, **withdrawn, **common
+        ),
+    ]
+    if deleting:  # nothing is announced for rows about to go, and their published canonicals are dropped
+        return [*withdrawals, _UNPUBLISHED_CANONICALS.format(published=where["published_canonicals"], probe=probe)]
     # order inside one transaction: a repository is listed before its findings are published, and its findings
     # are withdrawn before it is
     return [
         _LISTED.format(repositories=where["repositories"], kind=LISTED_KIND, **common),
-        _FINDINGS_WITHDRAWN.format(published=where["published_findings"], kind=FINDING_WITHDRAWN, **common),
-        _REPOSITORIES_WITHDRAWN.format(published=where["published_repositories"], kind=REPOSITORY_WITHDRAWN, **common),
+        *withdrawals,
         _FINDINGS_PUBLISHED.format(findings=where["findings"], kind=PUBLISHED, **common),
-        _STATUSES.format(canonicals=where["canonicals"], kind=STATUS, seq=seq),
-        _UNPUBLISHED_CANONICALS.format(published=where["published_canonicals"]),
+        _STATUSES.format(canonicals=where["canonicals"], kind=STATUS, seq=seq, probe=probe),
+        _UNPUBLISHED_CANONICALS.format(published=where["published_canonicals"], probe=probe),
     ]
 
 
 _PREPARED = {scope: [text(sql) for sql in _statements(scope)] for scope in _SCOPES}
+_DELETING = [text(sql) for sql in _statements("repository", deleting=True)]
 # By pattern key (a check, a quorum recompute): the canonicals under the keys that this transaction changed (a status
 # change sets `updated_at = now()`, the transaction's time: docs/domain.md §1.5), so a check under a pattern spread
 # over 10^4 repositories reads those canonicals' rows, not a join over every announced one; only those already
@@ -361,9 +392,9 @@ def seed_statements() -> list[TextClause]:
     return _PREPARED["all"]
 
 
-async def _run(session: AsyncSession, scope: str, params: dict[str, Any]) -> int:
+async def _run(session: AsyncSession, statements: list[TextClause], params: dict[str, Any]) -> int:
     written = 0
-    for statement in _PREPARED[scope]:
+    for statement in statements:
         result = await session.execute(statement, params)
         written += int(result.rowcount or 0)  # type: ignore[attr-defined]
     return written
@@ -381,14 +412,15 @@ _LOCK_SCAN_REPOSITORY = text(
 async def sync_scan(session: AsyncSession, scan_id: int) -> int:
     """Announce what one report's change published, withdrew or re-statused (its repository's listing included)."""
     await session.execute(_LOCK_SCAN_REPOSITORY, {"scan_id": scan_id})
-    return await _run(session, "scan", {"scan_id": scan_id, "keep": True})
+    return await _run(session, _PREPARED["scan"], {"scan_id": scan_id})
 
 
 async def sync_repository(session: AsyncSession, repository_id: int, *, deleting: bool = False) -> int:
     """Announce a repository's listing change and its findings'. `deleting=True` (before a hard delete's rows go)
     withdraws all of them with reason `deleted`."""
     await session.execute(_LOCK_REPOSITORY, {"repository_id": repository_id})
-    return await _run(session, "repository", {"repository_id": repository_id, "keep": not deleting})
+    statements = _DELETING if deleting else _PREPARED["repository"]
+    return await _run(session, statements, {"repository_id": repository_id})
 
 
 async def sync_statuses(session: AsyncSession, keys: Iterable[str | None]) -> int:
@@ -406,7 +438,7 @@ async def sync_all(session: AsyncSession) -> int:
     commits wait for it (run it when a bulk load or an upgrade runs anyway)."""
     await session.execute(text(f"SELECT pg_advisory_xact_lock({COMMIT_ORDER_LOCK})"))
     await session.execute(text(NUMBER_PENDING))  # anything this transaction wrote before, in its order
-    return await _run(session, "all", {"keep": True})
+    return await _run(session, _PREPARED["all"], {})
 
 
 # Number this transaction's pending entries now (the lock is held): the deferred trigger then finds none.

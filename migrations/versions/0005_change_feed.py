@@ -85,7 +85,7 @@ def upgrade() -> None:
     bind = op.get_bind()
     bind.execute(sa.text(f"SELECT pg_advisory_xact_lock({changes.COMMIT_ORDER_LOCK})"))
     for statement in changes.seed_statements():
-        bind.execute(statement, {"keep": True})
+        bind.execute(statement)
 
 
 def downgrade() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Any
 
 from sqlalchemy import text
@@ -148,6 +149,29 @@ async def test_the_seed_announces_what_is_public_once_set_based() -> None:
         str(canonical.public_id),
         "verified",
     )
+
+
+async def test_a_transaction_writing_many_entries_commits_them_numbered_in_order_in_linear_time() -> None:
+    """A takedown of a repository with 20,000 published findings writes 20,000 entries in one transaction, and each
+    fires the deferred numbering trigger at commit. The first numbers them all; were each to rescan the pending ones,
+    the commit would take the square of that (tens of seconds here, hours at 10^5)."""
+    started = time.monotonic()
+    async with db.transaction() as session:
+        await session.execute(
+            text(
+                "INSERT INTO changes (kind, finding, reason) "
+                f"SELECT '{changes.FINDING_WITHDRAWN}', gen_random_uuid(), 'repository' FROM generate_series(1, 20000)"
+            )
+        )
+    took = time.monotonic() - started
+
+    numbered = await rows(
+        "SELECT count(*) AS n, count(seq) AS numbered, max(seq) - min(seq) + 1 AS span, "
+        "bool_and(by_id = by_seq) AS in_order FROM (SELECT seq, row_number() OVER (ORDER BY id) AS by_id, "
+        "row_number() OVER (ORDER BY seq) AS by_seq FROM changes) x"
+    )
+    assert numbered == [{"n": 20000, "numbered": 20000, "span": 20000, "in_order": True}]
+    assert took < 5, took  # about 0.3 s; the quadratic numbering took 25 s for 19,384 entries on this machine
 
 
 async def test_the_snapshot_cursor_covers_what_the_snapshot_sees_and_counts_later_withdrawals() -> None:
