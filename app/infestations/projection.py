@@ -170,11 +170,19 @@ WHERE (m.{_MEMBERSHIP_COLUMNS.replace(", ", ", m.")}) IS DISTINCT FROM ({_MEMBER
 
 @cache
 def _delete_stale_memberships(shape: str) -> str:
+    """Memberships of the keys left without instances in their repository. A set difference over the keys' rows
+    (hashed or sorted, linear in the keys' size whatever the planner estimates), not an anti-join probe per
+    membership: no index leads with (pattern_key, repository_id), so a nested-loop probe walks the key's every
+    instance, quadratic in a hot key (a key range holding a 120k-repository key at Tier C spent minutes here).
+    The keys' predicate stands on every side: the planner carries equalities across a join, not a range's bounds."""
     return f"""
 DELETE FROM infestation_pattern_repos e
-WHERE {_keys(shape, "e")}
-  AND NOT EXISTS (SELECT 1 FROM infestation_pattern_instances i
-                  WHERE i.pattern_key = e.pattern_key AND i.repository_id = e.repository_id)
+USING (
+  SELECT m.pattern_key, m.repository_id FROM infestation_pattern_repos m WHERE {_keys(shape, "m")}
+  EXCEPT
+  SELECT i.pattern_key, i.repository_id FROM infestation_pattern_instances i WHERE {_keys(shape, "i")}
+) gone
+WHERE {_keys(shape, "e")} AND e.pattern_key = gone.pattern_key AND e.repository_id = gone.repository_id
 """
 
 
@@ -258,10 +266,13 @@ ON CONFLICT (pattern_key) DO UPDATE SET
 
 @cache
 def _delete_stale_patterns(shape: str) -> str:
+    """The keys' predicate is repeated on `i`: the planner carries equalities across a join, not a range's bounds,
+    so a hashed anti-join would otherwise read the whole instance table for every range."""
     return f"""
 DELETE FROM infestation_patterns p
 WHERE {_keys(shape, "p")}
-  AND NOT EXISTS (SELECT 1 FROM infestation_pattern_instances i WHERE i.pattern_key = p.pattern_key)
+  AND NOT EXISTS (SELECT 1 FROM infestation_pattern_instances i
+                  WHERE i.pattern_key = p.pattern_key AND {_keys(shape, "i")})
 """
 
 
@@ -450,7 +461,8 @@ async def recompute_range(keys: Keys) -> int:
 WITH gone AS (
   DELETE FROM infestation_patterns p
   WHERE {_keys(keys.shape, "p")}
-    AND NOT EXISTS (SELECT 1 FROM infestation_pattern_instances i WHERE i.pattern_key = p.pattern_key)
+    AND NOT EXISTS (SELECT 1 FROM infestation_pattern_instances i
+                    WHERE i.pattern_key = p.pattern_key AND {_keys(keys.shape, "i")})
   RETURNING pattern_key
 )
 DELETE FROM infestation_pattern_repos m USING gone WHERE m.pattern_key = gone.pattern_key
