@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import queue
 import random
 import statistics
@@ -30,18 +29,23 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 
-from app.devservices import free_port
-from bench.common import pct, write_section
-from bench.generate import TIERS, generate
+from bench.common import (
+    backfill,
+    bench_parser,
+    cpu_seconds,
+    pct,
+    publish,
+    timed_generate,
+    vacuum_analyze,
+)
 from bench.infestations_bench import poll_lag
 from bench.services import throwaway_services
-from tests.harness import ROOT, spawn, start_server, stop, wait_http
+from tests.harness import ROOT, spawn, start_server, stop
 
 HEADING = "## Ingest capacity"
 LAG_TARGET_S = 1.0
@@ -102,18 +106,6 @@ class Step:
         }
 
 
-def cpu_seconds(pid: int, *, children: bool = False) -> float:
-    """User + system CPU of a process and, with `children`, of its children: the live ones (uvicorn workers,
-    Postgres backends) and the exited ones it reaped (cutime + cstime)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return 0.0
-    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
-    return ticks / os.sysconf("SC_CLK_TCK") + (sum(cpu_seconds(int(k)) for k in kids) if children else 0.0)
-
-
 def serve_supports_workers() -> bool:
     out = subprocess.run(
         [sys.executable, "-m", "app.cli", "serve", "--help"], cwd=ROOT, capture_output=True, text=True, check=False
@@ -124,12 +116,8 @@ def serve_supports_workers() -> bool:
 def start_web(env: dict[str, str], processes: int, procs: list[subprocess.Popen[bytes]]) -> list[str]:
     """Base URLs that `processes` web processes answer on."""
     if processes > 1 and serve_supports_workers():
-        base = f"http://127.0.0.1:{free_port()}"
-        port = base.rsplit(":", 1)[1]
-        procs.append(
-            spawn("serve", "--port", port, "--workers", str(processes), env={**env, "BASE_URL": base}, quiet=True)
-        )
-        wait_http(f"{base}/healthz")
+        proc, base = start_server(env, quiet=True, args=("--workers", str(processes)))
+        procs.append(proc)
         return [base]
     bases = []
     for _ in range(processes):
@@ -340,33 +328,16 @@ def run_config(
 
 
 def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
-    tier = TIERS[tier_name]
-    results: dict[str, Any] = {"tier": tier.name, "configs": []}
+    results: dict[str, Any] = {"tier": tier_name, "configs": []}
     with throwaway_services("tarakan-capacity-bench-") as services:
         dsn = services.dsn
-        env = {"DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench",
-               "REGISTRY_STATS_TTL": "30", "INFESTATIONS_READ_FROM_ROLLUP": "true"}  # fmt: skip
-        os.environ.update(env)
-        from app.migrate import upgrade_to_head
-
-        upgrade_to_head()
+        env = services.use(REGISTRY_STATS_TTL="30", INFESTATIONS_READ_FROM_ROLLUP="true")
         t = time.perf_counter()
-        results["rows"] = generate(dsn, tier)
-
-        async def backfill() -> int:
-            from app.infestations import maintenance
-            from app.kernel import db
-
-            try:
-                return await maintenance.backfill(progress=None, concurrency=2)
-            finally:
-                await db.dispose_engines()
-
-        asyncio.run(backfill())
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
+        results["rows"], _ = timed_generate(dsn, tier_name)
+        backfill(None, concurrency=2)
+        vacuum_analyze(dsn)
         results["setup_s"] = time.perf_counter() - t
-        print(f"[{tier.name}] generated and backfilled in {results['setup_s']:.0f}s", flush=True)
+        print(f"[{tier_name}] generated and backfilled in {results['setup_s']:.0f}s", flush=True)
         tokens = make_submitters(dsn, ACCOUNTS)
         seq = [0]
         assert services.pg.proc is not None
@@ -428,8 +399,7 @@ def parse_config(raw: str) -> tuple[int, int]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tier", choices=sorted(TIERS), default="B")
+    parser = bench_parser(__doc__)
     parser.add_argument("--step-seconds", type=float, default=20)
     parser.add_argument("--start-rate", type=float, default=10)
     parser.add_argument("--factor", type=float, default=1.5)
@@ -438,15 +408,8 @@ def main() -> int:
         "--configs", type=lambda v: [parse_config(x) for x in v.split(",")], default=list(CONFIGS),
         help="web x workers, e.g. 1x1,2x2",
     )  # fmt: skip
-    parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    results = run(args.tier, args)
-    md = render(results, "python -m bench.capacity_bench " + " ".join(sys.argv[1:]), args.step_seconds)
-    print(md)
-    (ROOT / "bench" / "out").mkdir(exist_ok=True)
-    (ROOT / "bench" / "out" / "capacity.json").write_text(json.dumps(results, indent=2, default=str))
-    if not args.no_write:
-        write_section(md, HEADING)
+    publish("capacity", run(args.tier, args), lambda r, command: render(r, command, args.step_seconds), HEADING, args)
     return 0
 
 

@@ -13,7 +13,6 @@ counted in SQL, and its checksums match the files.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import json
@@ -29,8 +28,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import write_section
-from bench.generate import TIERS, generate
+from bench.common import bench_parser, publish, timed_generate, vacuum_analyze
 from bench.services import throwaway_services
 from bench.sitemap_bench import add_patterns
 from tests.harness import ROOT
@@ -80,14 +78,6 @@ def _peak_rss_mb(stderr: str) -> float:
     return int(line.removeprefix("maxrss_kb=")) / 1024
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def export_once(env: dict[str, str], out: Path) -> dict[str, Any]:
     started = time.perf_counter()
     done = subprocess.run(
@@ -102,7 +92,9 @@ def export_once(env: dict[str, str], out: Path) -> dict[str, Any]:
     manifest = json.loads((out / "manifest.json").read_text())
     for entry in manifest["files"]:
         path = out / entry["name"]
-        assert _sha256(path) == entry["sha256"] and path.stat().st_size == entry["bytes"], entry
+        with path.open("rb") as handle:
+            sha256 = hashlib.file_digest(handle, "sha256").hexdigest()
+        assert sha256 == entry["sha256"] and path.stat().st_size == entry["bytes"], entry
     return {
         "seconds": elapsed,
         "peak_rss_mb": _peak_rss_mb(done.stderr),
@@ -126,27 +118,21 @@ def baseline_rss(env: dict[str, str]) -> float:
 
 
 def run(tier_name: str, runs: int) -> dict[str, Any]:
-    tier = TIERS[tier_name]
     with throwaway_services("tarakan-export-bench-") as services:
-        env = {"DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench"}
-        os.environ.update(env)
-        from app.migrate import upgrade_to_head
-
-        upgrade_to_head()
+        env = services.use()
         started = time.perf_counter()
-        rows = generate(services.dsn, tier)
+        rows, _ = timed_generate(services.dsn, tier_name)
         add_patterns(services.dsn)
         generated = time.perf_counter() - started
         feed_seconds = announce()
-        with psycopg.connect(services.dsn, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
+        vacuum_analyze(services.dsn)
         expected = public_counts(services.dsn)
         print(
-            f"[{tier.name}] generated in {generated:.0f}s, feed announced in {feed_seconds:.0f}s; {expected}",
+            f"[{tier_name}] generated in {generated:.0f}s, feed announced in {feed_seconds:.0f}s; {expected}",
             flush=True,
         )
         results: dict[str, Any] = {
-            "tier": tier.name,
+            "tier": tier_name,
             "rows": rows,
             "generate_s": generated,
             "feed_s": feed_seconds,
@@ -207,18 +193,8 @@ def render(r: dict[str, Any], command: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tier", choices=sorted(TIERS), default="B")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args()
-    results = run(args.tier, args.runs)
-    md = render(results, "python -m bench.export_bench " + " ".join(sys.argv[1:]))
-    print(md)
-    (ROOT / "bench" / "out").mkdir(exist_ok=True)
-    (ROOT / "bench" / "out" / "export.json").write_text(json.dumps(results, indent=2, default=str))
-    if not args.no_write:
-        write_section(md, HEADING)
+    args = bench_parser(__doc__, runs=3).parse_args()
+    publish("export", run(args.tier, args.runs), render, HEADING, args)
     return 0
 
 

@@ -14,13 +14,11 @@ client round trip and server time (Server-Timing). Raw results: `bench/out/feed.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import random
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -28,17 +26,19 @@ import httpx
 import psycopg
 from alembic import command
 
-from bench.common import pct, write_section
-from bench.generate import TIERS, generate
+from bench.common import (
+    bench_parser,
+    publish,
+    server_ms,
+    summary,
+    timed_generate,
+    vacuum_analyze,
+)
 from bench.services import throwaway_services
-from tests.harness import ROOT, start_server, stop
+from tests.harness import stop
 
 HEADING = "## Change feed (issue 14 item 8)"
 HOT_TITLE = "shared pattern 1 injection in handler"  # the hottest pattern of bench/generate.py
-
-
-def summary(values: list[float]) -> dict[str, float]:
-    return {"p50_ms": statistics.median(values) * 1000, "p95_ms": pct(values, 0.95) * 1000, "n": len(values)}
 
 
 def scalar(dsn: str, sql: str) -> Any:
@@ -152,7 +152,7 @@ def read_side(base: str, last_seq: int, runs: int) -> dict[str, Any]:
                 r = client.get("/api/v1/changes", params=params())
                 times.append(time.perf_counter() - started)
                 assert r.status_code == 200, r.text
-                server.append(float(r.headers["server-timing"].split("dur=")[1]) / 1000)
+                server.append(server_ms(r) / 1000)
                 sizes.append(len(r.content))
                 entries = r.json()["entries"]
                 redacted += sum(1 for e in entries if e["kind"] == "finding.published" and "canonical" not in e)
@@ -167,43 +167,34 @@ def read_side(base: str, last_seq: int, runs: int) -> dict[str, Any]:
 
 
 def run(tier_name: str, runs: int) -> dict[str, Any]:
-    tier = TIERS[tier_name]
     with throwaway_services("tarakan-feed-bench-") as services:
-        env = {"DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench"}
-        os.environ.update(env)
+        env = services.use("0004")
         from app.migrate import alembic_config
 
-        command.upgrade(alembic_config(), "0004")
-        started = time.perf_counter()
-        rows = generate(services.dsn, tier)
-        generated = time.perf_counter() - started
-        with psycopg.connect(services.dsn, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
+        rows, generated = timed_generate(services.dsn, tier_name)
+        vacuum_analyze(services.dsn)
         started = time.perf_counter()
         command.upgrade(alembic_config(), "0005")  # the seed: everything public, set-based, in one transaction
         seeded = time.perf_counter() - started
         command.upgrade(alembic_config(), "head")
         seed_entries = int(scalar(services.dsn, "SELECT count(*) FROM changes"))
         print(
-            f"[{tier.name}] generated in {generated:.0f}s; migration 0005 seeded {seed_entries:,} entries "
+            f"[{tier_name}] generated in {generated:.0f}s; migration 0005 seeded {seed_entries:,} entries "
             f"in {seeded:.0f}s",
             flush=True,
         )
         writes = asyncio.run(write_side(services.dsn, takedowns=100, quarantines=20, statuses=40))
         print(f"  writes: {json.dumps(writes)}", flush=True)
-        with psycopg.connect(services.dsn, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
+        vacuum_analyze(services.dsn)
         kinds = {str(k): int(n) for k, n in fetch(services.dsn, "SELECT kind, count(*) FROM changes GROUP BY kind")}
         last_seq = int(scalar(services.dsn, "SELECT max(seq) FROM changes"))
-        proc, base = start_server(env, quiet=True)
-        try:
-            load = os.getloadavg()[0]
-            reads = read_side(base, last_seq, runs)
-            load = max(load, os.getloadavg()[0])
-        finally:
-            stop(proc)
+        proc, base = services.serve(env)
+        load = os.getloadavg()[0]
+        reads = read_side(base, last_seq, runs)
+        load = max(load, os.getloadavg()[0])
+        stop(proc)
         return {
-            "tier": tier.name,
+            "tier": tier_name,
             "rows": rows,
             "generate_s": generated,
             "seed_s": seeded,
@@ -269,20 +260,8 @@ def render(r: dict[str, Any], command_line: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tier", choices=sorted(TIERS), default="B")
-    parser.add_argument("--runs", type=int, default=300)
-    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
-    args = parser.parse_args()
-    results = run(args.tier, args.runs)
-    out = ROOT / "bench" / "out"
-    out.mkdir(exist_ok=True)
-    (out / "feed.json").write_text(json.dumps(results, indent=2, default=str))
-    command_line = "python -m bench.feed_bench " + " ".join(sys.argv[1:])
-    markdown = render(results, command_line)
-    print(markdown)
-    if not args.no_write:
-        write_section(markdown, HEADING)
+    args = bench_parser(__doc__, runs=300).parse_args()
+    publish("feed", run(args.tier, args.runs), render, HEADING, args)
     return 0
 
 

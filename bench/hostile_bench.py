@@ -2,17 +2,15 @@
 adversarial input class against a real `tarakan serve` on throwaway Postgres and Valkey, plus whether /healthz on the
 same process answered while the largest report was processed. Target: every class <= 1 s.
 
-    .venv/bin/python -m bench.hostile_bench [--runs 3]
+    .venv/bin/python -m bench.hostile_bench [--runs 3] [--no-write]
 
 Writes bench/out/hostile.json and its section of docs/benchmarks.md."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -20,12 +18,13 @@ from typing import Any
 
 import httpx
 
-from bench.common import write_section
+from bench.common import bench_parser, publish, server_ms
 from bench.services import throwaway_services
-from tests.harness import ROOT, start_server, stop
+from tests.harness import stop
 
 SIZE = 1_900_000  # characters of hostile text inside one report (the document cap is 2,000,000)
 COMMIT = "a" * 40
+HEADING = "## Hostile input (bench/hostile_bench.py)"
 
 
 def _report(meta: Any, findings: list[dict[str, Any]] | None = None) -> bytes:
@@ -62,11 +61,6 @@ CLASSES: dict[str, Callable[[], bytes]] = {
 }
 
 
-def _server_ms(response: httpx.Response) -> float:
-    match = re.search(r"app;dur=([0-9.]+)", response.headers.get("server-timing", ""))
-    return float(match.group(1)) if match else float("nan")
-
-
 async def _setup() -> tuple[str, str]:
     from app.accounts.service import create_account, create_token
     from app.kernel import db
@@ -88,7 +82,7 @@ def _liveness(base: str, token: str, url: str, body: bytes) -> dict[str, Any]:
     def post() -> None:
         started = time.perf_counter()
         r = httpx.post(base + url, content=body, headers={"Authorization": f"Bearer {token}"}, timeout=600)
-        done.update(status=r.status_code, report_s=time.perf_counter() - started, server_ms=_server_ms(r))
+        done.update(status=r.status_code, report_s=time.perf_counter() - started, server_ms=server_ms(r))
 
     thread = threading.Thread(target=post)
     thread.start()
@@ -103,14 +97,9 @@ def _liveness(base: str, token: str, url: str, body: bytes) -> dict[str, Any]:
 
 def run(runs: int) -> dict[str, Any]:
     with throwaway_services("tarakan-hostile-bench-") as services:
-        env = {"DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench"}
-        os.environ.update(env)
-        from app.migrate import upgrade_to_head
-
-        upgrade_to_head()
+        env = services.use()
         token, url = asyncio.run(_setup())
-        proc, base = start_server(env, quiet=True)
-        services.procs.append(proc)
+        proc, base = services.serve(env)
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         results: dict[str, Any] = {"runs": runs, "classes": {}, "load": f"{os.getloadavg()[0]:.1f}"}
         with httpx.Client(base_url=base, timeout=600) as client:
@@ -124,7 +113,7 @@ def run(runs: int) -> dict[str, Any]:
                     )
                     response = client.post(url, content=payload, headers=headers)
                     statuses.add(response.status_code)
-                    worst = max(worst, _server_ms(response))
+                    worst = max(worst, server_ms(response))
                 results["classes"][name] = {"bytes": len(body), "worst_server_ms": worst, "statuses": sorted(statuses)}
                 print(f"  {name}: {len(body)} B, worst {worst:.0f} ms, {sorted(statuses)}", flush=True)
         results["liveness"] = _liveness(base, token, url, CLASSES["token run (-eyJ x 475k)"]())
@@ -135,7 +124,7 @@ def run(runs: int) -> dict[str, Any]:
 
 def markdown(results: dict[str, Any]) -> str:
     lines = [
-        "## Hostile input (bench/hostile_bench.py)",
+        HEADING,
         "",
         f"Worst server time (`Server-Timing: app;dur`) over {results['runs']} runs of each adversarial class against "
         "one `tarakan serve` (reports API, moderator token: quotas exempt so every run reaches the scanner). "
@@ -160,14 +149,8 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    results = run(args.runs)
-    out = ROOT / "bench" / "out" / "hostile.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    write_section(markdown(results), "## Hostile input (bench/hostile_bench.py)")
+    args = bench_parser(__doc__, runs=3, tiers=False).parse_args()
+    publish("hostile", run(args.runs), lambda results, _command: markdown(results), HEADING, args)
 
 
 if __name__ == "__main__":

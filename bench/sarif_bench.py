@@ -12,22 +12,17 @@ Writes bench/out/sarif.json and its section of docs/benchmarks.md."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import json
 import os
-import re
 import time
 from typing import Any
 
 import httpx
-import psycopg
 
-from bench.common import pct, write_section
-from bench.generate import TIERS, generate
+from bench.common import bench_parser, pct, publish, server_ms, timed_generate, vacuum_analyze
 from bench.services import throwaway_services
-from tests.harness import ROOT, start_server
 
 HEADING = "## SARIF ingestion (bench/sarif_bench.py)"
 RESULTS = 200
@@ -83,11 +78,6 @@ def sarif_log(run: int) -> dict[str, Any]:
     }
 
 
-def _server_ms(response: httpx.Response) -> float:
-    match = re.search(r"app;dur=([0-9.]+)", response.headers.get("server-timing", ""))
-    return float(match.group(1)) if match else float("nan")
-
-
 async def _setup() -> str:
     from app.accounts.service import create_account, create_token
     from app.kernel import db
@@ -117,22 +107,13 @@ def mapping_ms(runs: int) -> list[float]:
 
 
 def run(tier_name: str, runs: int) -> dict[str, Any]:
-    tier = TIERS[tier_name]
     with throwaway_services("tarakan-sarif-bench-") as services:
-        env = {"DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench"}
-        os.environ.update(env)
-        from app.migrate import upgrade_to_head
-
-        upgrade_to_head()
-        started = time.perf_counter()
-        rows = generate(services.dsn, tier)
-        generated = time.perf_counter() - started
-        with psycopg.connect(services.dsn, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
-        print(f"[{tier.name}] generated in {generated:.0f}s: {rows}", flush=True)
+        env = services.use()
+        rows, generated = timed_generate(services.dsn, tier_name)
+        vacuum_analyze(services.dsn)
+        print(f"[{tier_name}] generated in {generated:.0f}s: {rows}", flush=True)
         token = asyncio.run(_setup())
-        proc, base = start_server(env, quiet=True)
-        services.procs.append(proc)
+        _, base = services.serve(env)
         from app.reports.sarif import sarif_to_report
 
         load_before = os.getloadavg()[0]
@@ -154,11 +135,11 @@ def run(tier_name: str, runs: int) -> dict[str, Any]:
                     round_trip = (time.perf_counter() - began) * 1000
                     assert response.status_code == 201, response.text[:500]
                     assert response.json()["findings_count"] == RESULTS
-                    into.append({"server_ms": _server_ms(response), "round_trip_ms": round_trip, "bytes": len(body)})
+                    into.append({"server_ms": server_ms(response), "round_trip_ms": round_trip, "bytes": len(body)})
                     print(f"  run {n + 1} {kind}: server {into[-1]['server_ms']:.0f} ms", flush=True)
         load_after = os.getloadavg()[0]
     return {
-        "tier": tier.name,
+        "tier": tier_name,
         "rows": rows,
         "generate_s": generated,
         "posts": posts,
@@ -208,20 +189,9 @@ def render(r: dict[str, Any], command: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tier", choices=sorted(TIERS), default="B")
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--no-write", action="store_true", help="print, do not touch docs/benchmarks.md")
-    args = parser.parse_args()
-    results = run(args.tier, args.runs)
+    args = bench_parser(__doc__, runs=30).parse_args()
     command = f"python -m bench.sarif_bench --tier {args.tier} --runs {args.runs}"
-    out = ROOT / "bench" / "out" / "sarif.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    markdown = render(results, command)
-    print(markdown)
-    if not args.no_write:
-        write_section(markdown, HEADING)
+    publish("sarif", run(args.tier, args.runs), render, HEADING, args, command)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.devservices import Postgres, Redis
-from tests.harness import stop
+from tests.harness import start_server, stop
 
 
 @dataclass
@@ -25,6 +26,25 @@ class Services:
     def dsn(self) -> str:
         """The database URL for psycopg (no SQLAlchemy driver suffix)."""
         return self.pg.url.replace("postgresql+psycopg://", "postgresql://")
+
+    def use(self, revision: str = "head", **extra: str) -> dict[str, str]:
+        """The environment of the run's `tarakan` processes, set in this process too (in-process service calls),
+        with the schema migrated to `revision`."""
+        from alembic import command
+
+        from app.migrate import alembic_config
+
+        env = {"DATABASE_URL": self.pg.url, "REDIS_URL": self.redis.url, "SECRET_KEY": "bench", **extra}
+        os.environ.update(env)
+        command.upgrade(alembic_config(), revision)
+        return env
+
+    def serve(self, env: dict[str, str], **options: Any) -> tuple[subprocess.Popen[bytes], str]:
+        """A quiet `tarakan serve` (tests/harness.py `start_server` options), stopped at the end of the run at the
+        latest: the process and its base URL."""
+        proc, base = start_server(env, **{"quiet": True, **options})
+        self.procs.append(proc)
+        return proc, base
 
 
 @contextlib.contextmanager

@@ -18,14 +18,10 @@ a registry_stats() cache hit against a miss (the real query), in process.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import re
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import zlib
@@ -35,12 +31,10 @@ from typing import Any
 import httpx
 import psycopg
 
-from app.devservices import free_port, pdeathsig
 from app.seo.queries import PUBLIC_PATTERN_WHERE
-from bench.common import pct, write_section
-from bench.generate import TIERS, generate
+from bench.common import bench_parser, cpu_seconds, pct, publish, timed_generate
 from bench.services import throwaway_services
-from tests.harness import ROOT, start_server, stop, wait_http
+from tests.harness import stop
 
 HEADING = "## Sitemap"
 TARGETS = {"urls_per_s": 100_000, "first_byte_ms": 100, "rss_growth_mb": 50}
@@ -60,22 +54,10 @@ def proc_status(pid: int) -> dict[str, int]:
     return out
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of these processes (the machine is shared, so CPU per run is steadier than wall)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def family(pid: int) -> list[int]:
-    """A process and its children (Postgres: the postmaster and its backends)."""
+def family_cpu(pid: int) -> float:
+    """CPU seconds of a process and its live children (Postgres: the postmaster and its backends)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [pid, *map(int, children)]
+    return sum(cpu_seconds(p) for p in [pid, *map(int, children)])
 
 
 def reset_peak(pid: int) -> bool:
@@ -200,10 +182,10 @@ def run_once(
     base, pid = server
     before = proc_status(pid)["VmRSS"]
     reset_peak(pid)
-    server_cpu, pg_cpu = cpu_seconds([pid]), cpu_seconds(family(postmaster))
+    server_cpu, pg_cpu = cpu_seconds(pid), family_cpu(postmaster)
     result = stream(client, base + "/sitemap.xml", gzip=gzip)
-    result["server_cpu_s"] = cpu_seconds([pid]) - server_cpu
-    result["postgres_cpu_s"] = cpu_seconds(family(postmaster)) - pg_cpu
+    result["server_cpu_s"] = cpu_seconds(pid) - server_cpu
+    result["postgres_cpu_s"] = family_cpu(postmaster) - pg_cpu
     result["rss_growth_mb"] = (proc_status(pid)["VmHWM"] - before) / 1024
     assert result["urls"] == expected, (result["urls"], expected)
     return result
@@ -282,36 +264,12 @@ async def stats_costs(runs: int) -> dict[str, float]:
         await db.dispose_engines()
 
 
-def serve_tree(tree: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    """`tarakan serve` from another source tree (`python -m` imports from its working directory)."""
-    base = f"http://127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", base.rsplit(":", 1)[1]],
-        env={**os.environ, **env, "BASE_URL": base},
-        cwd=tree,
-        preexec_fn=pdeathsig(signal.SIGTERM),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_http(f"{base}/healthz")
-    except BaseException:
-        stop(proc)
-        raise
-    return proc, base
-
-
 def run(tier_name: str, runs: int, target_urls: int, baseline: str | None = None) -> dict[str, Any]:
-    tier = TIERS[tier_name]
     with throwaway_services("tarakan-sitemap-bench-") as services:
         procs, dsn = services.procs, services.dsn
-        env = {"DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench"}
-        os.environ.update(env)
-        from app.migrate import upgrade_to_head
-
-        upgrade_to_head()
+        env = services.use()
         started = time.perf_counter()
-        rows = generate(dsn, tier)
+        rows, _ = timed_generate(dsn, tier_name)
         add_patterns(dsn)
         if target_urls:
             top_up_findings(dsn, target_urls)
@@ -321,8 +279,8 @@ def run(tier_name: str, runs: int, target_urls: int, baseline: str | None = None
                 rows["scan_findings"] = int(counted[0])
         expected = expected_urls(dsn)
         total_expected = sum(expected.values())
-        print(f"[{tier.name}] generated in {time.perf_counter() - started:.0f}s; expected URLs {expected}", flush=True)
-        results: dict[str, Any] = {"tier": tier.name, "rows": rows, "expected": expected, "runs": runs}
+        print(f"[{tier_name}] generated in {time.perf_counter() - started:.0f}s; expected URLs {expected}", flush=True)
+        results: dict[str, Any] = {"tier": tier_name, "rows": rows, "expected": expected, "runs": runs}
         results["stats"] = asyncio.run(stats_costs(20))
         print(f"  stats cache: {results['stats']}", flush=True)
 
@@ -331,12 +289,10 @@ def run(tier_name: str, runs: int, target_urls: int, baseline: str | None = None
         # (the first run shows the cold cost)
         single_env = {**env, "SITEMAP_INDEX_THRESHOLD": str(10**9), "SITEMAP_MAX_URLS": str(10**8),
                       "REGISTRY_STATS_TTL": "3600", "SITEMAP_CACHE_TTL": "3600"}  # fmt: skip
-        proc, base = start_server(single_env, quiet=True)
-        procs.append(proc)
+        proc, base = services.serve(single_env)
         old: tuple[str, int] | None = None
         if baseline:  # the same server from another source tree (e.g. the commit before a change)
-            old_proc, old_base = serve_tree(baseline, single_env)
-            procs.append(old_proc)
+            old_proc, old_base = services.serve(single_env, cwd=Path(baseline))
             old = (old_base, old_proc.pid)
         assert services.pg.proc is not None
         results["single"] = run_single((base, proc.pid), old, services.pg.proc.pid, runs, total_expected)
@@ -344,10 +300,7 @@ def run(tier_name: str, runs: int, target_urls: int, baseline: str | None = None
         for p in procs[-2:] if old else procs[-1:]:
             stop(p)
 
-        proc, base = start_server(
-            {**env, "SITEMAP_INDEX_THRESHOLD": "1"}, quiet=True
-        )  # Tier B is an index anyway; A is not
-        procs.append(proc)
+        proc, base = services.serve({**env, "SITEMAP_INDEX_THRESHOLD": "1"})  # Tier B is an index anyway; A is not
         results["index"] = run_index(base, proc.pid, runs, total_expected)
         stop(proc)
     return results
@@ -446,24 +399,15 @@ def render(r: dict[str, Any], command: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tier", choices=sorted(TIERS), default="B")
-    parser.add_argument("--runs", type=int, default=5)
+    parser = bench_parser(__doc__, runs=5)
     parser.add_argument(
         "--urls", type=int, default=1_000_000, help="top findings up to this many URLs (0: as generated)"
     )
     parser.add_argument(
         "--baseline", metavar="DIR", help="also serve this source tree (PYTHONPATH) and interleave its plain runs"
     )
-    parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    results = run(args.tier, args.runs, args.urls, args.baseline)
-    md = render(results, "python -m bench.sitemap_bench " + " ".join(sys.argv[1:]))
-    print(md)
-    (ROOT / "bench" / "out").mkdir(exist_ok=True)
-    (ROOT / "bench" / "out" / "sitemap.json").write_text(json.dumps(results, indent=2, default=str))
-    if not args.no_write:
-        write_section(md, HEADING)
+    publish("sitemap", run(args.tier, args.runs, args.urls, args.baseline), render, HEADING, args)
     return 0
 
 

@@ -13,8 +13,6 @@ the figures are the capacity of the whole box, not of the web tier alone. Raw re
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import os
 import re
@@ -27,13 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 
-from app.devservices import free_port
-from bench.common import write_section
-from bench.generate import TIERS, generate
+from bench.common import backfill, bench_parser, publish, timed_generate, vacuum_analyze
+from bench.generate import TIERS
 from bench.services import throwaway_services
-from tests.harness import ROOT, spawn, stop, wait_http
+from tests.harness import start_server, stop
 
 HEADING = "## Many processes under wrk"
 HOT_TITLE = "shared pattern 1 injection in handler"  # the hottest pattern of bench/generate.py
@@ -99,38 +95,18 @@ def run(tier_name: str, connections: int, duration: float, threads: int) -> dict
     tier = TIERS[tier_name]
     results: dict[str, Any] = {"tier": tier.name, "connections": connections, "duration_s": duration, "runs": []}
     with throwaway_services(f"tarakan-wrk-{tier.name}-") as services:
-        env = {**os.environ, "DATABASE_URL": services.pg.url, "REDIS_URL": services.redis.url, "SECRET_KEY": "bench"}
-        os.environ.update(env)
-        from app.migrate import upgrade_to_head
-
-        upgrade_to_head()
-        results["rows"] = generate(services.dsn, tier)
-
-        async def backfill() -> int:
-            from app.infestations import maintenance
-            from app.kernel import db
-
-            try:
-                return await maintenance.backfill(progress=lambda m: print("  " + m, flush=True), concurrency=3)
-            finally:
-                await db.dispose_engines()
-
+        env = services.use()
+        results["rows"], _ = timed_generate(services.dsn, tier_name)
         started = time.perf_counter()
-        results["backfill_keys"] = asyncio.run(backfill())
+        results["backfill_keys"] = backfill(lambda m: print("  " + m, flush=True), concurrency=3)
         print(f"[{tier.name}] backfill {results['backfill_keys']} keys in {time.perf_counter() - started:.0f}s")
-        with psycopg.connect(services.dsn, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
+        vacuum_analyze(services.dsn)
         from app.reports.finding_memory import pattern_key
 
         for processes in (1, 2):
-            base = f"http://127.0.0.1:{free_port()}"
             log = Path(services.pg.data_dir).parent / f"serve-{processes}.log"
-            proc = spawn(
-                "serve", "--port", base.rsplit(":", 1)[1], "--workers", str(processes),
-                env={**env, "BASE_URL": base}, log=log,
-            )  # fmt: skip
+            proc, base = start_server(env, args=("--workers", str(processes)), log=log, timeout=60)
             try:
-                wait_http(f"{base}/healthz", timeout=60)
                 paths = {
                     "index": "/infestations",
                     "show (hottest)": f"/infestations/{pattern_key(HOT_TITLE)}",
@@ -207,23 +183,15 @@ def render(results: dict[str, Any], command: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tier", choices=sorted(TIERS), default="B")
+    parser = bench_parser(__doc__)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--duration", type=float, default=15)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
         return 1
-    results = run(args.tier, args.connections, args.duration, args.threads)
-    (ROOT / "bench" / "out").mkdir(exist_ok=True)
-    (ROOT / "bench" / "out" / "wrk.json").write_text(json.dumps(results, indent=2, default=str))
-    md = render(results, "python -m bench.wrk_bench " + " ".join(sys.argv[1:]))
-    print(md)
-    if not args.no_write:
-        write_section(md, HEADING)
+    publish("wrk", run(args.tier, args.connections, args.duration, args.threads), render, HEADING, args)
     return 0
 
 

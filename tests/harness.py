@@ -23,16 +23,17 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 def spawn(
-    *args: str, env: dict[str, str] | None = None, log: Path | None = None, quiet: bool = False
+    *args: str, env: dict[str, str] | None = None, log: Path | None = None, quiet: bool = False, cwd: Path = ROOT
 ) -> subprocess.Popen[bytes]:
     """A `tarakan` process that dies with its parent, even on SIGKILL. With `log`, its stdout and stderr go to
-    that file (to wait for a log line or show it on failure); `quiet` discards them; otherwise they are ours."""
+    that file (to wait for a log line or show it on failure); `quiet` discards them; otherwise they are ours.
+    `cwd`: the source tree it runs (`python -m` imports from there; a benchmark's baseline tree)."""
     with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
         target = subprocess.DEVNULL if quiet else out
         return subprocess.Popen(
             [sys.executable, "-m", "app.cli", *args],
             env={**os.environ, **(env or {})},
-            cwd=ROOT,
+            cwd=cwd,
             preexec_fn=pdeathsig(signal.SIGTERM),
             stdout=target,
             stderr=subprocess.STDOUT if out is not None else target,
@@ -65,12 +66,23 @@ def stop(proc: subprocess.Popen[bytes], sig: signal.Signals = signal.SIGINT, tim
         proc.wait(5)
 
 
-def start_server(env: dict[str, str] | None = None, *, quiet: bool = False) -> tuple[subprocess.Popen[bytes], str]:
-    """`tarakan serve` on a free loopback port, answering /healthz; returns the process and its base URL."""
+def start_server(
+    env: dict[str, str] | None = None,
+    *,
+    quiet: bool = False,
+    args: tuple[str, ...] = (),
+    log: Path | None = None,
+    cwd: Path = ROOT,
+    timeout: float = 30,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`tarakan serve ARGS` on a free loopback port, answering /healthz; returns the process and its base URL.
+    `args`: more serve options (`--workers 2`); `log`, `quiet`, `cwd`: as for `spawn`."""
     base = f"http://127.0.0.1:{free_port()}"
-    proc = spawn("serve", "--port", base.rsplit(":", 1)[1], env={**(env or {}), "BASE_URL": base}, quiet=quiet)
+    port = base.rsplit(":", 1)[1]
+    env = {**(env or {}), "BASE_URL": base}
+    proc = spawn("serve", "--port", port, *args, env=env, log=log, quiet=quiet, cwd=cwd)
     try:
-        wait_http(f"{base}/healthz")
+        wait_http(f"{base}/healthz", timeout=timeout)
     except BaseException:
         stop(proc)
         raise
