@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 
 from app.registry.models import Repository
+from jobs import queue
 from tests.sql import scalar
 
 PASSWORD = "correct horse battery staple"
@@ -81,3 +84,19 @@ async def submit_burst(servers: Sequence[str], bearer: dict[str, str], repos: Se
 
         responses = await asyncio.gather(*(submit(i) for i in range(BURST)))
     assert [r.status_code for r in responses] == [201] * BURST, [r.text for r in responses if r.status_code != 201]
+
+
+async def run_singletons_three_times(slot: str) -> dict[str, list[bool]]:
+    """Three triggers of the hourly and the nightly singleton for one slot, all due at the same instant (as when
+    every worker's cron fires on time); what each trigger returned (True: it ran the slot), sorted."""
+    due = datetime.now(UTC) + timedelta(seconds=1)
+    redis = await queue.pool()
+    triggers: dict[str, list[Any]] = {}
+    for n in range(3):
+        for job_name in ("recompute_windows_job", "reconcile_job"):
+            job = await redis.enqueue_job(
+                job_name, slot=slot, _job_id=f"{job_name}:{slot}:{n}:{uuid.uuid4().hex}", _defer_until=due
+            )
+            assert job is not None
+            triggers.setdefault(job_name, []).append(job)
+    return {name: sorted([await job.result(timeout=30) for job in jobs]) for name, jobs in triggers.items()}

@@ -21,7 +21,6 @@ import signal
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,6 +51,7 @@ from tests.system.support import (
     dirty_count,
     eventually,
     no_dirty_key,
+    run_singletons_three_times,
     submit_burst,
 )
 
@@ -197,18 +197,7 @@ async def test_hourly_and_nightly_jobs_triggered_on_both_workers_run_once_per_sl
     # Three triggers per job for one slot, all due at the same instant (as when every worker's cron fires on
     # time): a worker takes up to max_jobs=4 due jobs at once, so at least two triggers of one job run
     # concurrently inside one worker, and the other worker takes what is left.
-    due = datetime.now(UTC) + timedelta(seconds=1)
-    redis = await queue.pool()
-    triggers: dict[str, list[Any]] = {}
-    for n in range(3):
-        for job_name in ("recompute_windows_job", "reconcile_job"):
-            job = await redis.enqueue_job(
-                job_name, slot=slot, _job_id=f"{job_name}:{slot}:{n}:{uuid.uuid4().hex}", _defer_until=due
-            )
-            assert job is not None
-            triggers.setdefault(job_name, []).append(job)
-
-    results = {name: sorted([await job.result(timeout=30) for job in jobs]) for name, jobs in triggers.items()}
+    results = await run_singletons_three_times(slot)
     logs = "\n".join(fleet.worker_log(p) for p in fleet.workers)
     assert results == {"recompute_windows_job": [False, False, True], "reconcile_job": [False, False, True]}, logs
 

@@ -32,7 +32,6 @@ import socket
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -52,7 +51,6 @@ from app.devservices import free_port, pdeathsig
 from app.infestations.queries import list_infestations_rollup
 from app.infestations.shadow import shadow_compare_all
 from e2e.seed import seed_pattern
-from jobs import queue
 from tests import factories
 from tests.harness import spawn, stop
 from tests.sql import get_while_locked, rows, scalar
@@ -64,6 +62,7 @@ from tests.system.support import (
     WORKER_ENV,
     eventually,
     no_dirty_key,
+    run_singletons_three_times,
     submit_burst,
 )
 
@@ -300,17 +299,7 @@ async def test_a_burst_on_both_servers_is_drained_and_paged_with_cursors(fleet: 
 async def test_hourly_and_nightly_jobs_run_once_per_slot_through_pgbouncer(fleet: Fleet) -> None:
     await seed_pattern(TITLES[0], repos=2)
     slot = (datetime.now(UTC) + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0).isoformat()
-    due = datetime.now(UTC) + timedelta(seconds=1)
-    redis = await queue.pool()
-    triggers: dict[str, list[Any]] = {}
-    for n in range(3):
-        for job_name in ("recompute_windows_job", "reconcile_job"):
-            job = await redis.enqueue_job(
-                job_name, slot=slot, _job_id=f"{job_name}:{slot}:{n}:{uuid.uuid4().hex}", _defer_until=due
-            )
-            assert job is not None
-            triggers.setdefault(job_name, []).append(job)
-    results = {name: sorted([await job.result(timeout=30) for job in jobs]) for name, jobs in triggers.items()}
+    results = await run_singletons_three_times(slot)
     assert results == {"recompute_windows_job": [False, False, True], "reconcile_job": [False, False, True]}
     # (other singletons, such as the export a takedown asks for, may have run meanwhile: only these two count)
     done = await rows(
