@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.infestations.models import COUNTS, STATUS_WINDOWS, STATUSES, WINDOWED_AGGREGATES, WINDOWS
 from app.kernel import db
 from app.kernel.metrics import REFRESH_DURATION, REFRESH_ERRORS, REFRESH_INSTANCES
-from app.kernel.public import PUBLIC_JOIN
+from app.kernel.public import LISTED_REPOSITORY, PUBLIC_SCAN
 
 # Status rank of the representative instance: open-preferring, then newest (docs/domain.md §4.2).
 _STATUS_RANK = "CASE status WHEN 'open' THEN 0 WHEN 'disputed' THEN 1 WHEN 'verified' THEN 2 ELSE 3 END"
@@ -94,21 +94,28 @@ def _sync_instances(shape: str) -> str:
     """One row per canonical of the public join set (docs/domain.md §3), carrying its newest PUBLIC occurrence as
     the sample. The keys' instance rows are reconciled with it in one statement: rows that really changed are updated
     (a refresh of a hot key under a storm rewrites a handful of its 10^4 rows, not all of them), rows that left the
-    join set are deleted, and a canonical whose pattern_key changed has its row moved here from its old key."""
+    join set are deleted, and a canonical whose pattern_key changed has its row moved here from its old key.
+    The sample is a LATERAL probe per canonical (occurrences by canonical_finding_id, newest first): the cost follows
+    the keys' canonicals, where a join over every occurrence had the planner hash the whole occurrence table for
+    each refresh (10^7 rows at Tier C: most of a hot key's refresh and of each backfill range)."""
     excluded = ", ".join(f"EXCLUDED.{c}" for c in _INSTANCE_COLUMNS.split(", "))
     return f"""
 WITH src AS (
-  SELECT DISTINCT ON (c.id)
+  SELECT
     c.id AS canonical_finding_id, c.pattern_key, c.repository_id, c.status, c.severity,
     COALESCE(NULLIF(c.title, ''), 'Unknown pattern') AS title, c.file_path,
-    f.public_id AS sample_occurrence_public_id, s.id AS sample_scan_id, s.commit_sha AS sample_commit_sha,
+    o.public_id AS sample_occurrence_public_id, o.scan_id AS sample_scan_id, o.commit_sha AS sample_commit_sha,
     c.inserted_at, c.updated_at
   FROM canonical_findings c
   JOIN repositories r ON r.id = c.repository_id
-  JOIN scan_findings f ON f.canonical_finding_id = c.id
-  JOIN scans s ON s.id = f.scan_id
-  WHERE {_keys(shape, "c")} AND c.pattern_key <> '' AND {PUBLIC_JOIN}
-  ORDER BY c.id, s.inserted_at DESC, f.id DESC
+  CROSS JOIN LATERAL (
+    SELECT f.public_id, s.id AS scan_id, s.commit_sha
+    FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+    WHERE f.canonical_finding_id = c.id AND {PUBLIC_SCAN}
+    ORDER BY s.inserted_at DESC, f.id DESC
+    LIMIT 1
+  ) o
+  WHERE {_keys(shape, "c")} AND c.pattern_key <> '' AND {LISTED_REPOSITORY}
 ),
 upserted AS (
   INSERT INTO infestation_pattern_instances AS i (canonical_finding_id, {_INSTANCE_COLUMNS})
