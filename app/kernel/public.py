@@ -3,8 +3,8 @@
 A finding is public when its repository is `listed` AND the report (scan) that carries it is `public`
 (not `public_summary`, not `restricted`). Every read or write that decides what anonymous visitors, crawlers and
 the infestation rollups may see splices these fragments instead of spelling the condition out again: the
-projection and its maintenance, the legacy atlas reads, the cutover gate, the outbox (dirty-key discovery),
-search, the sitemap and the indexable findings.
+projection and its maintenance, the legacy atlas reads, the cutover gate, the outbox (dirty-key discovery), the
+change feed and the bulk export, search, the sitemap and the indexable findings.
 
 Aliases are fixed by convention: `r` repositories, `s` scans, `f` scan_findings (occurrences), `c`
 canonical_findings. Use the functions when a query needs another alias or none.
@@ -31,8 +31,8 @@ def public_scan(alias: str | None = "s") -> str:
 LISTED_REPOSITORY = listed_repository()
 PUBLIC_SCAN = public_scan()
 
-# An occurrence row joined to its scan `s` and repository `r` is in the join set (indexable findings, the
-# projection's per-canonical sample, the legacy instance ledger).
+# An occurrence row joined to its scan `s` and repository `r` is in the join set (indexable findings, the legacy
+# instance ledger, the change feed's diff, the export; the projection's sample probe splices the two halves).
 PUBLIC_JOIN = f"{PUBLIC_SCAN} AND {LISTED_REPOSITORY}"
 
 # The canonical `c` has at least one public occurrence, whatever its repository's listing. EXISTS rather than a
