@@ -43,7 +43,7 @@ from bench.common import (
     timed_generate,
     vacuum_analyze,
 )
-from bench.infestations_bench import poll_lag
+from bench.infestations_bench import poll_lag, probe_report
 from bench.services import throwaway_services
 from tests.harness import ROOT, spawn, start_server, stop
 
@@ -223,21 +223,7 @@ async def run_step(
 
         async def submit(n: int) -> None:
             host, owner, name = repos[rng.randrange(len(repos))]
-            shared = rng.randrange(2, 3000)  # shared patterns (not the hot one) and fresh ones, as the lag bench
-            title = f"shared pattern {shared} injection in handler" if rng.random() < 0.5 else f"fresh finding {n} cap"
-            body = {
-                "commit_sha": f"{n:040x}",
-                "model": "bench",
-                "prompt_version": "bench/capacity",
-                "run_id": f"cap-{n}",
-                "document": {
-                    "tarakan_scan_format": 1,
-                    "findings": [
-                        {"file": f"cap/file_{n}.py", "severity": "high", "title": title, "description": "capacity probe",
-                         "line_start": 1 + n % 1000}
-                    ],
-                },
-            }  # fmt: skip
+            body = probe_report(n, rng, "cap")
             url = f"{bases[n % len(bases)]}/api/v1/repos/{host}/{owner}/{name}/reports"
             started = time.perf_counter()
             try:

@@ -205,6 +205,16 @@ async def measure_refresh(results: dict[str, Any]) -> None:
     print(f"  refresh hot key: {json.dumps(results['refresh_hot'])}", flush=True)
 
 
+def probe_report(n: int, rng: random.Random, kind: str) -> dict[str, Any]:
+    """Report n of a lag or capacity run: one finding, half on shared patterns (not the hot one), half fresh."""
+    shared = rng.randrange(2, 3000)
+    title = f"shared pattern {shared} injection in handler" if rng.random() < 0.5 else f"fresh finding {n} {kind}"
+    finding = {"file": f"{kind}/file_{n}.py", "severity": "high", "title": title, "description": f"{kind} probe",
+               "line_start": 1 + n % 1000}  # fmt: skip
+    return {"commit_sha": f"{n:040x}", "model": "bench", "prompt_version": f"bench/{kind}", "run_id": f"{kind}-{n}",
+            "document": {"tarakan_scan_format": 1, "findings": [finding]}}  # fmt: skip
+
+
 async def poll_lag(
     dsn: str, pending: dict[int, float], lags: list[float], done: asyncio.Event, last_submit: list[float]
 ) -> None:
@@ -253,21 +263,7 @@ async def measure_lag(dsn: str, results: dict[str, Any], rate: float, seconds: f
     n = 0
     while time.perf_counter() - start < seconds:
         host, owner, name = repos[rng.randrange(len(repos))]
-        shared = rng.randrange(2, 3000)  # shared patterns, not the hot one
-        title = f"shared pattern {shared} injection in handler" if rng.random() < 0.5 else f"fresh finding {n} xyz"
-        body = {
-            "commit_sha": f"{n:040x}",
-            "model": "bench",
-            "prompt_version": "bench/lag",
-            "run_id": f"lag-{n}",
-            "document": {
-                "tarakan_scan_format": 1,
-                "findings": [
-                    {"file": f"lag/file_{n}.py", "severity": "high", "title": title, "description": "lag probe",
-                     "line_start": 1 + n % 1000}
-                ],
-            },
-        }  # fmt: skip
+        body = probe_report(n, rng, "lag")
         out = await submit_report(account, host, owner, name, body)
         committed = time.perf_counter()
         last_submit[0] = committed
