@@ -108,14 +108,17 @@ def public_routes(host: str, owner: str, name: str, finding: str, pattern: str) 
         Route("/api/v1/reports/{}/confirmations", ("1",), JSON),
         Route("/api/v1/repositories", (), JSON),
         Route("/api/v1/openapi.json", (), JSON),
+        Route("/api/v1/changes", (), JSON),
+        Route("/exports/manifest.json", (), JSON),
+        Route("/exports/{}", ("findings.ndjson.gz",), JSON),  # .gz: a machine document
         Route("/api/v1/{}", ("nothing",), JSON),
     ]
 
 
 def documented_kind(path: str) -> str:
-    """The documented format rule (app/kernel/web.py) for a URL whose `..` segment the client resolved away from
-    its route (`/api/v1/..` is `/api`, which is not under `/api/`)."""
-    machine = path.startswith("/api/") or path.endswith((".json", ".atom", ".xml", ".txt", ".sarif"))
+    """The documented format rule (app/kernel/web.py) for the path as sent: a hostile segment may drop the route's
+    suffix (`/exports/%00`), or the client resolves a `..` away from its route (`/api/v1/..` is `/api`)."""
+    machine = path.startswith("/api/") or path.endswith((".json", ".atom", ".xml", ".txt", ".sarif", ".gz"))
     return JSON if machine else HTML
 
 
@@ -124,14 +127,14 @@ def hostile_urls(routes: list[Route]) -> list[tuple[str, str]]:
     urls: list[tuple[str, str]] = []
     for route in routes:
         valid = route.template.format(*route.values)
-        prefix = route.template.split("{")[0]
         for slot in range(len(route.values)):
             for value in HOSTILE:
                 segments = [*route.values]
                 segments[slot] = value
                 url = route.template.format(*segments)
                 sent = httpx.URL(f"http://testserver{url}").path
-                urls.append((url, route.kind if sent.startswith(prefix) else documented_kind(sent)))
+                # the format rule reads the path as sent: a hostile last segment drops a suffix such as `.gz`
+                urls.append((url, ANY if route.kind == ANY else documented_kind(sent)))
         for query_name in QUERY_NAMES:
             for value in HOSTILE:
                 urls.append((f"{valid}?{query_name}={value}", route.kind))
