@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 import psycopg
+from sqlalchemy import text
 
 from bench.common import pct, write_section
 from bench.generate import TIERS, Tier, generate, restore_tier, save_tier
@@ -196,13 +197,89 @@ def measure_guard(dsn: str, results: dict[str, Any], runs: int) -> None:
         print(f"  guard {name}: {json.dumps(results[f'guard_{name}'])}", flush=True)
 
 
-async def measure_refresh(results: dict[str, Any]) -> None:
+async def measure_refresh(results: dict[str, Any], runs: int = 5) -> None:
+    """The hot key's refresh after one of its canonicals changed status, from source in full and scoped to that
+    canonical's repository (docs/domain.md §5.2), interleaved; then the scoped result is checked against a full
+    refresh at this scale (the projection of the key, write clocks aside)."""
     from app.infestations import projection
+    from app.kernel import db
     from app.reports.finding_memory import pattern_key
 
     hot = pattern_key(HOT_TITLE)
-    results["refresh_hot"] = summary(await timed(lambda: projection.refresh_pattern(hot, reason="bench"), 5, warmup=1))
-    print(f"  refresh hot key: {json.dumps(results['refresh_hot'])}", flush=True)
+    flip = text(
+        "UPDATE canonical_findings SET status = CASE status WHEN 'fixed' THEN 'open' ELSE 'fixed' END, "
+        "updated_at = now() WHERE id = :id"
+    )
+    async with db.read_session(replica=False) as session:
+        picks = list(
+            await session.execute(
+                text(
+                    "SELECT canonical_finding_id, repository_id FROM infestation_pattern_instances "
+                    "WHERE pattern_key = :k ORDER BY md5(canonical_finding_id::text) LIMIT :n"
+                ),
+                {"k": hot, "n": 2 * runs + 3},
+            )
+        )
+    timings: dict[str, list[float]] = {"full": [], "scoped": []}
+    for n in range(runs + 1):  # run 0 warms up
+        for scope in ("full", "scoped") if n % 2 else ("scoped", "full"):
+            canonical_id, repository_id = picks.pop()
+            async with db.transaction() as session:
+                await session.execute(flip, {"id": canonical_id})
+            t = time.perf_counter()
+            await projection.refresh_pattern(
+                hot, reason="bench", repositories=(repository_id,) if scope == "scoped" else None
+            )
+            if n:
+                timings[scope].append(time.perf_counter() - t)
+    results["refresh_hot"] = summary(timings["full"])
+    results["refresh_hot_scoped"] = summary(timings["scoped"])
+    results["refresh_hot_scoped_equal"] = await _scoped_equals_full(hot, picks.pop())
+    print(
+        f"  refresh hot key: full {json.dumps(results['refresh_hot'])}, scoped {json.dumps(results['refresh_hot_scoped'])}"
+        f", equal to full: {results['refresh_hot_scoped_equal']}",
+        flush=True,
+    )
+
+
+async def _scoped_equals_full(key: str, pick: Any) -> bool:
+    from app.infestations import projection
+    from app.kernel import db
+
+    projected = {
+        "infestation_pattern_instances": "canonical_finding_id",
+        "infestation_pattern_repos": "repository_id",
+        "infestation_pattern_status_windows": "status, window_days",
+        "infestation_patterns": "pattern_key",
+    }
+
+    async def state() -> list[str]:
+        async with db.read_session(replica=False) as session:
+            return [
+                str(
+                    (
+                        await session.execute(
+                            text(
+                                f"SELECT md5(string_agg((to_jsonb(t) - 'inserted_at' - 'updated_at' - 'refreshed_at')"
+                                f"::text, ',' ORDER BY {order})) FROM {table} t WHERE pattern_key = :k"
+                            ),
+                            {"k": key},
+                        )
+                    ).scalar_one()
+                )
+                for table, order in projected.items()
+            ]
+
+    canonical_id, repository_id = pick
+    async with db.transaction() as session:
+        await session.execute(
+            text("UPDATE canonical_findings SET status = 'disputed', updated_at = now() WHERE id = :id"),
+            {"id": canonical_id},
+        )
+    await projection.refresh_pattern(key, reason="bench", repositories=(repository_id,))
+    scoped = await state()
+    await projection.refresh_pattern(key, reason="bench")
+    return scoped == await state()
 
 
 def probe_report(n: int, rng: random.Random, kind: str) -> dict[str, Any]:
@@ -556,7 +633,8 @@ def render(all_results: list[dict[str, Any]], command: str) -> str:
             ("instances_page_deep", "list_instances_page, page 21 (hot key)"),
             ("pattern_repos_page", "list_pattern_repos_page 64 (hot key)"),
             ("repo_infestations", "list_repository_infestations (busiest repository)"),
-            ("refresh_hot", "refresh_pattern of the hot key"),
+            ("refresh_hot", "refresh_pattern of the hot key, one canonical changed: from source in full"),
+            ("refresh_hot_scoped", "the same, scoped to the changed canonical's repository (the drain's case)"),
             ("lag", "commit-to-rollup lag (real worker)"),
             ("page_index", "GET /infestations, client round trip"),
             ("page_show_hot", "GET /infestations/{hot key}, client round trip"),
@@ -576,6 +654,11 @@ def render(all_results: list[dict[str, Any]], command: str) -> str:
             lines.append(
                 f"Lag run: {lag['reports']} reports at {lag['rate_per_s']:.1f}/s, {lag['unreflected']} not reflected "
                 "at the end."
+            )
+        if "refresh_hot_scoped_equal" in r:
+            lines.append(
+                "Scoped refresh of the hot key checked against a full refresh of it in this run (instances, "
+                f"memberships, status windows, pattern row): {'equal' if r['refresh_hot_scoped_equal'] else 'DIFFERENT'}."
             )
         if "page_show_hot" in r:
             lines.append(f"Show page HTML of the hot key: {r['page_show_hot']['html_bytes']:,} bytes.")

@@ -34,6 +34,7 @@ class ClaimedKey:
     version: int
     attempts: int
     reason: str
+    repositories: tuple[int, ...] | None = None  # the repositories whose rows changed; None: the whole key
 
 
 @dataclass
@@ -72,7 +73,7 @@ UPDATE infestation_dirty_keys d
 SET claimed_by = :me, claimed_until = now() + make_interval(secs => :claim_seconds), attempts = d.attempts + 1
 FROM candidates c
 WHERE d.pattern_key = c.pattern_key AND c.pattern_key NOT IN (SELECT pattern_key FROM cooling)
-RETURNING d.pattern_key, d.version, d.attempts, d.reason
+RETURNING d.pattern_key, d.version, d.attempts, d.reason, d.repository_ids
 """
 
 # Delete only the version we refreshed (and only while the claim is ours).
@@ -115,7 +116,16 @@ async def claim_dirty_keys(worker_id: str, batch_size: int, *, throttle: bool = 
     async with db.transaction() as session:
         rows = (await session.execute(text(_CLAIM), params)).all()
     return sorted(
-        (ClaimedKey(r.pattern_key, int(r.version), int(r.attempts), r.reason) for r in rows),
+        (
+            ClaimedKey(
+                r.pattern_key,
+                int(r.version),
+                int(r.attempts),
+                r.reason,
+                None if r.repository_ids is None else tuple(int(i) for i in r.repository_ids),
+            )
+            for r in rows
+        ),
         key=lambda c: c.pattern_key,
     )
 
@@ -186,7 +196,7 @@ async def _release_claims(keys: list[str], me: str) -> None:
 async def _drain_one(claim: ClaimedKey, me: str, throttle: bool, result: DrainResult) -> None:
     started = time.monotonic()
     try:
-        await refresh_pattern(claim.pattern_key, reason=claim.reason)
+        await refresh_pattern(claim.pattern_key, reason=claim.reason, repositories=claim.repositories)
     except Exception:
         log.exception("refresh of %s failed (attempt %d); retrying with backoff", claim.pattern_key, claim.attempts)
         result.failed += 1

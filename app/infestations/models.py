@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Index, Integer, Text, Uuid, func, text
+from sqlalchemy import ARRAY, BigInteger, DateTime, ForeignKey, Index, Integer, Text, Uuid, func, text
 from sqlalchemy.orm import Mapped, MappedColumn, mapped_column
 
 from app.kernel.db import Base
@@ -169,7 +169,8 @@ class InfestationPatternStatusWindow(Base):
 class InfestationDirtyKey(Base):
     """Pending rollup work (authoritative until drained): written in the same transaction as the change.
 
-    `version` grows on every re-dirty, so a worker deletes only the version it refreshed."""
+    `version` grows on every re-dirty, so a worker deletes only the version it refreshed. `repository_ids` names the
+    repositories whose rows of the key changed (the scoped refresh of docs/domain.md §5.2); NULL = the whole key."""
 
     __tablename__ = "infestation_dirty_keys"
     __table_args__ = (Index("infestation_dirty_keys_available_idx", "available_at"),)
@@ -183,3 +184,4 @@ class InfestationDirtyKey(Base):
     claimed_by: Mapped[str | None] = mapped_column(Text)
     claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    repository_ids: Mapped[list[int] | None] = mapped_column(ARRAY(BigInteger))

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.infestations.models import COUNTS, STATUS_WINDOWS, STATUSES, WINDOWED_AGGREGATES, WINDOWS
 from app.kernel import db
-from app.kernel.metrics import REFRESH_DURATION, REFRESH_ERRORS, REFRESH_INSTANCES
+from app.kernel.metrics import REFRESH_DURATION, REFRESH_ERRORS, REFRESH_INSTANCES, REFRESH_SCOPES
 from app.kernel.public import LISTED_REPOSITORY, PUBLIC_SCAN
 
 # Status rank of the representative instance: open-preferring, then newest (docs/domain.md §4.2).
@@ -59,20 +59,26 @@ _RANGE_WORK_MEM = "SET LOCAL work_mem = '128MB'"
 
 @dataclass(frozen=True)
 class Keys:
-    """The keys a statement projects: one `key`, or every key in `[lo, hi)` (`hi` None: no upper bound)."""
+    """The rows a statement projects: one `key` (only its rows in `repositories` when given), or every key in
+    `[lo, hi)` (`hi` None: no upper bound)."""
 
     key: str | None = None
     lo: str = ""
     hi: str | None = None
+    repositories: tuple[int, ...] | None = None
 
     @property
     def shape(self) -> str:
-        return "key" if self.key is not None else "range" if self.hi is not None else "open_range"
+        if self.key is not None:
+            return "key" if self.repositories is None else "key_repositories"
+        return "range" if self.hi is not None else "open_range"
 
     @property
-    def params(self) -> dict[str, str]:
+    def params(self) -> dict[str, object]:
         if self.key is not None:
-            return {"key": self.key}
+            if self.repositories is None:
+                return {"key": self.key}
+            return {"key": self.key, "repositories": list(self.repositories)}
         return {"lo": self.lo} if self.hi is None else {"lo": self.lo, "hi": self.hi}
 
 
@@ -80,6 +86,8 @@ def _keys(shape: str, alias: str) -> str:
     column = f"{alias}.pattern_key"
     if shape == "key":
         return f"{column} = :key"
+    if shape == "key_repositories":
+        return f"{column} = :key AND {alias}.repository_id = ANY(CAST(:repositories AS bigint[]))"
     return f"{column} >= :lo" + (f" AND {column} < :hi" if shape == "range" else "")
 
 
@@ -356,29 +364,64 @@ async def _delete_projection(session: AsyncSession, key: str) -> None:
         await session.execute(text(f"DELETE FROM {table} WHERE pattern_key = :key"), {"key": key})
 
 
-async def refresh_pattern(pattern_key: str, *, reason: str = "manual") -> int:
+async def refresh_pattern(
+    pattern_key: str, *, reason: str = "manual", repositories: tuple[int, ...] | None = None
+) -> int:
     """Recompute one key's instances, memberships, pattern row and status windows from source, in one transaction.
+
+    `repositories` (the dirty-key queue's scope, docs/domain.md §5.2 "Scoped refresh"): only the key's rows in these
+    repositories changed, so only their instances and memberships are re-projected from source; the pattern row and
+    status windows are then re-aggregated from the key's instance rows as in the full refresh, so the result is the
+    same. A key without a pattern row yet is refreshed in full.
 
     Returns the number of instances the key now has (its public join set); 0 means the key left the public join
     set and its projection was hard-deleted (its show page then 404s). Serialized per key by a transaction-scoped
     advisory lock. Only rows that really changed are written (the pattern row always is: `refreshed_at`)."""
     started = time.perf_counter()
+    scope = "key"
     try:
         async with db.transaction() as session:
             await session.execute(text(_LOCK_KEY), _lock_key_params(pattern_key))
-            keys = Keys(key=pattern_key)
-            synced = (await session.execute(text(_sync_instances(keys.shape)), keys.params)).mappings().one()
-            instances = int(synced["instances"])
-            if instances == 0:
-                await _delete_projection(session, pattern_key)
+            if repositories is not None and await _projected(session, pattern_key):
+                scope = "repositories"
+                instances = await _refresh_scoped(session, Keys(key=pattern_key, repositories=repositories))
             else:
-                await _project_from_instances(session, keys)
+                keys = Keys(key=pattern_key)
+                synced = (await session.execute(text(_sync_instances(keys.shape)), keys.params)).mappings().one()
+                instances = int(synced["instances"])
+                if instances == 0:
+                    await _delete_projection(session, pattern_key)
+                else:
+                    await _project_from_instances(session, keys)
     except Exception:
         REFRESH_ERRORS.inc()
         raise
     REFRESH_DURATION.labels(reason=reason).observe(time.perf_counter() - started)
     REFRESH_INSTANCES.labels(reason=reason).observe(instances)
+    REFRESH_SCOPES.labels(scope=scope).inc()
     return instances
+
+
+async def _projected(session: AsyncSession, key: str) -> bool:
+    found = await session.execute(text("SELECT 1 FROM infestation_patterns WHERE pattern_key = :key"), {"key": key})
+    return found.first() is not None
+
+
+async def _refresh_scoped(session: AsyncSession, scoped: Keys) -> int:
+    """The scoped refresh's statements: the same as the full refresh's, with the source sync and the memberships
+    limited to the scope's repositories and the key-wide aggregates over the key. Returns the key's instances."""
+    assert scoped.key is not None
+    await session.execute(text(_sync_instances(scoped.shape)), scoped.params)
+    await session.execute(text(_upsert_memberships(scoped.shape)), scoped.params)
+    await session.execute(text(_delete_stale_memberships(scoped.shape)), scoped.params)
+    key = Keys(key=scoped.key)
+    patterns = await session.execute(text(_upsert_patterns(key.shape) + " RETURNING p.instance_count"), key.params)
+    instances = patterns.scalar()
+    if instances is None:  # the scope's rows were the key's last ones
+        await _delete_projection(session, scoped.key)
+        return 0
+    await session.execute(text(_sync_status_windows(key.shape)), key.params)
+    return int(instances)
 
 
 async def _project_from_instances(session: AsyncSession, keys: Keys) -> int:

@@ -43,6 +43,11 @@ REFRESH_INSTANCES = Histogram(
     ["reason"],
     buckets=(0, 1, 2, 5, 10, 50, 100, 1000, 10000, 100000),
 )
+REFRESH_SCOPES = Counter(
+    "tarakan_infestations_refreshes_total",
+    "refresh_pattern runs by scope: the whole key from source, or only the repositories the dirty-key queue named",
+    ["scope"],
+)
 REFRESH_ERRORS = Counter("tarakan_infestations_refresh_errors_total", "refresh_pattern failures")
 RECONCILE_KEYS = Counter("tarakan_infestations_reconcile_keys_total", "Keys visited by reconcile, by phase", ["phase"])
 SHADOW_MISMATCHES = Counter(

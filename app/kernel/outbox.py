@@ -23,13 +23,21 @@ from app.kernel.public import HAS_PUBLIC_OCCURRENCE
 
 log = logging.getLogger(__name__)
 
-_UPSERT_DIRTY = """
-INSERT INTO infestation_dirty_keys AS d (pattern_key, reason)
-SELECT k, :reason FROM ({source}) AS keys(k)
+# A key names the repositories whose rows changed (`repository_ids`, the scoped refresh of docs/domain.md §5.2)
+# while every mark of it names some and they stay few; a mark without repositories, or more than this many, makes
+# it the whole key (NULL) until drained.
+MAX_SCOPED_REPOSITORIES = 64
+
+_UPSERT_DIRTY = f"""
+INSERT INTO infestation_dirty_keys AS d (pattern_key, reason, repository_ids)
+SELECT k, :reason, repos FROM ({{source}}) AS keys(k, repos)
 WHERE k IS NOT NULL AND k <> ''
 ORDER BY k
 ON CONFLICT (pattern_key) DO UPDATE
-  SET version = d.version + 1, dirtied_at = now(), reason = EXCLUDED.reason
+  SET version = d.version + 1, dirtied_at = now(), reason = EXCLUDED.reason,
+      repository_ids = CASE WHEN d.repository_ids IS NOT NULL AND EXCLUDED.repository_ids IS NOT NULL THEN (
+        SELECT CASE WHEN count(DISTINCT r) <= {MAX_SCOPED_REPOSITORIES} THEN array_agg(DISTINCT r ORDER BY r) END
+        FROM unnest(d.repository_ids || EXCLUDED.repository_ids) AS r) END
 """
 
 # Delist-safe: keys already projected for the repository plus keys of its canonicals with a public
@@ -48,18 +56,35 @@ JOIN canonical_findings c ON c.id = f.canonical_finding_id
 WHERE f.scan_id = :scan_id AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
 """
 
+# a report's canonicals all belong to its repository: the keys' rows changed there only
+_SCAN_SCOPE = f"SELECT pattern_key, ARRAY[s.repository_id] FROM ({KEYS_FOR_SCAN}) AS k JOIN scans s ON s.id = :scan_id"
+_REPOSITORY_SCOPE = f"SELECT pattern_key, ARRAY[CAST(:repository_id AS bigint)] FROM ({KEYS_FOR_REPOSITORY}) AS k"
 
-async def mark_dirty(session: AsyncSession, keys: Iterable[str | None], reason: str, *, ring: bool = True) -> int:
-    """Record pattern keys whose rollups must be recomputed. Returns how many keys were marked. `ring=False` for
-    a caller that drains the keys itself (reconcile). Also announces the status changes under these keys on the
-    change feed (`app.kernel.changes`), in this transaction."""
+
+async def mark_dirty(
+    session: AsyncSession,
+    keys: Iterable[str | None],
+    reason: str,
+    *,
+    repository_id: int | None = None,
+    ring: bool = True,
+) -> int:
+    """Record pattern keys whose rollups must be recomputed. Returns how many keys were marked. `repository_id`:
+    the keys' rows changed in this repository only (their refresh then re-projects only it); None: anywhere.
+    `ring=False` for a caller that drains the keys itself (reconcile). Also announces the status changes under
+    these keys on the change feed (`app.kernel.changes`), in this transaction."""
     unique = sorted({k for k in keys if k})
     await changes.sync_statuses(session, unique)
     if not unique:
         return 0
     result = await session.execute(
-        text(_UPSERT_DIRTY.format(source="SELECT unnest(CAST(:keys AS text[]))")),
-        {"keys": unique, "reason": reason},
+        text(
+            _UPSERT_DIRTY.format(
+                source="SELECT unnest(CAST(:keys AS text[])), "
+                "CASE WHEN CAST(:repository_id AS bigint) IS NOT NULL THEN ARRAY[CAST(:repository_id AS bigint)] END"
+            )
+        ),
+        {"keys": unique, "reason": reason, "repository_id": repository_id},
     )
     return _marked(result.rowcount, reason, ring=ring)  # type: ignore[attr-defined]
 
@@ -69,7 +94,7 @@ async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> i
     change is announced on the change feed in this transaction."""
     await changes.sync_scan(session, scan_id)
     result = await session.execute(
-        text(_UPSERT_DIRTY.format(source=KEYS_FOR_SCAN)), {"scan_id": scan_id, "reason": reason}
+        text(_UPSERT_DIRTY.format(source=_SCAN_SCOPE)), {"scan_id": scan_id, "reason": reason}
     )
     return _marked(result.rowcount, reason)  # type: ignore[attr-defined]
 
@@ -81,7 +106,7 @@ async def mark_repository_dirty(session: AsyncSession, repository_id: int, reaso
     all of its findings and itself."""
     await changes.sync_repository(session, repository_id, deleting=reason == "delete")
     result = await session.execute(
-        text(_UPSERT_DIRTY.format(source=KEYS_FOR_REPOSITORY)), {"repository_id": repository_id, "reason": reason}
+        text(_UPSERT_DIRTY.format(source=_REPOSITORY_SCOPE)), {"repository_id": repository_id, "reason": reason}
     )
     return _marked(result.rowcount, reason)  # type: ignore[attr-defined]
 

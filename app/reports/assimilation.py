@@ -193,7 +193,7 @@ async def assimilate_scan(session: AsyncSession, scan: Scan) -> set[str]:
     await recompute_canonical_statuses(session, touched)
     # the old key of a re-keyed canonical is dirtied in this transaction, or it would keep the canonical's instance
     # until the nightly reconcile (docs/domain.md §5.6)
-    await mark_dirty(session, rekeyed, "assimilate")
+    await mark_dirty(session, rekeyed, "assimilate", repository_id=scan.repository_id)
     keys = (
         await session.execute(
             text(

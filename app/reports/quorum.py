@@ -235,6 +235,6 @@ async def refresh_repository_checks(session: AsyncSession, repository_id: int) -
             changed_keys.append(key)
             await recompute_scans_at_commit(session, int(canonical_id), str(commit))
     if changed:
-        await mark_dirty(session, changed_keys, "status")
+        await mark_dirty(session, changed_keys, "status", repository_id=repository_id)
         await recalculate_repository_metrics(session, repository_id)
     return changed

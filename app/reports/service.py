@@ -291,7 +291,7 @@ async def record_check(
                 text("SELECT pattern_key FROM canonical_findings WHERE id = :id"), {"id": canonical_id}
             )
         ).scalar_one()
-        await mark_dirty(session, [key], "status")
+        await mark_dirty(session, [key], "status", repository_id=repository_id)
         return await check_response(session, row.id)
 
 

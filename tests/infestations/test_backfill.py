@@ -5,81 +5,22 @@ passed (docs/domain.md §13 "Backfill")."""
 from __future__ import annotations
 
 import random
-from datetime import timedelta
-from typing import Any
 
 from sqlalchemy import text
 
-from app.accounts.models import Account
-from app.infestations import maintenance, projection
+from app.infestations import maintenance
 from app.kernel import db
-from app.reports.finding_memory import pattern_key
 from tests import factories as f
-from tests.infestations.support import shift_clock
+from tests.infestations.support import (
+    LONELY,
+    clear_projection,
+    random_registry,
+    refresh_each_key,
+    set_listing,
+    shift_clock,
+    snapshot,
+)
 from tests.sql import rows
-
-STATUSES = ("open", "open", "verified", "disputed", "fixed")
-TABLES = {
-    "infestation_pattern_instances": "canonical_finding_id",
-    "infestation_pattern_repos": "pattern_key, repository_id",
-    "infestation_patterns": "pattern_key",
-    "infestation_pattern_status_windows": "pattern_key, status, window_days",
-}
-LONELY = pattern_key("Lonely pattern in two repositories")
-CLOCKS = ("inserted_at", "updated_at", "refreshed_at")  # when a row was written, not what it says
-
-
-async def snapshot() -> dict[str, list[dict[str, Any]]]:
-    return {
-        table: [
-            {k: v for k, v in row.items() if not (table != "infestation_pattern_instances" and k in CLOCKS)}
-            for row in await rows(f"SELECT * FROM {table} ORDER BY {order}")
-        ]
-        for table, order in TABLES.items()
-    }
-
-
-async def clear_projection() -> None:
-    async with db.transaction() as session:
-        for table in TABLES:
-            await session.execute(text(f"DELETE FROM {table}"))
-
-
-async def refresh_each_key() -> None:
-    """The reference: one `refresh_pattern` per key of the source and of the projection."""
-    keys = await rows(
-        "SELECT pattern_key FROM canonical_findings WHERE pattern_key <> '' "
-        "UNION SELECT pattern_key FROM infestation_patterns"
-    )
-    for row in keys:
-        await projection.refresh_pattern(row["pattern_key"])
-
-
-async def random_registry(rng: random.Random, reporter: Account) -> None:
-    repos = [await f.create_repository() for _ in range(6)]
-    titles = [f"Random pattern {n} in handler" for n in range(14)]
-    now = db.utcnow()
-    for _ in range(70):
-        age = timedelta(hours=rng.choice((1, 100, 400, 1500, 5000, 9000)))
-        await f.create_instance(
-            rng.choice(repos),
-            reporter,
-            rng.choice(titles),
-            status=rng.choice(STATUSES),
-            visibility=rng.choice(("public", "public", "public", "restricted")),
-            updated_at=now - age,
-            inserted_at=now - age - timedelta(hours=rng.randrange(1, 500)),
-        )
-    await set_listing(repos[0].id, "quarantined")
-    for repo in repos[1:3]:  # a pattern of two repositories only, one of which shuffle_source delists
-        await f.create_instance(repo, reporter, "Lonely pattern in two repositories")
-
-
-async def set_listing(repository_id: int, listing: str) -> None:
-    async with db.transaction() as session:
-        await session.execute(
-            text("UPDATE repositories SET listing_status = :l WHERE id = :id"), {"l": listing, "id": repository_id}
-        )
 
 
 async def shuffle_source(rng: random.Random) -> None:
