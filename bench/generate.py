@@ -204,7 +204,11 @@ def save_tier(dsn: str, path: Path) -> None:
 
 def restore_tier(dsn: str, path: Path, *, jobs: int = 2) -> None:
     """Restore an archive of `save_tier` into an empty database (nothing migrated: the archive carries the schema
-    and its Alembic version), then refresh the planner's statistics."""
+    and its Alembic version), migrate it to head (an archive may predate a migration; DATABASE_URL must name `dsn`),
+    then refresh the planner's statistics."""
+    from app.migrate import upgrade_to_head
+
     _pg_tool("pg_restore", dsn, "--no-owner", f"--jobs={jobs}", "--exit-on-error", str(path))
+    upgrade_to_head()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")

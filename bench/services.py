@@ -27,16 +27,17 @@ class Services:
         """The database URL for psycopg (no SQLAlchemy driver suffix)."""
         return self.pg.url.replace("postgresql+psycopg://", "postgresql://")
 
-    def use(self, revision: str = "head", **extra: str) -> dict[str, str]:
+    def use(self, revision: str | None = "head", **extra: str) -> dict[str, str]:
         """The environment of the run's `tarakan` processes, set in this process too (in-process service calls),
-        with the schema migrated to `revision`."""
+        with the schema migrated to `revision` (None: left empty, e.g. for `restore_tier`)."""
         from alembic import command
 
         from app.migrate import alembic_config
 
         env = {"DATABASE_URL": self.pg.url, "REDIS_URL": self.redis.url, "SECRET_KEY": "bench", **extra}
         os.environ.update(env)
-        command.upgrade(alembic_config(), revision)
+        if revision is not None:
+            command.upgrade(alembic_config(), revision)
         return env
 
     def serve(self, env: dict[str, str], **options: Any) -> tuple[subprocess.Popen[bytes], str]:

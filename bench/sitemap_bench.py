@@ -19,6 +19,7 @@ a registry_stats() cache hit against a miss (the real query), in process.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import statistics
@@ -33,6 +34,7 @@ import psycopg
 
 from app.seo.queries import PUBLIC_PATTERN_WHERE
 from bench.common import bench_parser, cpu_seconds, pct, publish, timed_generate
+from bench.generate import restore_tier
 from bench.services import throwaway_services
 from tests.harness import stop
 
@@ -264,13 +266,20 @@ async def stats_costs(runs: int) -> dict[str, float]:
         await db.dispose_engines()
 
 
-def run(tier_name: str, runs: int, target_urls: int, baseline: str | None = None) -> dict[str, Any]:
+def run(
+    tier_name: str, runs: int, target_urls: int, baseline: str | None = None, snapshot: Path | None = None
+) -> dict[str, Any]:
     with throwaway_services("tarakan-sitemap-bench-") as services:
         procs, dsn = services.procs, services.dsn
-        env = services.use()
         started = time.perf_counter()
-        rows, _ = timed_generate(dsn, tier_name)
-        add_patterns(dsn)
+        if snapshot is not None:  # a tier saved by bench.infestations_bench --snapshot, with its real rollups
+            env = services.use(revision=None)
+            restore_tier(dsn, snapshot)
+            rows = json.loads(snapshot.with_suffix(".json").read_text())["rows"]
+        else:
+            env = services.use()
+            rows, _ = timed_generate(dsn, tier_name)
+            add_patterns(dsn)
         if target_urls:
             top_up_findings(dsn, target_urls)
             with psycopg.connect(dsn) as conn:
@@ -406,8 +415,16 @@ def main() -> int:
     parser.add_argument(
         "--baseline", metavar="DIR", help="also serve this source tree (PYTHONPATH) and interleave its plain runs"
     )
+    parser.add_argument(
+        "--snapshot",
+        type=Path,
+        metavar="DUMP",
+        help="restore this tier archive (bench.infestations_bench --snapshot) instead of generating; use --urls 0",
+    )
     args = parser.parse_args()
-    publish("sitemap", run(args.tier, args.runs, args.urls, args.baseline), render, HEADING, args)
+    if args.snapshot is not None and not args.snapshot.exists():
+        parser.error(f"--snapshot: {args.snapshot} does not exist (bench.infestations_bench --snapshot makes it)")
+    publish("sitemap", run(args.tier, args.runs, args.urls, args.baseline, args.snapshot), render, HEADING, args)
     return 0
 
 
