@@ -35,7 +35,7 @@ from app.infestations.legacy import (
 from app.kernel import config, db
 from app.kernel.metrics import LIST_DURATION
 from app.kernel.paging import Page
-from app.kernel.public import visible_occurrence, visible_pattern, visible_scan
+from app.kernel.public import shown_pattern, visible_occurrence, visible_scan
 
 __all__ = [
     "get_infestation",
@@ -117,13 +117,28 @@ def _window_columns(window: int) -> str:
 # pattern whose newest in-window instance has left the window before the hourly recompute catches up.
 # The read-time guard (app.kernel.public): a pattern with no visible instance left is skipped, and a sample whose
 # report was taken down is dropped (`sample_visible`), both at the next request, before any refresh.
-_SAMPLE_VISIBLE = f"{visible_occurrence('p.sample_occurrence_public_id')} AS sample_visible"
+# The pattern row's sample visibility, once per row (`OFFSET 0`: not inlined into both the select list and the
+# WHERE), which `shown_pattern` reuses so the instance walk runs only for a pattern whose sample was taken down.
+# `after`: the alias of the row the list walks, when `p` is joined to it; naming it makes the probe run on the
+# joined rows, above the join, so the planner still walks the rank index and stops after `limit` rows (on the
+# pattern table alone it may compute the probe for every pattern and sort).
+_SAMPLE_VISIBLE = "sv.sample_visible"
+
+
+def _sample_join(after: str | None = None) -> str:
+    walked = f", {after}.pattern_key AS walked" if after else ""
+    return (
+        f"CROSS JOIN LATERAL (SELECT {visible_occurrence('p.sample_occurrence_public_id')} AS sample_visible{walked} "
+        "OFFSET 0) sv"
+    )
+
+
 _RANKED_SQL = f"""
 SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.first_seen_at,
        p.refreshed_at, {_SAMPLE_VISIBLE}, {{columns}}
-FROM infestation_patterns p
+FROM infestation_patterns p {_sample_join()}
 WHERE p.repo_count_{{w}}d >= 2 AND p.repo_count_{{w}}d >= :min_repos AND p.last_seen_at_{{w}}d >= :since
-  AND {visible_pattern("p.pattern_key")}
+  AND {shown_pattern("p.pattern_key", _SAMPLE_VISIBLE)}
 ORDER BY p.repo_count_{{w}}d DESC, p.last_seen_at_{{w}}d DESC NULLS LAST, p.pattern_key ASC
 LIMIT :limit
 """
@@ -136,9 +151,9 @@ SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurren
        p.refreshed_at, {_SAMPLE_VISIBLE},
        sw.repo_count, sw.instance_count, sw.last_seen_at
 FROM infestation_pattern_status_windows sw
-JOIN infestation_patterns p ON p.pattern_key = sw.pattern_key
+JOIN infestation_patterns p ON p.pattern_key = sw.pattern_key {_sample_join("sw")}
 WHERE sw.status = :status AND sw.window_days = {{w}} AND sw.repo_count >= 2 AND sw.repo_count >= :min_repos
-  AND sw.last_seen_at >= :since AND {visible_pattern("sw.pattern_key")}
+  AND sw.last_seen_at >= :since AND {shown_pattern("sw.pattern_key", _SAMPLE_VISIBLE)}
 ORDER BY sw.repo_count DESC, sw.last_seen_at DESC, sw.pattern_key ASC
 LIMIT :limit
 """
@@ -212,7 +227,8 @@ _GET_SQL = f"""
 SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.repo_count,
        p.instance_count, p.open_count, p.verified_count, p.fixed_count, p.disputed_count, p.last_seen_at,
        p.first_seen_at, p.refreshed_at, {_SAMPLE_VISIBLE}
-FROM infestation_patterns p WHERE p.pattern_key = :key AND {visible_pattern("p.pattern_key")}
+FROM infestation_patterns p {_sample_join()}
+WHERE p.pattern_key = :key AND {shown_pattern("p.pattern_key", _SAMPLE_VISIBLE)}
 """
 
 
@@ -315,7 +331,7 @@ SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurren
        m.instance_count AS repository_instance_count, m.open_count AS repository_open_count,
        m.primary_status AS repository_status, m.sample_occurrence_public_id AS repository_occurrence_public_id
 FROM infestation_pattern_repos m
-JOIN infestation_patterns p ON p.pattern_key = m.pattern_key
+JOIN infestation_patterns p ON p.pattern_key = m.pattern_key {_sample_join("m")}
 WHERE m.repository_id = :repository_id AND p.repo_count >= :min_repos
   AND {visible_occurrence("m.sample_occurrence_public_id")}
 ORDER BY p.repo_count DESC, p.pattern_key ASC
@@ -346,8 +362,8 @@ _NEWEST_SQL = f"""
 SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.repo_count,
        p.instance_count, p.open_count, p.verified_count, p.fixed_count, p.disputed_count, p.last_seen_at,
        p.first_seen_at, {_SAMPLE_VISIBLE}
-FROM infestation_patterns p
-WHERE p.repo_count >= 2 AND p.first_seen_at IS NOT NULL AND {visible_pattern("p.pattern_key")}
+FROM infestation_patterns p {_sample_join()}
+WHERE p.repo_count >= 2 AND p.first_seen_at IS NOT NULL AND {shown_pattern("p.pattern_key", _SAMPLE_VISIBLE)}
 ORDER BY p.first_seen_at DESC, p.pattern_key
 LIMIT :limit
 """

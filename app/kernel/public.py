@@ -78,3 +78,11 @@ def visible_pattern(pattern_key: str) -> str:
         "EXISTS (SELECT 1 FROM infestation_pattern_instances gi "
         f"WHERE gi.pattern_key = {pattern_key} AND {visible_scan('gi.sample_scan_id')} OFFSET 0)"
     )
+
+
+def shown_pattern(pattern_key: str, sample_visible: str) -> str:
+    """The pattern `pattern_key` is shown: its own sample is visible (`sample_visible`: the caller's column holding
+    `visible_occurrence` of the pattern row's sample, computed once per row), or else one of its instance rows is.
+    A visible sample is a visible instance (the one it was taken from), so the walk of `visible_pattern` runs only
+    for a pattern whose sample was taken down: half of the guard's cost on a ranked list (docs/benchmarks.md)."""
+    return f"({sample_visible} OR {visible_pattern(pattern_key)})"
