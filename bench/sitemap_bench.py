@@ -39,6 +39,13 @@ from bench.services import throwaway_services
 from tests.harness import stop
 
 HEADING = "## Sitemap"
+
+
+def heading(tier: str) -> str:
+    """Tier C has its own section beside the Tier B one (Tier C is restored from a saved tier: --snapshot)."""
+    return HEADING if tier != "C" else HEADING + " at Tier C (issue 15 item 3)"
+
+
 TARGETS = {"urls_per_s": 100_000, "first_byte_ms": 100, "rss_growth_mb": 50}
 
 
@@ -332,7 +339,7 @@ def render(r: dict[str, Any], command: str) -> str:
     exp = r["expected"]
     total = sum(exp.values())
     lines = [
-        HEADING,
+        heading(r["tier"]),
         "",
         f"Command: `{command}` (throw-away embedded Postgres 18 + Valkey, a real `tarakan serve`, client on the same",
         "2-core machine, which other work shares: read the medians). Targets: >= 100,000 URLs/s, first byte <= 100 ms,",
@@ -424,7 +431,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.snapshot is not None and not args.snapshot.exists():
         parser.error(f"--snapshot: {args.snapshot} does not exist (bench.infestations_bench --snapshot makes it)")
-    publish("sitemap", run(args.tier, args.runs, args.urls, args.baseline, args.snapshot), render, HEADING, args)
+    results = run(args.tier, args.runs, args.urls, args.baseline, args.snapshot)
+    command = " ".join(["python -m bench.sitemap_bench", *sys.argv[1:]])
+    publish("sitemap" if args.tier != "C" else "sitemap-C", results, render, heading(args.tier), args, command)
     return 0
 
 
