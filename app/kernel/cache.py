@@ -1,7 +1,8 @@
 """`SingleFlightCache`: an in-process TTL cache for async loaders with a single-flight refresh.
 
-A `cachetools.TTLCache` holds fresh values; one refresher per key recomputes an expired value while concurrent
-callers get the value they already had (stale-while-revalidate). Used for the registry's headline numbers and
+A `cachetools.TTLCache` holds fresh values; one refresher per key recomputes an expired value while callers get the
+value they already had (stale-while-revalidate): a value that merely aged out is refreshed in the background, so
+no caller waits for the loader once a value is known (a sitemap's boundaries at 10^7 URLs take seconds). Used for the registry's headline numbers and
 the sitemap's child page boundaries, and for the expensive anonymous reads keyed by user input (search, the
 status-filtered atlas; docs/security.md): every per-key table is bounded by `maxsize` (least recently used out), so
 arbitrary keys cannot grow the process.
@@ -10,6 +11,8 @@ arbitrary keys cannot grow the process.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -20,15 +23,21 @@ from app.kernel.audit import latest_event_id
 
 V = TypeVar("V")
 
+log = logging.getLogger(__name__)
+
 
 class SingleFlightCache(Generic[V]):
     """A TTL cache for async loaders: one refresher per key (an asyncio.Lock), others get the current value.
 
     - fresh hit: returned from the `TTLCache` (no await, a dict lookup).
     - expired, a refresh already running, a previous value known: that value is returned at once.
-    - expired, nothing known yet: callers wait for the one refresher and share its result (also with TTL 0).
+    - expired by age (TTL > 0, no invalidation since the value was loaded): that value is returned at once and one
+      refresh starts in the background (in an empty context: it owns its database session).
+    - expired, nothing known yet, or invalidated since: callers wait for the one refresher and share its result
+      (also with TTL 0).
     `invalidate()` drops fresh values and bumps a generation, so a refresh that started before the invalidation
-    cannot mark its (possibly pre-change) result fresh.
+    cannot mark its (possibly pre-change) result fresh, and a value loaded before it is never refreshed behind the
+    caller's back: the next caller waits for the new one.
     """
 
     def __init__(self, ttl: Callable[[], float], *, maxsize: int = 64) -> None:
@@ -42,6 +51,8 @@ class SingleFlightCache(Generic[V]):
         # an evicted lock costs at worst one duplicate load, never a wrong value
         self._locks: LRUCache[tuple[int, Hashable], asyncio.Lock] = LRUCache(maxsize=maxsize)
         self._generation = 0
+        # (event loop, key) -> its background refresh, until done
+        self._background: dict[tuple[int, Hashable], asyncio.Task[None]] = {}
         self.loads = 0  # loader calls so far (observability for tests and operators)
 
     def _fresh_cache(self) -> TTLCache[Hashable, V]:
@@ -66,8 +77,14 @@ class SingleFlightCache(Generic[V]):
             pass
         lock = self._lock(key)
         last = self._last.get(key)
-        if lock.locked() and last is not None:
+        if last is not None and lock.locked():
             return last[1]  # a refresh is running: serve what we have
+        if last is not None and last[0] == self._generation and fresh.ttl > 0:
+            self._revalidate(key, loader, lock)  # aged out: serve it, refresh behind
+            return last[1]
+        return await self._load(key, loader, lock)
+
+    async def _load(self, key: Hashable, loader: Callable[[], Awaitable[V]], lock: asyncio.Lock) -> V:
         seen = self._completed.get(key, 0)
         async with lock:
             try:
@@ -85,6 +102,23 @@ class SingleFlightCache(Generic[V]):
             if generation == self._generation and self._fresh.ttl > 0:
                 self._fresh[key] = value
             return value
+
+    def _revalidate(self, key: Hashable, loader: Callable[[], Awaitable[V]], lock: asyncio.Lock) -> None:
+        async def refresh() -> None:
+            try:
+                await self._load(key, loader, lock)
+            except Exception as exc:  # the stale value stays; the next caller tries again
+                log.warning("background refresh of %r failed (%s); serving the previous value", key, exc)
+
+        loop = asyncio.get_running_loop()
+        task_key = (id(loop), key)  # per event loop, as the locks are
+        running = self._background.get(task_key)
+        if running is not None and not running.done():
+            return  # already scheduled, not yet holding the lock
+        # an empty context: the caller's transaction or session, if any, is not this task's
+        task = loop.create_task(refresh(), context=contextvars.Context())
+        self._background[task_key] = task
+        task.add_done_callback(lambda _: self._background.pop(task_key, None))
 
     def invalidate(self) -> None:
         self._generation += 1

@@ -176,3 +176,53 @@ async def test_results_are_copies_and_bad_ttl_is_a_clear_error(monkeypatch: pyte
     monkeypatch.setenv("REGISTRY_STATS_TTL", "soon")
     with pytest.raises(ConfigError, match="REGISTRY_STATS_TTL"):
         await registry_stats()
+
+
+async def test_an_aged_out_value_is_served_at_once_and_refreshed_behind(
+    monkeypatch: pytest.MonkeyPatch, counting: CountingQuery
+) -> None:
+    monkeypatch.setenv("REGISTRY_STATS_TTL", "0.2")
+    assert (await registry_stats())["repositories"] == 0
+    await factories.create_repository()  # no invalidation: the value only ages out
+    await asyncio.sleep(0.3)
+
+    counting.gate = asyncio.Event()
+    counting.started.clear()
+    aged = await asyncio.wait_for(registry_stats(), timeout=1)  # a caller waiting for the held loader would time out
+    assert aged["repositories"] == 0
+    await counting.started.wait()  # the refresh runs behind the caller
+    assert (await registry_stats())["repositories"] == 0  # meanwhile the previous value, and no second refresh
+    assert counting.calls == 2
+    counting.gate.set()
+    for _ in range(200):
+        if (await registry_stats())["repositories"] == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert (await registry_stats())["repositories"] == 1
+    assert counting.calls == 2
+
+
+async def test_a_failed_background_refresh_keeps_the_previous_value() -> None:
+    cache: SingleFlightCache[int] = SingleFlightCache(lambda: 0.05)
+    calls = 0
+
+    async def load() -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError("database away")
+        return calls
+
+    async def let_background_run() -> None:
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+    assert await cache.get("k", load) == 1
+    await asyncio.sleep(0.1)
+    assert await cache.get("k", load) == 1  # aged out: served, refreshed behind (and that refresh fails)
+    await let_background_run()
+    assert calls == 2
+    await asyncio.sleep(0.1)
+    assert await cache.get("k", load) == 1  # still the previous value; another refresh behind
+    await let_background_run()
+    assert await cache.get("k", load) == 3
