@@ -390,8 +390,10 @@ def render(r: dict[str, Any], command: str) -> str:
         "",
         "- The p95 first byte and the max RSS growth are the first request after the server starts (database "
         "connections opened, registry_stats() computed and, forced to one urlset, every kind's URLs counted to decide "
-        "that no index is needed: the same cost recurs whenever those caches expire, every 30 / 60 s); the servers "
-        "keep them for the run, so the medians are warm requests however long a run takes. CPU is the server "
+        "that no index is needed). Once known, those values are refreshed in the background when they age out "
+        "(every 30 / 60 s), so no later request waits for them; a registry change makes the next caller wait for "
+        "registry_stats() alone (the miss below). The servers here keep them for the run anyway (TTL 3600 s), so "
+        "the medians are warm requests however long a run takes. CPU is the server "
         "process's and every Postgres backend's user + system time per run.",
         f"- `/sitemap.xml` as an index: {statistics.median(index_ms):.0f} ms p50, {max(index_ms):.0f} ms max (the first "
         "request computes the child boundaries in one pass per kind; later ones read them from the cache).",
