@@ -66,11 +66,13 @@ def truncate_all() -> None:
 def clean_database(services: dict[str, str]) -> None:
     from app.registry import queries as registry_queries
     from app.registry.stats import reset_registry_stats_cache
+    from app.seo import sitemap
     from app.site import home_infestations
 
     truncate_all()
     # in-process caches must not outlive the rows they describe
     reset_registry_stats_cache()
+    sitemap.invalidate_buckets()
     home_infestations.clear()
     registry_queries.search_cache.reset()
 

@@ -124,6 +124,11 @@ class SingleFlightCache(Generic[V]):
         self._generation += 1
         self._fresh.clear()
 
+    def expire(self) -> None:
+        """Age every value out now, without an invalidation: the next caller still gets the previous value at once
+        and starts one background refresh. For changes that may show one refresh late (counts, not takedowns)."""
+        self._fresh.clear()
+
     def reset(self) -> None:
         """Forget everything, the last known values included (test isolation)."""
         self.invalidate()

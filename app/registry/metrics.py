@@ -46,15 +46,16 @@ RETURNING r.listing_status
 
 
 def registry_changed() -> None:
-    """Drop the cached registry stats once the current transaction commits (counts, contributors or listings
-    moved). Call inside `db.transaction()`."""
+    """Drop the cached registry stats once the current transaction commits, so the next caller waits for the
+    recount: moderation actions. Call inside `db.transaction()`."""
     after_commit(invalidate_registry_stats)
 
 
-def repository_registered() -> None:
-    """A new repository after commit: drop the cached stats at most once per TTL, so a burst of registrations does
-    not turn every home page into a recount (its counts are at most one TTL stale). Call inside
-    `db.transaction()`."""
+def registry_counts_moved() -> None:
+    """Counts moved in a stream of writes (a repository registered; a report, check or confirmation): after commit
+    the cached stats age out at most once per TTL and are recounted behind the next caller, so neither a burst of
+    registrations nor a steady report stream turns home pages into recounts (one TTL and one recount stale at
+    most). Call inside `db.transaction()`."""
     after_commit(invalidate_registry_stats_throttled)
 
 
@@ -71,5 +72,5 @@ async def recalculate_repository_metrics(session: AsyncSession, repository_id: i
     after = before if after is None else after
     if after != before:
         await mark_repository_dirty(session, repository_id, "listing_change")
-    registry_changed()
+    registry_counts_moved()
     return str(before), str(after)

@@ -22,7 +22,7 @@ from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.policy import require_good_standing, viewer_of
 from app.kernel.quotas import DailyQuota, require_within_quota
 from app.kernel.visibility import repository_visible
-from app.registry.metrics import repository_registered
+from app.registry.metrics import registry_counts_moved
 from app.registry.models import LISTING_STATUSES, Repository
 from app.registry.validation import canonical_url, validate_repo_ref
 
@@ -63,7 +63,7 @@ async def register_repository(
     With `submitted_by_id` (an account's registration): Forbidden unless the account may act, NotFound for a
     repository it may not see, RateLimited past its daily quota of new repositories. A new repository has no
     findings, so inserting it (even as listed) changes no infestation rollup; the registry stats are dropped at
-    most once per TTL (`repository_registered`).
+    most once per TTL (`registry_counts_moved`).
     """
     host, owner, name = validate_repo_ref(host, owner, name)
     if listing_status not in LISTING_STATUSES:
@@ -96,7 +96,7 @@ async def register_repository(
             )
         ).scalar()
         if inserted_id is not None:
-            repository_registered()
+            registry_counts_moved()
         repository = (await session.execute(select(Repository).where(*same))).scalar_one()
         if actor is not None and not repository_visible(viewer_of(actor), repository.listing_status):
             raise NotFound(_HIDDEN)  # lost a race with a registration that was quarantined since

@@ -3,7 +3,8 @@
 The home page and the sitemap threshold read it on every request; the counts scan every listed repository, so a
 miss costs a sequential pass at scale. A `cachetools.TTLCache` (30 s by default, `REGISTRY_STATS_TTL`, 0 disables
 it) holds the value; one refresher per key recomputes it while concurrent callers get the value they already had
-(stale-while-revalidate). The report and moderation services call `invalidate_registry_stats()` after commit.
+(stale-while-revalidate). Moderation calls `invalidate_registry_stats()` after commit; reports, checks and
+registrations age the value out at most once per TTL (`invalidate_registry_stats_throttled()`).
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ async def registry_stats() -> dict[str, Any]:
 
 
 def invalidate_registry_stats() -> None:
-    """Forget the cached stats of this process. Call after the commit of anything that changes the registry
-    (report submitted, check or confirmation recorded, visibility or listing moderated, repository registered)."""
+    """Forget the cached stats of this process at once: the next caller waits for the recount. Called after the
+    commit of a moderation action (visibility, listing, account, deletion)."""
     _cache.invalidate()
 
 
@@ -82,15 +83,17 @@ _last_throttled_drop: float | None = None
 
 
 def invalidate_registry_stats_throttled() -> None:
-    """Forget the cached stats at most once per TTL (per process). For changes that may come in
-    bursts (repository registrations): a burst drops the cache once and the values it adds show when that TTL
-    ends, so they are at most one TTL stale while the home page keeps its cached numbers (docs/security.md)."""
+    """Age the cached stats out at most once per TTL (per process), and recount them behind the next caller. For
+    changes that come in streams (repository registrations, reports, checks): a recount scans every listed
+    repository (0.64 s at 10^6, docs/benchmarks.md "Sitemap at Tier C"), so recounting after each of them would
+    keep a core busy and make a home page wait after every report. The values they add show within one TTL and
+    one recount (docs/security.md); moderation still drops the stats at once (`invalidate_registry_stats`)."""
     global _last_throttled_drop
     now = time.monotonic()
     if _last_throttled_drop is not None and now - _last_throttled_drop < settings().registry_stats_ttl:
         return
     _last_throttled_drop = now
-    _cache.invalidate()
+    _cache.expire()
 
 
 def reset_registry_stats_cache() -> None:

@@ -224,6 +224,8 @@ async def buckets(kind: str) -> list[Bucket]:
 
 
 def invalidate_buckets() -> None:
+    """Forget the child boundaries; the next request waits for new ones (they otherwise age out every
+    `SITEMAP_CACHE_TTL` and are recomputed in the background). Test isolation, after truncated tables."""
     _buckets.invalidate()
 
 
