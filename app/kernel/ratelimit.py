@@ -1,0 +1,85 @@
+"""Fixed-window counters shared by every web process, kept in Redis (docs/security.md "Limits").
+
+A counter is `(name, subject)` in windows of `window` seconds; `Retry-After` is the rest of the current window.
+When Redis is away the limiter lets the request through and records the outage: a limit never turns a working
+read or write into a 503 (the limited requests are still bounded by their own budgets).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from app.kernel import outages
+from app.kernel.errors import RateLimited
+
+
+@dataclass(frozen=True)
+class Window:
+    name: str  # the Redis key's prefix, e.g. "refused"
+    limit: int  # events allowed per window (0: no limit)
+    seconds: int = 60
+    message: str = ""  # the 429's message, e.g. "at most {limit} refused submissions a minute per token"
+
+    def _key(self, subject: str, now: float) -> tuple[str, int]:
+        start = int(now // self.seconds) * self.seconds
+        return f"tarakan:rate:{self.name}:{subject}:{start}", self.seconds - int(now - start)
+
+    def refusal(self, retry_after: int) -> RateLimited:
+        return RateLimited({"rate_limit": [self.message.format(limit=self.limit)]}, retry_after=max(1, retry_after))
+
+
+async def _redis() -> Redis:
+    from jobs.queue import pool  # the one Redis pool of a web process; imported late, as app.kernel.outbox does
+
+    return await pool()
+
+
+async def require_below(window: Window, subject: str) -> None:
+    """429 when `subject` already spent this window's allowance (nothing is counted)."""
+    if window.limit <= 0:
+        return
+    now = time.time()
+    key, rest = window._key(subject, now)
+    try:
+        used = await (await _redis()).get(key)
+    except outages.REDIS_ERRORS as exc:
+        outages.record(outages.REDIS, exc, source="rate-limit")
+        return
+    if used is not None and int(used) >= window.limit:
+        raise window.refusal(rest)
+
+
+async def count(window: Window, subject: str) -> None:
+    """Count one event against `subject`'s current window."""
+    if window.limit <= 0:
+        return
+    key, rest = window._key(subject, time.time())
+    try:
+        redis = await _redis()
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, rest + 1)
+            await pipe.execute()
+    except outages.REDIS_ERRORS as exc:
+        outages.record(outages.REDIS, exc, source="rate-limit")
+
+
+async def take(window: Window, subject: str) -> None:
+    """Count one event and refuse it (429) when it goes past the window's limit: a request rate."""
+    if window.limit <= 0:
+        return
+    key, rest = window._key(subject, time.time())
+    try:
+        redis = await _redis()
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, rest + 1)
+            used, _ = await pipe.execute()
+    except outages.REDIS_ERRORS as exc:
+        outages.record(outages.REDIS, exc, source="rate-limit")
+        return
+    if int(used) > window.limit:
+        raise window.refusal(rest)
