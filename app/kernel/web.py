@@ -130,6 +130,10 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+# every header `is_fragment_request` reads: a shared cache must not serve a fragment as the page, or the reverse
+VARY_HX = "HX-Request, HX-History-Restore-Request"
+
+
 def is_fragment_request(request: Request) -> bool:
     """An htmx swap asks for the fragment; a history restore (back button, cache miss) needs the full page."""
     return request.headers.get("HX-Request") == "true" and request.headers.get("HX-History-Restore-Request") != "true"
@@ -155,7 +159,7 @@ def page(
     if json_url is not None:
         headers["Link"] = alternate_link(json_url)
     if vary_hx:
-        headers["Vary"] = "HX-Request"
+        headers["Vary"] = VARY_HX
     return templates.TemplateResponse(request, name, context, status_code=status_code, headers=headers)
 
 

@@ -45,7 +45,7 @@ async def test_index_empty_state_headers_and_form(client: httpx.AsyncClient) -> 
     assert response.headers["Link"] == (
         '</infestations.json?days=30&min_repos=2&status=all>; rel="alternate"; type="application/json"'
     )
-    assert response.headers["Vary"] == "HX-Request"
+    assert response.headers["Vary"] == "HX-Request, HX-History-Restore-Request"
     assert response.headers["Cache-Control"] == "public, max-age=30"
     form = one(page, "form.filters")
     assert form is not None
@@ -103,7 +103,7 @@ async def test_htmx_request_gets_only_the_results_fragment(client: httpx.AsyncCl
     seeded = await seed_pattern("Weak hash for passwords", repos=2)
     response = await client.get("/infestations", params={"days": "7"}, headers={"HX-Request": "true"})
     assert response.status_code == 200
-    assert response.headers["Vary"] == "HX-Request"
+    assert response.headers["Vary"] == "HX-Request, HX-History-Restore-Request"
     assert "<html" not in response.text and "<form" not in response.text
     page = soup(response)
     assert maybe(page, f"#atlas-hub-{seeded.key}") is not None
@@ -190,7 +190,7 @@ async def test_ledger_walk_without_js_and_with_htmx_shows_each_instance_once(cli
     next_url = attr(one(first, "#load-more"), "hx-get")
     fragment = await client.get(next_url, headers={"HX-Request": "true"})
     assert fragment.status_code == 200 and "<html" not in fragment.text
-    assert fragment.headers["Vary"] == "HX-Request"
+    assert fragment.headers["Vary"] == "HX-Request, HX-History-Restore-Request"
     part = soup(fragment)
     fragment_ids = [int(attr(tr, "data-instance")) for tr in part.select("tr[data-instance]")]
     assert fragment_ids == seen[50:100]
