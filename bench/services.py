@@ -42,8 +42,8 @@ class Services:
 
     def serve(self, env: dict[str, str], **options: Any) -> tuple[subprocess.Popen[bytes], str]:
         """A quiet `tarakan serve` (tests/harness.py `start_server` options), stopped at the end of the run at the
-        latest: the process and its base URL."""
-        proc, base = start_server(env, **{"quiet": True, **options})
+        latest: the process and its base URL. It sends `Server-Timing` (SERVER_TIMING=1): the benchmarks read it."""
+        proc, base = start_server({"SERVER_TIMING": "1", **env}, **{"quiet": True, **options})
         self.procs.append(proc)
         return proc, base
 

@@ -141,3 +141,9 @@ def log_format() -> str:
     if raw not in ("text", "json"):
         raise ConfigError(f"LOG_FORMAT must be text or json, got {raw!r}")
     return raw
+
+
+def server_timing() -> bool:
+    """`SERVER_TIMING=1`: every response says the server's time in `Server-Timing` (the benchmarks read it); off by
+    default, so visitors do not learn how long each request took (docs/security.md "Limits")."""
+    return _bool("SERVER_TIMING", False)

@@ -24,6 +24,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import Message, Receive, Scope, Send
 
 from app.kernel.asgi import HTTPMiddleware
+from app.kernel.config import server_timing
 
 LIST_DURATION = Histogram(
     "tarakan_infestations_list_seconds",
@@ -202,10 +203,14 @@ class RequestMetricsMiddleware(HTTPMiddleware):
 
 
 class ServerTimingMiddleware(HTTPMiddleware):
-    """`Server-Timing: app;dur=<ms>` on every response: the server's time until the response headers (the whole
-    render for a template page), so operators and the benchmark see server time apart from the network."""
+    """With SERVER_TIMING=1, `Server-Timing: app;dur=<ms>` on every response: the server's time until the response
+    headers (the whole render for a template page), so operators and the benchmarks see server time apart from
+    the network. Off by default: it would tell anyone which requests are slow (a timing oracle)."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not server_timing():
+            await self.app(scope, receive, send)
+            return
         started = time.perf_counter()
 
         async def send_with_timing(message: Message) -> None:
