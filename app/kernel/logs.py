@@ -16,7 +16,7 @@ import time
 import uuid
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import Message, Receive, Scope, Send
@@ -35,8 +35,49 @@ _EXTRA_FIELDS = ("route", "method", "path", "status", "duration_ms", "job", "pat
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+# C0 and C1 controls, DEL and the Unicode line separators: what a client sent (a `%0A` in a path is decoded before
+# it is logged) can neither forge a log line nor recolour a terminal
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character written as `\\xNN` (`\\uNNNN` for the line separators)."""
+    return _CONTROL.sub(_escaped, text)
+
+
+class TextFormatter(logging.Formatter):
+    """TEXT_FORMAT, one line per record with its controls escaped; a traceback follows on lines that begin with
+    whitespace, so a line that begins in column 0 always starts a record."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = escape_controls(self.formatMessage(record))
+        # never the cached `exc_text`: another handler may have formatted it unescaped
+        for block in (
+            self.formatException(record.exc_info) if record.exc_info else record.exc_text,
+            self.formatStack(record.stack_info) if record.stack_info else None,
+        ):
+            if block:
+                line += "".join("\n" + _continued(escape_controls(part)) for part in block.split("\n"))
+        return line
+
+
+def _continued(line: str) -> str:
+    return line if line.startswith(" ") else "  " + line
+
+
 class JsonFormatter(logging.Formatter):
-    """time, level, logger, message, request_id (when serving one), the extra fields, and the traceback if any."""
+    """time, level, logger, message, request_id (when serving one), the extra fields, and the traceback if any.
+    One line per record: JSON escapes every control character but DEL, escaped here."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -54,7 +95,7 @@ class JsonFormatter(logging.Formatter):
                 entry[name] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return json.dumps(entry, default=str).replace("\x7f", "\\u007f")
 
 
 class _RequestIdText(logging.Filter):
@@ -68,15 +109,21 @@ class _RequestIdText(logging.Filter):
         return True
 
 
-def configure_logging(level: int = logging.INFO) -> None:
-    """One root handler on stderr in the format LOG_FORMAT asks for (`text`, the default, or `json`); every
-    library's logger (uvicorn, arq, SQLAlchemy) propagates to it."""
-    handler = logging.StreamHandler()
+def log_handler(stream: TextIO | None = None) -> logging.Handler:
+    """A handler writing to `stream` (default: stderr) in the format LOG_FORMAT asks for (`text` or `json`)."""
+    handler = logging.StreamHandler(stream)
     if log_format() == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(TextFormatter())
         handler.addFilter(_RequestIdText())
+    return handler
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """One root handler on stderr in the format LOG_FORMAT asks for (`text`, the default, or `json`); every
+    library's logger (uvicorn, arq, SQLAlchemy) propagates to it."""
+    handler = log_handler()
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)
