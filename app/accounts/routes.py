@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.accounts import sessions
 from app.kernel.errors import DomainError
-from app.kernel.forms import LOGIN_FORM, field, read_form, safe_local_path
+from app.kernel.forms import LOGIN_FORM, field, safe_local_path
+from app.kernel.intake import body_route, form_parser
 from app.kernel.policy import can_moderate
 from app.kernel.templating import templates
 
@@ -26,8 +28,11 @@ async def login_form(request: Request) -> Response:
     return _login_page(request, {"values": {"email": "", "next": next_path}, "account": account})
 
 
-async def login_submit(request: Request) -> Response:
-    form = await read_form(request, LOGIN_FORM)
+async def anonymous(request: Request) -> None:
+    """The login form's caller: nobody yet (its own limits are per address and account, app.accounts.sessions)."""
+
+
+async def login_submit(request: Request, _caller: None, form: FormData) -> Response:
     email, password = field(form, "email").strip(), field(form, "password")
     next_path = safe_local_path(field(form, "next"), default="")
     values = {"email": email, "next": next_path}
@@ -55,7 +60,7 @@ async def login_submit(request: Request) -> Response:
     return response
 
 
-async def logout(request: Request) -> Response:
+async def logout(request: Request, _caller: None, _form: FormData) -> Response:
     await sessions.logout(sessions.session_token(request))
     response = RedirectResponse("/", status_code=303)
     sessions.clear_session_cookie(response)
@@ -64,6 +69,6 @@ async def logout(request: Request) -> Response:
 
 routes: list[BaseRoute] = [
     Route("/login", login_form, methods=["GET"]),
-    Route("/login", login_submit, methods=["POST"]),
-    Route("/logout", logout, methods=["POST"]),
+    body_route("/login", login_submit, authenticate=anonymous, parse=form_parser(LOGIN_FORM)),
+    body_route("/logout", logout, authenticate=anonymous, parse=form_parser(LOGIN_FORM)),
 ]

@@ -10,6 +10,7 @@ import hashlib
 import re
 import secrets
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, select, text, update
@@ -19,7 +20,7 @@ from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, TOKEN_SCOPES, TR
 from app.accounts.passwords import hash_password_bounded
 from app.kernel import db
 from app.kernel.errors import Forbidden, NotFound, Unauthorized, ValidationError
-from app.kernel.policy import is_locked_out
+from app.kernel.policy import has_moderator_role, is_locked_out
 
 EMAIL_RE = re.compile(
     r"^[a-z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$"
@@ -239,10 +240,18 @@ def _bearer_secret(authorization_header: str | None) -> str:
     return value
 
 
-async def authenticate_bearer(authorization_header: str | None, *accepted: str) -> tuple[Account, frozenset[str]]:
-    """The account and scopes of a bearer token. Unauthorized for a missing, malformed, unknown or revoked token;
-    Forbidden when the account is suspended or banned, or (given `accepted` scopes) when the token carries none
-    of them."""
+@dataclass(frozen=True)
+class ApiCaller:
+    """Who sent an API request: the token's account, its scopes and the token itself (what refusals count against)."""
+
+    account: Account
+    scopes: frozenset[str]
+    token_id: int
+
+
+async def bearer_caller(authorization_header: str | None) -> ApiCaller:
+    """The caller of a bearer token. Unauthorized for a missing, malformed, unknown or revoked token; Forbidden
+    when the account is suspended or banned."""
     secret = _bearer_secret(authorization_header)
     async with db.transaction() as session:
         row = (
@@ -260,9 +269,21 @@ async def authenticate_bearer(authorization_header: str | None, *accepted: str) 
         if is_locked_out(account):
             raise Forbidden({"account": [f"is {account.state}"]})
         await session.execute(_TOUCH_TOKEN, {"id": token_id})
+    return ApiCaller(account, frozenset(scopes), int(token_id))
+
+
+def refused_subject(caller: ApiCaller) -> str | None:
+    """What a caller's refused submissions count against: its token; moderators and admins are exempt, as from
+    the report limits (docs/security.md "Body budget")."""
+    return None if has_moderator_role(caller.account) else f"token:{caller.token_id}"
+
+
+async def authenticate_bearer(authorization_header: str | None, *accepted: str) -> tuple[Account, frozenset[str]]:
+    """`bearer_caller`'s account and scopes; Forbidden (given `accepted` scopes) when the token carries none."""
+    caller = await bearer_caller(authorization_header)
     if accepted:
-        require_scope(frozenset(scopes), *accepted)
-    return account, frozenset(scopes)
+        require_scope(caller.scopes, *accepted)
+    return caller.account, caller.scopes
 
 
 def require_scope(scopes: frozenset[str], *accepted: str) -> None:

@@ -71,6 +71,8 @@ class Settings:
     hot_key_interval_seconds: int
     claim_seconds: int
     request_body_limit: int
+    body_budget_seconds: float
+    refused_per_minute: int
     registry_stats_ttl: float
     sitemap_index_threshold: int
     sitemap_max_urls: int
@@ -107,6 +109,10 @@ def settings() -> Settings:
         # a claim outlives any sane refresh; keys of a worker that died are taken over when it expires
         claim_seconds=_int("INFESTATIONS_CLAIM_SECONDS", 300, minimum=1),
         request_body_limit=_int("REQUEST_BODY_LIMIT", 4 * 1024 * 1024, minimum=1024),
+        # CPU seconds one request may spend parsing, validating and scanning its body (docs/security.md "Body budget")
+        body_budget_seconds=seconds("BODY_BUDGET_SECONDS", 2.0),
+        # refused submissions a minute per API token before it gets 429s (0: no limit)
+        refused_per_minute=_int("REFUSED_PER_MINUTE", 60),
         registry_stats_ttl=seconds("REGISTRY_STATS_TTL", 30.0),
         # listed repositories at which /sitemap.xml becomes a sitemapindex (docs/domain.md §13 "Sitemap": 20,000)
         sitemap_index_threshold=_int("SITEMAP_INDEX_THRESHOLD", 20_000, minimum=1),

@@ -1,4 +1,5 @@
-"""Form plumbing: bounded form bodies, text fields from them, safe local redirects, query strings."""
+"""Form plumbing: the limits of the site's forms (parsed by `app.kernel.intake.form_parser`), text fields from
+them, safe local redirects, query strings."""
 
 from __future__ import annotations
 
@@ -6,10 +7,6 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from starlette.datastructures import FormData
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-
-from app.kernel.errors import BadRequest
 
 MAX_FIELD = 8000
 
@@ -25,16 +22,6 @@ class FormLimits:
 
 LOGIN_FORM = FormLimits(max_fields=8, max_part_size=4 * 1024)
 MODERATION_FORM = FormLimits(max_fields=16, max_part_size=16 * 1024)
-
-
-async def read_form(request: Request, limits: FormLimits) -> FormData:
-    """The form body under `limits` (LOGIN_FORM, MODERATION_FORM); a 400 naming `form` beyond them."""
-    try:
-        return await request.form(
-            max_files=limits.max_files, max_fields=limits.max_fields, max_part_size=limits.max_part_size
-        )
-    except HTTPException as exc:  # Starlette's answer to a multipart or urlencoded limit
-        raise BadRequest({"form": [str(exc.detail)]}) from None
 
 
 def field(form: FormData, name: str) -> str:

@@ -1,5 +1,5 @@
-"""Bounded requests (docs/security.md): a body limit on every request, JSON bodies read with a byte cap and a
-depth bound, and path and query values refused at the edge when they carry text no route could use.
+"""Bounded requests (docs/security.md): a body limit on every request, and path and query values refused at the
+edge when they carry text no route could use. Bodies are read and parsed by `app.kernel.intake`.
 
 The body limit is pure ASGI: the declared `Content-Length` and the bytes actually streamed are both checked, and
 the refusal is raised from `receive`, i.e. inside the route that reads the body, so it is answered by the one
@@ -8,8 +8,6 @@ error path (`app.kernel.web.error_response`) like any other error. A route that 
 
 from __future__ import annotations
 
-import json
-from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
@@ -17,8 +15,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.kernel.asgi import HTTPMiddleware
 from app.kernel.config import settings
-from app.kernel.errors import BadRequest, DomainError, NotFound, ValidationError
-from app.kernel.text import UNCLEAN_MESSAGE, is_clean
+from app.kernel.errors import BadRequest, DomainError, NotFound
+from app.kernel.text import UNCLEAN_MESSAGE, ascii_int, is_clean
 from app.kernel.web import error_response
 
 # every request outside /api/ is a page, a feed or a small form (the forms have tighter limits: app.kernel.forms)
@@ -46,8 +44,8 @@ class BodyLimitMiddleware(HTTPMiddleware):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit = body_limit(scope["path"])
-        declared = dict(scope["headers"]).get(b"content-length", b"")
-        over = declared.isdigit() and len(declared) <= 18 and int(declared) > limit
+        declared = ascii_int(dict(scope["headers"]).get(b"content-length", b"").decode("latin-1"))
+        over = declared is not None and declared > limit
         received = 0
 
         async def limited() -> Message:
@@ -77,50 +75,6 @@ def edge_refusal(scope: Scope) -> DomainError | None:
             if not is_clean(value):
                 return BadRequest({key: [UNCLEAN_MESSAGE]})
     return None
-
-
-def _depth_exceeds(value: Any, maximum: int) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > maximum:
-                return True
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-async def read_json_object(
-    request: Request, *, limit: int | None = None, non_object_status: int = 422
-) -> dict[str, Any]:
-    """The request body as a JSON object: at most `limit` bytes (default: the path's body limit; 413 beyond),
-    valid JSON without NaN or Infinity, nested at most MAX_JSON_DEPTH levels (400), an object (`non_object_status`:
-    the report API's 422, the repository API's 400, each as documented)."""
-    limit = body_limit(request.url.path) if limit is None else limit
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and len(declared) <= 18 and int(declared) > limit:
-        raise too_large(limit)
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise too_large(limit)
-    try:
-        body = json.loads(bytes(data), parse_constant=_reject_constant)
-    except RecursionError:
-        raise BadRequest({"body": [f"must be nested at most {MAX_JSON_DEPTH} levels deep"]}) from None
-    except ValueError:  # includes JSONDecodeError and UnicodeDecodeError
-        raise BadRequest({"body": ["must be valid JSON"]}) from None
-    if _depth_exceeds(body, MAX_JSON_DEPTH):
-        raise BadRequest({"body": [f"must be nested at most {MAX_JSON_DEPTH} levels deep"]})
-    if not isinstance(body, dict):
-        raise ValidationError({"body": ["must be a JSON object"]}, status_code=non_object_status)
-    return body
 
 
 class EdgeMiddleware(HTTPMiddleware):

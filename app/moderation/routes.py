@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -19,7 +20,8 @@ from starlette.routing import BaseRoute, Route
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import current_account
 from app.kernel.errors import DomainError, Forbidden, NotFound, Unauthorized
-from app.kernel.forms import MODERATION_FORM, field, read_form, safe_local_path, with_query
+from app.kernel.forms import MODERATION_FORM, field, safe_local_path, with_query
+from app.kernel.intake import body_route, form_parser
 from app.kernel.paging import Page
 from app.kernel.policy import can_moderate
 from app.kernel.text import ascii_int, require_clean
@@ -162,6 +164,7 @@ REASON_FIELDS = ("reason", "notes", "return_to")
 
 async def _act(
     request: Request,
+    form: FormData,
     *,
     partial: str,
     subject: dict[str, Any],
@@ -171,7 +174,6 @@ async def _act(
 ) -> Response:
     """Run one moderation action from its form (`fields` plus reason, notes and return_to) and answer for both
     the no-JS and the htmx form."""
-    form = await read_form(request, MODERATION_FORM)
     values = {k: field(form, k) for k in (*fields, *REASON_FIELDS)}
     htmx = request.headers.get("hx-request") == "true"
     return_to = safe_local_path(values.get("return_to"), default=default_return, prefix="/moderation")
@@ -201,14 +203,14 @@ async def _act(
     return _page(request, partial, context)
 
 
-async def scan_visibility(request: Request) -> Response:
-    actor = await _moderator(request)
+async def scan_visibility(request: Request, actor: Account, form: FormData) -> Response:
     raw_id = request.path_params["scan_id"]
     report = await queries.get_report(raw_id) if 0 < raw_id < 2**63 else None
     if report is None:
         raise NotFound({"report": ["not found"]}, message=f"No report with id {raw_id}.")
     return await _act(
         request,
+        form,
         partial="moderation/_scan_form.html",
         subject=report,
         fields=("visibility",),
@@ -217,8 +219,7 @@ async def scan_visibility(request: Request) -> Response:
     )
 
 
-async def repository_listing(request: Request) -> Response:
-    actor = await _moderator(request)
+async def repository_listing(request: Request, actor: Account, form: FormData) -> Response:
     host, owner, name = (request.path_params[k] for k in ("host", "owner", "name"))
     repo = await queries.get_repository(host, owner, name)
     if repo is None:
@@ -226,6 +227,7 @@ async def repository_listing(request: Request) -> Response:
     slug = (repo["host"], repo["owner"], repo["name"])
     return await _act(
         request,
+        form,
         partial="moderation/_repository_form.html",
         subject=repo,
         fields=("listing_status",),
@@ -234,14 +236,14 @@ async def repository_listing(request: Request) -> Response:
     )
 
 
-async def account_change(request: Request) -> Response:
-    actor = await _moderator(request)
+async def account_change(request: Request, actor: Account, form: FormData) -> Response:
     handle = request.path_params["handle"]
     target = await queries.get_account(handle)
     if target is None:
         raise NotFound({"account": ["not found"]}, message=f"No account @{handle}.")
     return await _act(
         request,
+        form,
         partial="moderation/_account_form.html",
         subject=target,
         fields=("platform_role", "state"),
@@ -257,12 +259,14 @@ async def account_change(request: Request) -> Response:
     )
 
 
+_FORM: dict[str, Any] = {"authenticate": _moderator, "parse": form_parser(MODERATION_FORM)}
+
 routes: list[BaseRoute] = [
     Route("/moderation", reports_page, methods=["GET"]),
     Route("/moderation/repositories", repositories_page, methods=["GET"]),
     Route("/moderation/accounts", accounts_page, methods=["GET"]),
     Route("/moderation/audit", audit_page, methods=["GET"]),
-    Route("/moderation/scans/{scan_id:int}/visibility", scan_visibility, methods=["POST"]),
-    Route("/moderation/repos/{host}/{owner}/{name}/listing", repository_listing, methods=["POST"]),
-    Route("/moderation/accounts/{handle}", account_change, methods=["POST"]),
+    body_route("/moderation/scans/{scan_id:int}/visibility", scan_visibility, **_FORM),
+    body_route("/moderation/repos/{host}/{owner}/{name}/listing", repository_listing, **_FORM),
+    body_route("/moderation/accounts/{handle}", account_change, **_FORM),
 ]

@@ -6,11 +6,11 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
-from app.accounts.service import authenticate_bearer, require_scope
+from app.accounts.service import ApiCaller, bearer_caller, refused_subject, require_scope
 from app.kernel.config import settings
-from app.kernel.limits import read_json_object
+from app.kernel.intake import Body, Budget, body_route, json_object
 from app.registry.models import Repository
 from app.registry.service import register_repository
 from app.registry.validation import validate_repo_ref
@@ -41,16 +41,32 @@ def repository_json(repository: Repository) -> dict[str, Any]:
     }
 
 
-async def create_repository(request: Request) -> Response:
-    account, scopes = await authenticate_bearer(request.headers.get("authorization"))
-    require_scope(scopes, *REGISTER_SCOPES)
-    body = await read_json_object(request, limit=MAX_BODY_BYTES, non_object_status=400)
-    host, owner, name = validate_repo_ref(body.get("host"), body.get("owner"), body.get("name"))
-    repository, created = await register_repository(host, owner, name, submitted_by_id=account.id)
+async def _registrar(request: Request) -> ApiCaller:
+    caller = await bearer_caller(request.headers.get("authorization"))
+    require_scope(caller.scopes, *REGISTER_SCOPES)
+    return caller
+
+
+def parse_repository(body: Body, budget: Budget) -> tuple[str, str, str]:
+    raw = json_object(body, budget, non_object_status=400)
+    return validate_repo_ref(raw.get("host"), raw.get("owner"), raw.get("name"))
+
+
+async def create_repository(request: Request, caller: ApiCaller, ref: tuple[str, str, str]) -> Response:
+    repository, created = await register_repository(*ref, submitted_by_id=caller.account.id)
     payload = repository_json(repository)
     if created:
         return JSONResponse(payload, status_code=201, headers={"Location": payload["url"]})
     return JSONResponse(payload, status_code=200)
 
 
-routes: list[BaseRoute] = [Route("/api/v1/repositories", create_repository, methods=["POST"])]
+routes: list[BaseRoute] = [
+    body_route(
+        "/api/v1/repositories",
+        create_repository,
+        authenticate=_registrar,
+        parse=parse_repository,
+        allowance=refused_subject,
+        limit=MAX_BODY_BYTES,
+    )
+]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from app.accounts.service import require_account_by_email
 from app.kernel.cli import command, group
@@ -41,16 +43,42 @@ async def _submit(args: argparse.Namespace) -> int:
     body = read_body(args.file)
     sarif_report = None
     if is_sarif(body):  # by content, not by name (docs/sarif.md)
-        sarif_report = sarif_to_report(body, commit_sha=args.commit)
+        sarif_report = sarif_to_report(body, commit_sha=args.commit, source_root=_source_root(args, body))
         body = sarif_report.body
-    elif args.commit is not None:
-        raise ValidationError({"commit": ["applies to a SARIF log only (a Scan Format v1 body names its commit_sha)"]})
+    elif args.commit is not None or args.source_root is not None:
+        option = "--commit" if args.commit is not None else "--source-root"
+        raise ValidationError({option: ["applies to a SARIF log only (a Scan Format v1 body names its own paths)"]})
     account = await require_account_by_email(args.as_email)
     result = await submit_report(account, host, owner, name, body)
     if sarif_report is not None:
         result = result | {"sarif": sarif_report.summary()}
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _source_root(args: argparse.Namespace, log: dict[str, Any]) -> str | None:
+    """`--source-root`, else the working directory when every `file:` URI of the log lies under it."""
+    if args.source_root is not None:
+        return str(os.path.abspath(args.source_root))
+    here = os.getcwd().rstrip("/") + "/"
+    uris = [uri for uri in _strings_named(log, "uri") if uri.startswith("file:")]
+    if uris and all(unquote(urlsplit(uri).path).startswith(here) for uri in uris):
+        return here
+    return None
+
+
+def _strings_named(value: Any, key: str) -> list[str]:
+    """Every string stored under `key` anywhere in `value` (iteratively: a log may be deep)."""
+    found: list[str] = []
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            found.extend(v for k, v in item.items() if k == key and isinstance(v, str))
+            stack.extend(v for v in item.values() if isinstance(v, dict | list))
+        elif isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, dict | list))
+    return found
 
 
 def register(sub: Any) -> None:
@@ -63,3 +91,8 @@ def register(sub: Any) -> None:
     submit.add_argument("file", metavar="FILE")
     submit.add_argument("--as", dest="as_email", required=True, metavar="EMAIL")
     submit.add_argument("--commit", metavar="SHA", help="the commit of a SARIF log that does not name one")
+    submit.add_argument(
+        "--source-root",
+        metavar="DIR",
+        help="the checkout a SARIF log's absolute file: URIs lie under (default: the working directory, when they all do)",
+    )

@@ -1,68 +1,117 @@
-"""Report API (bearer token): submit reports, record checks and report-level verdicts. Thin: read a capped
-JSON body (`app.kernel.limits`), authenticate, call the service, answer 201."""
+"""Report API (bearer token): submit reports, record checks and report-level verdicts. Each route is a
+`body_route` (`app.kernel.intake`): the body is parsed, validated and scanned off the event loop before the service
+opens its transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
-from app.accounts.models import Account
-from app.accounts.service import authenticate_bearer
+from app.accounts.service import ApiCaller, bearer_caller, refused_subject
 from app.kernel.errors import NotFound
-from app.kernel.limits import read_json_object
+from app.kernel.intake import Body, Budget, body_route, json_object
 from app.kernel.text import ascii_int
 from app.reports import sarif, service
+from app.reports.policy import SUBMIT_SCOPES, VERIFY_SCOPES, require_scope
+from app.reports.validation import ReportInput, VerdictInput
 
 
-async def authenticate(request: Request) -> tuple[Account, frozenset[str]]:
-    return await authenticate_bearer(request.headers.get("authorization"))
+def _caller(needed: frozenset[str]) -> Callable[[Request], Awaitable[ApiCaller]]:
+    async def authenticate(request: Request) -> ApiCaller:
+        caller = await bearer_caller(request.headers.get("authorization"))
+        require_scope(caller.scopes, needed)
+        return caller
+
+    return authenticate
 
 
 def _client_ip(request: Request) -> str | None:
     return request.client.host if request.client else None
 
 
-async def submit_report(request: Request) -> JSONResponse:
+def parse_report(body: Body, budget: Budget) -> tuple[ReportInput, sarif.SarifReport | None]:
+    """A Scan Format v1 body, or a SARIF 2.1.0 log mapped onto one (docs/sarif.md; the commit and the checkout
+    root may come as parameters), validated and scanned for secrets."""
+    document = json_object(body, budget)
+    if body.media_type != sarif.SARIF_MEDIA_TYPE:
+        return service.prepare_report(document, budget), None
+    mapped = sarif.sarif_to_report(
+        document,
+        commit_sha=body.query.get("commit_sha"),
+        source_root=body.query.get("source_root"),
+        budget=budget,
+    )
+    assert mapped.report is not None
+    service.scan_report(mapped.report, budget)
+    return mapped.report, mapped
+
+
+async def submit_report(
+    request: Request, caller: ApiCaller, parsed: tuple[ReportInput, sarif.SarifReport | None]
+) -> JSONResponse:
     """201 with the new report; 200 with the stored one when this is a retry of a run already stored (the same
     `run_id`, repository and content: the first answer was lost, docs/reliability.md "Retries")."""
-    account, scopes = await authenticate(request)
-    body = await read_json_object(request)
-    sarif_report = None
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() == sarif.SARIF_MEDIA_TYPE:
-        # a SARIF 2.1.0 log, mapped onto the same body (docs/sarif.md); the commit may come as a parameter
-        sarif_report = sarif.sarif_to_report(body, commit_sha=request.query_params.get("commit_sha"))
-        body = sarif_report.body
+    report, mapped = parsed
     p = request.path_params
-    result, created = await service.submit_report_once(
-        account, p["host"], p["owner"], p["name"], body, client_ip=_client_ip(request), scopes=scopes
+    result, created = await service.store_report(
+        caller.account, p["host"], p["owner"], p["name"], report, scopes=caller.scopes
     )
-    if sarif_report is not None:
-        result = result | {"sarif": sarif_report.summary()}
+    if mapped is not None:
+        result = result | {"sarif": mapped.summary()}
     return JSONResponse(result, status_code=201 if created else 200)
 
 
-async def record_check(request: Request) -> JSONResponse:
-    account, scopes = await authenticate(request)
-    body = await read_json_object(request)
-    result = await service.record_check(
-        account, request.path_params["canonical_public_id"], body, client_ip=_client_ip(request), scopes=scopes
+def _verdict(check: bool) -> Callable[[Body, Budget], VerdictInput]:
+    def parse(body: Body, budget: Budget) -> VerdictInput:
+        return service.prepare_verdict(json_object(body, budget), budget, check=check)
+
+    return parse
+
+
+async def record_check(request: Request, caller: ApiCaller, check: VerdictInput) -> JSONResponse:
+    result = await service.store_check(
+        caller.account,
+        request.path_params["canonical_public_id"],
+        check,
+        client_ip=_client_ip(request),
+        scopes=caller.scopes,
     )
     return JSONResponse(result, status_code=201)
 
 
-async def record_confirmation(request: Request) -> JSONResponse:
-    account, scopes = await authenticate(request)
-    body = await read_json_object(request)
+async def record_confirmation(request: Request, caller: ApiCaller, verdict: VerdictInput) -> JSONResponse:
     scan_id = ascii_int(request.path_params["scan_id"])
     if scan_id is None:
         raise NotFound({"report": ["not found"]})
-    result = await service.record_confirmation(account, scan_id, body, client_ip=_client_ip(request), scopes=scopes)
+    result = await service.store_confirmation(
+        caller.account, scan_id, verdict, client_ip=_client_ip(request), scopes=caller.scopes
+    )
     return JSONResponse(result, status_code=201)
 
 
 routes: list[BaseRoute] = [
-    Route("/api/v1/repos/{host}/{owner}/{name}/reports", submit_report, methods=["POST"]),
-    Route("/api/v1/findings/{canonical_public_id}/checks", record_check, methods=["POST"]),
-    Route("/api/v1/reports/{scan_id}/confirmations", record_confirmation, methods=["POST"]),
+    body_route(
+        "/api/v1/repos/{host}/{owner}/{name}/reports",
+        submit_report,
+        authenticate=_caller(SUBMIT_SCOPES),
+        parse=parse_report,
+        allowance=refused_subject,
+    ),
+    body_route(
+        "/api/v1/findings/{canonical_public_id}/checks",
+        record_check,
+        authenticate=_caller(VERIFY_SCOPES),
+        parse=_verdict(check=True),
+        allowance=refused_subject,
+    ),
+    body_route(
+        "/api/v1/reports/{scan_id}/confirmations",
+        record_confirmation,
+        authenticate=_caller(VERIFY_SCOPES),
+        parse=_verdict(check=False),
+        allowance=refused_subject,
+    ),
 ]

@@ -14,11 +14,14 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from app.kernel.errors import ValidationError
+from app.kernel.intake import Budget
 from app.reports.validation import (
     MAX_DESCRIPTION,
     MAX_FINDINGS,
     MAX_LABEL,
+    MAX_PATH_BYTES,
     MAX_TITLE,
+    ReportInput,
     canonical_path,
     normalize_commit_sha,
     validate_report,
@@ -35,6 +38,9 @@ SCORE_BANDS = ((9.0, "critical"), (7.0, "high"), (4.0, "medium"), (0.1, "low"))
 # results that are not problems (§3.27.9): skipped like suppressed ones
 NOT_PROBLEMS = frozenset({"pass", "notApplicable"})
 MAX_BASE_CHAIN = 16  # originalUriBaseIds may chain; a cycle must not loop
+MAX_BASES = 100  # originalUriBaseIds entries of one run
+MAX_URI = 4 * MAX_PATH_BYTES  # a URI longer than this cannot name a path of MAX_PATH_BYTES, even percent-encoded
+MAX_TEXT = MAX_DESCRIPTION + 1  # every text is read up to here: anything longer is cut to MAX_DESCRIPTION anyway
 MAX_ARGUMENTS, MAX_ARGUMENT = 20, 200  # message arguments filled into a rule's message string
 
 
@@ -43,6 +49,7 @@ class SarifReport:
     """The Scan Format v1 request body a log maps to, and what the mapping left out or shortened."""
 
     body: dict[str, Any]
+    report: ReportInput | None = None  # the body, validated
     results: int = 0
     skipped: dict[str, int] = field(
         default_factory=lambda: {"suppressed": 0, "absent": 0, "not_a_problem": 0, "no_location": 0}
@@ -81,9 +88,18 @@ def _list(value: object) -> list[Any]:
 
 
 def _text(value: object) -> str | None:
-    """`{"text": ...}` (a message or a multiformat string) → its text, when it is a non-blank string."""
+    """`{"text": ...}` (a message or a multiformat string) → its first MAX_TEXT characters, when it is a non-blank
+    string (a rule's text is shared by many results: it is never read whole)."""
     text = _obj(value).get("text")
-    return text if isinstance(text, str) and text.strip() else None
+    if not isinstance(text, str):
+        return None
+    text = text[:MAX_TEXT]
+    return text if text.strip() else None
+
+
+def _capped(value: object) -> object:
+    """A string cut to MAX_TEXT characters (rule names and ids are shared by many results); anything else as is."""
+    return value[:MAX_TEXT] if isinstance(value, str) else value
 
 
 def _scheme(uri: str) -> str | None:
@@ -103,13 +119,15 @@ def _shorten(text: str, maximum: int) -> tuple[str, bool]:
 class _Run:
     """One run's tool, rules and base URIs, looked up once."""
 
-    def __init__(self, run: dict[str, Any], path: str) -> None:
+    def __init__(self, run: dict[str, Any], path: str, source_root: str | None = None) -> None:
         self.path = path
+        self.source_root = source_root
         tool = _obj(run.get("tool"))
         self.driver = _obj(tool.get("driver"))
         self.extensions = [_obj(e) for e in _list(tool.get("extensions"))]
         self.artifacts = [_obj(a) for a in _list(run.get("artifacts"))]
-        self.bases = {k: _obj(v) for k, v in _obj(run.get("originalUriBaseIds")).items()}
+        self.bases = self._bases(_obj(run.get("originalUriBaseIds")))
+        self.prefixes = {base_id: self._base_prefix(base_id) for base_id in self.bases}
         self.absolute_bases = self._absolute_bases()
         self.rules_by_id: dict[str, dict[str, Any]] = {}
         for component in (*self.extensions, self.driver):  # the driver's own rules win on a shared id
@@ -131,19 +149,39 @@ class _Run:
         rule_id = result.get("ruleId", reference.get("id"))
         return self.rules_by_id.get(rule_id, {}) if isinstance(rule_id, str) else {}
 
-    def _base_prefix(self, base_id: object) -> str:
+    def _bases(self, raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        where = f"{self.path}.originalUriBaseIds"
+        if len(raw) > MAX_BASES:
+            raise _fail(where, f"must have at most {MAX_BASES} entries")
+        for base_id, base in raw.items():
+            uri = _obj(base).get("uri")
+            if isinstance(uri, str) and len(uri) > MAX_URI:
+                raise _fail(f"{where}.{base_id}.uri", f"must be at most {MAX_URI} characters")
+        return {k: _obj(v) for k, v in raw.items()}
+
+    def _base_prefix(self, base_id: str) -> str:
         """The repository-relative prefix a `uriBaseId` stands for: relative base URIs chain up to one that is
-        absolute or undefined (`%SRCROOT%`), which is taken as the repository root."""
-        prefix = ""
-        for _ in range(MAX_BASE_CHAIN):
-            if not isinstance(base_id, str) or base_id not in self.bases:
-                return prefix
-            base = self.bases[base_id]
+        absolute or undefined (`%SRCROOT%`), which is taken as the repository root. Computed once per id; a chain
+        longer than MAX_BASE_CHAIN (a cycle) or a prefix longer than a path may be is refused, naming the id."""
+        prefix, current, seen = "", base_id, set[str]()
+        while current in self.bases:
+            if current in seen or len(seen) == MAX_BASE_CHAIN:
+                raise _fail(
+                    f"{self.path}.originalUriBaseIds.{base_id}",
+                    f"must reach an absolute or undefined base within {MAX_BASE_CHAIN} steps (no cycle)",
+                )
+            seen.add(current)
+            base = self.bases[current]
             uri = base.get("uri")
             if not isinstance(uri, str) or _scheme(uri) != "":
-                return prefix
+                break
             prefix = uri.rstrip("/") + "/" + prefix if uri.strip("/") else prefix
-            base_id = base.get("uriBaseId")
+            if len(prefix) > MAX_URI:
+                raise _fail(f"{self.path}.originalUriBaseIds.{base_id}", f"must stand for at most {MAX_URI} characters")
+            next_id = base.get("uriBaseId")
+            if not isinstance(next_id, str):
+                break
+            current = next_id
         return prefix
 
     def _absolute_bases(self) -> list[str]:
@@ -153,6 +191,23 @@ class _Run:
             if isinstance(uri, str) and _scheme(uri):
                 found.append(uri if uri.endswith("/") else uri + "/")
         return sorted(found, key=len, reverse=True)
+
+    def _relative(self, uri: str, where: str) -> str:
+        """An absolute URI made repository-relative: cut at the longest absolute base URI it starts with, else
+        (a `file:` URI) at the checkout root the caller named (`?source_root=`, `--source-root`)."""
+        base = next((b for b in self.absolute_bases if uri.startswith(b)), None)
+        if base is not None:
+            return uri[len(base) :]
+        if self.source_root is None or not uri.startswith("file:"):
+            raise _fail(
+                where,
+                "must be relative to the repository: no originalUriBaseIds entry is a prefix of it; name the "
+                "checkout root it lies under (?source_root=/abs/path on the API, --source-root DIR on the CLI)",
+            )
+        file_path = unquote(urlsplit(uri).path)
+        if not file_path.startswith(self.source_root):
+            raise _fail(where, f"lies outside the checkout root {self.source_root.rstrip('/')} (source_root)")
+        return file_path[len(self.source_root) :]
 
     def repository_path(self, location: dict[str, Any], path: str) -> str | None:
         """A physical location's file as a repository-relative path; None when it names no file."""
@@ -165,17 +220,15 @@ class _Run:
         if not isinstance(uri, str) or not uri.strip():
             return None
         where = f"{path}.artifactLocation.uri"
+        if len(uri) > MAX_URI:
+            raise _fail(where, f"must be at most {MAX_URI} characters")
         scheme = _scheme(uri)
         if scheme is None:
             raise _fail(where, "must be a valid URI reference")
         if scheme:
-            # an absolute URI: relative to the longest absolute base URI it starts with
-            base = next((b for b in self.absolute_bases if uri.startswith(b)), None)
-            if base is None:
-                raise _fail(where, "must be relative to the repository (no originalUriBaseIds entry is a prefix of it)")
-            relative = uri[len(base) :]
+            relative = self._relative(uri, where)
         else:
-            relative = self._base_prefix(base_id) + uri
+            relative = (self.prefixes.get(base_id, "") if isinstance(base_id, str) else "") + uri
         try:
             return canonical_path(unquote(relative.split("?")[0].split("#")[0]))
         except ValueError as exc:
@@ -208,7 +261,7 @@ def _severity(result: dict[str, Any], rule: dict[str, Any], path: str) -> str:
 def _score(raw: object) -> float | None:
     """A `security-severity` score (a number or a numeric string, 0..10); anything else is ignored, as
     code-scanning services do."""
-    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str) or (isinstance(raw, str) and len(raw) > 32):
         return None
     try:
         score = float(raw)
@@ -238,7 +291,7 @@ def _title(result: dict[str, Any], rule: dict[str, Any], message: str | None) ->
     """The rule's short description, else its name (after its id when they differ: Bandit names several rules
     `blacklist`, and the title is the pattern), else the message, else the rule id."""
     title = _text(rule.get("shortDescription"))
-    name, rule_id = rule.get("name"), rule.get("id", result.get("ruleId"))
+    name, rule_id = _capped(rule.get("name")), _capped(rule.get("id", result.get("ruleId")))
     if title is None and isinstance(name, str) and name.strip():
         title = name if not isinstance(rule_id, str) or rule_id == name else f"{rule_id} {name}"
     if title is None:
@@ -251,7 +304,7 @@ def _description(rule: dict[str, Any], message: str | None, title: str) -> str:
     help_text = _text(rule.get("help")) or _text(rule.get("fullDescription"))
     if help_text is not None and help_text != message:
         parts.append(help_text)
-    help_uri = rule.get("helpUri")
+    help_uri = _capped(rule.get("helpUri"))
     if isinstance(help_uri, str) and help_uri.startswith(("https://", "http://")):
         parts.append(f"Rule documentation: {help_uri}")
     return "\n\n".join(parts)
@@ -349,9 +402,25 @@ def _too_many(results: int) -> ValidationError:
     )
 
 
-def sarif_to_report(log: dict[str, Any], *, commit_sha: str | None = None) -> SarifReport:
-    """Map a SARIF 2.1.0 log onto one Scan Format v1 request body. Raises ValidationError naming the JSON path of
-    the first problem; a log with more findings to store than one report holds is refused with both counts."""
+def normalize_source_root(raw: str | None) -> str | None:
+    """`?source_root=`: an absolute path, kept with one trailing slash."""
+    if raw is None or raw == "":
+        return None
+    if not raw.startswith("/") or len(raw) > MAX_URI or "\x00" in raw:
+        raise _fail("source_root", f"must be an absolute path of at most {MAX_URI} characters")
+    return raw.rstrip("/") + "/"
+
+
+def sarif_to_report(
+    log: dict[str, Any],
+    *,
+    commit_sha: str | None = None,
+    source_root: str | None = None,
+    budget: Budget | None = None,
+) -> SarifReport:
+    """Map a SARIF 2.1.0 log onto one Scan Format v1 request body, validated. Raises ValidationError naming the
+    JSON path of the first problem; a log with more findings to store than one report holds is refused with both
+    counts. `source_root`: the checkout an absolute `file:` URI is made relative to; `budget`: checked per result."""
     if log.get("version") != SARIF_VERSION:
         raise _fail("version", f"must be {SARIF_VERSION!r} (SARIF 2.1.0)")
     raw_runs = log.get("runs")
@@ -362,7 +431,12 @@ def sarif_to_report(log: dict[str, Any], *, commit_sha: str | None = None) -> Sa
             raise _fail(f"runs[{i}]", "must be an object")
         if not isinstance(raw.get("results", []), list):
             raise _fail(f"runs[{i}].results", "must be a list")
-    runs = [_Run(raw, f"runs[{i}]") for i, raw in enumerate(raw_runs)]
+    root = normalize_source_root(source_root)
+    runs = []
+    for i, raw in enumerate(raw_runs):
+        runs.append(_Run(raw, f"runs[{i}]", root))
+        if budget is not None:
+            budget.check()
     model, prompt_version = _tool(runs)
     sha = _commit(runs, raw_runs, commit_sha)
     report = SarifReport(body={})
@@ -372,6 +446,8 @@ def sarif_to_report(log: dict[str, Any], *, commit_sha: str | None = None) -> Sa
         for k, result in enumerate(raw.get("results", [])):
             where = f"{run.path}.results[{k}]"
             report.results += 1
+            if budget is not None:
+                budget.check()
             if not isinstance(result, dict):
                 raise _fail(where, "must be an object")
             reason = _skip_reason(result)
@@ -417,7 +493,7 @@ def sarif_to_report(log: dict[str, Any], *, commit_sha: str | None = None) -> Sa
         "document": {"tarakan_scan_format": 1, "source": "sarif", "findings": findings},
     }
     try:
-        validate_report(report.body)
+        report.report = validate_report(report.body)
     except ValidationError as exc:
         raise ValidationError({_sarif_path(key, origins): messages for key, messages in exc.errors.items()}) from None
     return report

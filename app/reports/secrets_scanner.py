@@ -6,12 +6,11 @@ fixed number of characters proves the match (`{30}` finds exactly what `{30,}` f
 see a whole run (a JSON Web Token's segments end at a dot) may start only at the beginning of a run and never gives
 characters back (a possessive `{8,}+`), so no run is scanned more than a few times. A time budget on the `regex`
 engine is the second fence: past it the field is refused as unscannable. Matches release the GIL
-(`concurrent=True`), so `scan_fields_off_loop` keeps the event loop answering while a large report is scanned.
+(`concurrent=True`): the scan runs on an intake thread (`app.kernel.intake`) while the event loop keeps answering.
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import time
 from itertools import accumulate, islice
@@ -120,8 +119,3 @@ def scan_fields(fields: dict[str, Any], *, budget: float = SCAN_BUDGET_SECONDS) 
             errors[field] = [f"must not contain secrets (found what looks like {kind}; remove or redact it)"]
     if errors:
         raise ValidationError(errors)
-
-
-async def scan_fields_off_loop(fields: dict[str, Any]) -> None:
-    """`scan_fields` in a worker thread: the matches release the GIL, so the event loop keeps serving."""
-    await asyncio.to_thread(scan_fields, fields)

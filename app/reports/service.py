@@ -1,8 +1,8 @@
 """Reports, checks and report-level confirmations: the only writers of scans, occurrences, canonical findings and
-checks (docs/domain.md §1.2-§1.5, §1.7, §2.6, §9). Each use case is ONE transaction: authorize
-(`app.reports.policy`), validate, write, assimilate, recompute quorum and repository metrics
-(`app.registry.metrics`), and mark the touched infestation keys dirty (`app.kernel.outbox`, which rings the rollup
-worker after the commit)."""
+checks (docs/domain.md §1.2-§1.5, §1.7, §2.6, §9). Each use case validates and scans its body first, on an intake
+thread under the request's budget (`prepare_*`), then runs ONE transaction: authorize (`app.reports.policy`), write,
+assimilate, recompute quorum and repository metrics, and mark the touched infestation keys dirty
+(docs/security.md "Body budget": no lock is held across CPU work)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.errors import Forbidden, NotFound, ValidationError
+from app.kernel.intake import Budget, off_loop
 from app.kernel.outbox import mark_dirty, mark_scan_dirty
 from app.kernel.public import PUBLIC_SCAN
 from app.ops.secrets import client_ip_hash
@@ -40,9 +41,9 @@ from app.reports.policy import (
     require_writable,
 )
 from app.reports.quorum import recompute_canonical_status, recompute_scan_verification, recompute_scans_at_commit
-from app.reports.secrets_scanner import scan_fields_off_loop
+from app.reports.secrets_scanner import SCAN_BUDGET_SECONDS, scan_fields
 from app.reports.serializers import check_response, confirmation_response, report_response
-from app.reports.validation import validate_check, validate_confirmation, validate_report
+from app.reports.validation import ReportInput, VerdictInput, validate_check, validate_confirmation, validate_report
 
 UNREGISTERED = {"repository": ["is not registered"]}
 FINDING_NOT_FOUND = {"finding": ["not found"]}
@@ -97,6 +98,26 @@ WHERE submitted_by_id = :aid AND run_id = :run_id AND repository_id = :rid AND c
 """
 
 
+def scan_report(report: ReportInput, budget: Budget) -> None:
+    """422 when the report carries a secret (docs/domain.md §9)."""
+    fields = {
+        "model": report.model,
+        "prompt_version": report.prompt_version,
+        "run_id": report.run_id,
+        "notes": report.notes,
+        "document": report.document,
+    }
+    scan_fields(fields, budget=min(SCAN_BUDGET_SECONDS, budget.remaining()))
+
+
+def prepare_report(body: dict[str, Any], budget: Budget) -> ReportInput:
+    """A report body validated and scanned for secrets (CPU work: on an intake thread, before any transaction)."""
+    report = validate_report(body)
+    budget.check()
+    scan_report(report, budget)
+    return report
+
+
 async def submit_report_once(
     account: Account,
     host: str,
@@ -107,16 +128,30 @@ async def submit_report_once(
     client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """`submit_report`, saying whether it stored the report (True) or found the same run already stored by this
-    account: same `run_id`, repository and content, i.e. a retry after a lost answer (False; the stored report,
-    same id, nothing written). The same `run_id` with other content is still a 422."""
+    """`store_report` of a request body (prepared off the event loop)."""
+    require_scope(scopes, SUBMIT_SCOPES)
+    report = await off_loop(lambda budget: prepare_report(body, budget))
+    return await store_report(account, host, owner, name, report, scopes=scopes)
+
+
+async def store_report(
+    account: Account,
+    host: str,
+    owner: str,
+    name: str,
+    report: ReportInput,
+    *,
+    scopes: frozenset[str] | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Store a prepared report in one transaction, saying whether it stored it (True) or found the same run already
+    stored by this account: same `run_id`, repository and content, i.e. a retry after a lost answer (False; the
+    stored report, same id, nothing written). The same `run_id` with other content is still a 422."""
     require_scope(scopes, SUBMIT_SCOPES)
     async with db.transaction() as session:
         actor = await load_actor(session, account.id, lock=True)
         require_acting_state(actor)
         repo = require_writable(actor, await repository_by_name(session, host, owner, name), UNREGISTERED)
         require_not_paused(actor, repo)
-        report = validate_report(body)
         if report.run_id is not None:
             # the account row is locked (load_actor): a concurrent submission of this run has committed or not yet begun
             taken = await session.execute(
@@ -144,16 +179,6 @@ async def submit_report_once(
                     raise ValidationError(RUN_ID_TAKEN)
                 return await report_response(session, int(stored)), False
         await enforce_limits(session, actor, repo.id)
-        # the costly check last, after authorization, size and quota (docs/security.md)
-        await scan_fields_off_loop(
-            {
-                "model": report.model,
-                "prompt_version": report.prompt_version,
-                "run_id": report.run_id,
-                "notes": report.notes,
-                "document": report.document,
-            }
-        )
         scan = Scan(
             repository_id=repo.id,
             submitted_by_id=actor.id,
@@ -219,10 +244,34 @@ submit_report = _report_only(submit_report_once)
 CHECK_TAKEN = {"commit_sha": ["you already checked this finding at this commit"]}
 
 
+def prepare_verdict(body: dict[str, Any], budget: Budget, *, check: bool) -> VerdictInput:
+    """A check (`check=True`) or report-level verdict body, validated and scanned for secrets (on an intake thread)."""
+    verdict = validate_check(body) if check else validate_confirmation(body)
+    budget.check()
+    scan_fields(
+        {"notes": verdict.notes, "evidence": verdict.evidence}, budget=min(SCAN_BUDGET_SECONDS, budget.remaining())
+    )
+    return verdict
+
+
 async def record_check(
     account: Account,
     canonical_public_id: str,
     body: dict[str, Any],
+    *,
+    client_ip: str | None = None,
+    scopes: frozenset[str] | None = None,
+) -> dict[str, Any]:
+    """`store_check` of a request body (prepared off the event loop)."""
+    require_scope(scopes, VERIFY_SCOPES)
+    check = await off_loop(lambda budget: prepare_verdict(body, budget, check=True))
+    return await store_check(account, canonical_public_id, check, client_ip=client_ip, scopes=scopes)
+
+
+async def store_check(
+    account: Account,
+    canonical_public_id: str,
+    check: VerdictInput,
     *,
     client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
@@ -245,8 +294,6 @@ async def record_check(
         )
         canonical_id, repository_id = int(found[0]), int(found[1])
         await _verifier_on(session, actor, repository_id, FINDING_NOT_FOUND)
-        check = validate_check(body)
-        await scan_fields_off_loop({"notes": check.notes, "evidence": check.evidence})
         assert check.commit_sha is not None
         # serialize checks on one canonical so each quorum recompute sees the others
         await session.execute(text("SELECT 1 FROM canonical_findings WHERE id = :id FOR UPDATE"), {"id": canonical_id})
@@ -323,6 +370,20 @@ async def record_confirmation(
     client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
 ) -> dict[str, Any]:
+    """`store_confirmation` of a request body (prepared off the event loop)."""
+    require_scope(scopes, VERIFY_SCOPES)
+    verdict = await off_loop(lambda budget: prepare_verdict(body, budget, check=False))
+    return await store_confirmation(account, scan_id, verdict, client_ip=client_ip, scopes=scopes)
+
+
+async def store_confirmation(
+    account: Account,
+    scan_id: int,
+    verdict: VerdictInput,
+    *,
+    client_ip: str | None = None,
+    scopes: frozenset[str] | None = None,
+) -> dict[str, Any]:
     """A report-level verdict (confirmed/disputed), copied onto checks of the report's canonicals at its commit."""
     require_scope(scopes, VERIFY_SCOPES)
     ip_hash = await client_ip_hash(client_ip)
@@ -339,8 +400,6 @@ async def record_confirmation(
         await _verifier_on(session, actor, repository_id, REPORT_NOT_FOUND)
         if submitter_id == actor.id:
             raise Forbidden({"account": ["conflict of interest: you submitted this report"]})
-        verdict = validate_confirmation(body)
-        await scan_fields_off_loop({"notes": verdict.notes, "evidence": verdict.evidence})
         await session.execute(text("SELECT 1 FROM scans WHERE id = :id FOR UPDATE"), {"id": scan_id})
         confirmation = ScanConfirmation(
             scan_id=scan_id,

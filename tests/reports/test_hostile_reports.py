@@ -1,14 +1,17 @@
-"""Hostile reports (docs/security.md): the secrets scanner also reads model, prompt_version and run_id, runs after
-the cheap checks (a spent quota answers 429 without scanning), refuses a field it cannot scan within its budget,
+"""Hostile reports (docs/security.md): the secrets scanner also reads model, prompt_version and run_id, runs before
+any transaction (no lock waits on it), refuses a field it cannot scan within its budget,
 and keeps its verdicts on the pathological shapes that used to cost quadratic time; text fields carrying NUL,
 control characters or unpaired surrogates are a 422 naming the field; nothing is written on any refusal."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
-from app.kernel.errors import RateLimited, ValidationError
-from app.reports import policy
+import pytest
+from sqlalchemy import text
+
+from app.kernel import db
+from app.kernel.errors import ValidationError
 from app.reports.secrets_scanner import find_secret, scan_fields
 from app.reports.service import record_check, submit_report
 from tests import factories
@@ -29,13 +32,14 @@ async def test_a_secret_in_a_label_is_refused(field: str) -> None:
     assert all(count == 0 for count in (await row_counts()).values())
 
 
-async def test_a_spent_quota_answers_before_the_secrets_scan() -> None:
+async def test_a_report_is_scanned_before_its_transaction_takes_the_account_lock() -> None:
     account = await factories.create_account(state="active")
     repo = await factories.create_repository()
-    for n in range(policy.PER_REPOSITORY_MINUTE_LIMIT):
-        await submit_report(account, repo.host, repo.owner, repo.name, report_body(run_id=f"r{n}"))
-    with pytest.raises(RateLimited):
-        await submit_report(account, repo.host, repo.owner, repo.name, report_body(notes=f"found {AWS}"))
+    async with db.transaction() as session:  # another request of the account holds its row
+        await session.execute(text("SELECT 1 FROM accounts WHERE id = :id FOR UPDATE"), {"id": account.id})
+        with pytest.raises(ValidationError):
+            body = report_body(notes=f"found {AWS}")
+            await asyncio.wait_for(submit_report(account, repo.host, repo.owner, repo.name, body), timeout=5)
 
 
 def test_a_field_not_scanned_within_the_budget_is_refused_naming_it() -> None:

@@ -47,10 +47,12 @@ async def test_errors_exit_1_with_one_line_and_write_nothing(tmp_path: Path) -> 
     await factories.create_repository("acme", "widget")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(report_body(findings=[finding(line_start=0)])))
+    good = tmp_path / "good.json"  # a body is validated before the repository is looked up (docs/security.md)
+    good.write_text(json.dumps(report_body()))
     cases = [
         (("github.com/acme/widget", str(bad), "--as", "agent@example.com"), "findings[0].line_start"),
         (("github.com/acme/widget", str(bad), "--as", "nobody@example.com"), "no account"),
-        (("github.com/acme/nothing", str(bad), "--as", "agent@example.com"), "repository"),
+        (("github.com/acme/nothing", str(good), "--as", "agent@example.com"), "repository"),
     ]
     for args, expected in cases:
         result = await tarakan("reports", "submit", *args)
