@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import psycopg
 import pytest
+import redis
 
 from app.devservices import Postgres, Redis
 
@@ -62,6 +63,17 @@ def truncate_all() -> None:
             conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
 
 
+def reset_rate_counters() -> None:
+    """The shared rate counters (app.kernel.ratelimit) are keyed by token id and address: ids restart with the tables."""
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    try:
+        keys = list(client.scan_iter("tarakan:rate:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
 @pytest.fixture(autouse=True)
 def clean_database(services: dict[str, str]) -> None:
     from app.registry import queries as registry_queries
@@ -70,6 +82,7 @@ def clean_database(services: dict[str, str]) -> None:
     from app.site import home_infestations
 
     truncate_all()
+    reset_rate_counters()
     # in-process caches must not outlive the rows they describe
     reset_registry_stats_cache()
     sitemap.invalidate_buckets()
