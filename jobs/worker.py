@@ -16,7 +16,6 @@ from arq import cron
 from arq.connections import RedisSettings
 from arq.worker import Retry as Retry  # re-exported: tests assert the retry without importing arq
 from arq.worker import Worker, func, get_kwargs
-from prometheus_client import start_http_server
 from sqlalchemy import exc as sa_exc
 
 from app.exports import service as exports
@@ -24,7 +23,7 @@ from app.infestations import dirty_queue, maintenance, shadow_sampler
 from app.kernel import db, outages
 from app.kernel.config import ConfigError, settings
 from app.kernel.logs import configure_logging
-from app.kernel.metrics import WORKER_RECONNECTS
+from app.kernel.metrics import WORKER_RECONNECTS, start_metrics_server
 from app.ops import leases
 from jobs.queue import close_pools, ring_drain
 
@@ -234,13 +233,14 @@ class WorkerSettings:
 def run_worker(*, burst: bool = False, metrics_port: int | None = None, metrics_host: str = "127.0.0.1") -> int:
     """`tarakan worker [--burst] [--metrics-port PORT]`: run jobs until stopped (or, with --burst, until the queue
     is empty). With a metrics port, the worker's own Prometheus metrics (refresh histograms, errors, drained and
-    throttled keys, shadow mismatches) are served at http://HOST:PORT/metrics from a background thread."""
+    throttled keys, shadow mismatches, event-loop lag) are served at http://HOST:PORT/metrics from a background
+    thread, to the addresses in METRICS_ALLOW."""
     configure_logging()
     WorkerSettings.redis_settings = RedisSettings.from_dsn(settings().redis_url)
     server = None
     if metrics_port is not None:
         try:
-            server, _ = start_http_server(metrics_port, addr=metrics_host)
+            server = start_metrics_server(metrics_port, metrics_host)
         except OSError as exc:
             raise ConfigError(f"cannot serve worker metrics on {metrics_host}:{metrics_port}: {exc.strerror}") from exc
         log.info("worker metrics at http://%s:%d/metrics", metrics_host, server.server_port)

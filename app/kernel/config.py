@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import os
 from dataclasses import dataclass
 
@@ -153,3 +155,37 @@ def server_timing() -> bool:
     """`SERVER_TIMING=1`: every response says the server's time in `Server-Timing` (the benchmarks read it); off by
     default, so visitors do not learn how long each request took (docs/security.md "Limits")."""
     return _bool("SERVER_TIMING", False)
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+# loopback and the private ranges: a scraper on the same host or network (compose's Prometheus)
+DEFAULT_METRICS_ALLOW = "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
+
+
+@functools.lru_cache(maxsize=8)
+def _networks(name: str, raw: str) -> tuple[Network, ...]:
+    try:
+        return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in raw.split(",") if item.strip())
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be comma-separated IP networks (CIDR), got {raw!r}: {exc}") from exc
+
+
+def metrics_allow() -> tuple[Network, ...]:
+    """`METRICS_ALLOW`: the client networks `/metrics` answers on web and worker (others get 404); unset or empty:
+    loopback and the private ranges. Read at every scrape (parsed once per value)."""
+    return _networks("METRICS_ALLOW", os.environ.get("METRICS_ALLOW", "").strip() or DEFAULT_METRICS_ALLOW)
+
+
+def forwarded_allow_ips() -> list[str]:
+    """`FORWARDED_ALLOW_IPS`: the proxies whose `X-Forwarded-For` / `X-Forwarded-Proto` are trusted (addresses or
+    CIDR networks, or `*`); default the loopback addresses, as uvicorn's."""
+    raw = os.environ.get("FORWARDED_ALLOW_IPS", "").strip() or "127.0.0.1,::1"
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if items != ["*"]:
+        _networks("FORWARDED_ALLOW_IPS", ",".join(items))  # a host name would never match: refused at start
+    return items
+
+
+def search_rate_per_minute() -> int:
+    """`SEARCH_RATE_PER_MINUTE`: searches a minute per client address (IPv4, or IPv6 /64) before 429 (0: none)."""
+    return _int("SEARCH_RATE_PER_MINUTE", 120)

@@ -12,19 +12,24 @@ import contextlib
 import os
 import re
 import shutil
+import socket
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, make_wsgi_app
 from prometheus_client import multiprocess as prometheus_multiprocess
+from prometheus_client.exposition import ThreadingWSGIServer
 from starlette.datastructures import MutableHeaders
 from starlette.types import Message, Receive, Scope, Send
 
+from app.kernel.addresses import parse_address
 from app.kernel.asgi import HTTPMiddleware
-from app.kernel.config import server_timing
+from app.kernel.config import metrics_allow, server_timing
 
 LIST_DURATION = Histogram(
     "tarakan_infestations_list_seconds",
@@ -133,6 +138,37 @@ HTTP_DURATION = Histogram(
 
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def metrics_allowed(host: str | None) -> bool:
+    """`/metrics` answers this client address (METRICS_ALLOW; the address after trusted-proxy resolution)."""
+    address = parse_address(host)
+    return address is not None and any(address in network for network in metrics_allow())
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a scrape every 15 s is not worth a line
+
+
+def start_metrics_server(port: int, host: str) -> WSGIServer:
+    """prometheus-client's metrics listener in a background thread (the worker's `--metrics-port`), answering
+    only the addresses in METRICS_ALLOW; others get a 404, as on the web."""
+    metrics_app = make_wsgi_app()
+
+    def guarded(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if not metrics_allowed(environ.get("REMOTE_ADDR")):
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"Not found\n"]
+        result: Iterable[bytes] = metrics_app(environ, start_response)
+        return result
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+    server = make_server(host, port, guarded, Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
 
 
 @contextlib.contextmanager

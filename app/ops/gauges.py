@@ -2,11 +2,13 @@
 one process, so the web process reports them on /metrics and every instance reports the same value (alert
 rules take the max over instances).
 
-One round trip per scrape, on the primary (the backlog must not lag behind a replica). The dirty-keys table is tiny
+One round trip per scrape (at most every 5 s per process), on the primary (the backlog must not lag behind a replica). The dirty-keys table is tiny
 while the workers keep up; min/max(refreshed_at) read one end of `infestation_patterns_refreshed_at_idx`.
 """
 
 from __future__ import annotations
+
+import time
 
 from sqlalchemy import text
 
@@ -34,6 +36,30 @@ _JOB_RUNS_SQL = """
 SELECT name, EXTRACT(EPOCH FROM finished_at) AS finished
 FROM job_runs WHERE name = ANY(CAST(:names AS text[])) AND finished_at IS NOT NULL
 """
+
+
+# a scrape reads the database at most this often per process (every scraper, every replica: the gauges are facts
+# about the fleet, and a public or misconfigured scraper must not turn /metrics into a query per request);
+# read through the module so tests can change it
+READ_EVERY_SECONDS = 5.0
+_read_at: float | None = None
+
+
+async def refresh_gauges_at_most_every_interval() -> None:
+    """`refresh_gauges` unless this process read them less than READ_EVERY_SECONDS ago (a failed read counts:
+    an outage is not retried on every scrape)."""
+    global _read_at
+    now = time.monotonic()
+    if _read_at is not None and now - _read_at < READ_EVERY_SECONDS:
+        return
+    _read_at = now
+    await refresh_gauges()
+
+
+def forget_readings() -> None:
+    """The next scrape reads the database (tests)."""
+    global _read_at
+    _read_at = None
 
 
 async def refresh_gauges() -> None:

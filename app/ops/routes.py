@@ -11,9 +11,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.kernel import db, outages
-from app.kernel.errors import ServiceUnavailable
-from app.kernel.metrics import exposition
-from app.ops.gauges import refresh_gauges
+from app.kernel.errors import NotFound, ServiceUnavailable
+from app.kernel.metrics import exposition, metrics_allowed
+from app.ops.gauges import refresh_gauges_at_most_every_interval
 from app.ops.schema import schema_state
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,12 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     """Prometheus text exposition of every metric in app.kernel.metrics (and the process defaults); with
-    `serve --workers N`, summed over the N processes."""
+    `serve --workers N`, summed over the N processes. Only to the addresses in METRICS_ALLOW (others get the
+    404 of an unknown path); the database gauges are read at most every 5 s."""
+    if not metrics_allowed(request.client.host if request.client else None):
+        raise NotFound({"path": ["not found"]}, message="Nothing is published at this address.")
     try:
-        await refresh_gauges()
+        await refresh_gauges_at_most_every_interval()
     except Exception as exc:  # a database outage must not hide the counters; readyz reports it
         dependency = outages.dependency_of(exc)
         if dependency is None:

@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from app.infestations import dirty_queue
 from app.kernel import db, outbox
+from app.ops import gauges
 from app.reports.finding_memory import pattern_key
 from tests import factories
 
@@ -37,6 +38,7 @@ GAUGES = (
 
 
 async def scrape(client: httpx.AsyncClient) -> dict[str, float]:
+    gauges.forget_readings()  # a fresh reading each time (the 5 s interval: tests/ops/test_metrics_access.py)
     response = await client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
