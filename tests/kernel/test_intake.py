@@ -1,0 +1,130 @@
+"""The one body step (app/kernel/intake.py, docs/security.md "Body budget"): every unsafe route goes through it,
+refused submissions cost the token that sent them, a body past its processing budget is a 413 naming the limit,
+and integer headers are read as ASCII digits only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from starlette.routing import BaseRoute, Mount, Route
+
+from app.kernel.intake import BodyRoute
+from app.main import app
+from tests import factories
+from tests.reports.support import finding, report_body, row_counts
+from tests.reports.test_reports_api import reports_url, token_for
+
+UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def _routes(routes: list[BaseRoute]) -> list[Route]:
+    found: list[Route] = []
+    for route in routes:
+        if isinstance(route, Mount):
+            found.extend(_routes(list(route.routes)))
+        elif isinstance(route, Route):
+            found.append(route)
+    return found
+
+
+def test_every_route_with_an_unsafe_method_takes_its_body_through_the_intake() -> None:
+    unsafe = [route for route in _routes(app.routes) if set(route.methods or ()) & UNSAFE]
+    assert (
+        len(unsafe) >= 9
+    )  # the report, check, confirmation and repository APIs, login, logout, three moderation forms
+    assert [route.path for route in unsafe if not isinstance(route, BodyRoute)] == []
+
+
+async def test_refused_submissions_cost_the_token_a_429_with_retry_after(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REFUSED_PER_MINUTE", "3")
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository()
+    headers = await token_for(account)
+    bad = report_body(findings=[finding(line_start=0)])
+    for _ in range(3):
+        refused = await client.post(reports_url(repo), headers=headers, json=bad)
+        assert refused.status_code == 422
+    spent = await client.post(reports_url(repo), headers=headers, json=report_body())
+    assert spent.status_code == 429
+    assert 1 <= int(spent.headers["Retry-After"]) <= 60
+    assert "refused submissions a minute per API token" in spent.json()["errors"]["rate_limit"][0]
+    assert (await row_counts())["scans"] == 0
+    # the allowance is the token's: another token of the account still submits
+    fresh = await client.post(reports_url(repo), headers=await token_for(account), json=report_body())
+    assert fresh.status_code == 201, fresh.text
+
+
+async def test_moderators_are_not_charged_for_refusals(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REFUSED_PER_MINUTE", "2")
+    moderator = await factories.create_account(state="active", platform_role="moderator")
+    repo = await factories.create_repository()
+    headers = await token_for(moderator)
+    for _ in range(4):
+        refused = await client.post(reports_url(repo), headers=headers, json=report_body(commit_sha="nope"))
+        assert refused.status_code == 422
+    assert (await client.post(reports_url(repo), headers=headers, json=report_body())).status_code == 201
+
+
+async def test_a_body_past_its_processing_budget_is_a_413_naming_the_limit(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BODY_BUDGET_SECONDS", "0.001")
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository()
+    body = report_body(findings=[finding(title=f"finding {i}", description="d" * 5000) for i in range(200)])
+    response = await client.post(reports_url(repo), headers=await token_for(account), json=body)
+    assert response.status_code == 413
+    assert "the per-request budget" in response.json()["errors"]["body"][0]
+    assert (await row_counts())["scans"] == 0
+
+
+async def _asgi(headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
+    """One request straight to the ASGI app (httpx would refuse the header first, as h11 does today)."""
+    sent = False
+    answer: dict[str, Any] = {}
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            answer["status"] = message["status"]
+        elif message["type"] == "http.response.body":
+            answer["body"] = answer.get("body", b"") + message.get("body", b"")
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/v1/repositories",
+        "raw_path": b"/api/v1/repositories",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), *headers],
+        "client": ("203.0.113.7", 4711),
+        "server": ("testserver", 80),
+    }
+    await app(scope, receive, send)
+    return answer
+
+
+async def test_integer_headers_are_ascii_digits_only() -> None:
+    account = await factories.create_account(state="active")
+    token = (await token_for(account, "repositories:write"))["Authorization"].encode()
+    body = json.dumps({"host": "github.com", "owner": "acme", "name": "widget"}).encode()
+    for length in ("²".encode(), "١٢".encode(), b"12\xff"):
+        answer = await _asgi([(b"authorization", token), (b"content-length", length)], body)
+        assert answer["status"] in (200, 201), answer
