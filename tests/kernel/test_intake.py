@@ -5,6 +5,7 @@ and integer headers are read as ASCII digits only."""
 from __future__ import annotations
 
 import json
+from collections.abc import MutableMapping
 from typing import Any
 
 import httpx
@@ -97,7 +98,7 @@ async def _asgi(headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, An
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             answer["status"] = message["status"]
         elif message["type"] == "http.response.body":
