@@ -670,6 +670,11 @@ DOCUMENT: Schema = {
             [
                 *_REPO_PARAMS,
                 _param("commit_sha", "query", description="SARIF only: the commit when the log names none"),
+                _param(
+                    "source_root",
+                    "query",
+                    description="SARIF only: the absolute checkout path the log's absolute file: URIs lie under",
+                ),
             ],
             sarif=True,
         ),
