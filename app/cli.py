@@ -15,7 +15,14 @@ import os
 import sys
 
 from app.kernel.cli import Handler, command
-from app.kernel.config import ConfigError, settings
+from app.kernel.config import (
+    ConfigError,
+    forwarded_allow_ips,
+    metrics_allow,
+    search_rate_per_minute,
+    server_timing,
+    settings,
+)
 from app.kernel.errors import DomainError
 
 log = logging.getLogger("tarakan.cli")
@@ -69,24 +76,35 @@ def _serve(args: argparse.Namespace) -> int:
     from app.kernel.metrics import multiprocess_metrics
 
     settings()  # DATABASE_URL and REDIS_URL are required before anything listens
+    _check_limits()
     if args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
     configure_logging()
     asyncio.run(_check_schema())
     # N processes share the port (uvicorn's supervisor restarts one that dies); /metrics sums over them
     with multiprocess_metrics(args.workers):
-        # our logging (LOG_FORMAT) and our access line (route, status, duration, request id) replace uvicorn's
+        # our logging (LOG_FORMAT) and our access line (route, status, duration, request id) replace uvicorn's;
+        # the app resolves forwarded headers itself (app.kernel.addresses: it warns about untrusted peers)
         uvicorn.run(
-            "app.main:app", host=args.host, port=args.port, workers=args.workers, proxy_headers=True,
+            "app.main:app", host=args.host, port=args.port, workers=args.workers, proxy_headers=False,
             log_config=PROCESS_LOG_CONFIG if args.workers > 1 else None, access_log=False,
         )  # fmt: skip
     return 0
+
+
+def _check_limits() -> None:
+    """The address and rate settings are refused at start, not at the first request that reads them."""
+    metrics_allow()
+    forwarded_allow_ips()
+    search_rate_per_minute()
+    server_timing()
 
 
 def _worker(args: argparse.Namespace) -> int:
     from jobs.worker import run_worker
 
     settings()
+    _check_limits()
     port = args.metrics_port if args.metrics_port is not None else _port("WORKER_METRICS_PORT")
     return run_worker(burst=args.burst, metrics_port=port, metrics_host=args.metrics_host)
 

@@ -53,13 +53,16 @@ def _routes() -> list[BaseRoute]:
 
 
 def _middleware() -> list[Middleware]:
+    from app.kernel.addresses import ForwardedHeaders
     from app.kernel.limits import BodyLimitMiddleware, EdgeMiddleware
     from app.kernel.logs import RequestIdMiddleware
     from app.kernel.metrics import RequestMetricsMiddleware, ServerTimingMiddleware
     from app.kernel.security import middleware
 
-    # request id outermost: every line logged below it (and the access line) carries it
+    # the client address first: every limit, log line and /metrics check reads the resolved one; then the request
+    # id: every line logged below it (and the access line) carries it
     return [
+        Middleware(ForwardedHeaders),
         Middleware(RequestIdMiddleware),
         Middleware(RequestMetricsMiddleware),
         Middleware(ServerTimingMiddleware),
