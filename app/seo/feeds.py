@@ -1,6 +1,7 @@
 """Atom 1.0 feeds (RFC 4287): rising and new infestations, new instances of one pattern, new public reports of
 one repository. Entry ids are tag URIs (RFC 4151) built from stable keys, so a reader never sees an entry twice.
-Rendered by the autoescaped `templates/seo/feed.atom` (titles and names are attacker-controlled)."""
+Rendered by the autoescaped `templates/seo/feed.atom` (titles are attacker-controlled). No entry names a person:
+the feed's one author is the registry, so a feed never names a report's submitter (docs/domain.md §1.2)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ class Entry:
     updated: datetime
     summary: str
     published: datetime | None = None
-    author: str | None = None
     category: str | None = None
 
 
@@ -195,7 +195,6 @@ async def repository_reports_feed(host: str, owner: str, name: str) -> Feed | No
                 link=f"{page}#report-{report['id']}",
                 updated=report["updated_at"],
                 published=report["inserted_at"],
-                author=report["submitted_by"],
                 category=report["review_kind"],
                 summary=f"{report['provenance']} {report['review_kind'].replace('_', ' ')} ({by}): {detail}",
             )
