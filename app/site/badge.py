@@ -1,10 +1,11 @@
 """`/repos/{host}/{owner}/{name}/badge.svg`: a shields-style badge for a README ("tarakan | 3 open",
 "tarakan | clean", "tarakan | not scanned").
 
-It counts what `findings.sarif` lists (`app.site.sarif`): canonical findings with an occurrence in a public report
-of a listed repository, read from the source tables, so a takedown changes the badge at the next request. "Open"
-is every status but `fixed`, as the repository metrics count it (docs/domain.md §1.7). A static SVG from an
-autoescaping template: no script, nothing for the CSP to allow.
+It counts as the repository metrics do (docs/domain.md §1.2, §1.7): canonical findings with an occurrence in a
+`public` or `public_summary` report of a listed repository, whose status is not `fixed`. So it agrees with the
+repository twin, home and search, while `findings.sarif` lists the fully public findings only. Read from the
+source tables, so a takedown changes the badge at the next request. A static SVG from an autoescaping template: no
+script, nothing for the CSP to allow.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.kernel import db
 from app.kernel.errors import NotFound
-from app.kernel.public import LISTED_REPOSITORY, PUBLIC_SCAN
+from app.kernel.public import LISTED_REPOSITORY
 from app.kernel.templating import environment
 from app.kernel.web import document_response
 from app.site.sarif import NOT_PUBLIC, public_repository
@@ -27,14 +28,16 @@ COLORS = {"open": "#e05d44", "clean": "#44cc11", "not scanned": "#9f9f9f"}
 CHAR_WIDTH = 7  # Verdana 11px, roughly; shields measures glyphs, a badge this short needs no more
 PADDING = 10
 
+# the reports the repository metrics count (`app.registry.metrics`): summary-only findings are counted, not shown
+_COUNTED_SCAN = "s.visibility IN ('public', 'public_summary')"
+
 _COUNTS = f"""
 SELECT
   (SELECT count(*) FROM canonical_findings c
    WHERE c.repository_id = r.id AND c.status <> 'fixed'
      AND EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
-                 WHERE f.canonical_finding_id = c.id AND {PUBLIC_SCAN})) AS open,
-  EXISTS (SELECT 1 FROM scans s
-          WHERE s.repository_id = r.id AND s.visibility IN ('public', 'public_summary')) AS scanned
+                 WHERE f.canonical_finding_id = c.id AND {_COUNTED_SCAN})) AS open,
+  EXISTS (SELECT 1 FROM scans s WHERE s.repository_id = r.id AND {_COUNTED_SCAN}) AS scanned
 FROM repositories r
 WHERE r.id = :repository_id AND {LISTED_REPOSITORY}
 """

@@ -53,6 +53,26 @@ async def test_badge_counts_open_public_findings_and_follows_takedowns(client: h
     assert (await client.get(badge_url(repo))).status_code == 404
 
 
+async def test_the_badge_counts_public_summary_findings_as_the_repository_metrics_do(
+    client: httpx.AsyncClient,
+) -> None:
+    submitter = await factories.create_account(state="active")
+    moderator = await factories.create_account(state="active", platform_role="moderator")
+    repo = await factories.create_repository("acme", "summary")
+    await submit_report(submitter, "github.com", "acme", "summary", report_body(findings=[finding()]))
+    withheld = [finding(title="XSS in search", file="web/search.ts"), finding(title="Weak hash", file="lib/h.ex")]
+    summary = await submit_report(
+        submitter, "github.com", "acme", "summary", report_body(findings=withheld, commit_sha="c" * 40)
+    )
+    await moderation.change_scan_visibility(moderator, summary["id"], "public_summary", "withhold", NOTES)
+    twin = (await client.get(f"/repos/{repo.host}/{repo.owner}/{repo.name}.json")).json()
+    assert twin["repository"]["open_findings_count"] == 3
+    assert await badge_text(client, repo) == "tarakan: 3 open"
+    # findings.sarif still lists the fully public finding only (docs/domain.md §1.2)
+    sarif = (await client.get(f"/repos/{repo.host}/{repo.owner}/{repo.name}/findings.sarif")).json()
+    assert [r["message"]["text"] for r in sarif["runs"][0]["results"]] == ["SQL injection in login"]
+
+
 async def test_badge_is_404_for_pending_and_unknown_repositories(client: httpx.AsyncClient) -> None:
     pending = await factories.create_repository("acme", "pending", listing_status="pending")
     assert (await client.get(badge_url(pending))).status_code == 404
