@@ -24,7 +24,7 @@ from app.kernel import db
 from app.kernel.audit import record_audit
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.outbox import mark_repository_dirty, mark_scan_dirty
-from app.kernel.policy import can_change_roles, can_moderate, is_locked_out
+from app.kernel.policy import can_change_roles, can_moderate, has_moderator_role, is_locked_out
 from app.kernel.refs import normalize_ref, ref_slug
 from app.registry.metrics import recalculate_repository_metrics, registry_changed
 from app.registry.models import LISTING_STATUSES, Repository
@@ -230,9 +230,10 @@ async def change_account(
     reason: str,
     notes: str,
 ) -> ActionOutcome:
-    """Change an account's platform role and/or state. Only admins change roles or touch an admin account
-    (`can_change_roles`); moderators change the states of members and moderators; nobody changes their own account. Authority revalidation: every repository where the account recorded
-    checks gets its canonical statuses recomputed (the account's checks may now count differently)."""
+    """Change an account's platform role and/or state. Only admins change roles or touch a moderator or admin
+    account (`can_change_roles`); moderators change the states of members; nobody changes their own account.
+    Authority revalidation: every repository where the account recorded checks gets its canonical statuses
+    recomputed (the account's checks may now count differently)."""
     errors: dict[str, list[str]] = {}
     platform_role = platform_role or None
     state = state or None
@@ -255,8 +256,10 @@ async def change_account(
             raise Forbidden({"base": ["you cannot change your own role or state"]})
         if platform_role is not None and platform_role != target.platform_role and not can_change_roles(actor):
             raise Forbidden({"platform_role": ["only admins may change platform roles"]})
-        if target.platform_role == "admin" and not can_change_roles(actor):
-            raise Forbidden({"base": ["only admins may change an admin account"]})
+        if has_moderator_role(target) and not can_change_roles(actor):
+            # else another moderator could undo an admin's ban of a rogue moderator
+            what = f"only admins may change the state of a {target.platform_role} account"
+            raise Forbidden({"state" if state is not None else "base": [what]})
         before: dict[str, Any] = {}
         after: dict[str, Any] = {}
         if platform_role is not None and platform_role != target.platform_role:
