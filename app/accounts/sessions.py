@@ -10,27 +10,33 @@ Lifetimes (chosen here, documented for operators): a session ends after **12 hou
 5 minutes, not one per request.
 
 Login rate limits, over failed attempts in `login_attempts` (shared by every web process; docs/security.md):
-5 failures per account *from one client address* and 20 per client address in 15 minutes. Past either limit
-every attempt from that address is refused, even with the right password, until the oldest counted failure
-leaves the window. A client address is an IPv4 address or an IPv6 /64 (one subscriber's prefix: rotating
-addresses inside it buys nothing). The per-account limit is per address so that a stranger who knows an email
+5 failures per account *from one client address* in 15 minutes refuse that account from that address, even
+with the right password, until the oldest counted failure leaves the window. 20 failures per client address
+throttle the address rather than close it: past them an account keeps one guess from that address (refused once
+it has a failure of its own there), answered no sooner than `THROTTLE_DELAY`, and an email that is no account's
+costs no hashing. So bad logins from one shared address (a proxy) do not stop every moderator, and spraying from
+it gets one slow guess per known email. A client address is an IPv4 address or an IPv6 /64
+(`app.ops.secrets.client_address`). The per-account limit is per address so that a stranger who knows an email
 cannot lock its owner out: the owner, from anywhere else, still logs in (docs/domain.md §1.6).
 
 Attempts are stored under keyed hashes (HMAC under the app secret) of the normalized email and of the address:
 fixed-size index rows whatever was typed, and no email or address in clear. An email that cannot belong to an
 account (malformed, over 254 characters, control characters) or a password over the length cap gets the same
-answer as a wrong password without any hashing, and still counts against the address. An attempt is recorded
-*before* the password is verified (under a per-email lock), so parallel guesses cannot all slip under the limit
-while their hashes run; a success deletes it. Hashing runs under `app.accounts.passwords`'s concurrency bound.
+answer as a wrong password without any hashing, and still counts against the address; so does a suspended or
+banned account's right password (its state must not tell that the password was right). An attempt is recorded
+*before* the password is verified, under a per-address lock, so parallel guesses (one email or many) cannot all
+slip under the limits while their hashes run; a success deletes it. Hashing runs under
+`app.accounts.passwords`'s concurrency bound.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
-import ipaddress
 import math
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -47,7 +53,7 @@ from app.kernel.config import settings
 from app.kernel.errors import DomainError, RateLimited
 from app.kernel.policy import is_locked_out
 from app.kernel.security import SESSION_COOKIE_NAME
-from app.ops.secrets import client_ip_hash, secret_key
+from app.ops.secrets import client_address, client_ip_hash, secret_key
 
 COOKIE_NAME = SESSION_COOKIE_NAME
 IDLE_TIMEOUT = timedelta(hours=12)
@@ -55,8 +61,8 @@ ABSOLUTE_LIFETIME = timedelta(days=7)
 TOUCH_INTERVAL = timedelta(minutes=5)
 RATE_WINDOW = timedelta(minutes=15)
 MAX_FAILURES_PER_ACCOUNT = 5  # per account and client address
-IPV6_PREFIX = 64
-MAX_FAILURES_PER_ADDRESS = 20
+MAX_FAILURES_PER_ADDRESS = 20  # past it the address is throttled
+THROTTLE_DELAY = 1.0  # seconds: the least time an answer past the address limit takes (hides whether it hashed)
 INVALID_CREDENTIALS = "invalid email or password"
 
 _STATE_KEY = "tarakan_account"
@@ -68,10 +74,6 @@ class LoginFailed(DomainError):
     """Wrong email or password (deliberately not saying which)."""
 
     status_code = 401
-
-
-class AccountBlocked(DomainError):
-    status_code = 403
 
 
 @dataclass(frozen=True)
@@ -100,22 +102,6 @@ async def _dummy() -> str:
     return _dummy_hash
 
 
-def client_address(ip: str | None) -> str:
-    """The address the login limits count: an IPv4 address, or the /64 of an IPv6 one (an IPv4-mapped IPv6
-    address counts as its IPv4); anything unparsable is taken as given."""
-    if not ip:
-        return "unknown"
-    try:
-        parsed = ipaddress.ip_address(ip)
-    except ValueError:
-        return ip
-    if isinstance(parsed, ipaddress.IPv6Address):
-        if parsed.ipv4_mapped is not None:
-            return str(parsed.ipv4_mapped)
-        return str(ipaddress.IPv6Network((parsed, IPV6_PREFIX), strict=False))
-    return str(parsed)
-
-
 async def email_key(email: str) -> bytes:
     """HMAC-SHA256 of the normalized email under the app secret (what `login_attempts.email_hash` holds)."""
     data = email.encode("utf-8", "surrogatepass")
@@ -142,26 +128,35 @@ async def _retry_after(session: AsyncSession, where: str, params: dict[str, obje
     return max(1, math.ceil(float(row.wait)))
 
 
-async def check_rate_limit(session: AsyncSession, email_hash: bytes, ip_hash: bytes) -> None:
-    """Raise RateLimited (429) when this account from this address, or this address, has too many recent
-    failures."""
+def _rate_limited(what: str, limit: int, wait: int) -> RateLimited:
+    minutes = math.ceil(wait / 60)
+    return RateLimited(
+        {
+            "base": [
+                f"too many failed logins for {what} (at most {limit} in {int(RATE_WINDOW.total_seconds() // 60)}"
+                f" minutes); try again in {minutes} minute{'s' if minutes != 1 else ''}"
+            ]
+        },
+        retry_after=wait,
+    )
+
+
+async def check_rate_limit(session: AsyncSession, email_hash: bytes, ip_hash: bytes) -> bool:
+    """Raise RateLimited (429) when this account from this address has too many recent failures, or when the
+    address is past its limit and this account has a failure of its own from it. True when the address is past
+    its limit and the account has none there: the attempt goes ahead, throttled."""
     params: dict[str, object] = {"email": email_hash, "ip": ip_hash}
-    for where, limit, what in (
-        ("email_hash = :email AND ip_hash = :ip", MAX_FAILURES_PER_ACCOUNT, "this account from your address"),
-        ("ip_hash = :ip", MAX_FAILURES_PER_ADDRESS, "your address"),
-    ):
-        wait = await _retry_after(session, where, params, limit)
-        if wait is not None:
-            minutes = math.ceil(wait / 60)
-            raise RateLimited(
-                {
-                    "base": [
-                        f"too many failed logins for {what} (at most {limit} in {int(RATE_WINDOW.total_seconds() // 60)}"
-                        f" minutes); try again in {minutes} minute{'s' if minutes != 1 else ''}"
-                    ]
-                },
-                retry_after=wait,
-            )
+    own = "email_hash = :email AND ip_hash = :ip"
+    wait = await _retry_after(session, own, params, MAX_FAILURES_PER_ACCOUNT)
+    if wait is not None:
+        raise _rate_limited("this account from your address", MAX_FAILURES_PER_ACCOUNT, wait)
+    wait = await _retry_after(session, "ip_hash = :ip", params, MAX_FAILURES_PER_ADDRESS)
+    if wait is None:
+        return False
+    own_wait = await _retry_after(session, own, params, 1)  # until its newest failure here leaves the window
+    if own_wait is None:
+        return True
+    raise _rate_limited("your address", MAX_FAILURES_PER_ADDRESS, min(wait, own_wait))
 
 
 async def _forget_attempt(attempt_id: int) -> None:
@@ -169,21 +164,46 @@ async def _forget_attempt(attempt_id: int) -> None:
         await session.execute(text("DELETE FROM login_attempts WHERE id = :id"), {"id": attempt_id})
 
 
+async def _authenticate(
+    account: Account | None, password: str, *, well_formed: bool, throttled: bool
+) -> tuple[Account, str | None]:
+    """The account this password opens and its rehash, if any; LoginFailed, one answer for an unknown email, a
+    wrong password and a suspended or banned account alike. A shed hash raises its 503."""
+    if not well_formed:
+        raise LoginFailed({"base": [INVALID_CREDENTIALS]})  # nothing hashed; the attempt stays counted
+    if account is None or not account.password_hash:
+        if throttled:  # past the address limit no email that is no account's costs a hash (the delay hides it)
+            raise LoginFailed({"base": [INVALID_CREDENTIALS]})
+        stored = await _dummy()
+    else:
+        stored = account.password_hash
+    ok, new_hash = await verify_password_bounded(stored, password)
+    if account is None or not account.password_hash or not ok or is_locked_out(account):
+        raise LoginFailed({"base": [INVALID_CREDENTIALS]})
+    return account, new_hash
+
+
+async def _until(deadline: float) -> None:
+    await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+
+
 async def login(email: str, password: str, *, client_ip: str | None, presented_token: str | None) -> LoginResult:
     """Verify a password login and open a new session (rotation: a session presented with the login is revoked).
 
-    Under a per-email advisory lock: check the limits, record the attempt, commit; then verify the password
+    Under a per-address advisory lock: check the limits, record the attempt, commit; then verify the password
     outside any transaction (no connection held while hashing); a success deletes the attempt."""
+    deadline = time.monotonic() + THROTTLE_DELAY
     email = normalize_email(email)
     well_formed = is_valid_email(email) and len(password) <= PASSWORD_MAX
     email_hash = await email_key(email)
     ip_hash = await client_ip_hash(client_address(client_ip))
     assert ip_hash is not None
     async with db.transaction() as session:
+        # per address, not per email: parallel logins with different emails must not all pass the address check
         await session.execute(
-            text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": "login:" + email_hash.hex()}
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": "login-ip:" + ip_hash.hex()}
         )
-        await check_rate_limit(session, email_hash, ip_hash)
+        throttled = await check_rate_limit(session, email_hash, ip_hash)
         attempt_id = int(
             (
                 await session.execute(
@@ -202,19 +222,15 @@ async def login(email: str, password: str, *, client_ip: str | None, presented_t
         account = None
         if well_formed:
             account = (await session.execute(select(Account).where(Account.email == email))).scalar_one_or_none()
-    if not well_formed:
-        raise LoginFailed({"base": [INVALID_CREDENTIALS]})  # nothing hashed; the attempt stays counted
-    stored = account.password_hash if account is not None and account.password_hash else await _dummy()
     try:
-        ok, new_hash = await verify_password_bounded(stored, password)
+        account, new_hash = await _authenticate(account, password, well_formed=well_formed, throttled=throttled)
+    except LoginFailed:  # the attempt stays counted
+        if throttled:
+            await _until(deadline)
+        raise
     except DomainError:  # shed (503): not a failed guess
         await _forget_attempt(attempt_id)
         raise
-    if account is None or not account.password_hash or not ok:
-        raise LoginFailed({"base": [INVALID_CREDENTIALS]})
-    if is_locked_out(account):
-        await _forget_attempt(attempt_id)
-        raise AccountBlocked({"base": [f"this account is {account.state} and cannot log in"]})
 
     token = new_token()
     async with db.transaction() as session:
@@ -233,6 +249,8 @@ async def login(email: str, password: str, *, client_ip: str | None, presented_t
         )
         expires_at = await create_session(session, account.id, token)
         await touch_account(session, account.id)
+    if throttled:
+        await _until(deadline)
     return LoginResult(account=account, token=token, expires_at=expires_at)
 
 

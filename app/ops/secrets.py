@@ -1,4 +1,4 @@
-"""The application secret (keys HMACs such as client IP hashes) and helpers built on it.
+"""The application secret (keys HMACs such as client address hashes) and helpers built on it.
 
 SECRET_KEY from the environment wins. Without it, the first process to boot stores a random key in
 `app_secrets` and every other instance reads that same row: `INSERT ... ON CONFLICT DO NOTHING` then re-read,
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets as _random
 
 from sqlalchemy import text
@@ -17,6 +18,7 @@ from app.kernel import db
 from app.kernel.config import settings
 
 SECRET_NAME = "secret_key"
+IPV6_PREFIX = 64  # rotating addresses inside one subscriber's /64 buys nothing
 
 _cached: bytes | None = None
 
@@ -52,9 +54,26 @@ def forget_cached_secret() -> None:
     _cached = None
 
 
+def client_address(ip: str | None) -> str:
+    """One client as the login limits and the quorum's same-address rule count it: an IPv4 address, or the /64 of
+    an IPv6 one (one subscriber's prefix); an IPv4-mapped IPv6 address counts as its IPv4; anything unparsable is
+    taken as given."""
+    if not ip:
+        return "unknown"
+    try:
+        parsed = ipaddress.ip_address(ip)
+    except ValueError:
+        return ip
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((parsed, IPV6_PREFIX), strict=False))
+    return str(parsed)
+
+
 async def client_ip_hash(ip: str | None) -> bytes | None:
-    """HMAC-SHA256 of "client-ip:"+ip under the app secret: lets the quorum compare addresses without storing
-    them."""
+    """HMAC-SHA256 of "client-ip:" + `client_address(ip)` under the app secret: lets the login limits and the
+    quorum compare clients without storing addresses. None without an address."""
     if not ip:
         return None
-    return hmac.new(await secret_key(), f"client-ip:{ip}".encode(), hashlib.sha256).digest()
+    return hmac.new(await secret_key(), f"client-ip:{client_address(ip)}".encode(), hashlib.sha256).digest()

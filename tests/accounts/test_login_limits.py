@@ -14,9 +14,10 @@ import pytest
 from sqlalchemy import text
 
 from app.accounts import passwords, sessions
-from app.accounts.sessions import LoginFailed, client_address, login
+from app.accounts.sessions import LoginFailed, login
 from app.kernel import db
 from app.kernel.errors import RateLimited, ServiceUnavailable
+from app.ops.secrets import client_address, client_ip_hash
 from tests.moderation.support import PASSWORD, SAME_ORIGIN, make_account
 
 
@@ -58,6 +59,22 @@ class HashProbe:
                 self.running -= 1
 
 
+@pytest.fixture(autouse=True)
+def short_throttle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessions, "THROTTLE_DELAY", 0.05, raising=False)
+
+
+async def failures_from(ip: str, emails: list[str]) -> None:
+    """One failed attempt per email from `ip`, stored as `login` stores them."""
+    ip_hash = await client_ip_hash(ip)
+    async with db.transaction() as session:
+        for email in emails:
+            await session.execute(
+                text("INSERT INTO login_attempts (email_hash, ip_hash) VALUES (:e, :ip)"),
+                {"e": await sessions.email_key(email), "ip": ip_hash},
+            )
+
+
 @pytest.fixture
 def probe(monkeypatch: pytest.MonkeyPatch) -> Iterator[HashProbe]:
     wrapper = HashProbe()
@@ -87,10 +104,9 @@ async def test_an_overlong_password_is_refused_without_hashing(client: httpx.Asy
 
 
 async def test_malformed_emails_count_toward_the_address_limit(client: httpx.AsyncClient) -> None:
-    await make_account("member", password=PASSWORD)
     for i in range(20):
         assert (await post_login(client, "x" * (100 + i) + "\x00", "guess")).status_code == 401
-    blocked = await post_login(client, "member@example.com", PASSWORD)
+    blocked = await post_login(client, "x" * 100 + "\x00", "guess")
     assert blocked.status_code == 429 and "your address" in blocked.text
 
 
@@ -123,8 +139,9 @@ async def test_rotating_addresses_inside_one_ipv6_64_shares_one_address_limit(cl
         async with from_address(client, f"2001:db8::{i + 1:x}") as rotating:
             assert (await post_login(rotating, f"guess{i}@example.com", "guess")).status_code == 401
     async with from_address(client, "2001:db8::abcd:1") as same_prefix:
-        assert (await post_login(same_prefix, "member@example.com", PASSWORD)).status_code == 429
+        assert (await post_login(same_prefix, "guess0@example.com", "guess")).status_code == 429
     async with from_address(client, "2001:db8:0:1::1") as next_prefix:
+        assert (await post_login(next_prefix, "guess0@example.com", "guess")).status_code == 401
         assert (await post_login(next_prefix, "member@example.com", PASSWORD)).status_code == 303
 
 
@@ -178,3 +195,44 @@ async def test_logins_past_the_hashing_queue_are_shed_with_503_and_not_counted(
     assert all(r.retry_after == passwords.HASH_RETRY_AFTER for r in shed)
     assert not any(isinstance(r, RateLimited) for r in results)
     assert len(await rows("SELECT id FROM login_attempts")) == len(failed)  # shed attempts are not failures
+
+
+async def test_parallel_logins_with_different_emails_are_checked_one_at_a_time_per_address() -> None:
+    emails = [f"guess{i}@example.com" for i in range(6)]
+    # each of these emails already failed once from the address, with 13 others: 19, one under the address limit
+    await failures_from("203.0.113.7", emails + [f"other{i}@example.com" for i in range(13)])
+    results = await asyncio.gather(
+        *(login(email, "guess", client_ip="203.0.113.7", presented_token=None) for email in emails),
+        return_exceptions=True,
+    )
+    assert sorted(type(r).__name__ for r in results) == ["LoginFailed"] + ["RateLimited"] * 5
+    assert len(await rows("SELECT id FROM login_attempts")) == 20
+
+
+async def test_bad_logins_from_a_shared_address_do_not_stop_an_account_without_failures_of_its_own(
+    client: httpx.AsyncClient,
+) -> None:
+    await make_account("mod", platform_role="moderator", password=PASSWORD)
+    await make_account("member", password=PASSWORD)
+    # everyone behind one proxy address: 20 bad logins put the address past its limit
+    await failures_from("203.0.113.7", [f"guess{i}@example.com" for i in range(20)])
+    assert (await post_login(client, "mod@example.com", PASSWORD)).status_code == 303
+    # wrong passwords keep counting: one guess, then the account is refused from this address like the others
+    assert (await post_login(client, "member@example.com", "guess")).status_code == 401
+    refused = await post_login(client, "member@example.com", PASSWORD)
+    assert refused.status_code == 429 and "your address" in refused.text
+
+
+async def test_past_the_address_limit_each_email_gets_one_slow_guess_and_unknown_emails_cost_no_hash(
+    client: httpx.AsyncClient, probe: HashProbe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await make_account("member", password=PASSWORD)
+    await failures_from("203.0.113.7", [f"guess{i}@example.com" for i in range(20)])
+    monkeypatch.setattr(sessions, "THROTTLE_DELAY", 0.3)
+    for email in ("nobody@example.com", "member@example.com"):  # unknown or not, the same slow answer
+        started = time.monotonic()
+        response = await post_login(client, email, "guess")
+        assert response.status_code == 401 and "Invalid email or password" in response.text
+        assert time.monotonic() - started >= 0.3
+        assert (await post_login(client, email, "guess")).status_code == 429  # its one guess is spent
+    assert probe.calls == 1  # the account's guess only: spraying unknown emails runs no argon2

@@ -113,6 +113,19 @@ async def test_same_ip_checks_by_different_accounts_are_dropped_on_both_sides() 
     assert (after["confirmations_count"], after["status"]) == (3, "verified")
 
 
+async def test_the_same_address_rule_groups_addresses_as_login_does() -> None:
+    # one IPv6 /64 is one address, and an IPv4-mapped IPv6 address is its IPv4 (app.ops.secrets.client_address)
+    for first, second in (("2001:db8::1", "2001:db8::ffff:2"), ("198.51.100.7", "::ffff:198.51.100.7")):
+        _, canonical = await reported()
+        await check(await reviewer(), canonical, "confirmed", ip=first)
+        colluding = await check(await reviewer(), canonical, "confirmed", ip=second)
+        assert (colluding["confirmations_count"], colluding["status"]) == (0, "open"), (first, second)
+    _, canonical = await reported()
+    await check(await reviewer(), canonical, "confirmed", ip="2001:db8::1")
+    next_prefix = await check(await reviewer(), canonical, "confirmed", ip="2001:db8:0:1::1")
+    assert (next_prefix["confirmations_count"], next_prefix["status"]) == (2, "verified")
+
+
 async def test_quorum_is_per_commit() -> None:
     repo, canonical = await reported(SHA_A)
     await check(await reviewer(), canonical, "confirmed")
