@@ -52,25 +52,8 @@ async def require_below(window: Window, subject: str) -> None:
         raise window.refusal(rest)
 
 
-async def count(window: Window, subject: str) -> None:
-    """Count one event against `subject`'s current window."""
-    if window.limit <= 0:
-        return
-    key, rest = window._key(subject, time.time())
-    try:
-        redis = await _redis()
-        async with redis.pipeline(transaction=True) as pipe:
-            pipe.incr(key)
-            pipe.expire(key, rest + 1)
-            await pipe.execute()
-    except outages.REDIS_ERRORS as exc:
-        outages.record(outages.REDIS, exc, source="rate-limit")
-
-
-async def take(window: Window, subject: str) -> None:
-    """Count one event and refuse it (429) when it goes past the window's limit: a request rate."""
-    if window.limit <= 0:
-        return
+async def _incr(window: Window, subject: str) -> tuple[int, int] | None:
+    """(events this window, seconds left in it) after counting one more; None when Redis is away."""
     key, rest = window._key(subject, time.time())
     try:
         redis = await _redis()
@@ -80,6 +63,20 @@ async def take(window: Window, subject: str) -> None:
             used, _ = await pipe.execute()
     except outages.REDIS_ERRORS as exc:
         outages.record(outages.REDIS, exc, source="rate-limit")
+        return None
+    return int(used), rest
+
+
+async def count(window: Window, subject: str) -> None:
+    """Count one event against `subject`'s current window."""
+    if window.limit > 0:
+        await _incr(window, subject)
+
+
+async def take(window: Window, subject: str) -> None:
+    """Count one event and refuse it (429) when it goes past the window's limit: a request rate."""
+    if window.limit <= 0:
         return
-    if int(used) > window.limit:
-        raise window.refusal(rest)
+    counted = await _incr(window, subject)
+    if counted is not None and counted[0] > window.limit:
+        raise window.refusal(counted[1])
