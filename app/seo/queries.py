@@ -117,9 +117,8 @@ async def get_public_repository(host: str, owner: str, name: str) -> dict[str, A
 _PUBLIC_REPORTS_SQL = text(
     """
     SELECT s.id, s.commit_sha, s.visibility, s.review_status, s.provenance, s.review_kind, s.model,
-           s.findings_count, s.confirmations_count, s.disputes_count, s.inserted_at, s.updated_at,
-           a.handle AS submitted_by
-    FROM scans s JOIN accounts a ON a.id = s.submitted_by_id
+           s.findings_count, s.confirmations_count, s.disputes_count, s.inserted_at, s.updated_at
+    FROM scans s
     WHERE s.repository_id = :repository_id AND s.visibility IN ('public', 'public_summary')
     ORDER BY s.inserted_at DESC, s.id DESC
     LIMIT :limit
