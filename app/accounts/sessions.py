@@ -199,7 +199,9 @@ async def login(email: str, password: str, *, client_ip: str | None, presented_t
     ip_hash = await client_ip_hash(client_address(client_ip))
     assert ip_hash is not None
     async with db.transaction() as session:
-        # per address, not per email: parallel logins with different emails must not all pass the address check
+        # per address, not per email: parallel logins with different emails must not all pass the address check;
+        # a flood from one address waits at most 3 s for it (then a 503), not holding the pool for ever
+        await session.execute(text("SET LOCAL lock_timeout = '3s'"))
         await session.execute(
             text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": "login-ip:" + ip_hash.hex()}
         )
