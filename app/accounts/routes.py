@@ -68,7 +68,7 @@ async def logout(request: Request, _caller: None, _form: FormData) -> Response:
 
 
 routes: list[BaseRoute] = [
-    Route("/login", login_form, methods=["GET"]),
+    Route("/login", login_form, methods=["GET"], name="login"),
     body_route("/login", login_submit, authenticate=anonymous, parse=form_parser(LOGIN_FORM)),
     body_route("/logout", logout, authenticate=anonymous, parse=form_parser(LOGIN_FORM)),
 ]

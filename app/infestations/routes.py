@@ -30,7 +30,6 @@ WINDOWS = (7, 30, 90, 365)
 MIN_REPOS_CHOICES = (2, 3, 5, 10)
 STATUS_CHOICES = ("all", "open", "verified", "fixed", "disputed")
 INDEX_LIMIT = 50
-LIMIT_MAX = 100
 CONSTELLATION_TOP = 30  # the picture stays light; the table below carries all rows
 LEDGER_PAGE = 50
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.templating import Jinja2Templates
 
-from app.kernel.urls import finding_path, infestation_path, path_for, repo_path
+from app.kernel.urls import finding_path, infestation_path, path_for, repo_path, static_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,5 +20,9 @@ environment = Environment(
 templates = Jinja2Templates(env=environment)
 # URL builders, registered once (autoescaping still applies to what they return: plain str).
 environment.globals.update(
-    repo_path=repo_path, infestation_path=infestation_path, finding_path=finding_path, path_for=path_for
+    repo_path=repo_path,
+    infestation_path=infestation_path,
+    finding_path=finding_path,
+    path_for=path_for,
+    static_path=static_path,
 )

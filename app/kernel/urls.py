@@ -30,6 +30,11 @@ def finding_path(occurrence_public_id: object) -> str:
     return f"/findings/{_seg(occurrence_public_id)}"
 
 
+def static_path(file: str) -> str:
+    """A file under /static (its slashes kept)."""
+    return "/static/" + quote(file.lstrip("/"))
+
+
 def twin_path(path: str) -> str:
     """The JSON twin of a page path (the one format rule: the `.json` suffix), query string kept."""
     base, sep, query = path.partition("?")

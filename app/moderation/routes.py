@@ -262,10 +262,10 @@ async def account_change(request: Request, actor: Account, form: FormData) -> Re
 _FORM: dict[str, Any] = {"authenticate": _moderator, "parse": form_parser(MODERATION_FORM)}
 
 routes: list[BaseRoute] = [
-    Route("/moderation", reports_page, methods=["GET"]),
-    Route("/moderation/repositories", repositories_page, methods=["GET"]),
-    Route("/moderation/accounts", accounts_page, methods=["GET"]),
-    Route("/moderation/audit", audit_page, methods=["GET"]),
+    Route("/moderation", reports_page, methods=["GET"], name="moderation"),
+    Route("/moderation/repositories", repositories_page, methods=["GET"], name="moderation_repositories"),
+    Route("/moderation/accounts", accounts_page, methods=["GET"], name="moderation_accounts"),
+    Route("/moderation/audit", audit_page, methods=["GET"], name="moderation_audit"),
     body_route("/moderation/scans/{scan_id:int}/visibility", scan_visibility, **_FORM),
     body_route("/moderation/repos/{host}/{owner}/{name}/listing", repository_listing, **_FORM),
     body_route("/moderation/accounts/{handle}", account_change, **_FORM),

@@ -79,7 +79,7 @@ def _fail(path: str, message: str) -> ValidationError:
     return ValidationError({path: [message]})
 
 
-def _obj(value: object) -> dict[str, Any]:
+def _as_dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
@@ -90,7 +90,7 @@ def _list(value: object) -> list[Any]:
 def _text(value: object) -> str | None:
     """`{"text": ...}` (a message or a multiformat string) → its first MAX_TEXT characters, when it is a non-blank
     string (a rule's text is shared by many results: it is never read whole)."""
-    text = _obj(value).get("text")
+    text = _as_dict(value).get("text")
     if not isinstance(text, str):
         return None
     text = text[:MAX_TEXT]
@@ -122,11 +122,11 @@ class _Run:
     def __init__(self, run: dict[str, Any], path: str, source_root: str | None = None) -> None:
         self.path = path
         self.source_root = source_root
-        tool = _obj(run.get("tool"))
-        self.driver = _obj(tool.get("driver"))
-        self.extensions = [_obj(e) for e in _list(tool.get("extensions"))]
-        self.artifacts = [_obj(a) for a in _list(run.get("artifacts"))]
-        self.bases = self._bases(_obj(run.get("originalUriBaseIds")))
+        tool = _as_dict(run.get("tool"))
+        self.driver = _as_dict(tool.get("driver"))
+        self.extensions = [_as_dict(e) for e in _list(tool.get("extensions"))]
+        self.artifacts = [_as_dict(a) for a in _list(run.get("artifacts"))]
+        self.bases = self._bases(_as_dict(run.get("originalUriBaseIds")))
         self.prefixes = {base_id: self._base_prefix(base_id) for base_id in self.bases}
         self.absolute_bases = self._absolute_bases()
         self.rules_by_id: dict[str, dict[str, Any]] = {}
@@ -137,15 +137,15 @@ class _Run:
 
     def rule(self, result: dict[str, Any]) -> dict[str, Any]:
         """The rule (reportingDescriptor) of a result: by index in its tool component, else by id, else none."""
-        reference = _obj(result.get("rule"))
+        reference = _as_dict(result.get("rule"))
         component = self.driver
-        component_index = _obj(reference.get("toolComponent")).get("index")
+        component_index = _as_dict(reference.get("toolComponent")).get("index")
         if isinstance(component_index, int) and 0 <= component_index < len(self.extensions):
             component = self.extensions[component_index]
         rules = _list(component.get("rules"))
         index = result.get("ruleIndex", reference.get("index"))
         if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(rules):
-            return _obj(rules[index])
+            return _as_dict(rules[index])
         rule_id = result.get("ruleId", reference.get("id"))
         return self.rules_by_id.get(rule_id, {}) if isinstance(rule_id, str) else {}
 
@@ -154,10 +154,10 @@ class _Run:
         if len(raw) > MAX_BASES:
             raise _fail(where, f"must have at most {MAX_BASES} entries")
         for base_id, base in raw.items():
-            uri = _obj(base).get("uri")
+            uri = _as_dict(base).get("uri")
             if isinstance(uri, str) and len(uri) > MAX_URI:
                 raise _fail(f"{where}.{base_id}.uri", f"must be at most {MAX_URI} characters")
-        return {k: _obj(v) for k, v in raw.items()}
+        return {k: _as_dict(v) for k, v in raw.items()}
 
     def _base_prefix(self, base_id: str) -> str:
         """The repository-relative prefix a `uriBaseId` stands for: relative base URIs chain up to one that is
@@ -211,11 +211,11 @@ class _Run:
 
     def repository_path(self, location: dict[str, Any], path: str) -> str | None:
         """A physical location's file as a repository-relative path; None when it names no file."""
-        artifact = _obj(location.get("artifactLocation"))
+        artifact = _as_dict(location.get("artifactLocation"))
         uri, base_id = artifact.get("uri"), artifact.get("uriBaseId")
         index = artifact.get("index")
         if not isinstance(uri, str) and isinstance(index, int) and 0 <= index < len(self.artifacts):
-            artifact = _obj(self.artifacts[index].get("location"))
+            artifact = _as_dict(self.artifacts[index].get("location"))
             uri, base_id = artifact.get("uri"), artifact.get("uriBaseId")
         if not isinstance(uri, str) or not uri.strip():
             return None
@@ -248,10 +248,10 @@ def _lines(region: dict[str, Any], path: str) -> tuple[int | None, int | None]:
 def _severity(result: dict[str, Any], rule: dict[str, Any], path: str) -> str:
     """`security-severity` (the result's, else its rule's) when it is a score; else the `level` (the result's, else
     the rule's default, else SARIF's default "warning")."""
-    level = result.get("level", _obj(rule.get("defaultConfiguration")).get("level", "warning"))
+    level = result.get("level", _as_dict(rule.get("defaultConfiguration")).get("level", "warning"))
     if not isinstance(level, str) or level not in LEVELS:
         raise _fail(f"{path}.level", "must be one of " + ", ".join(LEVELS))
-    for properties in (_obj(result.get("properties")), _obj(rule.get("properties"))):
+    for properties in (_as_dict(result.get("properties")), _as_dict(rule.get("properties"))):
         score = _score(properties.get("security-severity"))
         if score is not None:
             return next((name for floor, name in SCORE_BANDS if score >= floor), "info")
@@ -272,12 +272,12 @@ def _score(raw: object) -> float | None:
 
 def _message(result: dict[str, Any], rule: dict[str, Any]) -> str | None:
     """The result's message: its text, else the rule's message string it names with `{n}` placeholders filled."""
-    message = _obj(result.get("message"))
+    message = _as_dict(result.get("message"))
     text = _text(message)
     if text is not None:
         return text
     message_id = message.get("id")
-    template = _text(_obj(rule.get("messageStrings")).get(message_id)) if isinstance(message_id, str) else None
+    template = _text(_as_dict(rule.get("messageStrings")).get(message_id)) if isinstance(message_id, str) else None
     if template is None:
         return None
     # bounded: a hostile template repeating `{0}` must not multiply a long argument without end
@@ -313,7 +313,7 @@ def _description(rule: dict[str, Any], message: str | None, title: str) -> str:
 def _skip_reason(result: dict[str, Any]) -> str | None:
     suppressions = _list(result.get("suppressions"))
     # suppressed unless a suppression is still under review or was rejected (§3.27.23, §3.35.3)
-    if suppressions and all(_obj(s).get("status", "accepted") == "accepted" for s in suppressions):
+    if suppressions and all(_as_dict(s).get("status", "accepted") == "accepted" for s in suppressions):
         return "suppressed"
     if result.get("baselineState") == "absent":
         return "absent"
@@ -365,7 +365,7 @@ def _commit(runs: list[_Run], raw_runs: list[dict[str, Any]], commit_sha: str | 
     found: tuple[str, str] | None = None
     for run, raw in zip(runs, raw_runs, strict=True):
         for j, provenance in enumerate(_list(raw.get("versionControlProvenance"))):
-            revision = _obj(provenance).get("revisionId")
+            revision = _as_dict(provenance).get("revisionId")
             if revision is None:
                 continue
             where = f"{run.path}.versionControlProvenance[{j}].revisionId"
@@ -452,7 +452,7 @@ def sarif_to_report(
                 raise _fail(where, "must be an object")
             reason = _skip_reason(result)
             locations = _list(result.get("locations"))
-            physical = _obj(_obj(locations[0]).get("physicalLocation")) if locations else {}
+            physical = _as_dict(_as_dict(locations[0]).get("physicalLocation")) if locations else {}
             location_path = f"{where}.locations[0].physicalLocation"
             file_path = run.repository_path(physical, location_path) if reason is None and physical else None
             if reason is None and file_path is None:
@@ -464,7 +464,7 @@ def sarif_to_report(
             if len(findings) == MAX_FINDINGS:
                 raise _too_many(sum(len(raw.get("results", [])) for raw in raw_runs))
             rule = run.rule(result)
-            line_start, line_end = _lines(_obj(physical.get("region")), location_path)
+            line_start, line_end = _lines(_as_dict(physical.get("region")), location_path)
             message = _message(result, rule)
             title, cut_title = _shorten(_title(result, rule, message), MAX_TITLE)
             description, cut_description = _shorten(_description(rule, message, title), MAX_DESCRIPTION)
@@ -483,7 +483,7 @@ def sarif_to_report(
                 finding["partial_fingerprints"] = fingerprints
             findings.append(finding)
             origins.append(where)
-    guid = _obj(raw_runs[0].get("automationDetails")).get("guid")
+    guid = _as_dict(raw_runs[0].get("automationDetails")).get("guid")
     report.body = {
         "commit_sha": sha,
         "provenance": "agent",

@@ -144,7 +144,7 @@ routes: list[BaseRoute] = [
     Route("/sitemap.xml", sitemap_xml, methods=["GET"]),
     Route("/sitemap/hubs.xml", sitemap_hubs, methods=["GET"]),
     Route("/sitemap/{kind}/{page}.xml", sitemap_child, methods=["GET"]),
-    Route("/infestations.atom", infestations_atom, methods=["GET"]),
+    Route("/infestations.atom", infestations_atom, methods=["GET"], name="infestations_atom"),
     Route("/infestations/{pattern_key}.atom", infestation_atom, methods=["GET"]),
     Route("/repos/{host}/{owner}/{name}/reports.atom", repository_reports_atom, methods=["GET"]),
 ]
