@@ -104,32 +104,35 @@ async def _surfaces(client: httpx.AsyncClient) -> dict[str, str]:
     return bodies
 
 
-def _quarantine(world: World, status: str) -> Callable[[], Awaitable[object]]:
+async def quarantine(world: World) -> None:
     r = world.secret
-    return lambda: change_repository_listing(world.moderator, r.host, r.owner, r.name, status, REASON, NOTES)
+    await change_repository_listing(world.moderator, r.host, r.owner, r.name, "quarantined", REASON, NOTES)
 
 
-def _visibility(world: World, visibility: str) -> Callable[[], Awaitable[object]]:
-    return lambda: change_scan_visibility(world.moderator, world.secret_scan.id, visibility, REASON, NOTES)
-
-
-def _delete(world: World) -> Callable[[], Awaitable[object]]:
+async def unlist(world: World) -> None:
     r = world.secret
-    return lambda: delete_repository(r.host, r.owner, r.name, actor_id=world.moderator.id, reason=REASON, notes=NOTES)
+    await change_repository_listing(world.moderator, r.host, r.owner, r.name, "pending", REASON, NOTES)
 
 
-TAKEDOWNS: dict[str, Callable[[World], Callable[[], Awaitable[object]]]] = {
-    "quarantined": lambda w: _quarantine(w, "quarantined"),
-    "pending": lambda w: _quarantine(w, "pending"),
-    "restricted": lambda w: _visibility(w, "restricted"),
-    "public_summary": lambda w: _visibility(w, "public_summary"),
-    "hard delete": _delete,
-}
+async def restrict(world: World) -> None:
+    await change_scan_visibility(world.moderator, world.secret_scan.id, "restricted", REASON, NOTES)
 
 
-@pytest.mark.parametrize("takedown", list(TAKEDOWNS))
+async def summarize(world: World) -> None:
+    await change_scan_visibility(world.moderator, world.secret_scan.id, "public_summary", REASON, NOTES)
+
+
+async def hard_delete(world: World) -> None:
+    r = world.secret
+    await delete_repository(r.host, r.owner, r.name, actor_id=world.moderator.id, reason=REASON, notes=NOTES)
+
+
+WHOLE_REPOSITORY = (quarantine, unlist, hard_delete)  # the whole repository leaves every listed surface
+
+
+@pytest.mark.parametrize("takedown", [quarantine, unlist, restrict, summarize, hard_delete], ids=lambda f: f.__name__)
 async def test_a_takedown_holds_at_the_next_request_on_every_surface_then_counts_follow_the_drain(
-    client: httpx.AsyncClient, takedown: str
+    client: httpx.AsyncClient, takedown: Callable[[World], Awaitable[None]]
 ) -> None:
     world = World()
     await world.build()
@@ -137,14 +140,14 @@ async def test_a_takedown_holds_at_the_next_request_on_every_surface_then_counts
     assert any(mark in body for body in before.values() for mark in world.secret_marks)  # the marks are real
     assert (await client.get(f"/infestations/{LONE_KEY}.json")).status_code == 200
 
-    await TAKEDOWNS[takedown](world)()
-    if takedown in ("quarantined", "pending", "hard delete"):  # the whole repository leaves every listed surface
+    await takedown(world)
+    if takedown in WHOLE_REPOSITORY:
         world.secret_marks = (*world.report_marks, "hushco", "vaultrepo", world.secret_scan.commit_sha)
 
     after = await _surfaces(client)  # the very next requests, no worker has run
     for path, body in after.items():
         for mark in world.secret_marks:
-            assert mark not in body, (takedown, path, mark)
+            assert mark not in body, (takedown.__name__, path, mark)
     # a pattern whose every visible row is gone answers 404 before its refresh
     assert (await client.get(f"/infestations/{LONE_KEY}.json")).status_code == 404
     assert (await client.get(f"/infestations/{LONE_KEY}.atom")).status_code == 404
@@ -160,7 +163,7 @@ async def test_a_takedown_holds_at_the_next_request_on_every_surface_then_counts
     assert await get_infestation(LONE_KEY) is None
     for path, body in (await _surfaces(client)).items():
         for mark in world.secret_marks:
-            assert mark not in body, (takedown, "after the drain", path, mark)
+            assert mark not in body, (takedown.__name__, "after the drain", path, mark)
 
 
 async def _twins(client: httpx.AsyncClient) -> dict[str, object]:
