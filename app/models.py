@@ -11,6 +11,13 @@ from app.infestations.models import (
 from app.kernel.audit import AuditEvent
 from app.kernel.changes import Change, PublishedCanonical, PublishedFinding, PublishedRepository
 from app.kernel.db import Base
+from app.maintainers.models import (
+    FindingStatement,
+    MaintainerClaim,
+    RepositoryMaintainer,
+    Webhook,
+    WebhookDelivery,
+)
 from app.ops.models import AppSecret, InstanceLease, JobRun
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, CanonicalFindingCheck, Scan, ScanConfirmation, ScanFinding
@@ -25,6 +32,7 @@ __all__ = [
     "CanonicalFinding",
     "CanonicalFindingCheck",
     "Change",
+    "FindingStatement",
     "InfestationDirtyKey",
     "InfestationPattern",
     "InfestationPatternInstance",
@@ -33,13 +41,17 @@ __all__ = [
     "InstanceLease",
     "JobRun",
     "LoginAttempt",
+    "MaintainerClaim",
     "PublishedCanonical",
     "PublishedFinding",
     "PublishedRepository",
     "Repository",
+    "RepositoryMaintainer",
     "Scan",
     "ScanConfirmation",
     "ScanFinding",
     "WebSession",
+    "Webhook",
+    "WebhookDelivery",
     "metadata",
 ]

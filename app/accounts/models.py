@@ -11,7 +11,14 @@ from app.kernel.db import Base
 PLATFORM_ROLES = ("member", "moderator", "admin")
 TRUST_TIERS = ("new", "contributor", "reviewer")
 ACCOUNT_STATES = ("probation", "active", "restricted", "suspended", "banned")
-TOKEN_SCOPES = ("findings:submit", "findings:verify", "repositories:write", "reviews:submit", "reviews:verify")
+TOKEN_SCOPES = (
+    "findings:submit",
+    "findings:verify",
+    "repositories:write",
+    "repositories:maintain",
+    "reviews:submit",
+    "reviews:verify",
+)
 
 
 class Account(Timestamps, Base):

@@ -38,7 +38,9 @@ STATUS = "finding.status"
 FINDING_WITHDRAWN = "finding.withdrawn"
 LISTED_KIND = "repository.listed"
 REPOSITORY_WITHDRAWN = "repository.withdrawn"
-KINDS = (PUBLISHED, STATUS, FINDING_WITHDRAWN, LISTED_KIND, REPOSITORY_WITHDRAWN)
+# a maintainer's statement (docs/domain.md "Maintainers"): written by the statement service in its transaction
+FINDING_STATEMENT = "finding.statement"
+KINDS = (PUBLISHED, STATUS, FINDING_WITHDRAWN, LISTED_KIND, REPOSITORY_WITHDRAWN, FINDING_STATEMENT)
 WITHDRAWAL_KINDS = (FINDING_WITHDRAWN, REPOSITORY_WITHDRAWN)
 REASONS = ("moderation", "repository", "deleted")
 
@@ -73,6 +75,9 @@ class Change(Base):
     pattern_key: Mapped[str | None] = mapped_column(Text)
     status: Mapped[str | None] = mapped_column(Text)
     reason: Mapped[str | None] = mapped_column(Text)
+    # finding.statement: the statement (finding_statements.id) the entry announces, rendered from its current
+    # visibility; no FK (entries outlive deletes)
+    statement_id: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class PublishedRepository(Base):
