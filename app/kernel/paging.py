@@ -19,10 +19,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar
 
-from sqlalchemy import Row, TextClause, text
+from sqlalchemy import ColumnElement, Row, Select, TextClause, bindparam, tuple_
 
 from app.kernel import db
 from app.kernel.errors import ValidationError
+from app.kernel.sql import compiled
 
 DEFAULT_PAGE = 1_000
 MAX_PAGE = 5_000  # the largest page any list reads in one statement (sitemap streams, bulk listings)
@@ -106,6 +107,20 @@ def after_cursor(cursor: str | None, keyset: str) -> tuple[str, dict[str, Any]]:
     return f"{keyset} < (:cursor_at, :cursor_id)", {"cursor_at": at, "cursor_id": row_id}
 
 
+def after_keyset(*keyset: ColumnElement[Any]) -> ColumnElement[bool]:
+    """`(keyset) < (:cursor_at, :cursor_id)`: a newest-first list ordered by `keyset` DESC, after the cursor's row
+    (the statement of every page but the first; `cursor_params` binds it)."""
+    return tuple_(*keyset) < tuple_(bindparam("cursor_at"), bindparam("cursor_id"))
+
+
+def cursor_params(cursor: str | None) -> dict[str, Any]:
+    """The parameters of `after_keyset` for `cursor` (none on the first page); InvalidCursor when malformed."""
+    if cursor is None:
+        return {}
+    at, row_id = decode_cursor(cursor)
+    return {"cursor_at": at, "cursor_id": row_id}
+
+
 def time_id_cursor(at: str, row_id: str) -> Callable[[Mapping[str, Any]], str]:
     """`cursor_of` for rows keyed by `(timestamp, id)` under the given column names."""
 
@@ -126,13 +141,22 @@ def keyset_page(rows: list[R], limit: int, cursor_of: Callable[[R], str]) -> Pag
     return {"entries": rows, "next_cursor": cursor_of(rows[-1])}
 
 
-def id_range_statements(page_sql: str, columns: Mapping[str, str], before: str) -> dict[tuple[str, bool], TextClause]:
-    """The statements of an ascending-id list, one per `(shape, bounded)`: `page_sql` has `{columns}` (one
-    select list per shape) and `{before}` (the upper bound `before`, spliced only when bounded), and reads
-    `:after_id` and `:fetch` (and `:before_id`)."""
+def id_range_select(base: Select[Any], id_column: ColumnElement[int], *, bounded: bool) -> Select[Any]:
+    """`base` as an ascending-id page: `:after_id < id` (`< :before_id` when bounded), `LIMIT :fetch`."""
+    page = base.where(id_column > bindparam("after_id"))
+    if bounded:
+        page = page.where(id_column < bindparam("before_id"))
+    return page.order_by(id_column).limit(bindparam("fetch"))
+
+
+def id_range_statements(
+    shapes: Mapping[str, Select[Any]], id_column: ColumnElement[int]
+) -> dict[tuple[str, bool], TextClause]:
+    """The statements of an ascending-id list, one per `(shape, bounded)`, compiled once; each shape is the list's
+    select (its own select list) with `id_column` first."""
     return {
-        (shape, bounded): text(page_sql.format(columns=select, before=before if bounded else ""))
-        for shape, select in columns.items()
+        (shape, bounded): compiled(id_range_select(base, id_column, bounded=bounded))
+        for shape, base in shapes.items()
         for bounded in (False, True)
     }
 

@@ -1,88 +1,157 @@
-"""The public join set (docs/domain.md §3), written once as SQL fragments.
+"""The public join set (docs/domain.md §3) and the read-time guard (§5.7), as SQLAlchemy Core expressions.
 
-A finding is public when its repository is `listed` AND the report (scan) that carries it is `public`
-(not `public_summary`, not `restricted`). Every read or write that decides what anonymous visitors, crawlers and
-the infestation rollups may see splices these fragments instead of spelling the condition out again: the
-projection and its maintenance, the legacy atlas reads, the cutover gate, the outbox (dirty-key discovery), the
-change feed and the bulk export, search, the sitemap and the indexable findings.
-
-Aliases are fixed by convention: `r` repositories, `s` scans, `f` scan_findings (occurrences), `c`
-canonical_findings. Use the functions when a query needs another alias or none.
+A finding is public when its repository is `listed` AND its report (scan) is `public`. Every read or write that
+decides what visitors, crawlers and the rollups may see composes these (docs/architecture.md "Composing SQL").
+Default aliases: `r` repositories, `s` scans, `f` scan_findings, `c` canonical_findings; `gs`/`gr`/`gf`/`gi` are
+the guard's.
 """
 
 from __future__ import annotations
 
+from typing import Any, overload
+
+from sqlalchemy import BigInteger, ColumnElement, FromClause, Text, Uuid, and_, column, literal_column, or_, select
+from sqlalchemy import table as _table
+from sqlalchemy.sql.elements import ColumnClause
+
+from app.kernel.sql import outer
+
 LISTED = "listed"  # repositories.listing_status of a repository in the public join set
 PUBLIC = "public"  # scans.visibility of a report in the public join set
 
+# The columns the join set and the guard read (the models live in features the kernel does not import).
+repositories = _table("repositories", column("id", BigInteger), column("listing_status", Text))
+scans = _table("scans", column("id", BigInteger), column("repository_id", BigInteger), column("visibility", Text))
+scan_findings = _table(
+    "scan_findings",
+    column("id", BigInteger),
+    column("scan_id", BigInteger),
+    column("canonical_finding_id", BigInteger),
+    column("public_id", Uuid),
+)
+pattern_instances = _table(
+    "infestation_pattern_instances", column("pattern_key", Text), column("sample_scan_id", BigInteger)
+)
+R, S = repositories.alias("r"), scans.alias("s")
 
-def listed_repository(alias: str | None = "r") -> str:
-    """`r.listing_status = 'listed'`: the repository half of the join set (`alias=None` for a bare table)."""
-    column = f"{alias}.listing_status" if alias else "listing_status"
-    return f"{column} = '{LISTED}'"
+_ONE: ColumnClause[Any] = literal_column("1")
 
 
-def public_scan(alias: str | None = "s") -> str:
+@overload
+def listed_repository(r: FromClause = ...) -> ColumnElement[bool]: ...
+@overload
+def listed_repository(r: str | None) -> str: ...
+def listed_repository(r: FromClause | str | None = R) -> ColumnElement[bool] | str:
+    """`r.listing_status = 'listed'`: the repository half of the join set."""
+    if r is None or isinstance(r, str):  # the text form, until every caller composes (issue 23)
+        column_name = f"{r}.listing_status" if r else "listing_status"
+        return f"{column_name} = '{LISTED}'"
+    return r.c.listing_status == LISTED
+
+
+def public_scan(s: FromClause = S) -> ColumnElement[bool]:
     """`s.visibility = 'public'`: the report half of the join set."""
-    column = f"{alias}.visibility" if alias else "visibility"
-    return f"{column} = '{PUBLIC}'"
+    return s.c.visibility == PUBLIC
 
 
-LISTED_REPOSITORY = listed_repository()
-PUBLIC_SCAN = public_scan()
+def public_join(s: FromClause = S, r: FromClause = R) -> ColumnElement[bool]:
+    """An occurrence joined to its scan `s` and repository `r` is in the join set."""
+    return and_(public_scan(s), listed_repository(r))
 
-# An occurrence row joined to its scan `s` and repository `r` is in the join set (indexable findings, the legacy
-# instance ledger, the change feed's diff, the export; the projection's sample probe splices the two halves).
+
+def has_public_occurrence(canonical_id: ColumnElement[Any] | None = None) -> ColumnElement[bool]:
+    """The canonical (`c.id` of the enclosing statement by default) has a public occurrence, whatever its
+    repository's listing (the outbox's delist-safe key discovery). EXISTS: many occurrences count once."""
+    f, s = scan_findings.alias("f"), scans.alias("s")
+    return (
+        select(_ONE)
+        .select_from(f.join(s, s.c.id == f.c.scan_id))
+        .where(f.c.canonical_finding_id == (outer("c.id") if canonical_id is None else canonical_id), public_scan(s))
+        .exists()
+    )
+
+
+def public_canonical(r: FromClause = R, canonical_id: ColumnElement[Any] | None = None) -> ColumnElement[bool]:
+    """The canonical, joined to its repository `r`, is in the join set: the grain of the infestation rollups."""
+    return and_(listed_repository(r), has_public_occurrence(canonical_id))
+
+
+# The text forms, until every caller composes (issue 23).
+LISTED_REPOSITORY = listed_repository("r")
+PUBLIC_SCAN = f"s.visibility = '{PUBLIC}'"
 PUBLIC_JOIN = f"{PUBLIC_SCAN} AND {LISTED_REPOSITORY}"
-
-# The canonical `c` has at least one public occurrence, whatever its repository's listing. EXISTS rather than a
-# join: a canonical with many public occurrences must count once. The outbox uses it alone (delist-safe key
-# discovery must still find a delisted repository's keys).
 HAS_PUBLIC_OCCURRENCE = (
     "EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
     f"WHERE f.canonical_finding_id = c.id AND {PUBLIC_SCAN})"
 )
-
-# The canonical `c`, joined to its repository `r`, is in the join set: the grain of the infestation rollups.
 PUBLIC_CANONICAL = f"{LISTED_REPOSITORY} AND {HAS_PUBLIC_OCCURRENCE}"
 
 
 # ---- the read-time guard (docs/domain.md §5.7 "Read-time guard") ------------------------------------------------
-# Rollup rows are derived and follow the source only after a worker drains their key; a takedown (a report made
-# restricted or summary-only, a repository quarantined, pending or hard-deleted) must hold at the very next request
-# without a worker. So every public read of a derived row re-checks, by primary key, that the report its sample
-# came from is still in the join set. The aliases `gs`/`gr`/`gf`/`gi` are reserved for the guard.
+# Rollup rows lag the source until their key is drained; a takedown must hold at the next request, so every public
+# read of a derived row re-checks, by primary key, that its sample's report is still in the join set.
 
 
-def visible_scan(scan_id: str) -> str:
-    """The report `scan_id` (an SQL expression) is `public` on a `listed` repository, now: two primary-key probes.
-    A hard-deleted report (or an expression that is NULL) is not visible."""
+@overload
+def visible_scan(scan_id: ColumnElement[Any]) -> ColumnElement[bool]: ...
+@overload
+def visible_scan(scan_id: str) -> str: ...
+def visible_scan(scan_id: ColumnElement[Any] | str) -> ColumnElement[bool] | str:
+    """The report `scan_id` is `public` on a `listed` repository, now: two primary-key probes. A hard-deleted
+    report (or a NULL id) is not visible."""
+    if isinstance(scan_id, str):
+        return (
+            "EXISTS (SELECT 1 FROM scans gs JOIN repositories gr ON gr.id = gs.repository_id "
+            f"WHERE gs.id = {scan_id} AND gs.visibility = '{PUBLIC}' AND gr.listing_status = '{LISTED}')"
+        )
+    gs, gr = scans.alias("gs"), repositories.alias("gr")
     return (
-        "EXISTS (SELECT 1 FROM scans gs JOIN repositories gr ON gr.id = gs.repository_id "
-        f"WHERE gs.id = {scan_id} AND {public_scan('gs')} AND {listed_repository('gr')})"
+        select(_ONE)
+        .select_from(gs.join(gr, gr.c.id == gs.c.repository_id))
+        .where(gs.c.id == scan_id, public_scan(gs), listed_repository(gr))
+        .exists()
     )
 
 
-def visible_occurrence(public_id: str) -> str:
-    """The occurrence with public id `public_id` (an SQL expression) still exists in a visible report: the unique
-    `scan_findings.public_id` index, then `visible_scan`. Guards the samples of pattern and membership rows."""
-    return visible_scan(f"(SELECT gf.scan_id FROM scan_findings gf WHERE gf.public_id = {public_id})")
+@overload
+def visible_occurrence(public_id: ColumnElement[Any]) -> ColumnElement[bool]: ...
+@overload
+def visible_occurrence(public_id: str) -> str: ...
+def visible_occurrence(public_id: ColumnElement[Any] | str) -> ColumnElement[bool] | str:
+    """The occurrence `public_id` still exists in a visible report (the unique `scan_findings.public_id` index,
+    then `visible_scan`). Guards the samples of pattern and membership rows."""
+    if isinstance(public_id, str):
+        return visible_scan(f"(SELECT gf.scan_id FROM scan_findings gf WHERE gf.public_id = {public_id})")
+    gf = scan_findings.alias("gf")
+    return visible_scan(select(gf.c.scan_id).where(gf.c.public_id == public_id).scalar_subquery())
 
 
-def visible_pattern(pattern_key: str) -> str:
-    """The pattern `pattern_key` still has at least one visible instance row: a pattern whose every row was taken
-    down is not shown (its show page 404s) even before its refresh. Stops at the first visible instance. `OFFSET 0`
-    keeps it a per-row probe: the planner may not turn it into a join over every instance, so the ranked list still
-    walks its rank index and stops after `limit` rows."""
-    return (
-        "EXISTS (SELECT 1 FROM infestation_pattern_instances gi "
-        f"WHERE gi.pattern_key = {pattern_key} AND {visible_scan('gi.sample_scan_id')} OFFSET 0)"
-    )
+@overload
+def visible_pattern(pattern_key: ColumnElement[Any]) -> ColumnElement[bool]: ...
+@overload
+def visible_pattern(pattern_key: str) -> str: ...
+def visible_pattern(pattern_key: ColumnElement[Any] | str) -> ColumnElement[bool] | str:
+    """The pattern still has a visible instance row (else its show page 404s before its refresh). `OFFSET 0`
+    keeps it a per-row probe, so a ranked list still walks its rank index and stops after `limit` rows."""
+    if isinstance(pattern_key, str):
+        return (
+            "EXISTS (SELECT 1 FROM infestation_pattern_instances gi "
+            f"WHERE gi.pattern_key = {pattern_key} AND {visible_scan('gi.sample_scan_id')} OFFSET 0)"
+        )
+    gi = pattern_instances.alias("gi")
+    return select(_ONE).where(gi.c.pattern_key == pattern_key, visible_scan(gi.c.sample_scan_id)).offset(0).exists()
 
 
-def shown_pattern(pattern_key: str, sample_visible: str) -> str:
-    """The pattern `pattern_key` is shown: its own sample is visible (`sample_visible`: the caller's column holding
-    `visible_occurrence` of the pattern row's sample, computed once per row), or else one of its instance rows is.
-    A visible sample is a visible instance (the one it was taken from), so the walk of `visible_pattern` runs only
-    for a pattern whose sample was taken down: half of the guard's cost on a ranked list (docs/benchmarks.md)."""
-    return f"({sample_visible} OR {visible_pattern(pattern_key)})"
+@overload
+def shown_pattern(pattern_key: ColumnElement[Any], sample_visible: ColumnElement[bool]) -> ColumnElement[bool]: ...
+@overload
+def shown_pattern(pattern_key: str, sample_visible: str) -> str: ...
+def shown_pattern(
+    pattern_key: ColumnElement[Any] | str, sample_visible: ColumnElement[bool] | str
+) -> ColumnElement[bool] | str:
+    """The pattern is shown: its own sample is visible (`sample_visible`, computed once per row), or else one of
+    its instance rows is; the instance walk then runs only for a pattern whose sample was taken down."""
+    if isinstance(pattern_key, str) and isinstance(sample_visible, str):
+        return f"({sample_visible} OR {visible_pattern(pattern_key)})"
+    assert not isinstance(pattern_key, str) and not isinstance(sample_visible, str)
+    return or_(sample_visible, visible_pattern(pattern_key))

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import ColumnElement, Select, select
 
-from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES
+from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.kernel import db, paging
+from app.kernel.audit import AuditEvent
 from app.kernel.errors import ValidationError
-from app.kernel.paging import Page, after_cursor, decode_id_cursor, encode_id_cursor, keyset_page, time_id_cursor
-from app.registry.models import LISTING_STATUSES
-from app.reports.models import VISIBILITIES
+from app.kernel.paging import (
+    Page,
+    after_keyset,
+    cursor_params,
+    decode_id_cursor,
+    encode_id_cursor,
+    keyset_page,
+    time_id_cursor,
+)
+from app.registry.models import LISTING_STATUSES, Repository
+from app.reports.models import VISIBILITIES, Scan
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
@@ -39,29 +48,66 @@ def _id_cursor(cursor: str | None) -> int | None:
     return decode_id_cursor(cursor) if cursor else None
 
 
-# One select per console noun, shared by its list and its detail read.
-_REPORTS = """SELECT s.id, s.commit_sha, s.visibility, s.review_status, s.findings_count, s.inserted_at,
-       s.moderation_reason, s.reviewed_at, r.host, r.owner, r.name, r.listing_status, a.handle AS submitter_handle
-FROM scans s
-JOIN repositories r ON r.id = s.repository_id
-JOIN accounts a ON a.id = s.submitted_by_id"""
-_REPOSITORIES = """SELECT id, host, owner, name, listing_status, status, scan_count, open_findings_count, inserted_at
-FROM repositories"""
-_ACCOUNTS = "SELECT id, handle, platform_role, trust_tier, state, last_seen_at, inserted_at FROM accounts"
-_AUDIT_EVENTS = """SELECT e.id, e.action, e.subject_type, e.subject_id, e.before, e.after, e.reason, e.notes,
-       e.inserted_at, a.handle AS actor_handle
-FROM audit_events e LEFT JOIN accounts a ON a.id = e.actor_id"""
+# One select per console noun, shared by its list and its detail read; filters are added per request.
+_S, _R, _A = Scan.__table__.alias("s"), Repository.__table__.alias("r"), Account.__table__.alias("a")
+_REPORTS: Select[Any] = select(
+    _S.c.id,
+    _S.c.commit_sha,
+    _S.c.visibility,
+    _S.c.review_status,
+    _S.c.findings_count,
+    _S.c.inserted_at,
+    _S.c.moderation_reason,
+    _S.c.reviewed_at,
+    _R.c.host,
+    _R.c.owner,
+    _R.c.name,
+    _R.c.listing_status,
+    _A.c.handle.label("submitter_handle"),
+).select_from(_S.join(_R, _R.c.id == _S.c.repository_id).join(_A, _A.c.id == _S.c.submitted_by_id))
+_REPOSITORIES_T = Repository.__table__
+_REPOSITORIES: Select[Any] = select(
+    *(
+        _REPOSITORIES_T.c[name]
+        for name in ("id", "host", "owner", "name", "listing_status", "status", "scan_count", "open_findings_count")
+    ),
+    _REPOSITORIES_T.c.inserted_at,
+)
+_ACCOUNTS_T = Account.__table__
+_ACCOUNTS: Select[Any] = select(
+    *(
+        _ACCOUNTS_T.c[name]
+        for name in ("id", "handle", "platform_role", "trust_tier", "state", "last_seen_at", "inserted_at")
+    )
+)
+_E, _ACTOR = AuditEvent.__table__.alias("e"), Account.__table__.alias("a")
+_AUDIT_EVENTS: Select[Any] = select(
+    *(
+        _E.c[name]
+        for name in ("id", "action", "subject_type", "subject_id", "before", "after", "reason", "notes", "inserted_at")
+    ),
+    _ACTOR.c.handle.label("actor_handle"),
+).select_from(_E.outerjoin(_ACTOR, _ACTOR.c.id == _E.c.actor_id))
 
 
-async def _rows(sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+async def _rows(statement: Select[Any], params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     # the console reads the primary: a moderator must see the change they just made
     async with db.read_session(replica=False) as session:
-        return [dict(row) for row in (await session.execute(text(sql), params)).mappings()]
+        return [dict(row) for row in (await session.execute(statement, params or {})).mappings()]
 
 
-async def _one(sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    found = await _rows(sql, params)
+async def _one(statement: Select[Any]) -> dict[str, Any] | None:
+    found = await _rows(statement)
     return found[0] if found else None
+
+
+def _newest_first(
+    query: Select[Any], cursor: str | None, inserted_at: ColumnElement[Any], row_id: ColumnElement[Any]
+) -> tuple[Select[Any], dict[str, Any]]:
+    params = cursor_params(cursor)
+    if params:
+        query = query.where(after_keyset(inserted_at, row_id))
+    return query.order_by(inserted_at.desc(), row_id.desc()), params
 
 
 async def list_recent_reports(
@@ -72,23 +118,21 @@ async def list_recent_reports(
 
     limit = clamp_limit(limit)
     visibility = _choice("visibility", visibility, VISIBILITIES)
-    params: dict[str, Any] = {"limit": limit + 1, "visibility": visibility}
-    where = ["(CAST(:visibility AS text) IS NULL OR s.visibility = :visibility)"]
+    query = _REPORTS
+    if visibility is not None:
+        query = query.where(_S.c.visibility == visibility)
     if repository:
         try:
-            params["host"], params["owner"], params["name"] = parse_ref(repository)
+            host, owner, name = parse_ref(repository)
         except ValidationError as exc:
             raise ValidationError(exc.errors, status_code=400) from None
-        where.append("r.host = :host AND r.owner = :owner AND r.name = :name")
-    after, cursor_params = after_cursor(cursor or None, "(s.inserted_at, s.id)")
-    where.append(after)
-    params.update(cursor_params)
-    sql = f"{_REPORTS}\nWHERE {' AND '.join(where)}\nORDER BY s.inserted_at DESC, s.id DESC LIMIT :limit"
-    return keyset_page(await _rows(sql, params), limit, BY_INSERTED_AT)
+        query = query.where(_R.c.host == host, _R.c.owner == owner, _R.c.name == name)
+    query, params = _newest_first(query, cursor or None, _S.c.inserted_at, _S.c.id)
+    return keyset_page(await _rows(query.limit(limit + 1), params), limit, BY_INSERTED_AT)
 
 
 async def get_report(scan_id: int) -> dict[str, Any] | None:
-    return await _one(f"{_REPORTS} WHERE s.id = :id", {"id": scan_id})
+    return await _one(_REPORTS.where(_S.c.id == scan_id))
 
 
 async def list_repositories(
@@ -97,17 +141,20 @@ async def list_repositories(
     """Newest repositories first (keyset on id DESC), optionally one listing status."""
     limit = clamp_limit(limit)
     listing_status = _choice("listing_status", listing_status, LISTING_STATUSES)
-    sql = f"""{_REPOSITORIES}
-WHERE (CAST(:listing AS text) IS NULL OR listing_status = :listing)
-  AND (CAST(:after_id AS bigint) IS NULL OR id < :after_id)
-ORDER BY id DESC LIMIT :limit"""
-    params = {"listing": listing_status, "after_id": _id_cursor(cursor), "limit": limit + 1}
-    return keyset_page(await _rows(sql, params), limit, _by_id)
+    query = _REPOSITORIES
+    if listing_status is not None:
+        query = query.where(_REPOSITORIES_T.c.listing_status == listing_status)
+    if (after_id := _id_cursor(cursor)) is not None:
+        query = query.where(_REPOSITORIES_T.c.id < after_id)
+    query = query.order_by(_REPOSITORIES_T.c.id.desc()).limit(limit + 1)
+    return keyset_page(await _rows(query), limit, _by_id)
 
 
 async def get_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
-    params = {"host": host.lower(), "owner": owner.lower(), "name": name.lower()}
-    return await _one(f"{_REPOSITORIES} WHERE host = :host AND owner = :owner AND name = :name", params)
+    t = _REPOSITORIES_T
+    return await _one(
+        _REPOSITORIES.where(t.c.host == host.lower(), t.c.owner == owner.lower(), t.c.name == name.lower())
+    )
 
 
 async def list_accounts(
@@ -121,27 +168,27 @@ async def list_accounts(
     limit = clamp_limit(limit)
     platform_role = _choice("platform_role", platform_role, PLATFORM_ROLES)
     state = _choice("state", state, ACCOUNT_STATES)
-    sql = f"""{_ACCOUNTS}
-WHERE (CAST(:role AS text) IS NULL OR platform_role = :role)
-  AND (CAST(:state AS text) IS NULL OR state = :state)
-  AND (CAST(:after_id AS bigint) IS NULL OR id < :after_id)
-ORDER BY id DESC LIMIT :limit"""
-    params = {"role": platform_role, "state": state, "after_id": _id_cursor(cursor), "limit": limit + 1}
-    return keyset_page(await _rows(sql, params), limit, _by_id)
+    query = _ACCOUNTS
+    if platform_role is not None:
+        query = query.where(_ACCOUNTS_T.c.platform_role == platform_role)
+    if state is not None:
+        query = query.where(_ACCOUNTS_T.c.state == state)
+    if (after_id := _id_cursor(cursor)) is not None:
+        query = query.where(_ACCOUNTS_T.c.id < after_id)
+    query = query.order_by(_ACCOUNTS_T.c.id.desc()).limit(limit + 1)
+    return keyset_page(await _rows(query), limit, _by_id)
 
 
 async def get_account(handle: str) -> dict[str, Any] | None:
-    return await _one(f"{_ACCOUNTS} WHERE handle = :handle", {"handle": handle.strip().lower()})
+    return await _one(_ACCOUNTS.where(_ACCOUNTS_T.c.handle == handle.strip().lower()))
 
 
 async def list_audit_events(*, limit: int | None = None, cursor: str | None = None) -> Page[dict[str, Any]]:
     """The audit log, newest first (keyset on the (inserted_at DESC, id DESC) index)."""
     limit = clamp_limit(limit)
-    where, params = after_cursor(cursor or None, "(e.inserted_at, e.id)")
-    params["limit"] = limit + 1
-    sql = f"{_AUDIT_EVENTS}\nWHERE {where}\nORDER BY e.inserted_at DESC, e.id DESC LIMIT :limit"
-    return keyset_page(await _rows(sql, params), limit, BY_INSERTED_AT)
+    query, params = _newest_first(_AUDIT_EVENTS, cursor or None, _E.c.inserted_at, _E.c.id)
+    return keyset_page(await _rows(query.limit(limit + 1), params), limit, BY_INSERTED_AT)
 
 
 async def get_audit_event(event_id: int) -> dict[str, Any] | None:
-    return await _one(f"{_AUDIT_EVENTS} WHERE e.id = :id", {"id": event_id})
+    return await _one(_AUDIT_EVENTS.where(_E.c.id == event_id))

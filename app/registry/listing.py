@@ -9,26 +9,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Row, func, select
 
 from app.kernel.paging import DEFAULT_PAGE, Page, id_range_page, id_range_statements, stream_entries
 from app.kernel.public import listed_repository
+from app.registry.models import Repository
 
+_R = Repository.__table__
+_LISTED = select(_R.c.id, _R.c.host, _R.c.owner, _R.c.name).where(listed_repository(_R))
 # a range scan of the partial index repositories_listed_id_idx
-_PAGE_SQL = f"""
-SELECT {{columns}}
-FROM repositories
-WHERE {listed_repository(None)} AND id > :after_id {{before}}
-ORDER BY id
-LIMIT :fetch
-"""
 _STATEMENTS = id_range_statements(
-    _PAGE_SQL,
     {
-        "api": "id, host, owner, name, canonical_url, status, updated_at",
-        "sitemap": "id, host, owner, name, to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+        "api": _LISTED.add_columns(_R.c.canonical_url, _R.c.status, _R.c.updated_at),
+        "sitemap": _LISTED.add_columns(func.to_char(func.timezone("UTC", _R.c.updated_at), "YYYY-MM-DD")),
     },
-    before="AND id < :before_id",
+    _R.c.id,
 )
 
 

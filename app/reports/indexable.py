@@ -10,40 +10,51 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from app.kernel.paging import DEFAULT_PAGE, Page, id_range_page, id_range_statements, stream_entries
-from app.kernel.public import PUBLIC_JOIN
+from sqlalchemy import ColumnElement, Select, func, literal_column, select, true
 
+from app.kernel.paging import DEFAULT_PAGE, Page, id_range_page, id_range_select, id_range_statements, stream_entries
+from app.kernel.public import public_join
+from app.registry.models import Repository
+from app.reports.models import CanonicalFinding, Scan, ScanFinding
+
+F = ScanFinding.__table__.alias("f")  # the occurrence
+_S, _R, _C = Scan.__table__.alias("s"), Repository.__table__.alias("r"), CanonicalFinding.__table__
 # Walks the primary key from the cursor and checks each occurrence with index lookups, so a page costs what it
 # reads whatever the table sizes. `LIMIT 1` keeps the LATERAL subqueries from being flattened into joins the
 # planner could turn into hash joins over every scan and repository on every page.
-_PAGE_SQL = f"""
-SELECT {{columns}}
-FROM scan_findings f
-CROSS JOIN LATERAL (
-  SELECT 1 FROM scans s JOIN repositories r ON r.id = s.repository_id
-  WHERE s.id = f.scan_id AND {PUBLIC_JOIN} LIMIT 1
-) AS indexable
-LEFT JOIN LATERAL (
-  SELECT status, confirmations_count FROM canonical_findings WHERE id = f.canonical_finding_id LIMIT 1
-) AS c ON true
-WHERE f.id > :after_id {{before}}
-ORDER BY f.id
-LIMIT :fetch
-"""
-_BEFORE = "AND f.id < :before_id"
-_STATEMENTS = id_range_statements(
-    _PAGE_SQL,
-    {
-        "api": "f.id, f.public_id, f.updated_at, c.status, coalesce(c.confirmations_count, 0) AS confirmations_count",
-    },
-    before=_BEFORE,
+_INDEXABLE = (
+    select(literal_column("1"))
+    .select_from(_S.join(_R, _R.c.id == _S.c.repository_id))
+    .where(_S.c.id == F.c.scan_id, public_join(_S, _R))
+    .limit(1)
+    .lateral("indexable")
 )
+# the occurrence's canonical (`status`, `confirmations_count`; NULL when not yet assimilated)
+C = select(_C.c.status, _C.c.confirmations_count).where(_C.c.id == F.c.canonical_finding_id).limit(1).lateral("c")
 
 
-def indexable_findings_page_sql(columns: str, *, bounded: bool) -> str:
-    """The page statement with another select list over `f` (the occurrence) and `c` (its canonical's `status`,
-    `confirmations_count`): the sitemap renders its XML there. Reads `:after_id`, `:fetch` (and `:before_id`)."""
-    return _PAGE_SQL.format(columns=columns, before=_BEFORE if bounded else "")
+def indexable_findings(*columns: ColumnElement[Any]) -> Select[Any]:
+    """`f.id` and `columns` (over `F` and `C`) of every indexable occurrence."""
+    return select(F.c.id, *columns).select_from(F.join(_INDEXABLE, true()).outerjoin(C, true()))
+
+
+def indexable_findings_page(*columns: ColumnElement[Any], bounded: bool) -> Select[Any]:
+    """The page statement with another select list (the sitemap renders its XML there). Reads `:after_id`,
+    `:fetch` (and `:before_id`)."""
+    return id_range_select(indexable_findings(*columns), F.c.id, bounded=bounded)
+
+
+_STATEMENTS = id_range_statements(
+    {
+        "api": indexable_findings(
+            F.c.public_id,
+            F.c.updated_at,
+            C.c.status,
+            func.coalesce(C.c.confirmations_count, 0).label("confirmations_count"),
+        )
+    },
+    F.c.id,
+)
 
 
 async def list_indexable_findings_page(

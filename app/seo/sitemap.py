@@ -22,13 +22,14 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 from xml.sax.saxutils import escape
 
-from sqlalchemy import text
+from sqlalchemy import literal_column
 
 from app.kernel import db
 from app.kernel.cache import SingleFlightCache
+from app.kernel.sql import statement
 from app.registry.listing import listed_repositories_sitemap_rows
 from app.registry.stats import registry_stats
-from app.reports.indexable import indexable_findings_page_sql
+from app.reports.indexable import indexable_findings_page
 from app.seo.queries import Bucket, child_buckets, public_pattern_sitemap_rows
 from app.seo.settings import CHILD_PAGE_SIZE, PROTOCOL_MAX_URLS, seo_settings, sitemap_cache_ttl
 
@@ -100,8 +101,9 @@ SELECT count(*), max(id) FILTER (WHERE n <= :limit), string_agg(entry, '' ORDER 
 FROM (SELECT id, entry, row_number() OVER (ORDER BY id) AS n FROM ({rows}) AS fetched) AS page
 """
 _FINDING_PAGES = {
-    bounded: text(
-        _FINDING_PAGE_SQL.format(rows=indexable_findings_page_sql(f"f.id, {_FINDING_ENTRY} AS entry", bounded=bounded))
+    bounded: statement(
+        _FINDING_PAGE_SQL,
+        rows=indexable_findings_page(literal_column(_FINDING_ENTRY).label("entry"), bounded=bounded),
     )
     for bounded in (False, True)
 }
