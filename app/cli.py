@@ -17,7 +17,9 @@ import sys
 from app.kernel.cli import Handler, command
 from app.kernel.config import (
     ConfigError,
+    forge_raw_url_template,
     forwarded_allow_ips,
+    maintainer_recheck_hours,
     metrics_allow,
     search_rate_per_minute,
     server_timing,
@@ -93,11 +95,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _check_limits() -> None:
-    """The address and rate settings are refused at start, not at the first request that reads them."""
+    """The address, rate and forge settings are refused at start, not at the first request that reads them."""
     metrics_allow()
     forwarded_allow_ips()
     search_rate_per_minute()
     server_timing()
+    forge_raw_url_template()
+    maintainer_recheck_hours()
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -184,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.accounts.cli import register as register_accounts
     from app.exports.cli import register as register_exports
     from app.infestations.cli import register as register_infestations
+    from app.maintainers.cli import register as register_maintainers
     from app.moderation.cli import register as register_moderation
     from app.registry.cli import register as register_registry
     from app.reports.cli import register as register_reports
@@ -196,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         register_reports,
         register_moderation,
         register_infestations,
+        register_maintainers,
         register_exports,
     ):
         register(sub)

@@ -24,6 +24,7 @@ from app.kernel import db, outages
 from app.kernel.config import ConfigError, settings
 from app.kernel.logs import configure_logging
 from app.kernel.metrics import WORKER_RECONNECTS, start_metrics_server
+from app.maintainers import service as maintainers
 from app.ops import leases
 from jobs.queue import close_pools, ring_drain
 
@@ -34,6 +35,7 @@ WINDOWS_LEASE = "recompute_windows"
 RECONCILE_LEASE = "reconcile"
 SHADOW_LEASE = "shadow_compare"
 EXPORT_LEASE = "export"
+MAINTAINER_RECHECK_LEASE = "maintainer_recheck"
 
 
 def _transient(exc: BaseException) -> bool:
@@ -161,6 +163,19 @@ async def export_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
     return await _singleton(ctx, EXPORT_LEASE, when, run)
 
 
+async def maintainer_recheck_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """The daily recheck of every maintainer's verification file (app.maintainers.service), once fleet-wide per
+    slot; expired claims a month old are pruned with it. Returns False when another worker ran it."""
+
+    async def run() -> dict[str, Any]:
+        ended = await maintainers.recheck_maintainers()
+        for item in ended:
+            log.info("maintainer @%s of %s ended (%s)", item.handle, item.repository, item.reason)
+        return {"ended": len(ended), "pruned_claims": await maintainers.prune_expired_claims()}
+
+    return await _singleton(ctx, MAINTAINER_RECHECK_LEASE, _slot(ctx, slot), run)
+
+
 async def startup(ctx: dict[str, Any]) -> None:
     """At start and after each reconnection to Redis: ring a drain, so keys dirtied while no worker listened (rings
     lost in a Redis outage) drain now rather than at the next minute's sweep."""
@@ -214,6 +229,7 @@ class WorkerSettings:
         func(reconcile_job, keep_result=3600, timeout=12 * 3600, max_tries=3),
         func(shadow_compare_job, keep_result=3600, timeout=600, max_tries=1),
         func(export_job, keep_result=3600, timeout=3 * 3600, max_tries=1),
+        func(maintainer_recheck_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
     ]
     cron_jobs = [
         cron(recompute_windows_job, minute=0, timeout=3 * 3600, max_tries=3),
@@ -221,6 +237,7 @@ class WorkerSettings:
         cron(sweep_dirty_keys, timeout=600, max_tries=1),
         cron(shadow_compare_job, timeout=600, max_tries=1),  # every minute; runs when its period is due
         cron(export_job, timeout=3 * 3600, max_tries=1),  # every minute; builds when due (daily, after a takedown)
+        cron(maintainer_recheck_job, hour=4, minute=45, timeout=3 * 3600, max_tries=3),  # daily
     ]
     on_startup = startup
     on_shutdown = shutdown

@@ -42,6 +42,9 @@ def services() -> Iterator[dict[str, str]]:
     os.environ.setdefault("INFESTATIONS_SHADOW_SAMPLE", "0")
     # bulk exports (built by every real worker when none exists) go to the session's directory, not the tree's .data
     os.environ.setdefault("EXPORT_DIR", os.path.join(tmp, "exports"))
+    # maintainer claims are verified against a forge: nothing in the suite leaves the machine, so the default forge
+    # is a closed loopback port (a 503 "forge failed"); tests/maintainers plays the forge on its own loopback server
+    os.environ.setdefault("FORGE_RAW_URL_TEMPLATE", "http://127.0.0.1:9/{host}/{owner}/{name}/{path}")
     from app.migrate import upgrade_to_head
 
     upgrade_to_head()

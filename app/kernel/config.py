@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import os
+import string
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 
 class ConfigError(RuntimeError):
@@ -189,3 +191,42 @@ def forwarded_allow_ips() -> list[str]:
 def search_rate_per_minute() -> int:
     """`SEARCH_RATE_PER_MINUTE`: searches a minute per client address (IPv4, or IPv6 /64) before 429 (0: none)."""
     return _int("SEARCH_RATE_PER_MINUTE", 120)
+
+
+FORGE_TEMPLATE_FIELDS = frozenset({"host", "owner", "name", "path"})
+
+
+def forge_raw_url_template() -> str | None:
+    """`FORGE_RAW_URL_TEMPLATE`: where a maintainer's verification file is fetched from, an http(s) URL with the
+    fields `{host}`, `{owner}`, `{name}` and `{path}` (and no others); unset: each forge's default
+    (app.maintainers.forge). Read at every fetch; checked at start by `serve` and `worker`."""
+    raw = os.environ.get("FORGE_RAW_URL_TEMPLATE", "").strip()
+    if not raw:
+        return None
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(raw) if name]
+    except ValueError as exc:
+        raise ConfigError(f"FORGE_RAW_URL_TEMPLATE is not a valid template: {exc}") from exc
+    for name, spec, conversion in fields:
+        if name not in FORGE_TEMPLATE_FIELDS or spec or conversion:
+            raise ConfigError(
+                f"FORGE_RAW_URL_TEMPLATE may hold only {{host}}, {{owner}}, {{name}} and {{path}}, got {{{name}}}"
+            )
+    if urlsplit(raw).scheme not in ("http", "https"):
+        raise ConfigError(f"FORGE_RAW_URL_TEMPLATE must be an http(s) URL, got {raw!r}")
+    return raw
+
+
+def maintainer_recheck_hours() -> float:
+    """`MAINTAINER_RECHECK_HOURS` (default 24): how far apart two rechecks must find a maintainer's file gone before
+    the maintainership ends (docs/domain.md "Maintainers"). Read at each recheck run."""
+    raw = os.environ.get("MAINTAINER_RECHECK_HOURS", "").strip()
+    if not raw:
+        return 24.0
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"MAINTAINER_RECHECK_HOURS must be a number of hours, got {raw!r}") from exc
+    if not value >= 0:  # also refuses NaN
+        raise ConfigError(f"MAINTAINER_RECHECK_HOURS must be >= 0, got {raw!r}")
+    return value

@@ -25,6 +25,7 @@ from app.kernel.intake import body_route, form_parser
 from app.kernel.paging import Page
 from app.kernel.policy import can_moderate
 from app.kernel.text import ascii_int, require_clean
+from app.kernel.urls import repo_path
 from app.kernel.web import page
 from app.moderation import queries, service
 from app.registry.models import LISTING_STATUSES
@@ -259,6 +260,24 @@ async def account_change(request: Request, actor: Account, form: FormData) -> Re
     )
 
 
+async def maintainer_end(request: Request, actor: Account, form: FormData) -> Response:
+    host, owner, name, handle = (request.path_params[k] for k in ("host", "owner", "name", "handle"))
+    repo = await queries.get_repository(host, owner, name)
+    if repo is None:
+        raise NotFound({"repository": ["not found"]}, message=f"No repository {host}/{owner}/{name}.")
+    slug = (repo["host"], repo["owner"], repo["name"])
+    subject = {**repo, "handle": handle}
+    return await _act(
+        request,
+        form,
+        partial="moderation/_maintainer_form.html",
+        subject=subject,
+        fields=(),
+        action=lambda v: service.end_maintainership(actor, *slug, handle, v["reason"], v["notes"]),
+        default_return=repo_path(*slug) + "/maintain",
+    )
+
+
 _FORM: dict[str, Any] = {"authenticate": _moderator, "parse": form_parser(MODERATION_FORM)}
 
 routes: list[BaseRoute] = [
@@ -269,4 +288,5 @@ routes: list[BaseRoute] = [
     body_route("/moderation/scans/{scan_id:int}/visibility", scan_visibility, **_FORM),
     body_route("/moderation/repos/{host}/{owner}/{name}/listing", repository_listing, **_FORM),
     body_route("/moderation/accounts/{handle}", account_change, **_FORM),
+    body_route("/moderation/repos/{host}/{owner}/{name}/maintainers/{handle}", maintainer_end, **_FORM),
 ]

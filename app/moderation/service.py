@@ -26,6 +26,7 @@ from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.outbox import mark_repository_dirty, mark_scan_dirty
 from app.kernel.policy import can_change_roles, can_moderate, has_moderator_role, is_locked_out
 from app.kernel.refs import normalize_ref, ref_slug
+from app.maintainers import service as maintainers
 from app.registry.metrics import recalculate_repository_metrics, registry_changed
 from app.registry.models import LISTING_STATUSES, Repository
 from app.registry.validation import validate_repo_ref
@@ -182,6 +183,33 @@ async def change_repository_listing(
         return Change("repository", slug, before, {"listing_status": listing_status})
 
     return await _act(actor.id, "repository.listing", step, errors=errors, reason=reason_t, notes=notes_t)
+
+
+async def end_maintainership(
+    actor: Account, host: str, owner: str, name: str, handle: str, reason: str, notes: str
+) -> ActionOutcome:
+    """End an account's current maintainership of a repository (docs/domain.md "Maintainers"): the last one's end
+    gives the repository back the participation mode verification replaced."""
+    errors: dict[str, list[str]] = {}
+    reason_t, notes_t = validate_reason_notes(reason, notes, errors)
+    host, owner, name = normalize_ref(host, owner, name)
+    slug = ref_slug(host, owner, name)
+    handle = handle.strip().lower()
+
+    async def step(session: AsyncSession, actor: Account) -> Change:
+        repo = await _locked_repository(session, host, owner, name)
+        if repo is None:
+            raise NotFound({"repository": [f"no repository {slug}"]})
+        target = (await session.execute(select(Account).where(Account.handle == handle))).scalar_one_or_none()
+        maintainer = await maintainers.lock_current_maintainer(session, repo.id, target.id) if target else None
+        if target is None or maintainer is None:
+            raise NotFound({"handle": [f"@{handle} does not maintain {slug}"]})
+        mode = repo.participation_mode
+        await maintainers.end_maintainership(session, maintainer, reason="moderation", ended_by_id=actor.id)
+        before = {"maintainer": f"@{target.handle}", "participation_mode": mode}
+        return Change("repository", slug, before, {"maintainer": None, "participation_mode": repo.participation_mode})
+
+    return await _act(actor.id, "repository.maintainer_end", step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def delete_repository(

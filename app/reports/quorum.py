@@ -1,9 +1,11 @@
 """The status quorum of docs/domain.md §1.5, recomputed from scratch every time (never incremental).
 
 Which checks count: at the canonical's `last_seen_commit_sha` (quorum is per commit), provenance human or hybrid,
-account state active, account qualified (trust_tier reviewer or platform_role moderator/admin), and not
-IP-colluding. Collusion is symmetric: a client_ip_hash used by two or more accounts on the same canonical within
-the last 7 days (relative to now, any commit) drops every check carrying that hash.
+account state active, account qualified (trust_tier reviewer or platform_role moderator/admin), not
+IP-colluding, and not by a maintainer of the repository (one who is or was verified: their own code, the
+submitters' conflict rule extended; docs/domain.md "Maintainers"). Collusion is symmetric: a client_ip_hash used
+by two or more accounts on the same canonical within the last 7 days (relative to now, any commit) drops every
+check carrying that hash.
 Updates are guarded with IS DISTINCT FROM so `updated_at` moves only when a value really changes (§2.7).
 """
 
@@ -62,6 +64,8 @@ WHERE ch.provenance IN ('human', 'hybrid')
   AND {qualified_reviewer_sql("a")}
   AND NOT EXISTS (SELECT 1 FROM colluding x
                   WHERE x.canonical_finding_id = ch.canonical_finding_id AND x.client_ip_hash = ch.client_ip_hash)
+  AND NOT EXISTS (SELECT 1 FROM repository_maintainers m JOIN canonical_findings mc ON mc.repository_id = m.repository_id
+                  WHERE mc.id = ch.canonical_finding_id AND m.account_id = ch.account_id)
 GROUP BY ch.canonical_finding_id, ch.verdict
 """
 

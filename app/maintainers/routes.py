@@ -1,0 +1,176 @@
+"""Claims and their verification: the API (bearer token with `repositories:maintain`) and the maintain page of a
+signed-in account (`/repos/{host}/{owner}/{name}/maintain`: plain HTML forms, no JavaScript needed).
+
+The claim and verify routes take no body (empty or `{}`); like every unsafe route they are `body_route`s
+(`app.kernel.intake`), so a token sending refused requests meets its allowance and a large body a 413.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from app.accounts.models import Account
+from app.accounts.service import ApiCaller, bearer_caller, refused_subject, require_scope
+from app.accounts.sessions import current_account
+from app.kernel.answers import answer_response
+from app.kernel.db import utcnow
+from app.kernel.errors import DomainError, NotFound, Unauthorized, ValidationError
+from app.kernel.forms import FormLimits, field
+from app.kernel.intake import Body, Budget, body_route, form_parser, json_object
+from app.kernel.policy import can_moderate
+from app.kernel.text import ascii_int
+from app.kernel.urls import repo_path
+from app.kernel.web import PRIVATE_CACHE, page
+from app.maintainers import forge, queries, service
+from app.maintainers.types import claim_answer
+from app.registry.models import Repository
+from app.registry.service import get_repository
+
+MAINTAIN_SCOPE = "repositories:maintain"
+MAX_BODY_BYTES = 1024  # the body is empty or {}
+# the maintain page's forms: a claim id at most
+MAINTAIN_FORM = FormLimits(max_fields=4, max_part_size=1024)
+
+
+# --- API --------------------------------------------------------------------------------------------------------
+
+
+async def _maintainer(request: Request) -> ApiCaller:
+    caller = await bearer_caller(request.headers.get("authorization"))
+    require_scope(caller.scopes, MAINTAIN_SCOPE)
+    return caller
+
+
+def parse_empty(body: Body, budget: Budget) -> None:
+    """No body: nothing, or an empty JSON object."""
+    if not body.raw.strip():
+        return
+    if json_object(body, budget):
+        raise ValidationError({"body": ["must be empty or {} (this request takes no fields)"]})
+
+
+async def create_claim(request: Request, caller: ApiCaller, _: None) -> Response:
+    p = request.path_params
+    view, created = await service.claim_repository(caller.account.id, p["host"], p["owner"], p["name"])
+    return answer_response(claim_answer(view), status_code=201 if created else 200)
+
+
+def _claim_id(raw: str) -> int:
+    claim_id = ascii_int(raw)
+    if claim_id is None or not 0 < claim_id < 2**63:
+        raise NotFound({"claim": ["not found"]})
+    return claim_id
+
+
+async def verify_claim(request: Request, caller: ApiCaller, _: None) -> Response:
+    view = await service.verify_claim(caller.account.id, _claim_id(request.path_params["claim_id"]))
+    return answer_response(claim_answer(view))
+
+
+# --- the maintain page ------------------------------------------------------------------------------------------
+
+
+def maintain_path(host: str, owner: str, name: str) -> str:
+    return repo_path(host, owner, name) + "/maintain"
+
+
+async def _listed(host: str, owner: str, name: str) -> Repository:
+    repository = await get_repository(host, owner, name)
+    if repository is None or repository.listing_status != "listed":
+        raise NotFound({"repository": ["not found"]}, message="No listed repository is recorded at this address.")
+    return repository
+
+
+async def _render(
+    request: Request,
+    account: Account,
+    repository: Repository,
+    *,
+    errors: dict[str, list[str]] | None = None,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    claim = await queries.pending_claim(repository.id, account.id)
+    context = {
+        "account": account,
+        "repository": repository,
+        "repository_path": repo_path(repository.host, repository.owner, repository.name),
+        "action": maintain_path(repository.host, repository.owner, repository.name),
+        "maintainers": await queries.current_maintainers(repository.id, replica=False),
+        "maintaining": await queries.is_current_maintainer(repository.id, account.id),
+        "claim": claim,
+        "claim_expired": claim is not None and claim.expires_at <= utcnow(),
+        "verify_path": forge.VERIFY_PATH,
+        "moderator": can_moderate(account),
+        "errors": errors or {},
+        "verified": request.query_params.get("verified") == "1",
+    }
+    response = page(request, "maintainers/maintain.html", context, status_code=status_code, cache=PRIVATE_CACHE)
+    response.headers.update(headers or {})
+    return response
+
+
+async def maintain_page(request: Request) -> Response:
+    p = request.path_params
+    account = await current_account(request)
+    if account is None:
+        target = maintain_path(p["host"], p["owner"], p["name"])
+        return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+    return await _render(request, account, await _listed(p["host"], p["owner"], p["name"]))
+
+
+async def _signed_in(request: Request) -> Account:
+    account = await current_account(request)
+    if account is None:
+        raise Unauthorized(
+            {"session": ["log in to maintain a repository"]},
+            title="Log in to maintain a repository",
+            message="Your session has ended or you are not logged in.",
+        )
+    return account
+
+
+async def claim_form(request: Request, account: Account, form: FormData) -> Response:
+    p = request.path_params
+    repository = await _listed(p["host"], p["owner"], p["name"])
+    try:
+        await service.claim_repository(account.id, repository.host, repository.owner, repository.name)
+    except DomainError as exc:
+        return await _render(request, account, repository, errors=exc.errors, status_code=exc.status_code)
+    return RedirectResponse(maintain_path(repository.host, repository.owner, repository.name), status_code=303)
+
+
+async def verify_form(request: Request, account: Account, form: FormData) -> Response:
+    p = request.path_params
+    repository = await _listed(p["host"], p["owner"], p["name"])
+    here = maintain_path(repository.host, repository.owner, repository.name)
+    try:
+        await service.verify_claim(account.id, _claim_id(field(form, "claim_id")))
+    except DomainError as exc:
+        return await _render(
+            request, account, repository, errors=exc.errors, status_code=exc.status_code, headers=exc.headers()
+        )
+    return RedirectResponse(here + "?verified=1", status_code=303)
+
+
+_FORM: dict[str, Any] = {"authenticate": _signed_in, "parse": form_parser(MAINTAIN_FORM)}
+_API: dict[str, Any] = {
+    "authenticate": _maintainer,
+    "parse": parse_empty,
+    "allowance": refused_subject,
+    "limit": MAX_BODY_BYTES,
+}
+
+routes: list[BaseRoute] = [
+    body_route("/api/v1/repos/{host}/{owner}/{name}/claims", create_claim, **_API),
+    body_route("/api/v1/claims/{claim_id}/verify", verify_claim, **_API),
+    Route("/repos/{host}/{owner}/{name}/maintain", maintain_page, methods=["GET", "HEAD"], name="maintain"),
+    body_route("/repos/{host}/{owner}/{name}/maintain/claim", claim_form, name="maintain_claim", **_FORM),
+    body_route("/repos/{host}/{owner}/{name}/maintain/verify", verify_form, name="maintain_verify", **_FORM),
+]

@@ -1,0 +1,402 @@
+"""Claims and maintainerships (docs/domain.md "Maintainers"): the only writer of `maintainer_claims` and
+`repository_maintainers`, and of the participation mode a verification sets and the last maintainer's end
+restores.
+
+A claim hands an account a one-time token; the account commits it to `.tarakan/verify.txt` on the repository's
+default branch, and verification fetches that file from the forge (`app.maintainers.forge`) with no transaction
+open, then records the maintainership in one short transaction. A forge that fails is a 503, never a refused
+claim; a daily recheck ends a maintainership only when the file is gone on two checks at least
+MAINTAINER_RECHECK_HOURS apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import ColumnElement, and_, delete, exists, func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.accounts.models import Account
+from app.kernel import db
+from app.kernel.config import maintainer_recheck_hours
+from app.kernel.errors import Conflict, NotFound, ServiceUnavailable, ValidationError
+from app.kernel.policy import require_good_standing
+from app.maintainers import forge
+from app.maintainers.models import REPLACEABLE_MODES, MaintainerClaim, RepositoryMaintainer
+from app.registry.models import Repository
+from app.registry.validation import validate_repo_ref
+from app.reports.models import CanonicalFinding, CanonicalFindingCheck
+from app.reports.quorum import refresh_repository_checks
+
+CLAIM_LIFETIME = timedelta(days=7)
+VERIFIED_MODE = "maintainer_verified"
+RECHECK_BATCH = 100
+RECHECK_CONCURRENCY = 4  # fetches in flight at once during a recheck
+_NO_REPOSITORY = {"repository": ["not found"]}
+_NO_CLAIM = {"claim": ["not found"]}
+
+
+@dataclass(frozen=True)
+class ClaimView:
+    """A claim as its account sees it."""
+
+    id: int
+    repository: str  # host/owner/name
+    state: str
+    token: str
+    path: str
+    expires_at: datetime
+    verified_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A maintainership that ended."""
+
+    repository: str
+    handle: str
+    reason: str
+
+
+def new_token() -> str:
+    """A one-time claim token: 32 random bytes, URL-safe (one line of a text file)."""
+    return "tarakan-verify-" + secrets.token_urlsafe(32)
+
+
+def _slug(repository: Repository) -> str:
+    return f"{repository.host}/{repository.owner}/{repository.name}"
+
+
+def _view(claim: MaintainerClaim, repository: Repository) -> ClaimView:
+    return ClaimView(
+        id=claim.id,
+        repository=_slug(repository),
+        state=claim.state,
+        token=claim.token,
+        path=forge.VERIFY_PATH,
+        expires_at=claim.expires_at,
+        verified_at=claim.verified_at,
+    )
+
+
+async def _acting(session: AsyncSession, account_id: int) -> Account:
+    """The account as stored now, in good standing (403 otherwise)."""
+    account = (await session.execute(select(Account).where(Account.id == account_id))).scalar_one_or_none()
+    if account is None:
+        raise NotFound({"account": ["not found"]})
+    require_good_standing(account)
+    return account
+
+
+async def _listed_repository(session: AsyncSession, host: str, owner: str, name: str) -> Repository:
+    """The listed repository of this reference (404 for anything else: unknown, pending, quarantined, malformed)."""
+    try:
+        host, owner, name = validate_repo_ref(host, owner, name)
+    except ValidationError:
+        raise NotFound(_NO_REPOSITORY) from None
+    repository = (
+        await session.execute(
+            select(Repository).where(
+                Repository.host == host,
+                Repository.owner == owner,
+                Repository.name == name,
+                Repository.listing_status == "listed",
+            )
+        )
+    ).scalar_one_or_none()
+    if repository is None:
+        raise NotFound(_NO_REPOSITORY)
+    return repository
+
+
+def _current(repository_id: int, account_id: int) -> list[ColumnElement[bool]]:
+    return [
+        RepositoryMaintainer.repository_id == repository_id,
+        RepositoryMaintainer.account_id == account_id,
+        RepositoryMaintainer.ended_at.is_(None),
+    ]
+
+
+async def claim_repository(account_id: int, host: str, owner: str, name: str) -> tuple[ClaimView, bool]:
+    """The account's pending claim on a listed repository, made now or the one it already has (True when made
+    now). An expired unverified claim is replaced by a new one (a new token). 409 when the account already
+    maintains the repository."""
+    async with db.transaction() as session:
+        await _acting(session, account_id)
+        repository = await _listed_repository(session, host, owner, name)
+        if (await session.execute(select(exists().where(*_current(repository.id, account_id))))).scalar():
+            raise Conflict({"repository": ["you already maintain this repository"]})
+        pending = MaintainerClaim.state == "pending"
+        mine = and_(MaintainerClaim.repository_id == repository.id, MaintainerClaim.account_id == account_id)
+        await session.execute(delete(MaintainerClaim).where(mine, pending, MaintainerClaim.expires_at <= func.now()))
+        inserted = (
+            await session.execute(
+                insert(MaintainerClaim)
+                .values(
+                    repository_id=repository.id,
+                    account_id=account_id,
+                    token=new_token(),
+                    expires_at=func.now() + CLAIM_LIFETIME,
+                )
+                .on_conflict_do_nothing(
+                    index_elements=["repository_id", "account_id"], index_where=MaintainerClaim.state == "pending"
+                )
+                .returning(MaintainerClaim.id)
+            )
+        ).scalar()
+        claim = (await session.execute(select(MaintainerClaim).where(mine, pending))).scalar_one()
+        return _view(claim, repository), inserted is not None
+
+
+async def _own_claim(session: AsyncSession, account_id: int, claim_id: int) -> tuple[MaintainerClaim, Repository]:
+    row = (
+        await session.execute(
+            select(MaintainerClaim, Repository)
+            .join(Repository, Repository.id == MaintainerClaim.repository_id)
+            .where(MaintainerClaim.id == claim_id, MaintainerClaim.account_id == account_id)
+        )
+    ).one_or_none()
+    if row is None:
+        raise NotFound(_NO_CLAIM)  # another account's claim is no more visible than a missing one
+    return row[0], row[1]
+
+
+async def get_claim(account_id: int, claim_id: int) -> ClaimView:
+    """One of the account's claims (404 for anyone else's)."""
+    async with db.read_session(replica=False) as session:
+        claim, repository = await _own_claim(session, account_id, claim_id)
+        return _view(claim, repository)
+
+
+def _token_refused(detail: str) -> ValidationError:
+    return ValidationError({"token": [detail]})
+
+
+async def verify_claim(account_id: int, claim_id: int) -> ClaimView:
+    """Verify one of the account's claims against the forge: the file must hold the claim's token on a line of its
+    own. Verified: the account maintains the repository. 422 naming `token` when the file is missing or holds
+    another token (the claim stays pending), 503 naming the forge when the forge fails, 404 for another account's
+    claim. A verified claim answers as it is."""
+    async with db.read_session(replica=False) as session:
+        account = await _acting(session, account_id)
+        claim, repository = await _own_claim(session, account.id, claim_id)
+        if claim.state == "verified":
+            return _view(claim, repository)
+        if repository.listing_status != "listed":
+            raise NotFound(_NO_REPOSITORY)
+        if claim.expires_at <= db.utcnow():
+            raise _token_refused("this claim has expired; claim the repository again for a new token")
+        token, host, owner, name = claim.token, repository.host, repository.owner, repository.name
+    # the forge is asked with no transaction open and no row locked
+    fetched = await forge.fetch_verify_file(host, owner, name)
+    if fetched.outcome == "failed":
+        raise ServiceUnavailable(
+            {"forge": [f"{fetched.forge} did not give the verification file: {fetched.detail}; try again later"]},
+            retry_after=forge.RETRY_AFTER,
+            message=f"The forge ({fetched.forge}) could not be asked for {forge.VERIFY_PATH}. Try again later.",
+        )
+    if fetched.outcome == "missing":
+        raise _token_refused(f"{forge.VERIFY_PATH} was not found on the default branch ({fetched.detail})")
+    if fetched.outcome == "refused":
+        raise _token_refused(f"{forge.VERIFY_PATH} could not be read: {fetched.detail}")
+    if not fetched.holds(token):
+        raise _token_refused(f"{forge.VERIFY_PATH} does not hold this claim's token on a line of its own")
+    return await _record_verification(account_id, claim_id)
+
+
+async def _record_verification(account_id: int, claim_id: int) -> ClaimView:
+    async with db.transaction() as session:
+        await _acting(session, account_id)  # still in good standing after the fetch
+        claim = (
+            await session.execute(
+                select(MaintainerClaim)
+                .where(MaintainerClaim.id == claim_id, MaintainerClaim.account_id == account_id)
+                .with_for_update()
+            )
+        ).scalar_one_or_none()
+        if claim is None:
+            raise NotFound(_NO_CLAIM)
+        # the repository row is the lock that orders maintainers of one repository (mode changes, the last one)
+        repository = (
+            await session.execute(select(Repository).where(Repository.id == claim.repository_id).with_for_update())
+        ).scalar_one()
+        if claim.state == "verified":
+            return _view(claim, repository)
+        await _start_maintainership(session, repository, account_id, claim.id)
+        claim.state = "verified"
+        claim.verified_at = db.utcnow()
+        await session.flush()
+        return _view(claim, repository)
+
+
+async def _start_maintainership(session: AsyncSession, repository: Repository, account_id: int, claim_id: int) -> None:
+    """The account maintains the (locked) repository from now; the mode becomes maintainer_verified from
+    unclaimed or community only, and the mode it replaced is carried by every current maintainer's row."""
+    if (await session.execute(select(exists().where(*_current(repository.id, account_id))))).scalar():
+        return
+    replaced: str | None = None
+    if repository.participation_mode in REPLACEABLE_MODES:
+        replaced = repository.participation_mode
+        repository.participation_mode = VERIFIED_MODE
+        repository.updated_at = db.utcnow()
+    elif repository.participation_mode == VERIFIED_MODE:
+        replaced = (
+            await session.execute(
+                select(RepositoryMaintainer.replaced_mode)
+                .where(RepositoryMaintainer.repository_id == repository.id, RepositoryMaintainer.ended_at.is_(None))
+                .limit(1)
+            )
+        ).scalar()
+    session.add(
+        RepositoryMaintainer(
+            repository_id=repository.id,
+            account_id=account_id,
+            claim_id=claim_id,
+            replaced_mode=replaced,
+            last_checked_at=func.now(),
+        )
+    )
+    await session.flush()
+    # the conflict rule (docs/domain.md §1.5): this account's checks on the repository stop counting at once
+    checked_here = exists().where(
+        CanonicalFindingCheck.account_id == account_id,
+        CanonicalFindingCheck.canonical_finding_id == CanonicalFinding.id,
+        CanonicalFinding.repository_id == repository.id,
+    )
+    if (await session.execute(select(checked_here))).scalar():
+        await refresh_repository_checks(session, repository.id)
+
+
+async def end_maintainership(
+    session: AsyncSession, maintainer: RepositoryMaintainer, *, reason: str, ended_by_id: int | None
+) -> None:
+    """End one current maintainership in the caller's transaction (the caller has locked the row). When it was
+    the repository's last, the mode it replaced comes back, if the mode is still maintainer_verified (a
+    moderator's paused or curated stays)."""
+    repository = (
+        await session.execute(select(Repository).where(Repository.id == maintainer.repository_id).with_for_update())
+    ).scalar_one()
+    maintainer.ended_at = db.utcnow()
+    maintainer.ended_reason = reason
+    maintainer.ended_by_id = ended_by_id
+    await session.flush()
+    others = exists().where(
+        RepositoryMaintainer.repository_id == repository.id, RepositoryMaintainer.ended_at.is_(None)
+    )
+    if (await session.execute(select(others))).scalar():
+        return
+    if repository.participation_mode == VERIFIED_MODE and maintainer.replaced_mode is not None:
+        repository.participation_mode = maintainer.replaced_mode
+        repository.updated_at = db.utcnow()
+        await session.flush()
+
+
+async def lock_current_maintainer(
+    session: AsyncSession, repository_id: int, account_id: int
+) -> RepositoryMaintainer | None:
+    """The account's current maintainership of the repository, locked (None when there is none)."""
+    return (
+        await session.execute(
+            select(RepositoryMaintainer).where(*_current(repository_id, account_id)).with_for_update()
+        )
+    ).scalar_one_or_none()
+
+
+# --- the recheck ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Due:
+    id: int
+    host: str
+    owner: str
+    name: str
+    handle: str
+    token: str
+
+
+async def _due_batch(after_id: int) -> list[_Due]:
+    async with db.read_session(replica=False) as session:
+        rows = (
+            await session.execute(
+                select(
+                    RepositoryMaintainer.id,
+                    Repository.host,
+                    Repository.owner,
+                    Repository.name,
+                    Account.handle,
+                    MaintainerClaim.token,
+                )
+                .join(Repository, Repository.id == RepositoryMaintainer.repository_id)
+                .join(Account, Account.id == RepositoryMaintainer.account_id)
+                .join(MaintainerClaim, MaintainerClaim.id == RepositoryMaintainer.claim_id)
+                .where(RepositoryMaintainer.ended_at.is_(None), RepositoryMaintainer.id > after_id)
+                .order_by(RepositoryMaintainer.id)
+                .limit(RECHECK_BATCH)
+            )
+        ).all()
+    return [_Due(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5])) for r in rows]
+
+
+async def _settle(due: _Due, fetched: forge.Fetched, hours: float) -> Ended | None:
+    """Record one recheck: found (the streak of misses ends), gone (the first miss starts a streak, a miss at least
+    `hours` after its start ends the maintainership) or the forge failing (nothing but the time of the check)."""
+    async with db.transaction() as session:
+        maintainer = (
+            await session.execute(
+                select(RepositoryMaintainer)
+                .where(RepositoryMaintainer.id == due.id, RepositoryMaintainer.ended_at.is_(None))
+                .with_for_update()
+            )
+        ).scalar_one_or_none()
+        if maintainer is None:
+            return None  # ended meanwhile (a moderator)
+        now = db.utcnow()
+        maintainer.last_checked_at = now
+        if fetched.outcome == "found" and fetched.holds(due.token):
+            maintainer.first_missing_at = None
+        elif fetched.outcome in ("found", "missing"):  # gone, or no longer holding this maintainer's token
+            if maintainer.first_missing_at is None:
+                maintainer.first_missing_at = now
+            elif now - maintainer.first_missing_at >= timedelta(hours=hours):
+                await end_maintainership(session, maintainer, reason="file_missing", ended_by_id=None)
+                return Ended(f"{due.host}/{due.owner}/{due.name}", due.handle, "file_missing")
+        # "failed" and "refused" (a redirect, a 403: not proof that the file is gone) end nothing
+        await session.flush()
+    return None
+
+
+async def recheck_maintainers() -> list[Ended]:
+    """Fetch every current maintainer's file once and settle each (MAINTAINER_RECHECK_HOURS read now). Returns the
+    maintainerships that ended."""
+    hours = maintainer_recheck_hours()
+    ended: list[Ended] = []
+    slots = asyncio.Semaphore(RECHECK_CONCURRENCY)
+
+    async def one(due: _Due) -> None:
+        async with slots:
+            fetched = await forge.fetch_verify_file(due.host, due.owner, due.name)
+        result = await _settle(due, fetched, hours)
+        if result is not None:
+            ended.append(result)
+
+    after_id = 0
+    while batch := await _due_batch(after_id):
+        await asyncio.gather(*(one(due) for due in batch))
+        after_id = batch[-1].id
+    return sorted(ended, key=lambda e: (e.repository, e.handle))
+
+
+async def prune_expired_claims(older_than: timedelta = timedelta(days=30)) -> int:
+    """Delete pending claims that expired more than `older_than` ago (nothing refers to them). Returns how many."""
+    async with db.transaction() as session:
+        result = await session.execute(
+            delete(MaintainerClaim).where(
+                MaintainerClaim.state == "pending", MaintainerClaim.expires_at < func.now() - older_than
+            )
+        )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
