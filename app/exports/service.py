@@ -34,7 +34,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.exports.types import ExportFile, ExportManifest
 from app.kernel import db
+from app.kernel.answers import as_json
 from app.kernel.cache import TakedownKeyedCache
 from app.kernel.changes import PublishedRepository, snapshot_cursor, withdrawals_after
 from app.kernel.config import ConfigError, settings
@@ -141,7 +143,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-async def _write_file(session: AsyncSession, sql: str, path: Path) -> dict[str, Any]:
+async def _write_file(session: AsyncSession, sql: str, path: Path) -> ExportFile:
     records = 0
     result = await session.stream(text(sql), execution_options={"yield_per": STREAM_BATCH})
     # mtime 0: the bytes depend on the records only; compresslevel 6: ~3x faster than 9 for a few % more bytes
@@ -149,7 +151,7 @@ async def _write_file(session: AsyncSession, sql: str, path: Path) -> dict[str, 
         async for rows in result.partitions(STREAM_BATCH):
             out.write("".join(row[0] + "\n" for row in rows).encode())
             records += len(rows)
-    return {"name": path.name, "records": records, "bytes": path.stat().st_size, "sha256": _sha256(path)}
+    return ExportFile(name=path.name, records=records, bytes=path.stat().st_size, sha256=_sha256(path))
 
 
 async def write_export(out: Path) -> dict[str, Any]:
@@ -162,7 +164,7 @@ async def write_export(out: Path) -> dict[str, Any]:
     partial = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
     partial.mkdir()
     try:
-        manifest = await _snapshot_into(partial)
+        manifest = as_json(await _snapshot_into(partial))  # as `exports()` reads it back
         (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         if out.exists():
             out.rmdir()  # empty, checked above
@@ -173,7 +175,7 @@ async def write_export(out: Path) -> dict[str, Any]:
     return manifest
 
 
-async def _snapshot_into(directory: Path) -> dict[str, Any]:
+async def _snapshot_into(directory: Path) -> ExportManifest:
     # One repeatable-read, read-only transaction on the primary: every file and the feed cursor see one snapshot.
     # UTC so that Postgres writes timestamps as `...+00:00`.
     async with async_sessionmaker(db.engine())() as session:
@@ -183,7 +185,7 @@ async def _snapshot_into(directory: Path) -> dict[str, Any]:
         cursor = await snapshot_cursor(session)
         files = [await _write_file(session, sql, directory / name) for name, sql in FILES]
         await session.rollback()
-    return {"generated_at": generated_at.isoformat(), "changes_cursor": cursor, "files": files}
+    return ExportManifest(generated_at=generated_at.isoformat(), changes_cursor=cursor, files=files)
 
 
 # ---- EXPORT_DIR: the exports the web serves ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from app.feed import queries
+from app.feed.types import change_page
 from app.kernel.errors import BadRequest
 from app.kernel.text import ascii_int
 from app.kernel.web import json_twin
@@ -28,7 +29,7 @@ async def changes_api(request: Request) -> Response:
     limit = _limit(request.query_params.get("limit"))
     cursor = request.query_params.get("cursor")
     page = await queries.changes_page(cursor=cursor, limit=limit)  # a malformed cursor is a 400 (InvalidCursor)
-    return json_twin(page, cache=FEED_CACHE)
+    return json_twin(change_page(page), cache=FEED_CACHE)
 
 
 routes: list[BaseRoute] = [Route("/api/v1/changes", changes_api, methods=["GET"], name="changes")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -21,6 +21,16 @@ from starlette.routing import BaseRoute, Route
 from app.infestations import queries
 from app.infestations.legacy import clamp_list_options, window_bucket
 from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout
+from app.infestations.types import (
+    STATUS_CHOICES,
+    InfestationFilters,
+    InfestationList,
+    InfestationShow,
+    affected_repository_page,
+    infestation,
+    instance_page,
+)
+from app.kernel.answers import iso
 from app.kernel.errors import BadRequest, NotFound
 from app.kernel.paging import InvalidCursor, Page
 from app.kernel.urls import infestation_path, twin_path
@@ -28,7 +38,6 @@ from app.kernel.web import is_fragment_request, json_twin, page, wants_json
 
 WINDOWS = (7, 30, 90, 365)
 MIN_REPOS_CHOICES = (2, 3, 5, 10)
-STATUS_CHOICES = ("all", "open", "verified", "fixed", "disputed")
 INDEX_LIMIT = 50
 CONSTELLATION_TOP = 30  # the picture stays light; the table below carries all rows
 LEDGER_PAGE = 50
@@ -50,11 +59,13 @@ class Filters:
             query["limit"] = self.limit
         return urlencode(query)
 
-    def applied(self) -> dict[str, object]:
+    def applied(self) -> InfestationFilters:
         """What the twin says it answered: the clamped filters and the window whose counts it read (§5.7: the
         smallest bucket covering `days` without a status filter; the status filter counts the real days)."""
         window = self.days if self.status != "all" else window_bucket(self.days)
-        return {**asdict(self), "counts_window_days": window}
+        return InfestationFilters(
+            days=self.days, min_repos=self.min_repos, status=self.status, limit=self.limit, counts_window_days=window
+        )
 
 
 def _integer(raw: str | None, default: int) -> int:
@@ -90,7 +101,8 @@ async def index(request: Request) -> Response:
     items, refreshed_at = await _list(filters)
     if wants_json(request):
         # when the counts were computed, beside the items (docs/domain.md §5.7: counts may lag a takedown)
-        return json_twin({"items": items, "refreshed_at": refreshed_at, "filters": filters.applied()})
+        listed = [infestation(item) for item in items]
+        return json_twin(InfestationList(items=listed, refreshed_at=iso(refreshed_at), filters=filters.applied()))
     context = {
         "filters": filters,
         "items": items,
@@ -165,12 +177,12 @@ async def show(request: Request) -> Response:
     data = await _show_data(request)
     if wants_json(request):
         return json_twin(
-            {
-                "infestation": data["infestation"],
-                "refreshed_at": data["refreshed_at"],
-                "repositories": data["repositories"],
-                "instances": data["instances"],
-            }
+            InfestationShow(
+                infestation=infestation(data["infestation"]),
+                refreshed_at=iso(data["refreshed_at"]),
+                repositories=affected_repository_page(data["repositories"]),
+                instances=instance_page(data["instances"]),
+            )
         )
     return _show_page(request, data, path=infestation_path(data["infestation"]["pattern_key"]))
 
@@ -199,7 +211,7 @@ async def instances(request: Request) -> Response:
             rows = await queries.list_instances_page(
                 infestation["pattern_key"], limit=LEDGER_PAGE, cursor=request.query_params.get("cursor") or None
             )
-        return json_twin(rows)
+        return json_twin(instance_page(rows))
     fragment = is_fragment_request(request)
     data = await _show_data(request, with_repositories=not fragment)
     path = f"{infestation_path(data['infestation']['pattern_key'])}/instances"

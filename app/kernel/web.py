@@ -14,17 +14,16 @@ error page or as `{"errors": {field: [messages]}}`, by the same format rule.
 from __future__ import annotations
 
 import hashlib
-import uuid
 from collections.abc import AsyncIterable, Mapping
-from datetime import date, datetime
 from typing import Any, Protocol
 
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.types import Send
 
 from app.kernel import db, outages
+from app.kernel.answers import Answer, Errors, answer_response
 from app.kernel.errors import DomainError, ServiceUnavailable
 from app.kernel.templating import templates
 
@@ -117,19 +116,6 @@ def cache_for(viewer: _Viewing) -> str:
     return PRIVATE_CACHE if viewer.privileged else PUBLIC_CACHE
 
 
-def jsonable(value: Any) -> Any:
-    """ISO 8601 datetimes and string UUIDs, recursively (JSON twins)."""
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return value
-
-
 # every header `is_fragment_request` reads: a shared cache must not serve a fragment as the page, or the reverse
 VARY_HX = "HX-Request, HX-History-Restore-Request"
 
@@ -163,8 +149,8 @@ def page(
     return templates.TemplateResponse(request, name, context, status_code=status_code, headers=headers)
 
 
-def json_twin(data: Any, *, status_code: int = 200, cache: str = PUBLIC_CACHE) -> JSONResponse:
-    return JSONResponse(jsonable(data), status_code=status_code, headers={"Cache-Control": cache})
+def json_twin(data: Answer, *, status_code: int = 200, cache: str = PUBLIC_CACHE) -> Response:
+    return answer_response(data, status_code=status_code, headers={"Cache-Control": cache})
 
 
 def error_response(request: Request, exc: DomainError) -> Response:
@@ -177,7 +163,7 @@ def error_response(request: Request, exc: DomainError) -> Response:
     if _error_wants_json(request):
         if "format" in request.path_params:
             headers.setdefault("Cache-Control", ERROR_CACHE)
-        return JSONResponse({"errors": exc.errors}, status_code=exc.status_code, headers=headers)
+        return answer_response(Errors(errors=exc.errors), status_code=exc.status_code, headers=headers)
     context = {"status_code": exc.status_code, "heading": exc.title, "message": exc.message}
     response = page(request, "site/error.html", context, status_code=exc.status_code, cache=ERROR_CACHE)
     headers.pop("WWW-Authenticate", None)  # a page's way to authenticate is the login link it shows

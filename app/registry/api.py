@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from app.accounts.service import ApiCaller, bearer_caller, refused_subject, require_scope
+from app.kernel.answers import answer_response
 from app.kernel.config import settings
 from app.kernel.intake import Body, Budget, body_route, json_object
-from app.registry.models import Repository
+from app.registry import models
 from app.registry.service import register_repository
+from app.registry.types import Repository
 from app.registry.validation import validate_repo_ref
 
 REGISTER_SCOPES = ("repositories:write", "findings:submit")
@@ -20,25 +20,25 @@ REGISTER_SCOPES = ("repositories:write", "findings:submit")
 MAX_BODY_BYTES = 16 * 1024
 
 
-def repository_url(repository: Repository) -> str:
+def repository_url(repository: models.Repository) -> str:
     # owner and name are restricted to [a-z0-9._-], so the path needs no escaping
     return f"{settings().base_url}/repos/{repository.host}/{repository.owner}/{repository.name}"
 
 
-def repository_json(repository: Repository) -> dict[str, Any]:
-    return {
-        "id": repository.id,
-        "host": repository.host,
-        "owner": repository.owner,
-        "name": repository.name,
-        "canonical_url": repository.canonical_url,
-        "listing_status": repository.listing_status,
-        "status": repository.status,
-        "scan_count": repository.scan_count,
-        "open_findings_count": repository.open_findings_count,
-        "verified_findings_count": repository.verified_findings_count,
-        "url": repository_url(repository),
-    }
+def repository_json(repository: models.Repository) -> Repository:
+    return Repository(
+        id=repository.id,
+        host=repository.host,
+        owner=repository.owner,
+        name=repository.name,
+        canonical_url=repository.canonical_url,
+        listing_status=repository.listing_status,
+        status=repository.status,
+        scan_count=repository.scan_count,
+        open_findings_count=repository.open_findings_count,
+        verified_findings_count=repository.verified_findings_count,
+        url=repository_url(repository),
+    )
 
 
 async def _registrar(request: Request) -> ApiCaller:
@@ -56,8 +56,8 @@ async def create_repository(request: Request, caller: ApiCaller, ref: tuple[str,
     repository, created = await register_repository(*ref, submitted_by_id=caller.account.id)
     payload = repository_json(repository)
     if created:
-        return JSONResponse(payload, status_code=201, headers={"Location": payload["url"]})
-    return JSONResponse(payload, status_code=200)
+        return answer_response(payload, status_code=201, headers={"Location": payload.url})
+    return answer_response(payload, status_code=200)
 
 
 routes: list[BaseRoute] = [

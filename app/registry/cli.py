@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from app.kernel.answers import as_json
 from app.kernel.cli import command, group
 from app.kernel.refs import parse_ref
 from app.registry.models import LISTING_STATUSES
@@ -17,7 +18,7 @@ async def _repos_add(args: argparse.Namespace) -> int:
 
     host, owner, name = parse_ref(args.repository)
     repository, created = await register_repository(host, owner, name, listing_status=args.listing)
-    print(json.dumps({**repository_json(repository), "created": created}, indent=2))
+    print(json.dumps({**as_json(repository_json(repository)), "created": created}, indent=2))
     return 0
 
 

@@ -1,42 +1,16 @@
-"""Repository search (`/search`) and its JSON twin; the public fields of a repository every twin shows."""
+"""Repository search (`/search`) and its JSON twin."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from app.accounts.sessions import session_token
-from app.kernel.urls import repo_path, twin_path
+from app.kernel.urls import twin_path
 from app.kernel.web import json_twin, page, wants_json
 from app.registry import queries
-
-PUBLIC_REPOSITORY_FIELDS = (
-    "host",
-    "owner",
-    "name",
-    "canonical_url",
-    "status",
-    "scan_count",
-    "open_findings_count",
-    "verified_findings_count",
-    "last_scanned_at",
-    "description",
-    "primary_language",
-    "stars_count",
-    "forks_count",
-    "archived",
-    "participation_mode",
-    "listing_status",
-)
-
-
-def public_repository_json(repository: dict[str, Any]) -> dict[str, Any]:
-    """What a JSON twin says about a repository: its public fields and its page's path."""
-    path = repo_path(repository["host"], repository["owner"], repository["name"])
-    return {k: repository[k] for k in PUBLIC_REPOSITORY_FIELDS} | {"url": path}
+from app.registry.types import Search, public_repository
 
 
 def _search_limit(raw: str | None) -> int:
@@ -52,7 +26,7 @@ async def search(request: Request) -> Response:
     # only a request without a session cookie shares the search cache (docs/security.md "Limits")
     results = await queries.search_repositories(query, limit=limit, anonymous=session_token(request) is None)
     if wants_json(request):
-        return json_twin({"query": query, "items": [public_repository_json(r) for r in results]})
+        return json_twin(Search(query=query, items=[public_repository(r) for r in results]))
     json_url = twin_path(f"/search?{request.query_params}" if request.query_params else "/search")
     context = {"query": query, "results": results, "limit": limit}
     return page(request, "registry/search.html", context, json_url=json_url)

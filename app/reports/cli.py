@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from app.accounts.service import require_account_by_email
+from app.kernel.answers import as_json
 from app.kernel.cli import command, group
 from app.kernel.errors import ValidationError
 from app.kernel.refs import parse_ref
@@ -51,7 +52,7 @@ async def _submit(args: argparse.Namespace) -> int:
     account = await require_account_by_email(args.as_email)
     result = await submit_report(account, host, owner, name, body)
     if sarif_report is not None:
-        result = result | {"sarif": sarif_report.summary()}
+        result = result | {"sarif": as_json(sarif_report.summary())}
     print(json.dumps(result, indent=2))
     return 0
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import msgspec
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from app.accounts.service import ApiCaller, bearer_caller, refused_subject
+from app.kernel.answers import answer_response
 from app.kernel.errors import NotFound
 from app.kernel.intake import Body, Budget, body_route, json_object
 from app.kernel.text import ascii_int
@@ -51,7 +53,7 @@ def parse_report(body: Body, budget: Budget) -> tuple[ReportInput, sarif.SarifRe
 
 async def submit_report(
     request: Request, caller: ApiCaller, parsed: tuple[ReportInput, sarif.SarifReport | None]
-) -> JSONResponse:
+) -> Response:
     """201 with the new report; 200 with the stored one when this is a retry of a run already stored (the same
     `run_id`, repository and content: the first answer was lost, docs/reliability.md "Retries")."""
     report, mapped = parsed
@@ -60,8 +62,8 @@ async def submit_report(
         caller.account, p["host"], p["owner"], p["name"], report, scopes=caller.scopes
     )
     if mapped is not None:
-        result = result | {"sarif": mapped.summary()}
-    return JSONResponse(result, status_code=201 if created else 200)
+        result = msgspec.structs.replace(result, sarif=mapped.summary())
+    return answer_response(result, status_code=201 if created else 200)
 
 
 def _verdict(check: bool) -> Callable[[Body, Budget], VerdictInput]:
@@ -71,7 +73,7 @@ def _verdict(check: bool) -> Callable[[Body, Budget], VerdictInput]:
     return parse
 
 
-async def record_check(request: Request, caller: ApiCaller, check: VerdictInput) -> JSONResponse:
+async def record_check(request: Request, caller: ApiCaller, check: VerdictInput) -> Response:
     result = await service.store_check(
         caller.account,
         request.path_params["canonical_public_id"],
@@ -79,17 +81,17 @@ async def record_check(request: Request, caller: ApiCaller, check: VerdictInput)
         client_ip=_client_ip(request),
         scopes=caller.scopes,
     )
-    return JSONResponse(result, status_code=201)
+    return answer_response(result, status_code=201)
 
 
-async def record_confirmation(request: Request, caller: ApiCaller, verdict: VerdictInput) -> JSONResponse:
+async def record_confirmation(request: Request, caller: ApiCaller, verdict: VerdictInput) -> Response:
     scan_id = ascii_int(request.path_params["scan_id"])
     if scan_id is None:
         raise NotFound({"report": ["not found"]})
     result = await service.store_confirmation(
         caller.account, scan_id, verdict, client_ip=_client_ip(request), scopes=caller.scopes
     )
-    return JSONResponse(result, status_code=201)
+    return answer_response(result, status_code=201)
 
 
 routes: list[BaseRoute] = [

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 from app.kernel.errors import ValidationError
 from app.kernel.intake import Budget
+from app.reports.types import SarifSkipped, SarifSummary, SarifTruncated
 from app.reports.validation import (
     MAX_DESCRIPTION,
     MAX_FINDINGS,
@@ -56,14 +57,14 @@ class SarifReport:
     )
     truncated: dict[str, int] = field(default_factory=lambda: {"titles": 0, "descriptions": 0})
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> SarifSummary:
         """The `sarif` member of the submit response."""
-        return {
-            "results": self.results,
-            "findings": len(self.body["document"]["findings"]),
-            "skipped": dict(self.skipped),
-            "truncated": dict(self.truncated),
-        }
+        return SarifSummary(
+            results=self.results,
+            findings=len(self.body["document"]["findings"]),
+            skipped=SarifSkipped(**self.skipped),
+            truncated=SarifTruncated(**self.truncated),
+        )
 
 
 def is_sarif(document: object) -> bool:

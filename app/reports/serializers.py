@@ -1,15 +1,16 @@
-"""JSON bodies of the report API (docs/domain.md §9), read inside the writing transaction so the
+"""The report API's answers (`app.reports.types`, docs/domain.md §9), read inside the writing transaction so the
 response shows exactly what was committed."""
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.kernel.answers import uuid_text
 from app.kernel.config import settings
+from app.reports.types import Check, Confirmation, Report, ReportFinding
 
 
 def record_path(host: str, owner: str, name: str) -> str:
@@ -33,45 +34,45 @@ WHERE f.scan_id = :id ORDER BY f.position, f.id
 """
 
 
-async def report_response(session: AsyncSession, scan_id: int) -> dict[str, Any]:
+async def report_response(session: AsyncSession, scan_id: int) -> Report:
     """The 201 body of a report submission."""
     s = (await session.execute(text(_REPORT), {"id": scan_id})).mappings().one()
     findings = (await session.execute(text(_FINDINGS), {"id": scan_id})).mappings().all()
-    return {
-        "id": s["id"],
-        "kind": "report",
-        "repository": f"{s['owner']}/{s['name']}",
-        "commit_sha": s["commit_sha"],
+    return Report(
+        id=s["id"],
+        kind="report",
+        repository=f"{s['owner']}/{s['name']}",
+        commit_sha=s["commit_sha"],
         # no forge verification in this product: the commit time is unknown
-        "commit_committed_at": None,
-        "model": s["model"],
-        "prompt_version": s["prompt_version"],
-        "run_id": s["run_id"],
-        "provenance": s["provenance"],
-        "provenance_attestation": "self_reported",
-        "review_kind": s["review_kind"],
-        "findings_count": s["findings_count"],
-        "verified": s["verified_at"] is not None,
-        "review_status": s["review_status"],
-        "visibility": s["visibility"],
-        "disclosed": s["visibility"] in ("public", "public_summary") and s["listing_status"] != "quarantined",
-        "record_url": settings().base_url + record_path(s["host"], s["owner"], s["name"]),
-        "findings": [
-            {
-                "public_id": str(f["public_id"]),
-                "canonical_public_id": None if f["canonical_public_id"] is None else str(f["canonical_public_id"]),
-                "pattern_key": f["pattern_key"],
-                "title": f["title"],
-                "severity": f["severity"],
-                "disposition": f["disposition"],
-                "url": finding_url(f["public_id"]),
-            }
+        commit_committed_at=None,
+        model=s["model"],
+        prompt_version=s["prompt_version"],
+        run_id=s["run_id"],
+        provenance=s["provenance"],
+        provenance_attestation="self_reported",
+        review_kind=s["review_kind"],
+        findings_count=s["findings_count"],
+        verified=s["verified_at"] is not None,
+        review_status=s["review_status"],
+        visibility=s["visibility"],
+        disclosed=s["visibility"] in ("public", "public_summary") and s["listing_status"] != "quarantined",
+        record_url=settings().base_url + record_path(s["host"], s["owner"], s["name"]),
+        findings=[
+            ReportFinding(
+                public_id=str(f["public_id"]),
+                canonical_public_id=uuid_text(f["canonical_public_id"]),
+                pattern_key=f["pattern_key"],
+                title=f["title"],
+                severity=f["severity"],
+                disposition=f["disposition"],
+                url=finding_url(f["public_id"]),
+            )
             for f in findings
         ],
-    }
+    )
 
 
-async def check_response(session: AsyncSession, check_id: int) -> dict[str, Any]:
+async def check_response(session: AsyncSession, check_id: int) -> Check:
     """The 201 body of a check: the canonical finding's new status and tallies."""
     row = (
         await session.execute(
@@ -83,19 +84,19 @@ async def check_response(session: AsyncSession, check_id: int) -> dict[str, Any]
             {"id": check_id},
         )
     ).one()
-    return {
-        "id": row[0],
-        "canonical_public_id": str(row[1]),
-        "verdict": row[2],
-        "commit_sha": row[3],
-        "provenance": row[4],
-        "status": row[5],
-        "confirmations_count": row[6],
-        "disputes_count": row[7],
-    }
+    return Check(
+        id=row[0],
+        canonical_public_id=str(row[1]),
+        verdict=row[2],
+        commit_sha=row[3],
+        provenance=row[4],
+        status=row[5],
+        confirmations_count=row[6],
+        disputes_count=row[7],
+    )
 
 
-async def confirmation_response(session: AsyncSession, confirmation_id: int, *, checks_recorded: int) -> dict[str, Any]:
+async def confirmation_response(session: AsyncSession, confirmation_id: int, *, checks_recorded: int) -> Confirmation:
     """The 201 body of a report-level verdict."""
     row = (
         await session.execute(
@@ -107,15 +108,15 @@ async def confirmation_response(session: AsyncSession, confirmation_id: int, *, 
             {"id": confirmation_id},
         )
     ).one()
-    return {
-        "id": row[0],
-        "report_id": row[1],
-        "verdict": row[2],
-        "provenance": row[3],
-        "commit_sha": row[4],
-        "confirmations_count": row[5],
-        "disputes_count": row[6],
-        "verified": row[7] is not None,
-        "review_status": row[8],
-        "checks_recorded": checks_recorded,
-    }
+    return Confirmation(
+        id=row[0],
+        report_id=row[1],
+        verdict=row[2],
+        provenance=row[3],
+        commit_sha=row[4],
+        confirmations_count=row[5],
+        disputes_count=row[6],
+        verified=row[7] is not None,
+        review_status=row[8],
+        checks_recorded=checks_recorded,
+    )

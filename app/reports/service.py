@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.kernel import db
+from app.kernel.answers import as_json
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import Budget, off_loop
 from app.kernel.outbox import mark_dirty, mark_scan_dirty
@@ -43,6 +44,7 @@ from app.reports.policy import (
 from app.reports.quorum import recompute_canonical_status, recompute_scan_verification, recompute_scans_at_commit
 from app.reports.secrets_scanner import SCAN_BUDGET_SECONDS, scan_fields
 from app.reports.serializers import check_response, confirmation_response, report_response
+from app.reports.types import Check, Confirmation, Report
 from app.reports.validation import ReportInput, VerdictInput, validate_check, validate_confirmation, validate_report
 
 UNREGISTERED = {"repository": ["is not registered"]}
@@ -128,10 +130,11 @@ async def submit_report_once(
     client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """`store_report` of a request body (prepared off the event loop)."""
+    """`store_report` of a request body (prepared off the event loop), its answer as plain JSON values."""
     require_scope(scopes, SUBMIT_SCOPES)
     report = await off_loop(lambda budget: prepare_report(body, budget))
-    return await store_report(account, host, owner, name, report, scopes=scopes)
+    stored, created = await store_report(account, host, owner, name, report, scopes=scopes)
+    return as_json(stored), created
 
 
 async def store_report(
@@ -142,7 +145,7 @@ async def store_report(
     report: ReportInput,
     *,
     scopes: frozenset[str] | None = None,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[Report, bool]:
     """Store a prepared report in one transaction, saying whether it stored it (True) or found the same run already
     stored by this account: same `run_id`, repository and content, i.e. a retry after a lost answer (False; the
     stored report, same id, nothing written). The same `run_id` with other content is still a 422."""
@@ -262,10 +265,10 @@ async def record_check(
     client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
 ) -> dict[str, Any]:
-    """`store_check` of a request body (prepared off the event loop)."""
+    """`store_check` of a request body (prepared off the event loop), its answer as plain JSON values."""
     require_scope(scopes, VERIFY_SCOPES)
     check = await off_loop(lambda budget: prepare_verdict(body, budget, check=True))
-    return await store_check(account, canonical_public_id, check, client_ip=client_ip, scopes=scopes)
+    return as_json(await store_check(account, canonical_public_id, check, client_ip=client_ip, scopes=scopes))
 
 
 async def store_check(
@@ -275,7 +278,7 @@ async def store_check(
     *,
     client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
-) -> dict[str, Any]:
+) -> Check:
     """A verdict on a canonical finding at a commit (§1.5), then its quorum, the affected reports' verification
     and the repository metrics, in one transaction."""
     require_scope(scopes, VERIFY_SCOPES)
@@ -370,10 +373,10 @@ async def record_confirmation(
     client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
 ) -> dict[str, Any]:
-    """`store_confirmation` of a request body (prepared off the event loop)."""
+    """`store_confirmation` of a request body (prepared off the event loop), its answer as plain JSON values."""
     require_scope(scopes, VERIFY_SCOPES)
     verdict = await off_loop(lambda budget: prepare_verdict(body, budget, check=False))
-    return await store_confirmation(account, scan_id, verdict, client_ip=client_ip, scopes=scopes)
+    return as_json(await store_confirmation(account, scan_id, verdict, client_ip=client_ip, scopes=scopes))
 
 
 async def store_confirmation(
@@ -383,7 +386,7 @@ async def store_confirmation(
     *,
     client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
-) -> dict[str, Any]:
+) -> Confirmation:
     """A report-level verdict (confirmed/disputed), copied onto checks of the report's canonicals at its commit."""
     require_scope(scopes, VERIFY_SCOPES)
     ip_hash = await client_ip_hash(client_ip)

@@ -1,10 +1,9 @@
 """The OpenAPI 3.1 document of the JSON API (`/api/v1/...`) and of the public JSON twins, served at
 `/api/v1/openapi.json` (docs/domain.md §6.1 twins, §9 the report format; docs/security.md the error shape).
 
-The document is data: the enums come from the modules that own them, the shapes mirror the serializers
-(`app.reports.serializers`, `app.registry.api`) and the twins (`app.site.routes`, `app.site.records`,
-`app.infestations.routes`, `app.registry.routes`); tests/site/test_openapi.py checks real answers against it and
-that every API and twin route of the router is described.
+The paths are written here; the schemas are generated from the typed answers the serializers build (each
+feature's `types.py`, docs/architecture.md "Answers"). tests/site/test_openapi.py checks real answers against it
+and that every API and twin route of the router is described.
 """
 
 from __future__ import annotations
@@ -15,529 +14,56 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from app.infestations.models import COUNTS
-from app.infestations.routes import STATUS_CHOICES
-from app.kernel.changes import KINDS, REASONS
-from app.reports.models import (
-    CANONICAL_STATUSES,
-    CHECK_VERDICTS,
-    CONFIRMATION_VERDICTS,
-    PROVENANCES,
-    REVIEW_KINDS,
-    SEVERITIES,
+from app.exports.types import ExportManifest
+from app.feed.types import ChangePage
+from app.infestations.types import STATUS_CHOICES, InfestationList, InfestationShow, InstancePage
+from app.kernel.answers import Errors, openapi_components
+from app.registry.types import Repository, RepositoryRegistration, Search
+from app.reports.types import EXAMPLE_COMMIT as EXAMPLE_COMMIT  # the commit the fuzz suite seeds its examples at
+from app.reports.types import (
+    Check,
+    CheckSubmission,
+    Confirmation,
+    ConfirmationSubmission,
+    Report,
+    ReportSubmission,
+    SarifLog,
 )
-from app.reports.validation import (
-    MAX_DESCRIPTION,
-    MAX_EVIDENCE,
-    MAX_FINDINGS,
-    MAX_LABEL,
-    MAX_LINE,
-    MAX_NOTES,
-    MAX_RUN_ID,
-    MAX_TITLE,
-)
+from app.site.types import FindingRecord, Home, RepositoryRecord, Tombstone
 
 Schema = dict[str, Any]
+
+# every body the paths name; the types they hold are collected with them
+_SCHEMAS = openapi_components(
+    [
+        Errors,
+        ReportSubmission,
+        CheckSubmission,
+        ConfirmationSubmission,
+        RepositoryRegistration,
+        SarifLog,
+        Report,
+        Check,
+        Confirmation,
+        Repository,
+        Home,
+        InfestationList,
+        InfestationShow,
+        InstancePage,
+        RepositoryRecord,
+        FindingRecord,
+        Tombstone,
+        Search,
+        ChangePage,
+        ExportManifest,
+    ]
+)
+UUID: Schema = {"type": "string", "format": "uuid"}
 
 
 def _ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
 
-
-def _nullable(kind: str, **extra: Any) -> Schema:
-    return {"type": [kind, "null"], **extra}
-
-
-def _obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
-    """An object with exactly these properties, as the code emits them (the fuzz suite holds every answer to it).
-    Later versions may add keys: clients ignore the ones they do not know."""
-    return {
-        "type": "object",
-        "required": list(required),
-        "properties": {**required, **(optional or {})},
-        "additionalProperties": False,
-    }
-
-
-STRING: Schema = {"type": "string"}
-INTEGER: Schema = {"type": "integer"}
-BOOLEAN: Schema = {"type": "boolean"}
-TIMESTAMP: Schema = _nullable("string", description="ISO 8601 date-time")
-UUID: Schema = {"type": "string", "format": "uuid"}
-SHA: Schema = {"type": "string", "pattern": "^[0-9a-f]{40}$"}
-SEVERITY: Schema = {"type": "string", "enum": list(SEVERITIES)}
-PROVENANCE: Schema = {"type": "string", "enum": list(PROVENANCES)}
-COMMIT_SHA: Schema = {"type": "string", "pattern": r"^\s*[0-9a-fA-F]{40}\s*$", "description": "trimmed, lowercased"}
-EXAMPLE_COMMIT = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-EXAMPLE_NOTES = "Reproduced with the proof of concept in the description."
-
-
-CANONICAL_STATUS: Schema = {"type": "string", "enum": list(CANONICAL_STATUSES)}
-
-_INFESTATION: dict[str, Schema] = {
-    "pattern_key": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-    "title": STRING,
-    "severity": _nullable("string"),
-    "sample_file_path": _nullable("string", description="null once the sample's report is taken down"),
-    "sample_occurrence_public_id": _nullable("string", format="uuid"),
-    **{k: INTEGER for k in COUNTS},
-    "last_seen_at": TIMESTAMP,
-    "first_seen_at": TIMESTAMP,
-}
-
-
-def _page(item: Schema) -> Schema:
-    """`app.kernel.paging.Page`: a keyset page."""
-    return _obj({"entries": {"type": "array", "items": item}, "next_cursor": _nullable("string")})
-
-
-_SCHEMAS: dict[str, Schema] = {
-    "Errors": {
-        "type": "object",
-        "required": ["errors"],
-        "additionalProperties": False,
-        "properties": {
-            "errors": {
-                "type": "object",
-                "description": "field (or `request`, `path`, ...) -> messages naming the rule broken",
-                "additionalProperties": {"type": "array", "items": STRING},
-            }
-        },
-    },
-    # -- request bodies (docs/domain.md §9) --
-    "ScanFinding": {
-        "type": "object",
-        "required": ["file", "severity", "title", "description"],
-        "properties": {
-            "file": {"type": "string", "description": "a safe repository-relative path (docs/domain.md §2.3)"},
-            "severity": SEVERITY,
-            "title": {"type": "string", "maxLength": MAX_TITLE},
-            "description": {"type": "string", "maxLength": MAX_DESCRIPTION},
-            "disposition": {"type": "string", "description": "ignored: recomputed by the registry"},
-            "existing_finding_id": {**UUID, "description": "a hint only"},
-            "line_start": {"type": "integer", "minimum": 1, "maximum": MAX_LINE},
-            "line_end": {"type": "integer", "minimum": 1, "maximum": MAX_LINE, "description": "needs line_start, ≥ it"},
-        },
-    },
-    "ScanDocument": {
-        "type": "object",
-        "description": "Scan Format v1 (`tarakan_review_format` is accepted as an alias key; unknown keys ignored; "
-        "≤ 2,000,000 characters as stored)",
-        "required": ["findings"],
-        "properties": {
-            "tarakan_scan_format": {"const": 1},
-            "tarakan_review_format": {"const": 1},
-            "findings": {"type": "array", "maxItems": MAX_FINDINGS, "items": _ref("ScanFinding")},
-        },
-    },
-    "ReportSubmission": {
-        "type": "object",
-        "required": ["commit_sha", "document"],
-        "examples": [
-            {
-                "commit_sha": EXAMPLE_COMMIT,
-                "model": "gpt-5",
-                "prompt_version": "review/v3",
-                "run_id": "run-2026-11-30-1",
-                "document": {
-                    "tarakan_scan_format": 1,
-                    "findings": [
-                        {
-                            "file": "lib/auth.py",
-                            "line_start": 42,
-                            "severity": "high",
-                            "title": "SQL injection in login",
-                            "description": "The user name is concatenated into the SQL string.",
-                        }
-                    ],
-                },
-            }
-        ],
-        "properties": {
-            "commit_sha": COMMIT_SHA,
-            "provenance": {**PROVENANCE, "default": "agent"},
-            "review_kind": {"type": "string", "enum": list(REVIEW_KINDS), "default": "code_review"},
-            "model": {"type": "string", "maxLength": MAX_LABEL, "description": "required unless provenance is human"},
-            "prompt_version": {"type": "string", "maxLength": MAX_LABEL, "description": "as model"},
-            "run_id": {"type": "string", "maxLength": MAX_RUN_ID, "description": "one report per run and account"},
-            "notes": {"type": "string", "maxLength": MAX_NOTES},
-            "document": _ref("ScanDocument"),
-        },
-    },
-    "CheckSubmission": {
-        "type": "object",
-        "required": ["commit_sha", "verdict", "notes"],
-        "examples": [
-            {"commit_sha": EXAMPLE_COMMIT, "verdict": "confirmed", "provenance": "human", "notes": EXAMPLE_NOTES}
-        ],
-        "properties": {
-            "commit_sha": COMMIT_SHA,
-            "verdict": {"type": "string", "enum": list(CHECK_VERDICTS)},
-            "provenance": {**PROVENANCE, "default": "agent"},
-            "notes": {"type": "string", "minLength": 20, "maxLength": MAX_NOTES},
-            "evidence": {"type": "string", "maxLength": MAX_EVIDENCE},
-        },
-    },
-    "ConfirmationSubmission": {
-        "type": "object",
-        "required": ["verdict", "notes"],
-        "examples": [{"verdict": "confirmed", "provenance": "human", "notes": EXAMPLE_NOTES}],
-        "properties": {
-            "verdict": {"type": "string", "enum": list(CONFIRMATION_VERDICTS)},
-            "provenance": {**PROVENANCE, "default": "agent"},
-            "notes": {"type": "string", "minLength": 20, "maxLength": MAX_NOTES},
-            "evidence": {"type": "string", "maxLength": MAX_EVIDENCE},
-        },
-    },
-    "RepositoryRegistration": {
-        "type": "object",
-        "required": ["host", "owner", "name"],
-        "examples": [{"host": "github.com", "owner": "acme", "name": "widget"}],
-        "properties": {"host": STRING, "owner": STRING, "name": STRING},
-    },
-    # -- API answers (app.reports.serializers, app.registry.api) --
-    "Report": _obj(
-        {
-            "id": INTEGER,
-            "kind": {"const": "report"},
-            "repository": STRING,
-            "commit_sha": SHA,
-            "commit_committed_at": TIMESTAMP,
-            "model": _nullable("string"),
-            "prompt_version": _nullable("string"),
-            "run_id": _nullable("string"),
-            "provenance": PROVENANCE,
-            "provenance_attestation": {"const": "self_reported"},
-            "review_kind": {"type": "string", "enum": list(REVIEW_KINDS)},
-            "findings_count": INTEGER,
-            "verified": BOOLEAN,
-            "review_status": STRING,
-            "visibility": STRING,
-            "disclosed": BOOLEAN,
-            "record_url": STRING,
-            "findings": {
-                "type": "array",
-                "items": _obj(
-                    {
-                        "public_id": UUID,
-                        "canonical_public_id": _nullable("string", format="uuid"),
-                        "pattern_key": _nullable("string"),
-                        "title": STRING,
-                        "severity": SEVERITY,
-                        "disposition": STRING,
-                        "url": STRING,
-                    }
-                ),
-            },
-        },
-        {"sarif": _ref("SarifSummary")},  # the answer to a SARIF log only
-    ),
-    "Check": _obj(
-        {
-            "id": INTEGER,
-            "canonical_public_id": UUID,
-            "verdict": {"type": "string", "enum": list(CHECK_VERDICTS)},
-            "commit_sha": SHA,
-            "provenance": PROVENANCE,
-            "status": STRING,
-            "confirmations_count": INTEGER,
-            "disputes_count": INTEGER,
-        }
-    ),
-    "Confirmation": _obj(
-        {
-            "id": INTEGER,
-            "report_id": INTEGER,
-            "verdict": {"type": "string", "enum": list(CONFIRMATION_VERDICTS)},
-            "provenance": PROVENANCE,
-            "commit_sha": SHA,
-            "confirmations_count": INTEGER,
-            "disputes_count": INTEGER,
-            "verified": BOOLEAN,
-            "review_status": STRING,
-            "checks_recorded": INTEGER,
-        }
-    ),
-    "Repository": _obj(
-        {
-            "id": INTEGER,
-            "host": STRING,
-            "owner": STRING,
-            "name": STRING,
-            "canonical_url": STRING,
-            "listing_status": STRING,
-            "status": STRING,
-            "scan_count": INTEGER,
-            "open_findings_count": INTEGER,
-            "verified_findings_count": INTEGER,
-            "url": STRING,
-        }
-    ),
-    # -- public twins --
-    "PublicRepository": _obj(
-        {
-            "host": STRING,
-            "owner": STRING,
-            "name": STRING,
-            "canonical_url": STRING,
-            "status": STRING,
-            "scan_count": INTEGER,
-            "open_findings_count": INTEGER,
-            "verified_findings_count": INTEGER,
-            "last_scanned_at": TIMESTAMP,
-            "description": _nullable("string"),
-            "primary_language": _nullable("string"),
-            "stars_count": _nullable("integer"),
-            "forks_count": _nullable("integer"),
-            "archived": _nullable("boolean"),
-            "participation_mode": _nullable("string"),
-            "listing_status": STRING,
-            "url": {"type": "string", "description": "the page's path"},
-        }
-    ),
-    # the infestation map (docs/domain.md §5.7, app.infestations.legacy.INFESTATION_KEYS): the same keys on every
-    # path; counts of the requested window
-    "Infestation": _obj(_INFESTATION),
-    # one ledger row (docs/domain.md §4.4, INSTANCE_KEYS)
-    "Instance": _obj(
-        {
-            "id": INTEGER,
-            "public_id": UUID,
-            "occurrence_public_id": _nullable("string", format="uuid"),
-            "status": CANONICAL_STATUS,
-            "severity": _nullable("string"),
-            "title": STRING,
-            "file_path": _nullable("string"),
-            "detections_count": INTEGER,
-            "confirmations_count": INTEGER,
-            "host": STRING,
-            "owner": STRING,
-            "name": STRING,
-            "repository_id": INTEGER,
-            "commit_sha": _nullable("string"),
-            "scan_id": _nullable("integer"),
-            "updated_at": TIMESTAMP,
-        }
-    ),
-    # a repository affected by the pattern (app.infestations.legacy.membership_entry)
-    "AffectedRepository": _obj(
-        {
-            "id": INTEGER,
-            "repository_id": INTEGER,
-            "host": STRING,
-            "owner": STRING,
-            "name": STRING,
-            "status": CANONICAL_STATUS,
-            "severity": _nullable("string"),
-            "title": _nullable("string"),
-            "instance_count": INTEGER,
-            "open_count": INTEGER,
-            "occurrence_public_id": _nullable("string", format="uuid"),
-            "updated_at": TIMESTAMP,
-        }
-    ),
-    "InstancePage": _page(_ref("Instance")),
-    "InfestationList": _obj(
-        {
-            "items": {"type": "array", "items": _ref("Infestation")},
-            "refreshed_at": TIMESTAMP,
-            "filters": _obj(
-                {
-                    "days": {"type": "integer", "minimum": 1, "maximum": 365},
-                    "min_repos": INTEGER,
-                    "status": {"type": "string", "enum": list(STATUS_CHOICES)},
-                    "limit": INTEGER,
-                    "counts_window_days": INTEGER,
-                }
-            ),
-        }
-    ),
-    "InfestationShow": _obj(
-        {
-            "infestation": _ref("Infestation"),
-            "refreshed_at": TIMESTAMP,
-            "repositories": _page(_ref("AffectedRepository")),
-            "instances": _ref("InstancePage"),
-        }
-    ),
-    "Home": _obj(
-        {
-            "stats": _obj(
-                {
-                    k: INTEGER
-                    for k in ("repositories", "unscanned", "open_findings", "verified_findings", "contributors")
-                }
-            ),
-            "infestations": {"type": "array", "items": _ref("Infestation")},
-            "recent_reports": {
-                "type": "array",
-                "items": _obj(
-                    {
-                        "id": INTEGER,
-                        "repository": STRING,
-                        "host": STRING,
-                        "commit_sha": SHA,
-                        "provenance": PROVENANCE,
-                        "model": _nullable("string"),
-                        "visibility": STRING,
-                        "findings_count": _nullable("integer", description="null for a summary-only report"),
-                        "inserted_at": TIMESTAMP,
-                    }
-                ),
-            },
-        }
-    ),
-    "Search": _obj({"query": STRING, "items": {"type": "array", "items": _ref("PublicRepository")}}),
-    "RepositoryRecord": _obj(
-        {
-            "repository": _ref("PublicRepository"),
-            "reports": {
-                "type": "array",
-                "items": _obj(
-                    {
-                        "id": INTEGER,
-                        "commit_sha": SHA,
-                        "model": _nullable("string"),
-                        "provenance": PROVENANCE,
-                        "review_kind": STRING,
-                        "review_status": STRING,
-                        "visibility": STRING,
-                        "inserted_at": TIMESTAMP,
-                    },
-                    # a summary-only report stops at the header
-                    {
-                        "findings_count": INTEGER,
-                        "findings": {
-                            "type": "array",
-                            "items": _obj(
-                                {
-                                    "public_id": UUID,
-                                    "title": STRING,
-                                    "severity": _nullable("string"),
-                                    "file_path": STRING,
-                                    "line_start": _nullable("integer"),
-                                    "line_end": _nullable("integer"),
-                                    "status": _nullable("string"),
-                                    "pattern_key": _nullable("string"),
-                                    "url": STRING,
-                                }
-                            ),
-                        },
-                    },
-                ),
-            },
-            # the infestation map plus this repository's share of it
-            "infestations": {
-                "type": "array",
-                "items": _obj(
-                    _INFESTATION
-                    | {
-                        "repository_instance_count": INTEGER,
-                        "repository_open_count": INTEGER,
-                        "repository_status": CANONICAL_STATUS,
-                        "repository_occurrence_public_id": _nullable("string", format="uuid"),
-                    }
-                ),
-            },
-        }
-    ),
-    "FindingRecord": _obj(
-        {
-            "finding": _obj(
-                {
-                    "public_id": UUID,
-                    "title": STRING,
-                    "severity": SEVERITY,
-                    "file_path": STRING,
-                    "line_start": _nullable("integer"),
-                    "line_end": _nullable("integer"),
-                    "description": STRING,
-                    "disposition": STRING,
-                    "status": _nullable("string"),
-                    "canonical_public_id": _nullable("string", format="uuid"),
-                    "confirmations_count": _nullable("integer"),
-                    "disputes_count": _nullable("integer"),
-                    "pattern_key": _nullable("string"),
-                    "commit_sha": SHA,
-                    "reported_at": TIMESTAMP,
-                    "repository": _obj({"host": STRING, "owner": STRING, "name": STRING}),
-                }
-            ),
-            "checks": {
-                "type": "array",
-                "items": _obj(
-                    {
-                        "verdict": {"type": "string", "enum": list(CHECK_VERDICTS)},
-                        "provenance": PROVENANCE,
-                        "commit_sha": SHA,
-                        "inserted_at": TIMESTAMP,
-                    }
-                ),
-            },
-        }
-    ),
-    # the change feed (app.feed, docs/domain.md §13): which ids each kind carries; a withdrawn finding or repository
-    # keeps only kind, seq, at and its opaque ids in every entry (rendered at read time)
-    "ChangeEntry": _obj(
-        {
-            "seq": {"type": "integer", "description": "increasing; commit order"},
-            "at": {"type": "string", "description": "ISO 8601 date-time"},
-            "kind": {"type": "string", "enum": list(KINDS)},
-        },
-        {
-            "finding": {**UUID, "description": "occurrence public_id"},
-            "canonical": {**UUID, "description": "canonical finding public_id"},
-            "repository": {"type": "string", "description": "host/owner/name"},
-            "repository_id": {**UUID, "description": "opaque repository id (not the serial id)"},
-            "pattern_key": _nullable("string"),
-            "status": {"type": "string", "enum": list(CANONICAL_STATUSES)},
-            "reason": {"type": "string", "enum": list(REASONS)},
-        },
-    ),
-    "ChangePage": _obj(
-        {
-            "entries": {"type": "array", "items": _ref("ChangeEntry")},
-            "next_cursor": {"type": "string", "description": "always set: resume or poll from it"},
-        }
-    ),
-    "Tombstone": _obj(
-        {
-            "finding": UUID,
-            "withdrawn_at": {"type": "string", "description": "ISO 8601 date-time"},
-            "reason": {"type": "string", "enum": list(REASONS)},
-        }
-    ),
-    # the bulk export (app.exports): its manifest; the records of its files are docs/schemas/*.schema.json
-    "ExportManifest": _obj(
-        {
-            "generated_at": {"type": "string", "description": "ISO 8601 date-time of the snapshot"},
-            "changes_cursor": {"type": "string", "description": "follow /api/v1/changes from this cursor"},
-            "files": {
-                "type": "array",
-                "items": _obj({"name": STRING, "records": INTEGER, "bytes": INTEGER, "sha256": {"type": "string"}}),
-            },
-        }
-    ),
-    # SARIF 2.1.0 in (app.reports.sarif, docs/sarif.md): the log, and what its mapping skipped or shortened
-    "SarifLog": {
-        "type": "object",
-        "description": "A SARIF 2.1.0 log (Content-Type application/sarif+json): one report, mapped as docs/sarif.md "
-        "says; errors name the JSON path in the log (`runs[0].results[12].locations[0]`)",
-        "required": ["version", "runs"],
-        "properties": {
-            "version": {"const": "2.1.0"},
-            "runs": {"type": "array", "minItems": 1, "items": {"type": "object"}},
-        },
-    },
-    "SarifSummary": _obj(
-        {
-            "results": INTEGER,
-            "findings": INTEGER,
-            "skipped": _obj({k: INTEGER for k in ("suppressed", "absent", "not_a_problem", "no_location")}),
-            "truncated": _obj({"titles": INTEGER, "descriptions": INTEGER}),
-        }
-    ),
-}
 
 _ERROR_TEXT = {
     "400": "Malformed request: not JSON, not an object, too deep, a bad cursor or identifier",

@@ -17,7 +17,9 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.viewer import viewer_for
 from app.infestations.queries import list_repository_infestations
+from app.infestations.types import repository_infestation
 from app.kernel import db
+from app.kernel.answers import UNSET, iso, uuid_text
 from app.kernel.changes import withdrawn_finding
 from app.kernel.errors import NotFound
 from app.kernel.policy import Viewer
@@ -25,8 +27,18 @@ from app.kernel.urls import finding_path, repo_path, twin_path
 from app.kernel.visibility import repository_visible
 from app.kernel.web import ERROR_CACHE, JSON_SUFFIX, cache_for, json_twin, page, wants_json
 from app.registry import queries
-from app.registry.routes import public_repository_json
+from app.registry.types import public_repository
 from app.reports.queries import get_finding, list_repository_reports
+from app.site.types import (
+    FindingCheck,
+    FindingDetail,
+    FindingRecord,
+    FindingRepository,
+    RecordFinding,
+    RecordReport,
+    RepositoryRecord,
+    Tombstone,
+)
 
 REPOSITORY_REPORTS = 20
 REPOSITORY_INFESTATIONS = 50
@@ -60,11 +72,11 @@ async def repository_page(request: Request) -> Response:
     path = repo_path(repository["host"], repository["owner"], repository["name"])
     if as_json:
         return json_twin(
-            {
-                "repository": public_repository_json(repository),
-                "reports": [_report_json(r) for r in reports],
-                "infestations": infestations,
-            },
+            RepositoryRecord(
+                repository=public_repository(repository),
+                reports=[_record_report(r) for r in reports],
+                infestations=[repository_infestation(item) for item in infestations],
+            ),
             cache=cache_for(viewer),
         )
     context = {
@@ -76,36 +88,34 @@ async def repository_page(request: Request) -> Response:
     return page(request, "site/repository.html", context, json_url=twin_path(path), cache=cache_for(viewer))
 
 
-def _report_json(report: dict[str, Any]) -> dict[str, Any]:
-    header = {
-        "id": report["id"],
-        "commit_sha": report["commit_sha"],
-        "model": report["model"],
-        "provenance": report["provenance"],
-        "review_kind": report["review_kind"],
-        "review_status": report["review_status"],
-        "visibility": report["visibility"],
-        "inserted_at": report["inserted_at"],
-    }
-    if report["access"] != "full":
-        return header  # summary-only: the header, nothing about its findings
-    return header | {
-        "findings_count": report["findings_count"],
-        "findings": [
-            {
-                "public_id": f["public_id"],
-                "title": f["title"],
-                "severity": f["severity"],
-                "file_path": f["file_path"],
-                "line_start": f["line_start"],
-                "line_end": f["line_end"],
-                "status": f["status"],
-                "pattern_key": f["pattern_key"],
-                "url": finding_path(f["public_id"]),
-            }
-            for f in report["findings"]
-        ],
-    }
+def _record_report(report: dict[str, Any]) -> RecordReport:
+    full = report["access"] == "full"  # summary-only: the header, nothing about its findings
+    return RecordReport(
+        id=report["id"],
+        commit_sha=report["commit_sha"],
+        model=report["model"],
+        provenance=report["provenance"],
+        review_kind=report["review_kind"],
+        review_status=report["review_status"],
+        visibility=report["visibility"],
+        inserted_at=iso(report["inserted_at"]),
+        findings_count=report["findings_count"] if full else UNSET,
+        findings=[_record_finding(f) for f in report["findings"]] if full else UNSET,
+    )
+
+
+def _record_finding(f: dict[str, Any]) -> RecordFinding:
+    return RecordFinding(
+        public_id=str(f["public_id"]),
+        title=f["title"],
+        severity=f["severity"],
+        file_path=f["file_path"],
+        line_start=f["line_start"],
+        line_end=f["line_end"],
+        status=f["status"],
+        pattern_key=f["pattern_key"],
+        url=finding_path(f["public_id"]),
+    )
 
 
 def _parse_public_id(raw: str) -> uuid.UUID | None:
@@ -114,25 +124,6 @@ def _parse_public_id(raw: str) -> uuid.UUID | None:
     except ValueError:
         return None
     return parsed if str(parsed) == raw else None  # one address per finding: canonical lowercase form
-
-
-_FINDING_FIELDS = (
-    "public_id",
-    "title",
-    "severity",
-    "file_path",
-    "line_start",
-    "line_end",
-    "description",
-    "disposition",
-    "status",
-    "canonical_public_id",
-    "confirmations_count",
-    "disputes_count",
-    "pattern_key",
-    "commit_sha",
-    "reported_at",
-)
 
 
 WITHDRAWAL_REASONS = {
@@ -145,7 +136,7 @@ WITHDRAWAL_REASONS = {
 def _tombstone(request: Request, public_id: str, withdrawn_at: datetime, reason: str) -> Response:
     """410 Gone for a finding that was public: its id, when and the reason class, never its repository or text."""
     if wants_json(request):
-        body = {"finding": public_id, "withdrawn_at": withdrawn_at, "reason": reason}
+        body = Tombstone(finding=public_id, withdrawn_at=withdrawn_at.isoformat(), reason=reason)
         return json_twin(body, status_code=410, cache=ERROR_CACHE)
     context = {"public_id": public_id, "withdrawn_at": withdrawn_at, "reason_text": WITHDRAWAL_REASONS[reason]}
     return page(request, "site/withdrawn.html", context, status_code=410, cache=ERROR_CACHE)
@@ -163,16 +154,40 @@ async def finding_page(request: Request) -> Response:
     if finding is None:
         raise NotFound({"finding": ["not found"]}, message="No public finding is recorded at this address.")
     if wants_json(request):
-        repository = {"host": finding["host"], "owner": finding["owner"], "name": finding["name"]}
-        return json_twin(
-            {
-                "finding": {k: finding[k] for k in _FINDING_FIELDS} | {"repository": repository},
-                "checks": finding["checks"],
-            },
-            cache=cache_for(viewer),
-        )
+        return json_twin(_finding_record(finding), cache=cache_for(viewer))
     json_url = twin_path(finding_path(finding["public_id"]))
     return page(request, "site/finding.html", {"finding": finding}, json_url=json_url, cache=cache_for(viewer))
+
+
+def _finding_record(f: dict[str, Any]) -> FindingRecord:
+    detail = FindingDetail(
+        public_id=str(f["public_id"]),
+        title=f["title"],
+        severity=f["severity"],
+        file_path=f["file_path"],
+        line_start=f["line_start"],
+        line_end=f["line_end"],
+        description=f["description"],
+        disposition=f["disposition"],
+        status=f["status"],
+        canonical_public_id=uuid_text(f["canonical_public_id"]),
+        confirmations_count=f["confirmations_count"],
+        disputes_count=f["disputes_count"],
+        pattern_key=f["pattern_key"],
+        commit_sha=f["commit_sha"],
+        reported_at=iso(f["reported_at"]),
+        repository=FindingRepository(host=f["host"], owner=f["owner"], name=f["name"]),
+    )
+    checks = [
+        FindingCheck(
+            verdict=c["verdict"],
+            provenance=c["provenance"],
+            commit_sha=c["commit_sha"],
+            inserted_at=iso(c["inserted_at"]),
+        )
+        for c in f["checks"]
+    ]
+    return FindingRecord(finding=detail, checks=checks)
 
 
 routes: list[BaseRoute] = [

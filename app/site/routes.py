@@ -7,10 +7,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from app.infestations.types import infestation
+from app.kernel.answers import iso
 from app.kernel.web import etag_matches, json_twin, page, wants_json
 from app.registry.stats import registry_stats
 from app.reports.queries import list_recent_public_reports
 from app.site import badge, home_infestations, openapi, records, sarif
+from app.site.types import Home, HomeStats, RecentReport
 
 RECENT_REPORTS = 10
 
@@ -26,25 +29,25 @@ async def home(request: Request) -> Response:
         }
         return page(request, "site/home.html", context, json_url="/index.json")
     return json_twin(
-        {
-            "stats": await registry_stats(),
-            "infestations": fragment.items,
-            "recent_reports": [
-                {
-                    "id": r["id"],
-                    "repository": f"{r['owner']}/{r['name']}",
-                    "host": r["host"],
-                    "commit_sha": r["commit_sha"],
-                    "provenance": r["provenance"],
-                    "model": r["model"],
-                    "visibility": r["visibility"],
+        Home(
+            stats=HomeStats(**await registry_stats()),
+            infestations=[infestation(item) for item in fragment.items],
+            recent_reports=[
+                RecentReport(
+                    id=r["id"],
+                    repository=f"{r['owner']}/{r['name']}",
+                    host=r["host"],
+                    commit_sha=r["commit_sha"],
+                    provenance=r["provenance"],
+                    model=r["model"],
+                    visibility=r["visibility"],
                     # a summary-only report shows its header, not how many findings it holds
-                    "findings_count": r["findings_count"] if r["access"] == "full" else None,
-                    "inserted_at": r["inserted_at"],
-                }
+                    findings_count=r["findings_count"] if r["access"] == "full" else None,
+                    inserted_at=iso(r["inserted_at"]),
+                )
                 for r in reports
             ],
-        }
+        )
     )
 
 

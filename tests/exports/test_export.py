@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.exports import service
+from app.exports.types import ExportFile
 from app.moderation import service as moderation
 from app.reports.service import submit_report
 from jobs import worker
@@ -129,7 +130,7 @@ async def test_one_snapshot_while_writers_commit(tmp_path: Path, monkeypatch: py
     write_file = service._write_file
     during: list[dict[str, Any]] = []
 
-    async def write_then_commit_a_report(session: AsyncSession, *args: Any) -> dict[str, Any]:
+    async def write_then_commit_a_report(session: AsyncSession, *args: Any) -> ExportFile:
         mode = (
             await session.execute(
                 text("SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only')")

@@ -1,0 +1,80 @@
+"""Typed JSON answers: the msgspec Structs the serializers build, encoded as sent, and the OpenAPI components
+generated from them (docs/architecture.md "Answers")."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+from starlette.responses import Response
+
+__all__ = ["UNSET", "Answer", "Errors", "UnsetType"]
+
+
+class Answer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A closed JSON object: exactly its fields, in their order (`additionalProperties: false`); a field that
+    defaults to UNSET is left out of the answer when not set."""
+
+
+# Timestamps are sent as Python's `isoformat()` (`+00:00`, not msgspec's `Z`): build them with `iso()`.
+Timestamp = Annotated[str, Meta(description="ISO 8601 date-time")]
+Uuid = Annotated[str, Meta(extra_json_schema={"format": "uuid"})]
+Sha = Annotated[str, Meta(pattern="^[0-9a-f]{40}$")]
+
+
+def enum(values: Iterable[str], description: str | None = None) -> Meta:
+    """`Annotated[str, enum(SEVERITIES)]`: a string out of a closed set its owner module defines."""
+    return Meta(extra_json_schema={"enum": list(values)}, description=description)
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def uuid_text(value: uuid.UUID | str | None) -> str | None:
+    return None if value is None else str(value)
+
+
+class Errors(Answer):
+    """Every error answer (docs/security.md)."""
+
+    errors: Annotated[
+        dict[str, list[str]], Meta(description="field (or `request`, `path`, ...) -> messages naming the rule broken")
+    ]
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode(value: msgspec.Struct) -> bytes:
+    return _encoder.encode(value)
+
+
+def as_json(value: Answer) -> dict[str, Any]:
+    """The answer as the plain JSON values a client decodes (for the CLI and callers in Python)."""
+    decoded: dict[str, Any] = msgspec.to_builtins(value)
+    return decoded
+
+
+def answer_response(
+    value: msgspec.Struct, *, status_code: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    return Response(_encoder.encode(value), status_code=status_code, headers=headers, media_type="application/json")
+
+
+def openapi_components(types: Iterable[Any]) -> dict[str, Any]:
+    """`components.schemas` of these types and every type they reach, named by class; a docstring is the
+    description, on one line. A Struct's class attribute `EXAMPLES` becomes its schema's `examples`."""
+    listed = list(types)
+    _, schemas = msgspec.json.schema_components(listed, ref_template="#/components/schemas/{name}")
+    for schema in schemas.values():
+        if "description" in schema:
+            schema["description"] = " ".join(schema["description"].split())
+    for kind in listed:
+        if examples := getattr(kind, "EXAMPLES", None):
+            schemas[kind.__name__]["examples"] = examples
+    return schemas

@@ -1,0 +1,82 @@
+"""Repositories as the API and the JSON twins show them: the registration answer, the public record every twin
+shows, the search twin; and the registration body (parsed by `app.registry.validation`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar
+
+from msgspec import Meta, Struct
+
+from app.kernel.answers import Answer, Timestamp, iso
+from app.kernel.urls import repo_path
+
+
+class Repository(Answer):
+    id: int
+    host: str
+    owner: str
+    name: str
+    canonical_url: str
+    listing_status: str
+    status: str
+    scan_count: int
+    open_findings_count: int
+    verified_findings_count: int
+    url: str
+
+
+class PublicRepository(Answer):
+    host: str
+    owner: str
+    name: str
+    canonical_url: str
+    status: str
+    scan_count: int
+    open_findings_count: int
+    verified_findings_count: int
+    last_scanned_at: Timestamp | None
+    description: str | None
+    primary_language: str | None
+    stars_count: int | None
+    forks_count: int | None
+    archived: bool | None
+    participation_mode: str | None
+    listing_status: str
+    url: Annotated[str, Meta(description="the page's path")]
+
+
+def public_repository(row: Mapping[str, Any]) -> PublicRepository:
+    """What a JSON twin says about a repository: its public fields and its page's path."""
+    return PublicRepository(
+        host=row["host"],
+        owner=row["owner"],
+        name=row["name"],
+        canonical_url=row["canonical_url"],
+        status=row["status"],
+        scan_count=row["scan_count"],
+        open_findings_count=row["open_findings_count"],
+        verified_findings_count=row["verified_findings_count"],
+        last_scanned_at=iso(row["last_scanned_at"]),
+        description=row["description"],
+        primary_language=row["primary_language"],
+        stars_count=row["stars_count"],
+        forks_count=row["forks_count"],
+        archived=row["archived"],
+        participation_mode=row["participation_mode"],
+        listing_status=row["listing_status"],
+        url=repo_path(row["host"], row["owner"], row["name"]),
+    )
+
+
+class Search(Answer):
+    query: str
+    items: list[PublicRepository]
+
+
+class RepositoryRegistration(Struct, kw_only=True):
+    EXAMPLES: ClassVar[list[dict[str, Any]]] = [{"host": "github.com", "owner": "acme", "name": "widget"}]
+
+    host: str
+    owner: str
+    name: str

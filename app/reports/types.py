@@ -1,0 +1,205 @@
+"""The report API's bodies as typed structures (docs/domain.md §9): the answers `app.reports.serializers` builds,
+and the submissions `app.reports.validation` reads (documented here, parsed there with its own messages)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from msgspec import Meta, Struct
+
+from app.kernel.answers import UNSET, Answer, Sha, Uuid, enum
+from app.kernel.answers import UnsetType as Unset
+from app.reports.models import (
+    CHECK_VERDICTS,
+    CONFIRMATION_VERDICTS,
+    PROVENANCES,
+    REVIEW_KINDS,
+    SEVERITIES,
+)
+from app.reports.validation import (
+    MAX_DESCRIPTION,
+    MAX_EVIDENCE,
+    MAX_FINDINGS,
+    MAX_LABEL,
+    MAX_LINE,
+    MAX_NOTES,
+    MAX_RUN_ID,
+    MAX_TITLE,
+    MIN_CHECK_NOTES,
+)
+
+Severity = Annotated[str, enum(SEVERITIES)]
+Provenance = Annotated[str, enum(PROVENANCES)]
+CheckVerdict = Annotated[str, enum(CHECK_VERDICTS)]
+ConfirmationVerdict = Annotated[str, enum(CONFIRMATION_VERDICTS)]
+
+# -- answers --
+
+
+class ReportFinding(Answer):
+    public_id: Uuid
+    canonical_public_id: Uuid | None
+    pattern_key: str | None
+    title: str
+    severity: Severity
+    disposition: str
+    url: str
+
+
+class SarifSkipped(Answer):
+    suppressed: int
+    absent: int
+    not_a_problem: int
+    no_location: int
+
+
+class SarifTruncated(Answer):
+    titles: int
+    descriptions: int
+
+
+class SarifSummary(Answer):
+    results: int
+    findings: int
+    skipped: SarifSkipped
+    truncated: SarifTruncated
+
+
+class Report(Answer):
+    id: int
+    kind: Literal["report"]
+    repository: str
+    commit_sha: Sha
+    commit_committed_at: Annotated[str | None, Meta(description="ISO 8601 date-time")]
+    model: str | None
+    prompt_version: str | None
+    run_id: str | None
+    provenance: Provenance
+    provenance_attestation: Literal["self_reported"]
+    review_kind: Annotated[str, enum(REVIEW_KINDS)]
+    findings_count: int
+    verified: bool
+    review_status: str
+    visibility: str
+    disclosed: bool
+    record_url: str
+    findings: list[ReportFinding]
+    sarif: SarifSummary | Unset = UNSET  # the answer to a SARIF log only
+
+
+class Check(Answer):
+    id: int
+    canonical_public_id: Uuid
+    verdict: CheckVerdict
+    commit_sha: Sha
+    provenance: Provenance
+    status: str
+    confirmations_count: int
+    disputes_count: int
+
+
+class Confirmation(Answer):
+    id: int
+    report_id: int
+    verdict: ConfirmationVerdict
+    provenance: Provenance
+    commit_sha: Sha
+    confirmations_count: int
+    disputes_count: int
+    verified: bool
+    review_status: str
+    checks_recorded: int
+
+
+# -- submissions: open objects (unknown keys are ignored) --
+
+EXAMPLE_COMMIT = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+EXAMPLE_NOTES = "Reproduced with the proof of concept in the description."
+CommitSha = Annotated[str, Meta(pattern=r"^\s*[0-9a-fA-F]{40}\s*$", description="trimmed, lowercased")]
+Notes = Annotated[str, Meta(min_length=MIN_CHECK_NOTES, max_length=MAX_NOTES)]
+Evidence = Annotated[str, Meta(max_length=MAX_EVIDENCE)]
+Line = Annotated[int, Meta(ge=1, le=MAX_LINE)]
+FormatVersion = Annotated[int, Meta(extra_json_schema={"const": 1})]
+
+
+class ScanFinding(Struct, kw_only=True):
+    file: Annotated[str, Meta(description="a safe repository-relative path (docs/domain.md §2.3)")]
+    severity: Severity
+    title: Annotated[str, Meta(max_length=MAX_TITLE)]
+    description: Annotated[str, Meta(max_length=MAX_DESCRIPTION)]
+    disposition: Annotated[str, Meta(description="ignored: recomputed by the registry")] | Unset = UNSET
+    existing_finding_id: (
+        Annotated[str, Meta(description="a hint only", extra_json_schema={"format": "uuid"})] | Unset
+    ) = UNSET
+    line_start: Line | Unset = UNSET
+    line_end: Annotated[int, Meta(ge=1, le=MAX_LINE, description="needs line_start, ≥ it")] | Unset = UNSET
+
+
+class ScanDocument(Struct, kw_only=True):
+    """Scan Format v1 (`tarakan_review_format` is accepted as an alias key; unknown keys ignored; ≤ 2,000,000
+    characters as stored)"""
+
+    tarakan_scan_format: FormatVersion | Unset = UNSET
+    tarakan_review_format: FormatVersion | Unset = UNSET
+    findings: Annotated[list[ScanFinding], Meta(max_length=MAX_FINDINGS)]
+
+
+class ReportSubmission(Struct, kw_only=True):
+    EXAMPLES: ClassVar[list[dict[str, Any]]] = [
+        {
+            "commit_sha": EXAMPLE_COMMIT,
+            "model": "gpt-5",
+            "prompt_version": "review/v3",
+            "run_id": "run-2026-11-30-1",
+            "document": {
+                "tarakan_scan_format": 1,
+                "findings": [
+                    {
+                        "file": "lib/auth.py",
+                        "line_start": 42,
+                        "severity": "high",
+                        "title": "SQL injection in login",
+                        "description": "The user name is concatenated into the SQL string.",
+                    }
+                ],
+            },
+        }
+    ]
+
+    commit_sha: CommitSha
+    provenance: Provenance = "agent"
+    review_kind: Annotated[str, enum(REVIEW_KINDS)] = "code_review"
+    model: Annotated[str, Meta(max_length=MAX_LABEL, description="required unless provenance is human")] | Unset = UNSET
+    prompt_version: Annotated[str, Meta(max_length=MAX_LABEL, description="as model")] | Unset = UNSET
+    run_id: Annotated[str, Meta(max_length=MAX_RUN_ID, description="one report per run and account")] | Unset = UNSET
+    notes: Annotated[str, Meta(max_length=MAX_NOTES)] | Unset = UNSET
+    document: ScanDocument
+
+
+class CheckSubmission(Struct, kw_only=True):
+    EXAMPLES: ClassVar[list[dict[str, Any]]] = [
+        {"commit_sha": EXAMPLE_COMMIT, "verdict": "confirmed", "provenance": "human", "notes": EXAMPLE_NOTES}
+    ]
+
+    commit_sha: CommitSha
+    verdict: CheckVerdict
+    provenance: Provenance = "agent"
+    notes: Notes
+    evidence: Evidence | Unset = UNSET
+
+
+class ConfirmationSubmission(Struct, kw_only=True):
+    EXAMPLES: ClassVar[list[dict[str, Any]]] = [{"verdict": "confirmed", "provenance": "human", "notes": EXAMPLE_NOTES}]
+
+    verdict: ConfirmationVerdict
+    provenance: Provenance = "agent"
+    notes: Notes
+    evidence: Evidence | Unset = UNSET
+
+
+class SarifLog(Struct, kw_only=True):
+    """A SARIF 2.1.0 log (Content-Type application/sarif+json): one report, mapped as docs/sarif.md says; errors
+    name the JSON path in the log (`runs[0].results[12].locations[0]`)"""
+
+    version: Annotated[str, Meta(extra_json_schema={"const": "2.1.0"})]
+    runs: Annotated[list[dict[str, Any]], Meta(min_length=1)]

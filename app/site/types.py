@@ -1,0 +1,120 @@
+"""The JSON twins of the site's composed pages as typed structures: the home page, a repository's record, a
+finding's record and its tombstone."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from msgspec import Meta
+
+from app.infestations.types import Infestation, RepositoryInfestation
+from app.kernel.answers import UNSET, Answer, Sha, Timestamp, UnsetType, Uuid, enum
+from app.kernel.changes import REASONS
+from app.registry.types import PublicRepository
+from app.reports.types import CheckVerdict, Provenance, Severity
+
+
+class HomeStats(Answer):
+    repositories: int
+    unscanned: int
+    open_findings: int
+    verified_findings: int
+    contributors: int
+
+
+class RecentReport(Answer):
+    id: int
+    repository: str
+    host: str
+    commit_sha: Sha
+    provenance: Provenance
+    model: str | None
+    visibility: str
+    findings_count: Annotated[int | None, Meta(description="null for a summary-only report")]
+    inserted_at: Timestamp | None
+
+
+class Home(Answer):
+    stats: HomeStats
+    infestations: list[Infestation]
+    recent_reports: list[RecentReport]
+
+
+class RecordFinding(Answer):
+    """A finding of a report on a repository's record."""
+
+    public_id: Uuid
+    title: str
+    severity: str | None
+    file_path: str
+    line_start: int | None
+    line_end: int | None
+    status: str | None
+    pattern_key: str | None
+    url: str
+
+
+class RecordReport(Answer):
+    """A report on a repository's record: a summary-only report stops at the header."""
+
+    id: int
+    commit_sha: Sha
+    model: str | None
+    provenance: Provenance
+    review_kind: str
+    review_status: str
+    visibility: str
+    inserted_at: Timestamp | None
+    findings_count: int | UnsetType = UNSET
+    findings: list[RecordFinding] | UnsetType = UNSET
+
+
+class RepositoryRecord(Answer):
+    repository: PublicRepository
+    reports: list[RecordReport]
+    infestations: list[RepositoryInfestation]
+
+
+class FindingRepository(Answer):
+    host: str
+    owner: str
+    name: str
+
+
+class FindingDetail(Answer):
+    public_id: Uuid
+    title: str
+    severity: Severity
+    file_path: str
+    line_start: int | None
+    line_end: int | None
+    description: str
+    disposition: str
+    status: str | None
+    canonical_public_id: Uuid | None
+    confirmations_count: int | None
+    disputes_count: int | None
+    pattern_key: str | None
+    commit_sha: Sha
+    reported_at: Timestamp | None
+    repository: FindingRepository
+
+
+class FindingCheck(Answer):
+    verdict: CheckVerdict
+    provenance: Provenance
+    commit_sha: Sha
+    inserted_at: Timestamp | None
+
+
+class FindingRecord(Answer):
+    finding: FindingDetail
+    checks: list[FindingCheck]
+
+
+class Tombstone(Answer):
+    """A withdrawn finding's record (410): its id, when and the reason class, nothing else."""
+
+    finding: Uuid
+    withdrawn_at: Timestamp
+    reason: Annotated[str, enum(REASONS)]
