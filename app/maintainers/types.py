@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
-from msgspec import Meta
+from msgspec import Meta, Struct
 
 from app.kernel.answers import Answer, Timestamp, enum, iso
 from app.maintainers.models import CLAIM_STATES
 from app.maintainers.service import ClaimView
+
+
+class NoBody(Struct, forbid_unknown_fields=True):
+    """The claim and verify requests take no fields: send no body, or `{}`."""
+
+    EXAMPLES: ClassVar[list[dict[str, Any]]] = [{}]
 
 
 class Claim(Answer):

@@ -18,6 +18,7 @@ from app.exports.types import ExportManifest
 from app.feed.types import ChangePage
 from app.infestations.types import STATUS_CHOICES, InfestationList, InfestationShow, InstancePage
 from app.kernel.answers import Errors, openapi_components
+from app.maintainers.types import ClaimAnswer, NoBody
 from app.registry.types import Repository, RepositoryRegistration, Search
 from app.reports.types import EXAMPLE_COMMIT as EXAMPLE_COMMIT  # the commit the fuzz suite seeds its examples at
 from app.reports.types import (
@@ -56,6 +57,8 @@ _SCHEMAS = openapi_components(
         Search,
         ChangePage,
         ExportManifest,
+        NoBody,
+        ClaimAnswer,
     ]
 )
 UUID: Schema = {"type": "string", "format": "uuid"}
@@ -163,6 +166,13 @@ def _document_get(summary: str, content: Schema, errors: Schema) -> Schema:
         "503": {"description": "Dependency outage: see `Retry-After`", "content": errors},
     }
     return {"get": {"summary": summary, "parameters": _REPO_PARAMS, "responses": answers}}
+
+
+def _bodiless_post(summary: str, answers: dict[str, Schema], params: list[Schema]) -> Schema:
+    """A POST that takes no fields (app.maintainers.routes): no body, or `{}`."""
+    operation = _post(summary, "NoBody", answers, params)
+    operation["post"]["requestBody"]["required"] = False
+    return operation
 
 
 _KEY = _param("pattern_key", schema={"type": "string"}, description="64 lowercase hex characters")
@@ -283,6 +293,22 @@ DOCUMENT: Schema = {
             )
             for name in ("repositories.ndjson.gz", "findings.ndjson.gz", "patterns.ndjson.gz")
         },
+        # maintainers (docs/domain.md §14)
+        "/api/v1/repos/{host}/{owner}/{name}/claims": _bodiless_post(
+            "Claim a listed repository: a one-time token to commit as a line of .tarakan/verify.txt on its default "
+            "branch (scope repositories:maintain)",
+            {
+                "201": _json(_ref("ClaimAnswer"), "Claimed: the pending claim"),
+                "200": _json(_ref("ClaimAnswer"), "Claimed already: the pending claim, same token"),
+            },
+            _REPO_PARAMS,
+        ),
+        "/api/v1/claims/{claim_id}/verify": _bodiless_post(
+            "Verify a claim against the forge's .tarakan/verify.txt (scope repositories:maintain): 422 naming `token` "
+            "when the file is missing or holds another token, 503 naming `forge` when the forge fails",
+            {"200": _json(_ref("ClaimAnswer"), "Verified: the account maintains the repository")},
+            [_param("claim_id", schema={"type": "string", "pattern": "^[0-9]+$"})],
+        ),
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an API token"}},
