@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -52,33 +53,45 @@ def maximal_report(n: int) -> dict[str, Any]:
     }
 
 
+# the reader runs in its own process, so the sender's work in this one does not delay its measurements
+READER = """
+import json, sys, threading, time
+import httpx
+base, stop, samples = sys.argv[1], threading.Event(), []
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+with httpx.Client(timeout=30, verify=False) as client:
+    print("ready", flush=True)
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            status = client.get(base + "/infestations").status_code
+        except httpx.HTTPError as exc:
+            status = type(exc).__name__
+        samples.append((status, time.monotonic() - started))
+        stop.wait(0.05)
+print(json.dumps(samples), flush=True)
+"""
+
+
 class Reader:
-    """An anonymous client polling `/infestations` every 50 ms in a thread: each answer's status and latency."""
+    """An anonymous client polling `/infestations` every 50 ms in another process: each answer's status and
+    latency."""
 
     def __init__(self, base: str) -> None:
         self.base = base
         self.samples: list[tuple[int | str, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self) -> None:
-        with httpx.Client(timeout=30, verify=False) as client:
-            while not self._stop.is_set():
-                started = time.monotonic()
-                try:
-                    status: int | str = client.get(self.base + "/infestations").status_code
-                except httpx.HTTPError as exc:
-                    status = type(exc).__name__
-                self.samples.append((status, time.monotonic() - started))
-                self._stop.wait(0.05)
 
     def __enter__(self) -> Reader:
-        self._thread.start()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", READER, self.base], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self._proc.stdout is not None
+        assert self._proc.stdout.readline().strip() == "ready"
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(40)
+        out, _err = self._proc.communicate("", timeout=60)
+        self.samples = [(status, seconds) for status, seconds in json.loads(out.strip().splitlines()[-1])]
 
 
 async def test_a_burst_of_maximal_reports_from_one_token_leaves_readers_served() -> None:
