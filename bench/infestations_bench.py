@@ -72,7 +72,7 @@ def explain_ms(dsn: str, sql: str, params: dict[str, Any], runs: int, warmup: in
 def legacy_list_sql(status: str | None) -> str:
     from app.infestations import legacy
 
-    return legacy._LIST_SQL.format(status_filter="AND c.status = :status" if status else "")
+    return legacy.list_sql(status_filter=status is not None).sql
 
 
 # at a bulk tier a legacy list takes tens of seconds: measured for these filters only, once each, no warm-up
@@ -151,38 +151,36 @@ def measure_guard(dsn: str, results: dict[str, Any], runs: int) -> None:
     fetch; one loopback connection, no prepared statements, as the app runs them) of the ranked list (30 days, limit
     50) and of the hottest show page's three reads (get, first ledger page, 64 satellites), each with the guard and
     with its fragments replaced by TRUE, interleaved."""
+    from unittest import mock
+
+    from sqlalchemy import Select, true
+
     from app.infestations import queries
-    from app.kernel.public import visible_occurrence, visible_pattern, visible_scan
+    from app.kernel.sql import Window, render
     from app.reports.finding_memory import pattern_key
 
-    def unguarded(sql: str) -> str:
-        for fragment in (
-            visible_pattern("p.pattern_key"),
-            visible_occurrence("p.sample_occurrence_public_id"),
-            visible_occurrence("m.sample_occurrence_public_id"),
-            visible_scan("i.sample_scan_id"),
-        ):
-            sql = sql.replace(fragment, "TRUE")
-        return sql
+    def composed() -> list[Select[Any]]:
+        return [queries._ranked(Window(30)), queries._get(), queries._instances(), queries._pattern_repos()]
+
+    names = ("min_repos", "since", "limit", "key", "fetch")
+    guarded = [_psycopg_params(render(q).sql, names) for q in composed()]
+    # the same statements composed with every guard replaced by TRUE
+    with (
+        mock.patch.object(queries, "visible_scan", lambda _: true()),
+        mock.patch.object(queries, "visible_occurrence", lambda _: true()),
+        mock.patch.object(queries, "shown_pattern", lambda *_: true()),
+    ):
+        bare = [_psycopg_params(render(q).sql, names) for q in composed()]
 
     hot = pattern_key(HOT_TITLE)
-    names = ("min_repos", "since", "limit", "key", "fetch")
-    ranked = _psycopg_params(queries.ranked_list_sql(30), names)
-    show = [
-        _psycopg_params(sql, names)
-        for sql in (
-            queries._GET_SQL,
-            queries._INSTANCES_SQL.format(after="TRUE"),
-            queries._REPOS_SQL.format(after="TRUE"),
-        )
-    ]
+    ranked, show = guarded[0], guarded[1:]
     params = {"min_repos": 2, "since": datetime.now(UTC) - timedelta(days=30), "limit": 50, "key": hot, "fetch": 65}
     timings: dict[str, list[float]] = {k: [] for k in ("list", "list_unguarded", "show", "show_unguarded")}
     statements = {
         "list": [ranked],
-        "list_unguarded": [unguarded(ranked)],
+        "list_unguarded": [bare[0]],
         "show": show,
-        "show_unguarded": [unguarded(q) for q in show],
+        "show_unguarded": bare[1:],
     }
     with psycopg.connect(dsn) as conn:
         for run in range(runs + 5):  # 5 warm-up rounds

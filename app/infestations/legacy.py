@@ -12,15 +12,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, LiteralString
 
-from sqlalchemy import text
+from sqlalchemy import ARRAY, ColumnElement, Text, and_, any_, bindparam, cast, literal, true
 
-from app.infestations.models import WINDOWED_AGGREGATES
+from app.infestations.models import WINDOWED_AGGREGATES, status_rank
 from app.kernel import db
 from app.kernel.metrics import LIST_DURATION
-from app.kernel.paging import Page, after_cursor, keyset_page, time_id_cursor
-from app.kernel.public import PUBLIC_CANONICAL, PUBLIC_JOIN, PUBLIC_SCAN
+from app.kernel.paging import Page, Pages, after_keyset, cursor_params, keyset_page, time_id_cursor
+from app.kernel.public import public_canonical, public_join, public_scan
+from app.kernel.sql import Fragment, Slot, compose, outer, statement
 
 STATUSES = ("open", "verified", "disputed", "fixed")
 UNKNOWN_TITLE = "Unknown pattern"
@@ -103,16 +104,16 @@ def instance_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
     return entry
 
 
-# One row per canonical in the public join set (§3). EXISTS instead of joining occurrences: a canonical with
-# many public occurrences must count once, and the distinct counts then stay cheap.
-_PUBLIC_CANONICALS = f"""
+# One row per canonical in the public join set (§3), narrowed by `{where}`. EXISTS instead of joining occurrences:
+# a canonical with many public occurrences must count once, and the distinct counts then stay cheap.
+_PUBLIC_CANONICALS = """
 SELECT c.id, c.pattern_key, c.repository_id, c.status, c.inserted_at, c.updated_at
 FROM canonical_findings c
 JOIN repositories r ON r.id = c.repository_id
-WHERE {PUBLIC_CANONICAL} AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
+WHERE {public} AND c.pattern_key IS NOT NULL AND c.pattern_key <> '' AND {where}
 """
 
-_AGGREGATES = """
+_AGGREGATES = Fragment("""
 COUNT(DISTINCT repository_id) AS repo_count,
 COUNT(DISTINCT id) AS instance_count,
 COUNT(DISTINCT id) FILTER (WHERE status = 'open') AS open_count,
@@ -121,11 +122,16 @@ COUNT(DISTINCT id) FILTER (WHERE status = 'fixed') AS fixed_count,
 COUNT(DISTINCT id) FILTER (WHERE status = 'disputed') AS disputed_count,
 MAX(updated_at) AS last_seen_at,
 MIN(inserted_at) AS first_seen_at
-"""
+""")
 
-_LIST_SQL = f"""
-WITH pc AS ({_PUBLIC_CANONICALS} AND c.updated_at >= :since {{status_filter}})
-SELECT pattern_key, {_AGGREGATES}
+
+def _public_canonicals(where: Slot) -> Fragment:
+    return compose(_PUBLIC_CANONICALS, public=public_canonical(), where=where)
+
+
+_LIST_SQL = """
+WITH pc AS ({canonicals})
+SELECT pattern_key, {aggregates}
 FROM pc
 GROUP BY pattern_key
 HAVING COUNT(DISTINCT repository_id) >= :min_repos
@@ -133,36 +139,58 @@ ORDER BY repo_count DESC, last_seen_at DESC, pattern_key ASC
 LIMIT :limit
 """
 
-_GET_SQL = f"""
-WITH pc AS ({_PUBLIC_CANONICALS} AND c.pattern_key = :key)
-SELECT pattern_key, {_AGGREGATES} FROM pc GROUP BY pattern_key
-"""
+
+def list_sql(*, status_filter: bool) -> Fragment:
+    """The legacy ranked list: canonicals updated since `:since`, optionally of status `:status`."""
+    since = outer("c.updated_at") >= bindparam("since")
+    where = and_(since, outer("c.status") == bindparam("status")) if status_filter else since
+    return compose(_LIST_SQL, canonicals=_public_canonicals(where), aggregates=_AGGREGATES)
+
+
+_LIST = {status_filter: list_sql(status_filter=status_filter).statement() for status_filter in (False, True)}
+
+_GET = statement(
+    "WITH pc AS ({canonicals}) SELECT pattern_key, {aggregates} FROM pc GROUP BY pattern_key",
+    canonicals=_public_canonicals(outer("c.pattern_key") == bindparam("key")),
+    aggregates=_AGGREGATES,
+)
 
 # Representative (§4.2, leak fixed): among the key's public-join canonicals, open-preferring, then newest;
 # its sample is its newest public occurrence.
-_REPRESENTATIVES_SQL = f"""
+_REPRESENTATIVES = statement(
+    """
 WITH rep AS (
   SELECT DISTINCT ON (c.pattern_key) c.pattern_key, c.id, c.title, c.severity, c.file_path
   FROM canonical_findings c
   JOIN repositories r ON r.id = c.repository_id
-  WHERE c.pattern_key = ANY(CAST(:keys AS text[])) AND {PUBLIC_CANONICAL}
-  ORDER BY c.pattern_key,
-           CASE c.status WHEN 'open' THEN 0 WHEN 'disputed' THEN 1 WHEN 'verified' THEN 2 ELSE 3 END,
-           c.updated_at DESC, c.id DESC
+  WHERE c.pattern_key = ANY(CAST(:keys AS text[])) AND {public}
+  ORDER BY c.pattern_key, {rank}, c.updated_at DESC, c.id DESC
 )
 SELECT rep.pattern_key, rep.title, rep.severity, rep.file_path AS sample_file_path,
        sample.public_id AS sample_occurrence_public_id
 FROM rep
 LEFT JOIN LATERAL (
   SELECT f.public_id FROM scan_findings f JOIN scans s ON s.id = f.scan_id
-  WHERE f.canonical_finding_id = rep.id AND {PUBLIC_SCAN}
+  WHERE f.canonical_finding_id = rep.id AND {public_scan}
   ORDER BY s.inserted_at DESC, f.id DESC
   LIMIT 1
 ) sample ON true
-"""
+""",
+    public=public_canonical(),
+    rank=status_rank(outer("c.status")),
+    public_scan=public_scan(),
+)
+
+
+def _by_cursor(template: LiteralString, *keyset: ColumnElement[Any], **slots: Slot) -> Pages:
+    """`template`'s `{after}` slot filled for the first page and for the pages after a cursor."""
+    first, after = statement(template, after=true(), **slots), statement(template, after=after_keyset(*keyset), **slots)
+    return {False: first, True: after}
+
 
 # Newest public occurrence per canonical (DISTINCT ON), then the ledger order: newest canonical first.
-_INSTANCES_SQL = f"""
+_INSTANCES = _by_cursor(
+    """
 WITH rows AS (
   SELECT DISTINCT ON (c.id)
     c.id, c.public_id, f.public_id AS occurrence_public_id, c.status, c.severity, c.title, c.file_path,
@@ -172,21 +200,25 @@ WITH rows AS (
   JOIN repositories r ON r.id = c.repository_id
   JOIN scan_findings f ON f.canonical_finding_id = c.id
   JOIN scans s ON s.id = f.scan_id
-  WHERE c.pattern_key = :key AND {PUBLIC_JOIN}
+  WHERE c.pattern_key = :key AND {public}
   ORDER BY c.id, s.inserted_at DESC, f.id DESC
 )
 SELECT * FROM rows
-WHERE {{after}}
+WHERE {after}
 ORDER BY updated_at DESC, id DESC
 LIMIT :fetch
-"""
+""",
+    outer("rows.updated_at"),
+    outer("rows.id"),
+    public=public_join(),
+)
 
 
 async def _representatives(keys: Sequence[str]) -> dict[str, Mapping[Any, Any]]:
     if not keys:
         return {}
     async with db.read_session() as session:
-        rows = (await session.execute(text(_REPRESENTATIVES_SQL), {"keys": list(keys)})).mappings().all()
+        rows = (await session.execute(_REPRESENTATIVES, {"keys": list(keys)})).mappings().all()
     return {row["pattern_key"]: row for row in rows}
 
 
@@ -213,12 +245,10 @@ async def list_infestations_legacy(
     started = time.perf_counter()
     since = db.utcnow() - timedelta(days=days)
     params: dict[str, Any] = {"since": since, "min_repos": min_repos, "limit": limit}
-    status_filter = ""
     if status is not None:
-        status_filter = "AND c.status = :status"
         params["status"] = status
     async with db.read_session() as session:
-        rows = (await session.execute(text(_LIST_SQL.format(status_filter=status_filter)), params)).mappings().all()
+        rows = (await session.execute(_LIST[status is not None], params)).mappings().all()
     reps = await _representatives([row["pattern_key"] for row in rows])
     LIST_DURATION.labels(source="legacy", window=str(window_bucket(days))).observe(time.perf_counter() - started)
     return [_merge(row, reps.get(row["pattern_key"])) for row in rows]
@@ -229,7 +259,7 @@ async def get_infestation_legacy(pattern_key: str) -> dict[str, Any] | None:
     if not pattern_key:
         return None
     async with db.read_session() as session:
-        row = (await session.execute(text(_GET_SQL), {"key": pattern_key})).mappings().first()
+        row = (await session.execute(_GET, {"key": pattern_key})).mappings().first()
     if row is None:
         return None
     reps = await _representatives([pattern_key])
@@ -237,23 +267,22 @@ async def get_infestation_legacy(pattern_key: str) -> dict[str, Any] | None:
 
 
 async def newest_first_page(
-    sql: str,
-    keyset: str,
+    statements: Pages,
     pattern_key: str | None,
     *,
     limit: int,
     cursor: str | None,
     entry: Callable[[Mapping[Any, Any]], dict[str, Any]],
 ) -> Page[dict[str, Any]]:
-    """One page of a pattern's rows, newest first on `keyset` (its `(updated_at, id)` row value): `sql` has an
-    `{after}` slot and reads `:key` and `:fetch`. A key that did not parse (None) is an empty page; a malformed
-    cursor is InvalidCursor either way."""
-    after, params = after_cursor(cursor, keyset)
+    """One page of a pattern's rows, newest first on their `(updated_at, id)`: `statements` read `:key` and `:fetch`
+    (and the cursor's keyset). A key that did not parse (None) is an empty page; a malformed cursor is
+    InvalidCursor either way."""
+    params = cursor_params(cursor)
     if pattern_key is None:
         return {"entries": [], "next_cursor": None}
     params.update(key=pattern_key, fetch=limit + 1)
     async with db.read_session() as session:
-        rows = (await session.execute(text(sql.format(after=after)), params)).mappings().all()
+        rows = (await session.execute(statements[cursor is not None], params)).mappings().all()
     return keyset_page([entry(row) for row in rows], limit, BY_UPDATED_AT)
 
 
@@ -263,9 +292,7 @@ async def list_instances_legacy(
     """The key's public-join canonicals newest-first, each with its newest public occurrence (commit, scan).
     Returns `{"entries", "next_cursor"}`; the caller clamps `limit`."""
     limit = clamp(limit, 1, 300)
-    return await newest_first_page(
-        _INSTANCES_SQL, "(updated_at, id)", pattern_key, limit=limit, cursor=cursor, entry=instance_entry
-    )
+    return await newest_first_page(_INSTANCES, pattern_key, limit=limit, cursor=cursor, entry=instance_entry)
 
 
 def membership_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
@@ -273,25 +300,23 @@ def membership_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
     return {**row, "occurrence_public_id": uuid_str(row["occurrence_public_id"])}
 
 
-_STATUS_RANK = "CASE status WHEN 'open' THEN 0 WHEN 'disputed' THEN 1 WHEN 'verified' THEN 2 ELSE 3 END"
-
 # The key's public-join canonicals, each with its newest public occurrence (what the projection's instance rows
 # hold), narrowed by `{where}`.
-_INSTANCE_SOURCE = f"""
+_INSTANCE_SOURCE = """
 SELECT DISTINCT ON (c.id) c.id, c.pattern_key, c.repository_id, c.status, c.severity,
-  COALESCE(NULLIF(c.title, ''), '{UNKNOWN_TITLE}') AS title, c.inserted_at, c.updated_at,
+  COALESCE(NULLIF(c.title, ''), {unknown}) AS title, c.inserted_at, c.updated_at,
   f.public_id AS occurrence_public_id
 FROM canonical_findings c
 JOIN repositories r ON r.id = c.repository_id
 JOIN scan_findings f ON f.canonical_finding_id = c.id
 JOIN scans s ON s.id = f.scan_id
-WHERE {{where}} AND {PUBLIC_JOIN}
+WHERE {where} AND {public}
 ORDER BY c.id, s.inserted_at DESC, f.id DESC
 """
 
 # Memberships computed live, as the projection derives them from the instances (docs/domain.md §5.2 step 4).
-_MEMBERSHIPS = f"""
-WITH inst AS ({_INSTANCE_SOURCE}),
+_MEMBERSHIPS = """
+WITH inst AS ({instances}),
 agg AS (
   SELECT pattern_key, repository_id, count(*) AS instance_count,
     count(*) FILTER (WHERE status = 'open') AS open_count,
@@ -302,7 +327,7 @@ agg AS (
 ),
 rep AS (
   SELECT DISTINCT ON (pattern_key, repository_id) pattern_key, repository_id, severity, title, occurrence_public_id
-  FROM inst ORDER BY pattern_key, repository_id, {_STATUS_RANK}, updated_at DESC, id DESC
+  FROM inst ORDER BY pattern_key, repository_id, {rank}, updated_at DESC, id DESC
 )
 SELECT agg.repository_id AS id, agg.repository_id, agg.pattern_key, r.host, r.owner, r.name,
   CASE WHEN agg.open_count > 0 THEN 'open' WHEN agg.disputed_count > 0 THEN 'disputed'
@@ -312,14 +337,25 @@ SELECT agg.repository_id AS id, agg.repository_id, agg.pattern_key, r.host, r.ow
 FROM agg JOIN rep USING (pattern_key, repository_id) JOIN repositories r ON r.id = agg.repository_id
 """
 
-_PATTERN_REPOS_SQL = f"""
+
+def _memberships(where: Slot) -> Fragment:
+    instances = compose(_INSTANCE_SOURCE, unknown=literal(UNKNOWN_TITLE), where=where, public=public_join())
+    return compose(_MEMBERSHIPS, instances=instances, rank=status_rank(outer("inst.status")))
+
+
+_PATTERN_REPOS = _by_cursor(
+    """
 SELECT id, repository_id, host, owner, name, status, severity, title, instance_count, open_count,
        occurrence_public_id, updated_at
-FROM ({_MEMBERSHIPS.format(where="c.pattern_key = :key")}) x
-WHERE {{after}}
+FROM ({memberships}) x
+WHERE {after}
 ORDER BY updated_at DESC, id DESC
 LIMIT :fetch
-"""
+""",
+    outer("x.updated_at"),
+    outer("x.id"),
+    memberships=_memberships(outer("c.pattern_key") == bindparam("key")),
+)
 
 
 async def list_pattern_repos_legacy(
@@ -327,22 +363,28 @@ async def list_pattern_repos_legacy(
 ) -> Page[dict[str, Any]]:
     """The graph's repositories computed from source (the flag-off path): same entries, order and cursor as the
     membership read."""
-    return await newest_first_page(
-        _PATTERN_REPOS_SQL, "(updated_at, id)", pattern_key, limit=limit, cursor=cursor, entry=membership_entry
+    return await newest_first_page(_PATTERN_REPOS, pattern_key, limit=limit, cursor=cursor, entry=membership_entry)
+
+
+_REPOSITORY_SHARES = _memberships(
+    and_(
+        outer("c.repository_id") == bindparam("repository_id"),
+        outer("c.pattern_key").is_not(None),
+        outer("c.pattern_key") != "",
     )
+).statement()
 
-
-_REPOSITORY_SHARES_SQL = _MEMBERSHIPS.format(
-    where="c.repository_id = :repository_id AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''"
-)
-
-_KEYS_AGGREGATE_SQL = f"""
-WITH pc AS ({_PUBLIC_CANONICALS} AND c.pattern_key = ANY(CAST(:keys AS text[])))
-SELECT pattern_key, {_AGGREGATES} FROM pc GROUP BY pattern_key
+_KEYS_AGGREGATE = statement(
+    """
+WITH pc AS ({canonicals})
+SELECT pattern_key, {aggregates} FROM pc GROUP BY pattern_key
 HAVING COUNT(DISTINCT repository_id) >= :min_repos
 ORDER BY repo_count DESC, pattern_key ASC
 LIMIT :limit
-"""
+""",
+    canonicals=_public_canonicals(outer("c.pattern_key") == any_(cast(bindparam("keys"), ARRAY(Text)))),
+    aggregates=_AGGREGATES,
+)
 
 
 async def list_repository_infestations_legacy(
@@ -351,12 +393,10 @@ async def list_repository_infestations_legacy(
     """Patterns one repository takes part in, computed from source (the flag-off path): each the all-time map plus
     the repository's share, in the rollup read's order."""
     async with db.read_session() as session:
-        shares = (
-            (await session.execute(text(_REPOSITORY_SHARES_SQL), {"repository_id": repository_id})).mappings().all()
-        )
+        shares = (await session.execute(_REPOSITORY_SHARES, {"repository_id": repository_id})).mappings().all()
         by_key = {row["pattern_key"]: row for row in shares}
         params = {"keys": sorted(by_key), "min_repos": min_repos, "limit": limit}
-        rows = (await session.execute(text(_KEYS_AGGREGATE_SQL), params)).mappings().all() if by_key else []
+        rows = (await session.execute(_KEYS_AGGREGATE, params)).mappings().all() if by_key else []
     reps = await _representatives([row["pattern_key"] for row in rows])
     items = []
     for row in rows:
@@ -366,18 +406,22 @@ async def list_repository_infestations_legacy(
     return items
 
 
-_NEWEST_SQL = f"""
-WITH pc AS ({_PUBLIC_CANONICALS})
-SELECT pattern_key, {_AGGREGATES} FROM pc GROUP BY pattern_key
+_NEWEST = statement(
+    """
+WITH pc AS ({canonicals})
+SELECT pattern_key, {aggregates} FROM pc GROUP BY pattern_key
 HAVING COUNT(DISTINCT repository_id) >= 2
 ORDER BY first_seen_at DESC, pattern_key
 LIMIT :limit
-"""
+""",
+    canonicals=_public_canonicals(true()),
+    aggregates=_AGGREGATES,
+)
 
 
 async def list_newest_infestations_legacy(*, limit: int) -> list[dict[str, Any]]:
     """All-time infestations by first sighting, newest first, computed from source (the flag-off feed)."""
     async with db.read_session() as session:
-        rows = (await session.execute(text(_NEWEST_SQL), {"limit": limit})).mappings().all()
+        rows = (await session.execute(_NEWEST, {"limit": limit})).mappings().all()
     reps = await _representatives([row["pattern_key"] for row in rows])
     return [_merge(row, reps.get(row["pattern_key"])) for row in rows]

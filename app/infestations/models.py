@@ -6,12 +6,26 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, DateTime, ForeignKey, Index, Integer, Text, Uuid, func, text
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    ColumnElement,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    Text,
+    Uuid,
+    case,
+    func,
+    text,
+)
 from sqlalchemy.orm import Mapped, MappedColumn, mapped_column
 
 from app.kernel.db import Base
+from app.kernel.sql import WINDOW_DAYS
 
-WINDOWS = (7, 30, 90, 365)
+WINDOWS = WINDOW_DAYS
 # the counts of a pattern (all-time, and per window); repositories and instances, then instances by status
 COUNTS = ("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count")
 # the aggregates kept for each window (docs/domain.md §5.3) as `{name}_{W}d`; the all-time columns carry the bare names
@@ -19,6 +33,11 @@ WINDOWED_AGGREGATES = (*COUNTS, "last_seen_at")
 STATUSES = ("open", "verified", "disputed", "fixed")
 ALL_TIME = 0  # `window_days` of the all-time row of infestation_pattern_status_windows
 STATUS_WINDOWS = (ALL_TIME, *WINDOWS)
+
+
+def status_rank(status: ColumnElement[Any]) -> ColumnElement[int]:
+    """The representative instance's status rank: open first, then disputed, verified, fixed (docs/domain.md §4.2)."""
+    return case({"open": 0, "disputed": 1, "verified": 2}, value=status, else_=3)
 
 
 def _window_columns() -> dict[str, MappedColumn[Any]]:

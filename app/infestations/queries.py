@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import ColumnElement, FromClause, Select, bindparam, select, true
 
 from app.infestations.legacy import (
     STATUSES,
@@ -32,10 +32,19 @@ from app.infestations.legacy import (
     window_bucket,
     with_repository_share,
 )
+from app.infestations.models import (
+    InfestationPattern,
+    InfestationPatternInstance,
+    InfestationPatternRepo,
+    InfestationPatternStatusWindow,
+)
 from app.kernel import config, db
 from app.kernel.metrics import LIST_DURATION
-from app.kernel.paging import Page
+from app.kernel.paging import Page, Pages, after_keyset
 from app.kernel.public import shown_pattern, visible_occurrence, visible_scan
+from app.kernel.sql import WINDOW_DAYS, Window, compiled
+from app.registry.models import Repository
+from app.reports.models import CanonicalFinding
 
 __all__ = [
     "get_infestation",
@@ -97,80 +106,114 @@ async def _list_dated(
     return items, db.utcnow()
 
 
-def _window_columns(window: int) -> str:
-    # `window` is one of four ints from window_bucket(), never user text
-    return ", ".join(
-        [
-            f"p.repo_count_{window}d AS repo_count",
-            f"p.instance_count_{window}d AS instance_count",
-            f"p.open_count_{window}d AS open_count",
-            f"p.verified_count_{window}d AS verified_count",
-            f"p.fixed_count_{window}d AS fixed_count",
-            f"p.disputed_count_{window}d AS disputed_count",
-            f"p.last_seen_at_{window}d AS last_seen_at",
-        ]
+# Statements are composed with Core once, at import, and compiled to the text that runs (docs/architecture.md
+# "Composing SQL"): a request binds parameters only, and the plan tests EXPLAIN exactly what runs.
+P = InfestationPattern.__table__.alias("p")
+SW = InfestationPatternStatusWindow.__table__.alias("sw")
+I = InfestationPatternInstance.__table__.alias("i")  # noqa: E741
+M = InfestationPatternRepo.__table__.alias("m")
+R = Repository.__table__.alias("r")
+C = CanonicalFinding.__table__.alias("c")
+
+_REPRESENTATIVE = (P.c.title, P.c.severity, P.c.sample_file_path, P.c.sample_occurrence_public_id)
+_ALL_TIME = tuple(
+    P.c[name]
+    for name in (
+        "repo_count",
+        "instance_count",
+        "open_count",
+        "verified_count",
+        "fixed_count",
+        "disputed_count",
+        "last_seen_at",
+        "first_seen_at",
     )
+)
 
 
-# The literal `>= 2` repeats the rank index predicate so the planner can always prove the partial index applies
-# (min_repos is clamped to >= 2, so it never changes the result). The `last_seen_at_Wd >= :since` guard drops a
-# pattern whose newest in-window instance has left the window before the hourly recompute catches up.
-# The read-time guard (app.kernel.public): a pattern with no visible instance left is skipped, and a sample whose
-# report was taken down is dropped (`sample_visible`), both at the next request, before any refresh.
-# The pattern row's sample visibility, once per row (`OFFSET 0`: not inlined into both the select list and the
-# WHERE), which `shown_pattern` reuses so the instance walk runs only for a pattern whose sample was taken down.
-# `after`: the alias of the row the list walks, when `p` is joined to it; naming it makes the probe run on the
-# joined rows, above the join, so the planner still walks the rank index and stops after `limit` rows (on the
-# pattern table alone it may compute the probe for every pattern and sort).
-_SAMPLE_VISIBLE = "sv.sample_visible"
+def _windowed(name: str, window: Window) -> ColumnElement[Any]:
+    return P.c[f"{name}_{window}d"]
 
 
-def _sample_join(after: str | None = None) -> str:
-    walked = f", {after}.pattern_key AS walked" if after else ""
+def _sample_visible(walked: FromClause | None = None) -> FromClause:
+    """`sv.sample_visible`: the pattern row's sample is visible, once per row (`OFFSET 0`: not inlined into both the
+    select list and the WHERE), which `shown_pattern` reuses. `walked`: the row the list walks when `p` is joined to
+    it; naming it runs the probe above the join, so the planner still walks the rank index and stops at `limit`."""
+    columns = [visible_occurrence(P.c.sample_occurrence_public_id).label("sample_visible")]
+    if walked is not None:
+        columns.append(walked.c.pattern_key.label("walked"))
+    return select(*columns).correlate(P, *([] if walked is None else [walked])).offset(0).lateral("sv")
+
+
+def _ranked(window: Window) -> Select[Any]:
+    # `>= 2` repeats the rank index predicate so the planner can prove the partial index applies (min_repos is
+    # clamped to >= 2); `last_seen_at_Wd >= :since` drops a pattern whose instances left the window before the
+    # hourly recompute; the guard skips a pattern with no visible instance and drops a taken-down sample.
+    sv = _sample_visible()
+    repo_count, last_seen_at = _windowed("repo_count", window), _windowed("last_seen_at", window)
+    counts = ("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count")
     return (
-        f"CROSS JOIN LATERAL (SELECT {visible_occurrence('p.sample_occurrence_public_id')} AS sample_visible{walked} "
-        "OFFSET 0) sv"
+        select(
+            P.c.pattern_key,
+            *_REPRESENTATIVE,
+            P.c.first_seen_at,
+            P.c.refreshed_at,
+            sv.c.sample_visible,
+            *(_windowed(name, window).label(name) for name in (*counts, "last_seen_at")),
+        )
+        .select_from(P.join(sv, true()))
+        .where(
+            repo_count >= 2,
+            repo_count >= bindparam("min_repos"),
+            last_seen_at >= bindparam("since"),
+            shown_pattern(P.c.pattern_key, sv.c.sample_visible),
+        )
+        .order_by(repo_count.desc(), last_seen_at.desc().nulls_last(), P.c.pattern_key.asc())
+        .limit(bindparam("limit"))
     )
 
 
-_RANKED_SQL = f"""
-SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.first_seen_at,
-       p.refreshed_at, {_SAMPLE_VISIBLE}, {{columns}}
-FROM infestation_patterns p {_sample_join()}
-WHERE p.repo_count_{{w}}d >= 2 AND p.repo_count_{{w}}d >= :min_repos AND p.last_seen_at_{{w}}d >= :since
-  AND {shown_pattern("p.pattern_key", _SAMPLE_VISIBLE)}
-ORDER BY p.repo_count_{{w}}d DESC, p.last_seen_at_{{w}}d DESC NULLS LAST, p.pattern_key ASC
-LIMIT :limit
-"""
+def _status_ranked(window: Window) -> Select[Any]:
+    # the (status, window) rows walked on their one partial rank index exactly like the unfiltered list, with the
+    # same bucket and guard; representative fields and the all-time first_seen_at from the pattern row
+    sv = _sample_visible(SW)
+    return (
+        select(
+            P.c.pattern_key,
+            *_REPRESENTATIVE,
+            P.c.first_seen_at,
+            P.c.refreshed_at,
+            sv.c.sample_visible,
+            SW.c.repo_count,
+            SW.c.instance_count,
+            SW.c.last_seen_at,
+        )
+        .select_from(SW.join(P, P.c.pattern_key == SW.c.pattern_key).join(sv, true()))
+        .where(
+            SW.c.status == bindparam("status"),
+            SW.c.window_days == int(window),
+            SW.c.repo_count >= 2,
+            SW.c.repo_count >= bindparam("min_repos"),
+            SW.c.last_seen_at >= bindparam("since"),
+            shown_pattern(SW.c.pattern_key, sv.c.sample_visible),
+        )
+        .order_by(SW.c.repo_count.desc(), SW.c.last_seen_at.desc(), SW.c.pattern_key.asc())
+        .limit(bindparam("limit"))
+    )
 
-# Status filter: the (status, window) rows of infestation_pattern_status_windows, walked on their one partial rank
-# index in O(limit) exactly like the unfiltered list, with the same bucket and read-time guard; representative
-# fields and the all-time first_seen_at from the pattern row.
-_STATUS_SQL = f"""
-SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.first_seen_at,
-       p.refreshed_at, {_SAMPLE_VISIBLE},
-       sw.repo_count, sw.instance_count, sw.last_seen_at
-FROM infestation_pattern_status_windows sw
-JOIN infestation_patterns p ON p.pattern_key = sw.pattern_key {_sample_join("sw")}
-WHERE sw.status = :status AND sw.window_days = {{w}} AND sw.repo_count >= 2 AND sw.repo_count >= :min_repos
-  AND sw.last_seen_at >= :since AND {shown_pattern("sw.pattern_key", _SAMPLE_VISIBLE)}
-ORDER BY sw.repo_count DESC, sw.last_seen_at DESC, sw.pattern_key ASC
-LIMIT :limit
-"""
+
+_RANKED = {w: compiled(_ranked(Window(w))) for w in WINDOW_DAYS}
+_STATUS_RANKED = {w: compiled(_status_ranked(Window(w))) for w in WINDOW_DAYS}
 
 
 def ranked_list_sql(window: int) -> str:
     """The ranked-list statement for one window bucket (tests EXPLAIN it to prove the rank index is used)."""
-    if window not in (7, 30, 90, 365):
-        raise ValueError(f"no precomputed window of {window} days")
-    return _RANKED_SQL.format(columns=_window_columns(window), w=window)
+    return _RANKED[Window(window)].text
 
 
 def status_list_sql(window: int) -> str:
     """The status-filtered list statement for one window bucket (`:status` bound at run time)."""
-    if window not in (7, 30, 90, 365):
-        raise ValueError(f"no precomputed window of {window} days")
-    return _STATUS_SQL.format(w=window)
+    return _STATUS_RANKED[Window(window)].text
 
 
 async def list_infestations_rollup(
@@ -201,12 +244,12 @@ async def _list_rollup(
     started = time.perf_counter()
     async with db.read_session() as session:
         if status is None:
-            sql = ranked_list_sql(window)
+            statement = _RANKED[window]
             params: dict[str, Any] = {"min_repos": min_repos, "since": since, "limit": limit}
         else:
-            sql = status_list_sql(window)
+            statement = _STATUS_RANKED[window]
             params = {"status": status, "min_repos": min_repos, "since": since, "limit": limit}
-        rows = (await session.execute(text(sql), params)).mappings().all()
+        rows = (await session.execute(statement, params)).mappings().all()
     LIST_DURATION.labels(source="rollup", window=str(window)).observe(time.perf_counter() - started)
     items = []
     for row in rows:
@@ -223,13 +266,21 @@ def _oldest(times: Iterable[datetime | None]) -> datetime | None:
     return min(known) if known else None
 
 
-_GET_SQL = f"""
-SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.repo_count,
-       p.instance_count, p.open_count, p.verified_count, p.fixed_count, p.disputed_count, p.last_seen_at,
-       p.first_seen_at, p.refreshed_at, {_SAMPLE_VISIBLE}
-FROM infestation_patterns p {_sample_join()}
-WHERE p.pattern_key = :key AND {shown_pattern("p.pattern_key", _SAMPLE_VISIBLE)}
-"""
+def _shown_patterns(*columns: ColumnElement[Any]) -> Select[Any]:
+    """Pattern rows with their all-time map and `sample_visible`, only those still shown (the read-time guard)."""
+    sv = _sample_visible()
+    return (
+        select(P.c.pattern_key, *_REPRESENTATIVE, *_ALL_TIME, *columns, sv.c.sample_visible)
+        .select_from(P.join(sv, true()))
+        .where(shown_pattern(P.c.pattern_key, sv.c.sample_visible))
+    )
+
+
+def _get() -> Select[Any]:
+    return _shown_patterns(P.c.refreshed_at).where(P.c.pattern_key == bindparam("key"))
+
+
+_GET = compiled(_get())
 
 
 async def get_infestation(pattern_key: str) -> dict[str, Any] | None:
@@ -248,30 +299,54 @@ async def get_infestation_dated(pattern_key: str) -> tuple[dict[str, Any] | None
     if not config.read_from_rollup():
         return await get_infestation_legacy(key), db.utcnow()
     async with db.read_session() as session:
-        row = (await session.execute(text(_GET_SQL), {"key": key})).mappings().first()
+        row = (await session.execute(_GET, {"key": key})).mappings().first()
     return (None, None) if row is None else (guarded_map(row), row["refreshed_at"])
 
 
-_INSTANCES_SQL = """
-SELECT i.canonical_finding_id AS id, c.public_id, i.sample_occurrence_public_id AS occurrence_public_id,
-       i.status, i.severity, i.title, i.file_path, c.detections_count, c.confirmations_count,
-       r.host, r.owner, r.name, i.repository_id, i.sample_commit_sha AS commit_sha, i.sample_scan_id AS scan_id,
-       i.updated_at
-FROM infestation_pattern_instances i
-JOIN repositories r ON r.id = i.repository_id
-JOIN canonical_findings c ON c.id = i.canonical_finding_id
-WHERE i.pattern_key = :key AND {after} AND {guard}
-ORDER BY i.updated_at DESC, i.canonical_finding_id DESC
-LIMIT :fetch
-""".replace("{guard}", visible_scan("i.sample_scan_id"))
+def _newest_first(query: Select[Any], updated_at: ColumnElement[Any], row_id: ColumnElement[Any]) -> Select[Any]:
+    """A pattern's rows newest first on `(updated_at, id)`, `LIMIT :fetch`."""
+    return query.order_by(updated_at.desc(), row_id.desc()).limit(bindparam("fetch"))
+
+
+def _pages(query: Select[Any], updated_at: ColumnElement[Any], row_id: ColumnElement[Any]) -> Pages:
+    """The first page of a newest-first list, and the pages after a cursor."""
+    return {False: compiled(query), True: compiled(query.where(after_keyset(updated_at, row_id)))}
+
+
+def _instances() -> Select[Any]:
+    query = (
+        select(
+            I.c.canonical_finding_id.label("id"),
+            C.c.public_id,
+            I.c.sample_occurrence_public_id.label("occurrence_public_id"),
+            I.c.status,
+            I.c.severity,
+            I.c.title,
+            I.c.file_path,
+            C.c.detections_count,
+            C.c.confirmations_count,
+            R.c.host,
+            R.c.owner,
+            R.c.name,
+            I.c.repository_id,
+            I.c.sample_commit_sha.label("commit_sha"),
+            I.c.sample_scan_id.label("scan_id"),
+            I.c.updated_at,
+        )
+        .select_from(I.join(R, R.c.id == I.c.repository_id).join(C, C.c.id == I.c.canonical_finding_id))
+        .where(I.c.pattern_key == bindparam("key"), visible_scan(I.c.sample_scan_id))
+    )
+    return _newest_first(query, I.c.updated_at, I.c.canonical_finding_id)
+
+
+_INSTANCES = _pages(_instances(), I.c.updated_at, I.c.canonical_finding_id)
 
 
 async def _fetch_instances(pattern_key: str, *, limit: int, cursor: str | None) -> Page[dict[str, Any]]:
     if not config.read_from_rollup():
         return await list_instances_legacy(parse_pattern_key(pattern_key) or "", limit=limit, cursor=cursor)
     return await newest_first_page(
-        _INSTANCES_SQL,
-        "(i.updated_at, i.canonical_finding_id)",
+        _INSTANCES,
         parse_pattern_key(pattern_key),
         limit=limit,
         cursor=cursor,
@@ -292,16 +367,29 @@ async def list_instances_page(pattern_key: str, *, limit: int = 50, cursor: str 
     return await _fetch_instances(pattern_key, limit=clamp(limit, 1, PAGE_MAX), cursor=cursor)
 
 
-_REPOS_SQL = """
-SELECT m.repository_id AS id, m.repository_id, r.host, r.owner, r.name, m.primary_status AS status, m.severity,
-       m.title, m.instance_count, m.open_count, m.sample_occurrence_public_id AS occurrence_public_id,
-       m.last_seen_at AS updated_at
-FROM infestation_pattern_repos m
-JOIN repositories r ON r.id = m.repository_id
-WHERE m.pattern_key = :key AND {after} AND {guard}
-ORDER BY m.last_seen_at DESC, m.repository_id DESC
-LIMIT :fetch
-""".replace("{guard}", visible_occurrence("m.sample_occurrence_public_id"))
+def _pattern_repos() -> Select[Any]:
+    query = (
+        select(
+            M.c.repository_id.label("id"),
+            M.c.repository_id,
+            R.c.host,
+            R.c.owner,
+            R.c.name,
+            M.c.primary_status.label("status"),
+            M.c.severity,
+            M.c.title,
+            M.c.instance_count,
+            M.c.open_count,
+            M.c.sample_occurrence_public_id.label("occurrence_public_id"),
+            M.c.last_seen_at.label("updated_at"),
+        )
+        .select_from(M.join(R, R.c.id == M.c.repository_id))
+        .where(M.c.pattern_key == bindparam("key"), visible_occurrence(M.c.sample_occurrence_public_id))
+    )
+    return _newest_first(query, M.c.last_seen_at, M.c.repository_id)
+
+
+_REPOS = _pages(_pattern_repos(), M.c.last_seen_at, M.c.repository_id)
 
 
 async def list_pattern_repos_page(
@@ -314,8 +402,7 @@ async def list_pattern_repos_page(
     if not config.read_from_rollup():
         return await list_pattern_repos_legacy(parse_pattern_key(pattern_key), limit=limit, cursor=cursor)
     return await newest_first_page(
-        _REPOS_SQL,
-        "(m.last_seen_at, m.repository_id)",
+        _REPOS,
         parse_pattern_key(pattern_key),
         limit=limit,
         cursor=cursor,
@@ -323,20 +410,32 @@ async def list_pattern_repos_page(
     )
 
 
-# A visible membership (its repository listed, its sample's report public) implies a visible pattern.
-_REPOSITORY_INFESTATIONS_SQL = f"""
-SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.repo_count,
-       p.instance_count, p.open_count, p.verified_count, p.fixed_count, p.disputed_count, p.last_seen_at,
-       p.first_seen_at, {_SAMPLE_VISIBLE},
-       m.instance_count AS repository_instance_count, m.open_count AS repository_open_count,
-       m.primary_status AS repository_status, m.sample_occurrence_public_id AS repository_occurrence_public_id
-FROM infestation_pattern_repos m
-JOIN infestation_patterns p ON p.pattern_key = m.pattern_key {_sample_join("m")}
-WHERE m.repository_id = :repository_id AND p.repo_count >= :min_repos
-  AND {visible_occurrence("m.sample_occurrence_public_id")}
-ORDER BY p.repo_count DESC, p.pattern_key ASC
-LIMIT :limit
-"""
+def _repository_infestations() -> Select[Any]:
+    # a visible membership (its repository listed, its sample's report public) implies a visible pattern
+    sv = _sample_visible(M)
+    return (
+        select(
+            P.c.pattern_key,
+            *_REPRESENTATIVE,
+            *_ALL_TIME,
+            sv.c.sample_visible,
+            M.c.instance_count.label("repository_instance_count"),
+            M.c.open_count.label("repository_open_count"),
+            M.c.primary_status.label("repository_status"),
+            M.c.sample_occurrence_public_id.label("repository_occurrence_public_id"),
+        )
+        .select_from(M.join(P, P.c.pattern_key == M.c.pattern_key).join(sv, true()))
+        .where(
+            M.c.repository_id == bindparam("repository_id"),
+            P.c.repo_count >= bindparam("min_repos"),
+            visible_occurrence(M.c.sample_occurrence_public_id),
+        )
+        .order_by(P.c.repo_count.desc(), P.c.pattern_key.asc())
+        .limit(bindparam("limit"))
+    )
+
+
+_REPOSITORY_INFESTATIONS = compiled(_repository_infestations())
 
 
 async def list_repository_infestations(
@@ -351,22 +450,19 @@ async def list_repository_infestations(
         return await list_repository_infestations_legacy(int(repository_id), limit=limit, min_repos=min_repos)
     params = {"repository_id": int(repository_id), "limit": limit, "min_repos": min_repos}
     async with db.read_session() as session:
-        rows = (await session.execute(text(_REPOSITORY_INFESTATIONS_SQL), params)).mappings().all()
+        rows = (await session.execute(_REPOSITORY_INFESTATIONS, params)).mappings().all()
     items = []
     for row in rows:
         items.append(with_repository_share(guarded_map(row), row, prefix="repository_"))
     return items
 
 
-_NEWEST_SQL = f"""
-SELECT p.pattern_key, p.title, p.severity, p.sample_file_path, p.sample_occurrence_public_id, p.repo_count,
-       p.instance_count, p.open_count, p.verified_count, p.fixed_count, p.disputed_count, p.last_seen_at,
-       p.first_seen_at, {_SAMPLE_VISIBLE}
-FROM infestation_patterns p {_sample_join()}
-WHERE p.repo_count >= 2 AND p.first_seen_at IS NOT NULL AND {shown_pattern("p.pattern_key", _SAMPLE_VISIBLE)}
-ORDER BY p.first_seen_at DESC, p.pattern_key
-LIMIT :limit
-"""
+_NEWEST = compiled(
+    _shown_patterns()
+    .where(P.c.repo_count >= 2, P.c.first_seen_at.is_not(None))
+    .order_by(P.c.first_seen_at.desc(), P.c.pattern_key)
+    .limit(bindparam("limit"))
+)
 
 
 async def list_newest_infestations(*, limit: int = 20) -> list[dict[str, Any]]:
@@ -376,5 +472,5 @@ async def list_newest_infestations(*, limit: int = 20) -> list[dict[str, Any]]:
     if not config.read_from_rollup():
         return await list_newest_infestations_legacy(limit=limit)
     async with db.read_session() as session:
-        rows = (await session.execute(text(_NEWEST_SQL), {"limit": limit})).mappings().all()
+        rows = (await session.execute(_NEWEST, {"limit": limit})).mappings().all()
     return [guarded_map(row) for row in rows]

@@ -40,6 +40,10 @@ class Page(TypedDict, Generic[E]):
     next_cursor: str | None
 
 
+# The statements of a keyset-paged list: the first page (False) and the pages after a cursor (True).
+Pages = dict[bool, TextClause]
+
+
 class InvalidCursor(ValidationError):
     """A malformed `cursor` parameter: the client sent something we never issued."""
 
@@ -96,15 +100,6 @@ def decode_id_cursor(raw: str) -> int:
     if at != _EPOCH:
         raise InvalidCursor()
     return row_id
-
-
-def after_cursor(cursor: str | None, keyset: str) -> tuple[str, dict[str, Any]]:
-    """For a newest-first list ordered by the row value `keyset` DESC (e.g. `(s.inserted_at, s.id)`): the SQL
-    predicate that starts after the cursor's row, with its parameters; `TRUE` on the first page (no cursor)."""
-    if cursor is None:
-        return "TRUE", {}
-    at, row_id = decode_cursor(cursor)
-    return f"{keyset} < (:cursor_at, :cursor_id)", {"cursor_at": at, "cursor_id": row_id}
 
 
 def after_keyset(*keyset: ColumnElement[Any]) -> ColumnElement[bool]:

@@ -67,6 +67,7 @@ def has_public_occurrence(canonical_id: ColumnElement[Any] | None = None) -> Col
         select(_ONE)
         .select_from(f.join(s, s.c.id == f.c.scan_id))
         .where(f.c.canonical_finding_id == (outer("c.id") if canonical_id is None else canonical_id), public_scan(s))
+        .correlate_except(f, s)
         .exists()
     )
 
@@ -109,6 +110,7 @@ def visible_scan(scan_id: ColumnElement[Any] | str) -> ColumnElement[bool] | str
         select(_ONE)
         .select_from(gs.join(gr, gr.c.id == gs.c.repository_id))
         .where(gs.c.id == scan_id, public_scan(gs), listed_repository(gr))
+        .correlate_except(gs, gr)
         .exists()
     )
 
@@ -123,7 +125,7 @@ def visible_occurrence(public_id: ColumnElement[Any] | str) -> ColumnElement[boo
     if isinstance(public_id, str):
         return visible_scan(f"(SELECT gf.scan_id FROM scan_findings gf WHERE gf.public_id = {public_id})")
     gf = scan_findings.alias("gf")
-    return visible_scan(select(gf.c.scan_id).where(gf.c.public_id == public_id).scalar_subquery())
+    return visible_scan(select(gf.c.scan_id).where(gf.c.public_id == public_id).correlate_except(gf).scalar_subquery())
 
 
 @overload

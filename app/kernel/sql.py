@@ -95,6 +95,12 @@ class _Compiler(PGCompiler):
         kw["literal_binds"] = not (bindparam.value is None and bindparam.callable is None)
         return super().visit_bindparam(bindparam, *args, **kw)  # type: ignore[no-untyped-call]
 
+    def limit_clause(self, select: Any, **kw: Any) -> str:
+        # a bare `OFFSET 0` (the planner fence the guards rely on), without PostgreSQL's redundant `LIMIT ALL`
+        if select._limit_clause is None and select._offset_clause is not None:
+            return " OFFSET " + str(self.process(select._offset_clause, **kw))
+        return str(super().limit_clause(select, **kw))  # type: ignore[no-untyped-call]
+
 
 class _Dialect(PGDialect):
     statement_compiler = _Compiler

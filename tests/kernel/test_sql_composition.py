@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("app", "jobs")
 HELPER = Path("app/kernel/sql.py")
 # Calls whose argument is run as SQL: it must be a plain string literal (or a module constant holding one).
-SQL_SINKS = {"text", "literal_column", "exec_driver_sql", "Fragment", "compose", "statement", "outer"}
+SQL_SINKS = {"text", "literal_column", "exec_driver_sql", "Fragment", "outer"}
 
 # Uppercase SQL keywords (case-sensitive, so English prose rarely matches) and a few lowercase SQL shapes.
 _SQL = re.compile(
@@ -142,17 +142,14 @@ NOT_YET_CONVERTED = {
     "app/feed/queries.py",
     "app/infestations/cutover.py",
     "app/infestations/dirty_queue.py",
-    "app/infestations/legacy.py",
     "app/infestations/maintenance.py",
     "app/infestations/models.py",
     "app/infestations/projection.py",
-    "app/infestations/queries.py",
     "app/infestations/shadow.py",
     "app/infestations/shadow_sampler.py",
     "app/kernel/changes.py",
     "app/kernel/db.py",
     "app/kernel/outbox.py",
-    "app/kernel/paging.py",
     "app/kernel/policy.py",
     "app/kernel/public.py",
     "app/registry/queries.py",
