@@ -26,6 +26,7 @@ from app.accounts.models import TOKEN_SCOPES
 from app.accounts.service import create_token
 from app.accounts.sessions import COOKIE_NAME, open_session
 from app.kernel.limits import MAX_JSON_DEPTH, body_limit
+from app.maintainers.service import claim_repository
 from tests import factories
 from tests.harness import ARTIFACTS, start_server, stop
 from tests.system.support import (
@@ -158,6 +159,8 @@ async def test_every_body_route_survives_every_hostile_shape_with_healthz_live()
         "canonical_public_id": str(canonical.public_id),
         "scan_id": str(scan.id),
         "handle": target.handle,
+        # another account's claim: a body that gets through the intake meets a 404, never the forge
+        "claim_id": str((await claim_repository(target.id, repo.host, repo.owner, repo.name))[0].id),
     }
     LOG.parent.mkdir(exist_ok=True)
     LOG.unlink(missing_ok=True)
