@@ -3,6 +3,8 @@ response shows exactly what was committed."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import text
@@ -38,6 +40,11 @@ async def report_response(session: AsyncSession, scan_id: int) -> Report:
     """The 201 body of a report submission."""
     s = (await session.execute(text(_REPORT), {"id": scan_id})).mappings().one()
     findings = (await session.execute(text(_FINDINGS), {"id": scan_id})).mappings().all()
+    return report_answer(s, findings)
+
+
+def report_answer(s: Mapping[Any, Any], findings: Sequence[Mapping[Any, Any]]) -> Report:
+    """A report from its row (`_REPORT`) and its findings' rows (`_FINDINGS`)."""
     return Report(
         id=s["id"],
         kind="report",
