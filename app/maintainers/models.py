@@ -7,7 +7,19 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index, Integer, Text, Uuid, func, text
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    SmallInteger,
+    Text,
+    Uuid,
+    func,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.kernel.columns import Inserted, closed_sets
@@ -183,8 +195,12 @@ class WebhookDelivery(Inserted, Base):
         Index("webhook_deliveries_delivery_idx", "delivery", unique=True),
         # per webhook, the oldest undelivered entry (seq order) ...
         Index("webhook_deliveries_pending_idx", "webhook_id", "seq", postgresql_where=text("delivered_at IS NULL")),
-        # ... and which are due
-        Index("webhook_deliveries_due_idx", "next_attempt_at", postgresql_where=text("delivered_at IS NULL")),
+        # ... and which are due (the heads: the rest have no next_attempt_at)
+        Index(
+            "webhook_deliveries_due_idx",
+            "next_attempt_at",
+            postgresql_where=text("delivered_at IS NULL AND next_attempt_at IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -193,7 +209,20 @@ class WebhookDelivery(Inserted, Base):
     kind: Mapped[str] = mapped_column(Text)  # the entry's kind, for the log and X-Tarakan-Event
     delivery: Mapped[uuid.UUID] = mapped_column(Uuid, server_default=text("gen_random_uuid()"))
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
-    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # when it is tried next; only the oldest undelivered entry of an enabled webhook has one (seq order: the rest
+    # wait for it, NULL), so the due index holds exactly what may be sent (migration 0009)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_status: Mapped[int | None] = mapped_column(Integer)  # the receiver's HTTP status; NULL: no answer
     last_error: Mapped[str | None] = mapped_column(Text)  # timeout, refused address, ... (no receiver text)
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class WebhookFanout(Base):
+    """One row: the change-feed seq up to which the worker's fan-out turned entries into deliveries (each webhook's
+    `enqueued_seq` is only where its own entries start: the feed's head when it was registered)."""
+
+    __tablename__ = "webhook_fanout"
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(BigInteger)
