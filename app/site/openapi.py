@@ -34,38 +34,15 @@ from app.site.types import FindingRecord, Home, RepositoryRecord, Tombstone
 
 Schema = dict[str, Any]
 
-# every body the paths name; the types they hold are collected with them
-_SCHEMAS = openapi_components(
-    [
-        Errors,
-        ReportSubmission,
-        CheckSubmission,
-        ConfirmationSubmission,
-        RepositoryRegistration,
-        SarifLog,
-        Report,
-        Check,
-        Confirmation,
-        Repository,
-        Home,
-        InfestationList,
-        InfestationShow,
-        InstancePage,
-        RepositoryRecord,
-        FindingRecord,
-        Tombstone,
-        Search,
-        ChangePage,
-        ExportManifest,
-        NoBody,
-        ClaimAnswer,
-    ]
-)
 UUID: Schema = {"type": "string", "format": "uuid"}
 
 
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
+_NAMED: dict[str, type] = {}  # the types the paths name: they and every type they reach are the components
+
+
+def _ref(kind: type) -> Schema:
+    _NAMED[kind.__name__] = kind
+    return {"$ref": f"#/components/schemas/{kind.__name__}"}
 
 
 _ERROR_TEXT = {
@@ -108,10 +85,10 @@ def _param(name: str, where: str = "path", schema: Schema | None = None, descrip
     return param
 
 
-def _post(summary: str, body: str, answers: dict[str, Schema], params: list[Schema], *, sarif: bool = False) -> Schema:
+def _post(summary: str, body: type, answers: dict[str, Schema], params: list[Schema], *, sarif: bool = False) -> Schema:
     content = {"application/json": {"schema": _ref(body)}}
     if sarif:
-        content["application/sarif+json"] = {"schema": _ref("SarifLog")}
+        content["application/sarif+json"] = {"schema": _ref(SarifLog)}
     return {
         "post": {
             "summary": summary,
@@ -123,7 +100,7 @@ def _post(summary: str, body: str, answers: dict[str, Schema], params: list[Sche
     }
 
 
-def _get(summary: str, schema: str, params: list[Schema] | None = None) -> Schema:
+def _get(summary: str, schema: type, params: list[Schema] | None = None) -> Schema:
     return {
         "get": {
             "summary": summary,
@@ -135,7 +112,7 @@ def _get(summary: str, schema: str, params: list[Schema] | None = None) -> Schem
 
 def _gone(operation: Schema) -> Schema:
     """A record that answers 410 Gone once withdrawn (a tombstone: id, time, reason class)."""
-    operation["get"]["responses"]["410"] = _json(_ref("Tombstone"), "Withdrawn: the tombstone, nothing else")
+    operation["get"]["responses"]["410"] = _json(_ref(Tombstone), "Withdrawn: the tombstone, nothing else")
     return operation
 
 
@@ -170,14 +147,16 @@ def _document_get(summary: str, content: Schema, errors: Schema) -> Schema:
 
 def _bodiless_post(summary: str, answers: dict[str, Schema], params: list[Schema]) -> Schema:
     """A POST that takes no fields (app.maintainers.routes): no body, or `{}`."""
-    operation = _post(summary, "NoBody", answers, params)
+    operation = _post(summary, NoBody, answers, params)
     operation["post"]["requestBody"]["required"] = False
     return operation
 
 
+_FEED_LIMIT = "^0*(?:[1-9][0-9]{0,2}|1000)$"  # ASCII digits, 1..1000 (app.feed.routes)
 _KEY = _param("pattern_key", schema={"type": "string"}, description="64 lowercase hex characters")
 _CURSOR = _param("cursor", "query", description="the `next_cursor` of the previous page")
 
+_ERROR_RESPONSES = {f"E{code}": _json(_ref(Errors), text) for code, text in _ERROR_TEXT.items()}
 DOCUMENT: Schema = {
     "openapi": "3.1.0",
     "info": {
@@ -189,19 +168,19 @@ DOCUMENT: Schema = {
     "paths": {
         "/api/v1/repositories": _post(
             "Register a repository (scope repositories:write or findings:submit)",
-            "RepositoryRegistration",
+            RepositoryRegistration,
             {
-                "201": _json(_ref("Repository"), "Registered"),
-                "200": _json(_ref("Repository"), "Already registered"),
+                "201": _json(_ref(Repository), "Registered"),
+                "200": _json(_ref(Repository), "Already registered"),
             },
             [],
         ),
         "/api/v1/repos/{host}/{owner}/{name}/reports": _post(
             "Submit a report (scope findings:submit or reviews:submit)",
-            "ReportSubmission",
+            ReportSubmission,
             {
-                "201": _json(_ref("Report"), "Stored (a SARIF log's answer adds `sarif`: a SarifSummary)"),
-                "200": _json(_ref("Report"), "A retry of a run already stored: the stored report"),
+                "201": _json(_ref(Report), "Stored (a SARIF log's answer adds `sarif`: a SarifSummary)"),
+                "200": _json(_ref(Report), "A retry of a run already stored: the stored report"),
             },
             [
                 *_REPO_PARAMS,
@@ -216,23 +195,23 @@ DOCUMENT: Schema = {
         ),
         "/api/v1/findings/{canonical_public_id}/checks": _post(
             "Record a check of a canonical finding (scope findings:verify or reviews:verify)",
-            "CheckSubmission",
-            {"201": _json(_ref("Check"), "Recorded")},
+            CheckSubmission,
+            {"201": _json(_ref(Check), "Recorded")},
             [_param("canonical_public_id", schema=UUID)],
         ),
         "/api/v1/reports/{scan_id}/confirmations": _post(
             "Record a report-level verdict (scope findings:verify or reviews:verify)",
-            "ConfirmationSubmission",
-            {"201": _json(_ref("Confirmation"), "Recorded")},
+            ConfirmationSubmission,
+            {"201": _json(_ref(Confirmation), "Recorded")},
             [_param("scan_id", schema={"type": "string", "pattern": "^[0-9]+$"})],
         ),
         "/api/v1/openapi.json": {
             "get": {"summary": "This document", "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")}}
         },
-        "/index.json": _get("The home page's twin: stats, infestations, recent reports", "Home"),
+        "/index.json": _get("The home page's twin: stats, infestations, recent reports", Home),
         "/infestations.json": _get(
             "The atlas: ranked infestations (filters are clamped, never refused)",
-            "InfestationList",
+            InfestationList,
             [
                 _param("days", "query", None, "1..365, default 30"),
                 _param("min_repos", "query", None, "default 2"),
@@ -242,19 +221,19 @@ DOCUMENT: Schema = {
         ),
         "/infestations/{pattern_key}.json": _get(
             "One infestation: counts, affected repositories, ledger",
-            "InfestationShow",
+            InfestationShow,
             [_KEY, _CURSOR, _param("repos_cursor", "query")],
         ),
         "/infestations/{pattern_key}/instances.json": _get(
-            "A page of an infestation's ledger", "InstancePage", [_KEY, _CURSOR]
+            "A page of an infestation's ledger", InstancePage, [_KEY, _CURSOR]
         ),
         "/repos/{host}/{owner}/{name}.json": _get(
-            "A repository's record: its reports and infestations", "RepositoryRecord", _REPO_PARAMS
+            "A repository's record: its reports and infestations", RepositoryRecord, _REPO_PARAMS
         ),
         "/repos/{host}/{owner}/{name}/findings.sarif": _document_get(
             "A listed repository's public findings as one SARIF 2.1.0 log (docs/sarif.md)",
             {"application/sarif+json": {"schema": {"type": "object"}}},
-            {"application/json": {"schema": _ref("Errors")}},
+            {"application/json": {"schema": _ref(Errors)}},
         ),
         "/repos/{host}/{owner}/{name}/badge.svg": _document_get(
             'A listed repository\'s badge: "tarakan | N open", "clean" or "not scanned"',
@@ -262,28 +241,16 @@ DOCUMENT: Schema = {
             {"text/html": {}},
         ),
         "/findings/{ref}.json": _gone(
-            _get("A finding's record and its checks", "FindingRecord", [_param("ref", schema=UUID)])
+            _get("A finding's record and its checks", FindingRecord, [_param("ref", schema=UUID)])
         ),
         "/api/v1/changes": _get(
             "The change feed, oldest first: what became public, changed status or was withdrawn (no token)",
-            "ChangePage",
-            [
-                _CURSOR,
-                _param(
-                    "limit",
-                    "query",
-                    {"type": "string", "pattern": "^0*(?:[1-9][0-9]{0,2}|1000)$"},
-                    "1..1000, default 100",
-                ),
-            ],
+            ChangePage,
+            [_CURSOR, _param("limit", "query", {"type": "string", "pattern": _FEED_LIMIT}, "1..1000, default 100")],
         ),
-        "/search.json": _get(
-            "Search repositories",
-            "Search",
-            [_param("q", "query"), _param("limit", "query")],
-        ),
+        "/search.json": _get("Search repositories", Search, [_param("q", "query"), _param("limit", "query")]),
         "/exports/manifest.json": _export_get(
-            "The newest bulk export's manifest (ETag)", {"application/json": {"schema": _ref("ExportManifest")}}
+            "The newest bulk export's manifest (ETag)", {"application/json": {"schema": _ref(ExportManifest)}}
         ),
         **{
             f"/exports/{name}": _export_get(
@@ -298,22 +265,22 @@ DOCUMENT: Schema = {
             "Claim a listed repository: a one-time token to commit as a line of .tarakan/verify.txt on its default "
             "branch (scope repositories:maintain)",
             {
-                "201": _json(_ref("ClaimAnswer"), "Claimed: the pending claim"),
-                "200": _json(_ref("ClaimAnswer"), "Claimed already: the pending claim, same token"),
+                "201": _json(_ref(ClaimAnswer), "Claimed: the pending claim"),
+                "200": _json(_ref(ClaimAnswer), "Claimed already: the pending claim, same token"),
             },
             _REPO_PARAMS,
         ),
         "/api/v1/claims/{claim_id}/verify": _bodiless_post(
             "Verify a claim against the forge's .tarakan/verify.txt (scope repositories:maintain): 422 naming `token` "
             "when the file is missing or holds another token, 503 naming `forge` when the forge fails",
-            {"200": _json(_ref("ClaimAnswer"), "Verified: the account maintains the repository")},
+            {"200": _json(_ref(ClaimAnswer), "Verified: the account maintains the repository")},
             [_param("claim_id", schema={"type": "string", "pattern": "^[0-9]+$"})],
         ),
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an API token"}},
-        "schemas": _SCHEMAS,
-        "responses": {f"E{code}": _json(_ref("Errors"), text) for code, text in _ERROR_TEXT.items()},
+        "schemas": openapi_components(_NAMED.values()),
+        "responses": _ERROR_RESPONSES,
     },
 }
 
