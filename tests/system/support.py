@@ -227,16 +227,21 @@ def _json(build: Callable[[ShapeInput], Any]) -> Callable[[ShapeInput, str], Hos
     return shape
 
 
-def _deep_at_limit(given: ShapeInput) -> Any:
+def _splice(body: dict[str, Any], key: str, raw: bytes) -> bytes:
+    """`body` as compact JSON with `key` set to the JSON text `raw` (large values are written as bytes: encoding
+    millions of small objects would take longer than sending them)."""
+    return compact_json({**body, key: "@@SPLICE@@"}).replace(b'"@@SPLICE@@"', raw, 1)
+
+
+def _deep_at_limit(given: ShapeInput) -> bytes:
     """Every object carries an array nest reaching exactly the depth bound, and the top level a list of such nests
     filling the body: the most containers the parser and the depth check walk without refusing."""
     body = _copy(given.skeleton)
     for obj, depth in _objects(body):
         obj["hostile_deep"] = nest(given.max_depth - depth)
-    unit = nest(given.max_depth - 2)
-    count = _room(body, given.limit) // (len(compact_json(unit)) + 1)
-    body["hostile_nests"] = [unit] * count
-    return body
+    unit = compact_json(nest(given.max_depth - 2))
+    count = _room(body, given.limit) // (len(unit) + 1)
+    return _splice(body, "hostile_nests", b"[" + b",".join([unit] * count) + b"]")
 
 
 def _deep_beyond(given: ShapeInput) -> Any:
@@ -245,10 +250,13 @@ def _deep_beyond(given: ShapeInput) -> Any:
     return body
 
 
-def _many_keys(given: ShapeInput) -> Any:
+def _many_keys(given: ShapeInput) -> bytes:
+    """The body's own object with as many more keys as the limit holds."""
     body = _copy(given.skeleton)
     count = _room(body, given.limit) // len('"k0000000":0,')
-    return {**body, **{f"k{i:07d}": 0 for i in range(count)}}
+    keys = b",".join(b'"k%07d":0' % i for i in range(count))
+    rest = compact_json(body)[1:]  # after the opening brace: "}" or the skeleton's members and "}"
+    return b"{" + keys + (b"," if rest != b"}" else b"") + rest
 
 
 def _long_strings(given: ShapeInput) -> Any:
@@ -287,10 +295,10 @@ def _invalid_utf8(given: ShapeInput) -> bytes:
     return data.replace(b"@@RAW@@", filler, 1)
 
 
-def _many_values(given: ShapeInput) -> Any:
+def _many_values(given: ShapeInput) -> bytes:
     body = _copy(given.skeleton)
-    body["hostile_values"] = ["ab"] * (_room(body, given.limit) // len('"ab",'))
-    return body
+    count = _room(body, given.limit) // len('"ab",')
+    return _splice(body, "hostile_values", b"[" + b",".join([b'"ab"'] * count) + b"]")
 
 
 def _huge_numbers(given: ShapeInput) -> bytes:
