@@ -23,7 +23,10 @@ from playwright.sync_api import Browser, Page
 from app.accounts.models import Account
 from app.accounts.sessions import COOKIE_NAME, open_session
 from app.kernel import changes, db
+from app.maintainers.models import RepositoryMaintainer
+from app.maintainers.service import claim_repository
 from app.moderation.service import delete_repository
+from app.registry.models import Repository
 from e2e.seed import account, run_async, seed_pattern
 from tests import factories
 from tests.moderation.support import make_account
@@ -51,6 +54,7 @@ def seed_site() -> Site:
         await factories.create_account(email="someone@example.com", handle="someone")
         repo = big.repositories[0]
         withdrawn = await withdrawn_finding(submitter, moderator)
+        await maintained(repo, moderator)
         pages = {
             "home": "/",
             "index": "/infestations",
@@ -66,6 +70,7 @@ def seed_site() -> Site:
             "moderation repositories": "/moderation/repositories",
             "moderation accounts": "/moderation/accounts",
             "moderation audit": "/moderation/audit",
+            "maintain": f"/repos/{repo.host}/{repo.owner}/{repo.name}/maintain",
         }
         return Site(pages=pages, session_token=await open_session(moderator.id))
 
@@ -80,6 +85,15 @@ async def withdrawn_finding(submitter: Account, moderator: Account) -> str:
         await changes.sync_all(session)  # the fixtures bypass the write path: announce what is public
     await delete_repository(repo.host, repo.owner, repo.name, actor_id=moderator.id, reason="removed")
     return str(occurrence.public_id)
+
+
+async def maintained(repo: Repository, moderator: Account) -> None:
+    """The maintain page with everything on it: a verified maintainer (a moderator sees the form that ends it) and the
+    moderator's own pending claim (the token to commit, the verify form)."""
+    keeper = await factories.create_account(email="keeper@example.com", handle="keeper")
+    async with db.transaction() as session:
+        session.add(RepositoryMaintainer(repository_id=repo.id, account_id=keeper.id))
+    await claim_repository(moderator.id, repo.host, repo.owner, repo.name)
 
 
 def moderator_context_page(browser: Browser, base: str, token: str, *, color_scheme: str) -> Page:
