@@ -24,14 +24,36 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Index, Text, TextClause, Uuid, func, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ColumnElement,
+    DateTime,
+    Index,
+    Select,
+    Text,
+    TextClause,
+    Uuid,
+    bindparam,
+    cast,
+    column,
+    false,
+    func,
+    literal,
+    null,
+    select,
+    text,
+    true,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.sql.elements import BindParameter
 
 from app.kernel.columns import closed_sets
 from app.kernel.db import Base
 from app.kernel.paging import decode_id_cursor, encode_id_cursor
-from app.kernel.public import LISTED, LISTED_REPOSITORY, PUBLIC_JOIN
+from app.kernel.public import LISTED, R, S, listed_repository, public_join, repositories, scan_findings, scans
+from app.kernel.sql import ONE, compiled, compose, outer, statement
 
 PUBLISHED = "finding.published"
 STATUS = "finding.status"
@@ -60,7 +82,7 @@ class Change(Base):
         Index(
             "changes_withdrawals_idx",
             "seq",
-            postgresql_where=text(f"kind IN ('{FINDING_WITHDRAWN}', '{REPOSITORY_WITHDRAWN}')"),
+            postgresql_where=column("kind").in_(WITHDRAWAL_KINDS),
         ),
     )
 
@@ -123,7 +145,8 @@ class PublishedCanonical(Base):
 
 # The commit-order numbering (installed by migration 0005). Row-level (constraint triggers are), but only the first
 # event of a transaction finds unnumbered rows: it takes the lock and numbers all of them in insertion order.
-NUMBERING_FUNCTION = f"""
+NUMBERING_FUNCTION = compose(
+    """
 CREATE OR REPLACE FUNCTION changes_number_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   -- numbered already (by this transaction's first event): a key probe. Rescanning the pending index instead would
@@ -131,14 +154,16 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM changes WHERE id = NEW.id AND seq IS NULL) THEN
     RETURN NULL;
   END IF;
-  PERFORM pg_advisory_xact_lock({COMMIT_ORDER_LOCK});
+  PERFORM pg_advisory_xact_lock({lock});
   UPDATE changes c SET seq = n.seq
   FROM (SELECT id, nextval('changes_commit_seq') AS seq
         FROM (SELECT id FROM changes WHERE seq IS NULL ORDER BY id) pending) n
   WHERE c.id = n.id;
   RETURN NULL;
 END $$
-"""
+""",
+    lock=literal(COMMIT_ORDER_LOCK),
+).sql
 NUMBERING_TRIGGER = """
 CREATE CONSTRAINT TRIGGER changes_number_at_commit AFTER INSERT ON changes
 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.seq IS NULL)
@@ -167,15 +192,16 @@ async def snapshot_cursor(session: AsyncSession) -> str:
     return cursor_at(int(last or 0) + 1)
 
 
+_WITHDRAWALS_AFTER = compiled(
+    select(func.count())
+    .select_from(Change.__table__)
+    .where(Change.__table__.c.seq >= bindparam("start"), Change.__table__.c.kind.in_(WITHDRAWAL_KINDS))
+)
+
+
 async def withdrawals_after(session: AsyncSession, cursor: str) -> int:
     """How many withdrawal entries (finding.withdrawn, repository.withdrawn) lie at or after `cursor`."""
-    count = await session.execute(
-        text(
-            "SELECT count(*) FROM changes WHERE seq >= :start "
-            f"AND kind IN ('{FINDING_WITHDRAWN}', '{REPOSITORY_WITHDRAWN}')"
-        ),
-        {"start": next_seq_of(cursor)},
-    )
+    count = await session.execute(_WITHDRAWALS_AFTER, {"start": next_seq_of(cursor)})
     return int(count.scalar_one())
 
 
@@ -198,14 +224,16 @@ async def withdrawn_finding(session: AsyncSession, public_id: uuid.UUID | str) -
     return row.at, str(row.reason)
 
 
+_F = scan_findings.alias("f")
+_OCCURRENCE_PUBLIC = compiled(
+    select(ONE)
+    .select_from(_F.join(S, S.c.id == _F.c.scan_id).join(R, R.c.id == S.c.repository_id))
+    .where(_F.c.public_id == bindparam("id"), public_join())
+)
+
+
 async def _occurrence_public(session: AsyncSession, public_id: uuid.UUID | str) -> bool:
-    found = await session.execute(
-        text(
-            "SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
-            f"JOIN repositories r ON r.id = s.repository_id WHERE f.public_id = :id AND {PUBLIC_JOIN}"
-        ),
-        {"id": str(public_id)},
-    )
+    found = await session.execute(_OCCURRENCE_PUBLIC, {"id": str(public_id)})
     return found.first() is not None
 
 
@@ -215,19 +243,19 @@ async def _occurrence_public(session: AsyncSession, public_id: uuid.UUID | str) 
 # delete, before its rows go).
 # Cost: a diff of one report or repository must cost its own rows, whatever the registry's size and the planner's
 # statistics (the published set has none right after migration 0005's seed), so its (NOT) EXISTS tests are per-row
-# key probes (`{probe}` = OFFSET 0, which keeps a subquery from being planned as a join or a hashed subplan: either
+# key probes (`OFFSET 0`, which keeps a subquery from being planned as a join or a hashed subplan: either
 # may read every public finding per write); the whole diff leaves them to the planner, which hashes once.
 
 _LISTED = """
 WITH up AS (
   INSERT INTO published_repositories AS p (repository_id, listed)
-  SELECT r.id, TRUE FROM repositories r WHERE ({repositories}) AND r.listing_status = '{listed}'
+  SELECT r.id, TRUE FROM repositories r WHERE ({repositories}) AND {listed}
   ORDER BY r.id
   ON CONFLICT (repository_id) DO UPDATE SET listed = TRUE WHERE NOT p.listed
   RETURNING p.repository_id, p.opaque_id
 )
 INSERT INTO changes (seq, kind, repository_id, repository_key)
-SELECT {seq}, '{kind}', repository_id, opaque_id FROM up ORDER BY repository_id
+SELECT {seq}, {kind}, repository_id, opaque_id FROM up ORDER BY repository_id
 """
 
 _FINDINGS_WITHDRAWN = """
@@ -237,9 +265,9 @@ WITH gone AS (
   RETURNING p.scan_finding_id, p.public_id
 )
 INSERT INTO changes (seq, kind, finding, reason)
-SELECT {seq}, '{kind}', g.public_id,
+SELECT {seq}, {kind}, g.public_id,
        CASE WHEN {deleting} OR r.id IS NULL THEN 'deleted'
-            WHEN r.listing_status <> '{listed}' THEN 'repository'
+            WHEN r.listing_status <> {listed_status} THEN 'repository'
             ELSE 'moderation' END
 FROM gone g
 LEFT JOIN scan_findings f ON f.id = g.scan_finding_id
@@ -255,7 +283,7 @@ WITH down AS (
   RETURNING p.repository_id, p.opaque_id
 )
 INSERT INTO changes (seq, kind, repository_id, repository_key)
-SELECT {seq}, '{kind}', repository_id, opaque_id FROM down ORDER BY repository_id
+SELECT {seq}, {kind}, repository_id, opaque_id FROM down ORDER BY repository_id
 """
 
 _FINDINGS_PUBLISHED = """
@@ -269,7 +297,7 @@ WITH ins AS (
   RETURNING scan_finding_id, public_id, repository_id, canonical_id
 )
 INSERT INTO changes (seq, kind, finding, canonical, repository_id, repository_key, pattern_key)
-SELECT {seq}, '{kind}', i.public_id, c.public_id, i.repository_id, pr.opaque_id, NULLIF(c.pattern_key, '')
+SELECT {seq}, {kind}, i.public_id, c.public_id, i.repository_id, pr.opaque_id, NULLIF(c.pattern_key, '')
 FROM ins i JOIN canonical_findings c ON c.id = i.canonical_id
 LEFT JOIN published_repositories pr ON pr.repository_id = i.repository_id
 ORDER BY i.scan_finding_id
@@ -279,107 +307,144 @@ _STATUSES = """
 WITH up AS (
   INSERT INTO published_canonicals AS pc (canonical_id, public_id, repository_id, status)
   SELECT c.id, c.public_id, c.repository_id, c.status FROM canonical_findings c
-  WHERE ({canonicals}) AND EXISTS (SELECT 1 FROM published_findings p WHERE p.canonical_id = c.id{probe})
+  WHERE ({canonicals}) AND {announced}
   ORDER BY c.id
   ON CONFLICT (canonical_id) DO UPDATE SET status = EXCLUDED.status WHERE pc.status <> EXCLUDED.status
   RETURNING pc.canonical_id, pc.public_id, pc.status
 )
 INSERT INTO changes (seq, kind, canonical, status)
-SELECT {seq}, '{kind}', public_id, status FROM up ORDER BY canonical_id
+SELECT {seq}, {kind}, public_id, status FROM up ORDER BY canonical_id
 """
 
 _UNPUBLISHED_CANONICALS = """
 DELETE FROM published_canonicals pc
 WHERE ({published})
-  AND NOT EXISTS (SELECT 1 FROM published_findings p WHERE p.canonical_id = pc.canonical_id{probe})
+  AND NOT {announced}
 """
 
 # Scope predicates per grain: (repositories r, published repositories p, findings f/s, published findings p,
 # canonicals c, published canonicals pc).
-_SCAN_CANONICALS = "SELECT canonical_finding_id FROM scan_findings WHERE scan_id = :scan_id"
-_SCOPES: dict[str, dict[str, str]] = {
-    "all": dict.fromkeys(
-        (
-            "repositories",
-            "published_repositories",
-            "findings",
-            "published_findings",
-            "canonicals",
-            "published_canonicals",
-        ),
-        "TRUE",
-    ),
+_GRAINS = (
+    "repositories",
+    "published_repositories",
+    "findings",
+    "published_findings",
+    "canonicals",
+    "published_canonicals",
+)
+_SCAN_ID: BindParameter[Any] = bindparam("scan_id")
+_REPOSITORY_ID: BindParameter[Any] = bindparam("repository_id")
+_SCAN_CANONICALS = select(scan_findings.c.canonical_finding_id).where(scan_findings.c.scan_id == _SCAN_ID)
+_SCOPES: dict[str, dict[str, ColumnElement[bool]]] = {
+    "all": dict.fromkeys(_GRAINS, true()),
     "repository": {
-        "repositories": "r.id = :repository_id",
-        "published_repositories": "p.repository_id = :repository_id",
-        "findings": "s.repository_id = :repository_id",
-        "published_findings": "p.repository_id = :repository_id",
-        "canonicals": "c.repository_id = :repository_id",
-        "published_canonicals": "pc.repository_id = :repository_id",
+        "repositories": outer("r.id") == _REPOSITORY_ID,
+        "published_repositories": outer("p.repository_id") == _REPOSITORY_ID,
+        "findings": outer("s.repository_id") == _REPOSITORY_ID,
+        "published_findings": outer("p.repository_id") == _REPOSITORY_ID,
+        "canonicals": outer("c.repository_id") == _REPOSITORY_ID,
+        "published_canonicals": outer("pc.repository_id") == _REPOSITORY_ID,
     },
     "scan": {
-        "repositories": "r.id = (SELECT repository_id FROM scans WHERE id = :scan_id)",
-        "published_repositories": "FALSE",  # a report's visibility never withdraws its repository
-        "findings": "f.scan_id = :scan_id",
-        "published_findings": "p.scan_id = :scan_id",
-        "canonicals": f"c.id IN ({_SCAN_CANONICALS})",
-        "published_canonicals": f"pc.canonical_id IN ({_SCAN_CANONICALS})",
+        "repositories": outer("r.id") == select(scans.c.repository_id).where(scans.c.id == _SCAN_ID).scalar_subquery(),
+        "published_repositories": false(),  # a report's visibility never withdraws its repository
+        "findings": outer("f.scan_id") == _SCAN_ID,
+        "published_findings": outer("p.scan_id") == _SCAN_ID,
+        "canonicals": outer("c.id").in_(_SCAN_CANONICALS),
+        "published_canonicals": outer("pc.canonical_id").in_(_SCAN_CANONICALS),
     },
 }
 
 
-_NOT_PUBLIC = (
-    "NOT EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
-    "JOIN repositories r ON r.id = s.repository_id "
-    f"WHERE f.id = p.scan_finding_id AND f.canonical_finding_id IS NOT NULL AND {PUBLIC_JOIN}{{probe}})"
-)
-_NOT_LISTED = f"NOT EXISTS (SELECT 1 FROM repositories r WHERE r.id = p.repository_id AND {LISTED_REPOSITORY}{{probe}})"
+def _exists(query: Select[Any], *, probe: bool) -> ColumnElement[bool]:
+    return (query.offset(0) if probe else query).exists()
 
 
-def _statements(scope: str, *, deleting: bool = False) -> list[str]:
+def _announced(canonical_id: ColumnElement[Any], *, probe: bool) -> ColumnElement[bool]:
+    """The canonical has a published finding."""
+    p = PublishedFinding.__table__.alias("p")
+    return _exists(select(ONE).where(p.c.canonical_id == canonical_id), probe=probe)
+
+
+def _still_public(*, probe: bool) -> ColumnElement[bool]:
+    """The published finding `p` is still in the public join set."""
+    f, s, r = scan_findings.alias("f"), scans.alias("s"), repositories.alias("r")
+    query = (
+        select(ONE)
+        .select_from(f.join(s, s.c.id == f.c.scan_id).join(r, r.c.id == s.c.repository_id))
+        .where(f.c.id == outer("p.scan_finding_id"), f.c.canonical_finding_id.is_not(None), public_join(s, r))
+    )
+    return _exists(query, probe=probe)
+
+
+def _still_listed(*, probe: bool) -> ColumnElement[bool]:
+    """The published repository `p` is still listed."""
+    r = repositories.alias("r")
+    return _exists(select(ONE).where(r.c.id == outer("p.repository_id"), listed_repository(r)), probe=probe)
+
+
+def _statements(scope: str, *, deleting: bool = False) -> list[TextClause]:
     where = _SCOPES[scope]
     # `seq`: NULL (numbered at commit by the trigger), except for the whole diff, which holds the commit-order lock
     # from its start and numbers as it inserts (no per-row trigger work for a million-row seed; volatile select
     # expressions are evaluated after ORDER BY, so numbers follow each statement's order)
-    seq = f"nextval('{COMMIT_SEQUENCE}')" if scope == "all" else "CAST(NULL AS bigint)"
-    probe = "" if scope == "all" else " OFFSET 0"
-    common = {"listed": LISTED, "public": PUBLIC_JOIN, "seq": seq, "probe": probe}
-    withdrawn = {
-        "deleting": "TRUE" if deleting else "FALSE",
-        "not_public": "TRUE" if deleting else _NOT_PUBLIC.format(probe=probe),
-        "not_listed": "TRUE" if deleting else _NOT_LISTED.format(probe=probe),
-    }
-    withdrawals = [
-        _FINDINGS_WITHDRAWN.format(
-            published=where["published_findings"], kind=FINDING_WITHDRAWN, **withdrawn, **common
-        ),
-        _REPOSITORIES_WITHDRAWN.format(
-            published=where["published_repositories"], kind=REPOSITORY_WITHDRAWN, **withdrawn, **common
-        ),
-    ]
+    seq = func.nextval(COMMIT_SEQUENCE) if scope == "all" else cast(null(), BigInteger)
+    probe = scope != "all"
+    findings_withdrawn = statement(
+        _FINDINGS_WITHDRAWN,
+        published=where["published_findings"],
+        not_public=true() if deleting else ~_still_public(probe=probe),
+        deleting=true() if deleting else false(),
+        listed_status=literal(LISTED),
+        kind=literal(FINDING_WITHDRAWN),
+        seq=seq,
+    )
+    repositories_withdrawn = statement(
+        _REPOSITORIES_WITHDRAWN,
+        published=where["published_repositories"],
+        not_listed=true() if deleting else ~_still_listed(probe=probe),
+        kind=literal(REPOSITORY_WITHDRAWN),
+        seq=seq,
+    )
+    unpublished_canonicals = statement(
+        _UNPUBLISHED_CANONICALS,
+        published=where["published_canonicals"],
+        announced=_announced(outer("pc.canonical_id"), probe=probe),
+    )
     if deleting:  # nothing is announced for rows about to go, and their published canonicals are dropped
-        return [*withdrawals, _UNPUBLISHED_CANONICALS.format(published=where["published_canonicals"], probe=probe)]
+        return [findings_withdrawn, repositories_withdrawn, unpublished_canonicals]
     # order inside one transaction: a repository is listed before its findings are published, and its findings
     # are withdrawn before it is
     return [
-        _LISTED.format(repositories=where["repositories"], kind=LISTED_KIND, **common),
-        *withdrawals,
-        _FINDINGS_PUBLISHED.format(findings=where["findings"], kind=PUBLISHED, **common),
-        _STATUSES.format(canonicals=where["canonicals"], kind=STATUS, seq=seq, probe=probe),
-        _UNPUBLISHED_CANONICALS.format(published=where["published_canonicals"], probe=probe),
+        statement(
+            _LISTED, repositories=where["repositories"], listed=listed_repository(), kind=literal(LISTED_KIND), seq=seq
+        ),
+        findings_withdrawn,
+        repositories_withdrawn,
+        statement(
+            _FINDINGS_PUBLISHED, findings=where["findings"], public=public_join(), kind=literal(PUBLISHED), seq=seq
+        ),
+        statement(
+            _STATUSES,
+            canonicals=where["canonicals"],
+            announced=_announced(outer("c.id"), probe=probe),
+            kind=literal(STATUS),
+            seq=seq,
+        ),
+        unpublished_canonicals,
     ]
 
 
-_PREPARED = {scope: [text(sql) for sql in _statements(scope)] for scope in _SCOPES}
-_DELETING = [text(sql) for sql in _statements("repository", deleting=True)]
+_PREPARED = {scope: _statements(scope) for scope in _SCOPES}
+_DELETING = _statements("repository", deleting=True)
 # By pattern key (a check, a quorum recompute): the canonicals under the keys that this transaction changed (a status
 # change sets `updated_at = now()`, the transaction's time: docs/domain.md §1.5), so a check under a pattern spread
 # over 10^4 repositories reads those canonicals' rows, not a join over every announced one; only those already
 # announced, and only an UPDATE: such a key spans repositories whose row locks the caller does not hold, so this
 # must not re-create a published row that a concurrent withdrawal elsewhere just deleted (an UPDATE of a deleted
 # row does nothing). A bulk status write with its own timestamps (the demo seed) runs `sync_all`.
-_KEY_STATUSES = text(
-    f"""
+_KEY_STATUSES = statement(
+    """
 WITH up AS (
   UPDATE published_canonicals pc SET status = c.status
   FROM canonical_findings c
@@ -387,8 +452,9 @@ WITH up AS (
     AND pc.status <> c.status
   RETURNING pc.canonical_id, pc.public_id, pc.status
 )
-INSERT INTO changes (kind, canonical, status) SELECT '{STATUS}', public_id, status FROM up ORDER BY canonical_id
-"""
+INSERT INTO changes (kind, canonical, status) SELECT {kind}, public_id, status FROM up ORDER BY canonical_id
+""",
+    kind=literal(STATUS),
 )
 
 
@@ -399,8 +465,8 @@ def seed_statements() -> list[TextClause]:
 
 async def _run(session: AsyncSession, statements: list[TextClause], params: dict[str, Any]) -> int:
     written = 0
-    for statement in statements:
-        result = await session.execute(statement, params)
+    for step in statements:
+        result = await session.execute(step, params)
         written += int(result.rowcount or 0)  # type: ignore[attr-defined]
     return written
 
@@ -437,11 +503,14 @@ async def sync_statuses(session: AsyncSession, keys: Iterable[str | None]) -> in
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
+_COMMIT_ORDER = compiled(select(func.pg_advisory_xact_lock(COMMIT_ORDER_LOCK)))
+
+
 async def sync_all(session: AsyncSession) -> int:
     """The whole diff, set-based: the migration's seed, and a backfill after bulk loads that bypass the services
     (bench data). It takes the commit-order lock first and numbers entries as it inserts them, so other writers'
     commits wait for it (run it when a bulk load or an upgrade runs anyway)."""
-    await session.execute(text(f"SELECT pg_advisory_xact_lock({COMMIT_ORDER_LOCK})"))
+    await session.execute(_COMMIT_ORDER)
     await session.execute(text(NUMBER_PENDING))  # anything this transaction wrote before, in its order
     return await _run(session, _PREPARED["all"], {})
 

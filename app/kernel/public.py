@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any, overload
 
-from sqlalchemy import BigInteger, ColumnElement, FromClause, Text, Uuid, and_, column, literal_column, or_, select
+from sqlalchemy import BigInteger, ColumnElement, FromClause, Text, Uuid, and_, column, or_, select
 from sqlalchemy import table as _table
-from sqlalchemy.sql.elements import ColumnClause
 
-from app.kernel.sql import outer
+from app.kernel.sql import ONE, outer
 
 LISTED = "listed"  # repositories.listing_status of a repository in the public join set
 PUBLIC = "public"  # scans.visibility of a report in the public join set
@@ -33,8 +32,6 @@ pattern_instances = _table(
     "infestation_pattern_instances", column("pattern_key", Text), column("sample_scan_id", BigInteger)
 )
 R, S = repositories.alias("r"), scans.alias("s")
-
-_ONE: ColumnClause[Any] = literal_column("1")
 
 
 @overload
@@ -64,7 +61,7 @@ def has_public_occurrence(canonical_id: ColumnElement[Any] | None = None) -> Col
     repository's listing (the outbox's delist-safe key discovery). EXISTS: many occurrences count once."""
     f, s = scan_findings.alias("f"), scans.alias("s")
     return (
-        select(_ONE)
+        select(ONE)
         .select_from(f.join(s, s.c.id == f.c.scan_id))
         .where(f.c.canonical_finding_id == (outer("c.id") if canonical_id is None else canonical_id), public_scan(s))
         .correlate_except(f, s)
@@ -107,7 +104,7 @@ def visible_scan(scan_id: ColumnElement[Any] | str) -> ColumnElement[bool] | str
         )
     gs, gr = scans.alias("gs"), repositories.alias("gr")
     return (
-        select(_ONE)
+        select(ONE)
         .select_from(gs.join(gr, gr.c.id == gs.c.repository_id))
         .where(gs.c.id == scan_id, public_scan(gs), listed_repository(gr))
         .correlate_except(gs, gr)
@@ -141,7 +138,7 @@ def visible_pattern(pattern_key: ColumnElement[Any] | str) -> ColumnElement[bool
             f"WHERE gi.pattern_key = {pattern_key} AND {visible_scan('gi.sample_scan_id')} OFFSET 0)"
         )
     gi = pattern_instances.alias("gi")
-    return select(_ONE).where(gi.c.pattern_key == pattern_key, visible_scan(gi.c.sample_scan_id)).offset(0).exists()
+    return select(ONE).where(gi.c.pattern_key == pattern_key, visible_scan(gi.c.sample_scan_id)).offset(0).exists()
 
 
 @overload

@@ -13,6 +13,7 @@ from typing import Any, Final, LiteralString
 
 from sqlalchemy import ClauseElement, TextClause, literal_column, text
 from sqlalchemy.dialects.postgresql.base import PGCompiler, PGDialect
+from sqlalchemy.engine.interfaces import BindTyping
 from sqlalchemy.sql.elements import BindParameter, ColumnClause
 
 WINDOW_DAYS: Final = (7, 30, 90, 365)  # the precomputed windows of the atlas (docs/domain.md §5.3)
@@ -20,6 +21,9 @@ WINDOW_DAYS: Final = (7, 30, 90, 365)  # the precomputed windows of the atlas (d
 _SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _COLUMN_REF = re.compile(r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*")
+
+
+ONE: Final[ColumnClause[Any]] = literal_column("1")  # the select list of an EXISTS probe
 
 
 class SlotError(ValueError):
@@ -104,6 +108,7 @@ class _Compiler(PGCompiler):
 
 class _Dialect(PGDialect):
     statement_compiler = _Compiler
+    bind_typing = BindTyping.NONE  # `:name` as text() reads it, without a `::type` cast
 
 
 _DIALECT = _Dialect(paramstyle="named")  # type: ignore[no-untyped-call]

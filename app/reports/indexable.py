@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, literal_column, select, true
+from sqlalchemy import ColumnElement, Select, func, select, true
 
 from app.kernel.paging import DEFAULT_PAGE, Page, id_range_page, id_range_select, id_range_statements, stream_entries
 from app.kernel.public import public_join
+from app.kernel.sql import ONE
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, Scan, ScanFinding
 
@@ -23,7 +24,7 @@ _S, _R, _C = Scan.__table__.alias("s"), Repository.__table__.alias("r"), Canonic
 # reads whatever the table sizes. `LIMIT 1` keeps the LATERAL subqueries from being flattened into joins the
 # planner could turn into hash joins over every scan and repository on every page.
 _INDEXABLE = (
-    select(literal_column("1"))
+    select(ONE)
     .select_from(_S.join(_R, _R.c.id == _S.c.repository_id))
     .where(_S.c.id == F.c.scan_id, public_join(_S, _R))
     .limit(1)
