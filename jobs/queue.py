@@ -12,6 +12,7 @@ from arq.connections import ArqRedis, RedisSettings
 from app.kernel.config import settings
 
 DRAIN_JOB = "drain_dirty_keys"
+WEBHOOKS_JOB = "deliver_webhooks"
 _COALESCE_SECONDS = 0.5
 _pools: dict[tuple[int, str], ArqRedis] = {}
 
@@ -43,10 +44,20 @@ async def ring_drain(*, delay_seconds: float = 0.0, redis: ArqRedis | None = Non
 
     `delay_seconds` schedules the drain later (the worker's deferred drain for throttled keys); buckets only move
     forward in time, so a bucket's id is never reused by a job that already ran."""
+    await _ring(DRAIN_JOB, delay_seconds, redis)
+
+
+async def ring_webhooks(*, delay_seconds: float = 0.0, redis: ArqRedis | None = None) -> None:
+    """One coalesced webhook delivery run per half-second bucket, as `ring_drain` (after a commit that wrote
+    change-feed entries; deferred to the next retry's time by the run itself)."""
+    await _ring(WEBHOOKS_JOB, delay_seconds, redis)
+
+
+async def _ring(job: str, delay_seconds: float, redis: ArqRedis | None) -> None:
     bucket = int((time.time() + max(0.0, delay_seconds)) / _COALESCE_SECONDS) + 1
     redis = redis or await pool()
     await redis.enqueue_job(
-        DRAIN_JOB,
-        _job_id=f"{DRAIN_JOB}:{bucket}",
+        job,
+        _job_id=f"{job}:{bucket}",
         _defer_until=datetime.fromtimestamp(bucket * _COALESCE_SECONDS, tz=UTC),
     )

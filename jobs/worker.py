@@ -19,14 +19,16 @@ from arq.worker import Worker, func, get_kwargs
 from sqlalchemy import exc as sa_exc
 
 from app.exports import service as exports
+from app.feed.entries import rendered_entry
 from app.infestations import dirty_queue, maintenance, shadow_sampler
 from app.kernel import db, outages
 from app.kernel.config import ConfigError, settings
 from app.kernel.logs import configure_logging
 from app.kernel.metrics import WORKER_RECONNECTS, start_metrics_server
+from app.maintainers import delivery
 from app.maintainers import service as maintainers
 from app.ops import leases
-from jobs.queue import close_pools, ring_drain
+from jobs.queue import close_pools, ring_drain, ring_webhooks
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +178,25 @@ async def maintainer_recheck_job(ctx: dict[str, Any], slot: str | None = None) -
     return await _singleton(ctx, MAINTAINER_RECHECK_LEASE, _slot(ctx, slot), run)
 
 
+async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, Any]:
+    """One webhook delivery run (app.maintainers.delivery): new change-feed entries become deliveries, then due
+    ones are sent for up to 30 s. Rung after every commit that wrote entries and every minute (the backstop); it
+    rings its own continuation while deliveries are due, else one at the next retry's time (or a lease's end)."""
+    try:
+        result = await delivery.run(rendered_entry)
+    except Exception as exc:
+        if _transient(exc):
+            raise Retry(defer=_retry_defer(ctx)) from exc
+        raise
+    try:
+        next_due_in = result.backlog.next_due_in
+        if next_due_in is not None:
+            await ring_webhooks(delay_seconds=max(0.0, next_due_in), redis=ctx.get("redis"))
+    except Exception as exc:  # the per-minute run picks them up
+        log.warning("could not ring the next webhook run: %s", exc)
+    return result.summary()
+
+
 async def startup(ctx: dict[str, Any]) -> None:
     """At start and after each reconnection to Redis: ring a drain, so keys dirtied while no worker listened (rings
     lost in a Redis outage) drain now rather than at the next minute's sweep."""
@@ -186,6 +207,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         log.info("rollup worker %s started", ctx["worker_id"])
     try:
         await ring_drain(redis=ctx.get("redis"))
+        await ring_webhooks(redis=ctx.get("redis"))
     except Exception as exc:  # the sweep covers it
         log.warning("could not ring a drain at start: %s", exc)
 
@@ -230,6 +252,7 @@ class WorkerSettings:
         func(shadow_compare_job, keep_result=3600, timeout=600, max_tries=1),
         func(export_job, keep_result=3600, timeout=3 * 3600, max_tries=1),
         func(maintainer_recheck_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
+        func(deliver_webhooks, keep_result=60, timeout=300, max_tries=MAX_TRIES),
     ]
     cron_jobs = [
         cron(recompute_windows_job, minute=0, timeout=3 * 3600, max_tries=3),
@@ -238,6 +261,7 @@ class WorkerSettings:
         cron(shadow_compare_job, timeout=600, max_tries=1),  # every minute; runs when its period is due
         cron(export_job, timeout=3 * 3600, max_tries=1),  # every minute; builds when due (daily, after a takedown)
         cron(maintainer_recheck_job, hour=4, minute=45, timeout=3 * 3600, max_tries=3),  # daily
+        cron(deliver_webhooks, timeout=300, max_tries=1),  # every minute: the backstop of the rings
     ]
     on_startup = startup
     on_shutdown = shutdown

@@ -194,10 +194,12 @@ def body_route(
     allowance: Callable[[C], str | None] | None = None,
     limit: int | None = None,
     name: str | None = None,
+    method: str = "POST",
 ) -> BodyRoute:
-    """A POST route: `authenticate` (and check the scope) → the caller's refused-attempt allowance (`allowance`
-    names what it counts against; None: exempt) → the body under `limit` bytes (default: the path's) → `parse`
-    off the loop under the budget → `handle(request, caller, parsed)`, which opens the transaction."""
+    """A POST route (or `method`, another unsafe one: DELETE): `authenticate` (and check the scope) → the caller's
+    refused-attempt allowance (`allowance` names what it counts against; None: exempt) → the body under `limit`
+    bytes (default: the path's) → `parse` off the loop under the budget → `handle(request, caller, parsed)`, which
+    opens the transaction."""
 
     async def endpoint(request: Request) -> Response:
         caller = await authenticate(request)
@@ -215,4 +217,4 @@ def body_route(
                 await ratelimit.count(window, subject)
             raise
 
-    return BodyRoute(path, endpoint, methods=["POST"], name=name)
+    return BodyRoute(path, endpoint, methods=[method], name=name)

@@ -119,6 +119,28 @@ JOB_LAST_SUCCESS = Gauge(
     multiprocess_mode=_DB_GAUGE,
 )
 
+# Maintainers' webhooks (docs/domain.md "Webhooks"): attempts counted by the worker that made them; the backlog
+# gauges are facts about the fleet, read from the database by the worker after each delivery run and at each scrape
+# of a web process (app/ops/gauges.py)
+WEBHOOK_DELIVERIES = Counter(
+    "tarakan_webhook_deliveries_total",
+    "Webhook delivery attempts by outcome: delivered (a 2xx) or failed (another status, or no answer)",
+    ["outcome"],
+)
+for _outcome in ("delivered", "failed"):
+    WEBHOOK_DELIVERIES.labels(outcome=_outcome)
+WEBHOOKS_DISABLED = Counter("tarakan_webhooks_disabled_total", "Webhooks disabled after failing for 24 hours")
+WEBHOOK_PENDING = Gauge(
+    "tarakan_webhook_deliveries_pending",
+    "Undelivered webhook deliveries of enabled webhooks (due, in flight, waiting for a retry or for the one before)",
+    multiprocess_mode=_DB_GAUGE,
+)
+WEBHOOK_OLDEST_DUE_AGE = Gauge(
+    "tarakan_webhook_oldest_due_age_seconds",
+    "How long the most overdue webhook delivery has been due without being sent",
+    multiprocess_mode=_DB_GAUGE,
+)
+
 # HTTP RED metrics. Labels stay bounded: the route template (never the raw path; unmatched paths share one
 # label), a known method or "other", and the status class.
 UNMATCHED_ROUTE = "unmatched"

@@ -74,7 +74,8 @@ async def mark_dirty(
     `ring=False` for a caller that drains the keys itself (reconcile). Also announces the status changes under
     these keys on the change feed (`app.kernel.changes`), in this transaction."""
     unique = sorted({k for k in keys if k})
-    await changes.sync_statuses(session, unique)
+    if await changes.sync_statuses(session, unique):
+        ring_webhooks_after_commit()
     if not unique:
         return 0
     result = await session.execute(
@@ -92,7 +93,8 @@ async def mark_dirty(
 async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> int:
     """Keys of the canonicals linked to one report (visibility and listing are irrelevant here); the report's
     change is announced on the change feed in this transaction."""
-    await changes.sync_scan(session, scan_id)
+    if await changes.sync_scan(session, scan_id):
+        ring_webhooks_after_commit()
     result = await session.execute(
         text(_UPSERT_DIRTY.format(source=_SCAN_SCOPE)), {"scan_id": scan_id, "reason": reason}
     )
@@ -104,7 +106,8 @@ async def mark_repository_dirty(session: AsyncSession, repository_id: int, reaso
     then refreshes them in sorted batches of at most 200 per job, chaining continuation jobs. The change feed
     announces the repository's change in this transaction; reason `delete` (called before the rows go) withdraws
     all of its findings and itself."""
-    await changes.sync_repository(session, repository_id, deleting=reason == "delete")
+    if await changes.sync_repository(session, repository_id, deleting=reason == "delete"):
+        ring_webhooks_after_commit()
     result = await session.execute(
         text(_UPSERT_DIRTY.format(source=_REPOSITORY_SCOPE)), {"repository_id": repository_id, "reason": reason}
     )
@@ -129,6 +132,27 @@ async def ring_drain() -> None:
         if dependency is None:
             log.warning("could not ring the rollup worker (%s); the periodic sweep will pick the keys up", exc)
         else:  # counted, and one line per interval however many commits ring during the outage
+            outages.record(dependency, exc, source="ring")
+
+
+def ring_webhooks_after_commit() -> None:
+    """Ring the webhook deliveries once after the enclosing transaction commits: every writer of change-feed entries
+    calls it (the outbox's diffs here, the statement service); the worker's per-minute run is the backstop."""
+    if db.in_transaction():
+        after_commit(ring_webhooks)
+
+
+async def ring_webhooks() -> None:
+    """Ring the webhook deliveries; a Redis outage is a warning (the deliveries wait in Postgres for the next run)."""
+    from jobs.queue import ring_webhooks as enqueue_webhooks  # arq lives with the jobs
+
+    try:
+        await enqueue_webhooks()
+    except Exception as exc:
+        dependency = outages.dependency_of(exc)
+        if dependency is None:
+            log.warning("could not ring the webhook deliveries (%s); the per-minute run will send them", exc)
+        else:
             outages.record(dependency, exc, source="ring")
 
 

@@ -19,6 +19,8 @@ from app.kernel.metrics import (
     JOB_LAST_SUCCESS,
     NEWEST_REFRESHED_AGE,
     OLDEST_REFRESHED_AGE,
+    WEBHOOK_OLDEST_DUE_AGE,
+    WEBHOOK_PENDING,
 )
 
 # the fleet-wide jobs of jobs/worker.py as recorded in job_runs (the lease names): hourly and nightly
@@ -29,7 +31,11 @@ SELECT
   (SELECT count(*) FROM infestation_dirty_keys) AS backlog,
   (SELECT EXTRACT(EPOCH FROM now() - min(first_dirtied_at)) FROM infestation_dirty_keys) AS oldest_dirty,
   (SELECT EXTRACT(EPOCH FROM now() - max(refreshed_at)) FROM infestation_patterns) AS newest_refresh,
-  (SELECT EXTRACT(EPOCH FROM now() - min(refreshed_at)) FROM infestation_patterns) AS oldest_refresh
+  (SELECT EXTRACT(EPOCH FROM now() - min(refreshed_at)) FROM infestation_patterns) AS oldest_refresh,
+  (SELECT count(*) FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+   WHERE d.delivered_at IS NULL AND w.disabled_at IS NULL) AS webhook_pending,
+  (SELECT EXTRACT(EPOCH FROM now() - min(next_attempt_at)) FROM webhook_deliveries
+   WHERE delivered_at IS NULL AND next_attempt_at <= now()) AS webhook_oldest_due
 """
 
 _JOB_RUNS_SQL = """
@@ -72,5 +78,7 @@ async def refresh_gauges() -> None:
     DIRTY_OLDEST_AGE.set(float(row.oldest_dirty or 0))
     NEWEST_REFRESHED_AGE.set(float(row.newest_refresh or 0))
     OLDEST_REFRESHED_AGE.set(float(row.oldest_refresh or 0))
+    WEBHOOK_PENDING.set(float(row.webhook_pending))
+    WEBHOOK_OLDEST_DUE_AGE.set(float(row.webhook_oldest_due or 0))
     for name, finished in runs:
         JOB_LAST_SUCCESS.labels(job=name).set(float(finished))

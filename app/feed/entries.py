@@ -1,0 +1,22 @@
+"""One change-feed entry as `GET /api/v1/changes` serves it now, for the maintainers' webhooks (their deliveries
+carry "the entry as the feed renders it": app/maintainers/delivery.py takes this as its `Render`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.feed import queries
+from app.feed.types import change_entry
+from app.kernel import changes, db
+from app.kernel.answers import as_json
+
+
+async def rendered_entry(seq: int) -> dict[str, Any] | None:
+    """The entry numbered `seq` rendered from current visibility (a takedown since it was written redacts it as it
+    redacts the feed), read on the primary; None when there is no such entry."""
+    with db.primary_reads():
+        page = await queries.changes_page(cursor=changes.cursor_at(seq), limit=1)
+    entries = page["entries"]
+    if not entries or entries[0]["seq"] != seq:
+        return None
+    return as_json(change_entry(entries[0]))

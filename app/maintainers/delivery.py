@@ -1,0 +1,209 @@
+"""Sending webhook deliveries (docs/domain.md "Webhooks", docs/security.md "Webhook destinations"): one POST per
+change-feed entry and webhook, signed, to an address checked at connect time.
+
+The body is `{"delivery": "<uuid>", "entry": <the entry as the change feed renders it now>}`; the headers say the
+entry's kind (`X-Tarakan-Event`), the delivery id (`X-Tarakan-Delivery`, the same on every retry) and
+`X-Tarakan-Signature-256: sha256=<hex HMAC-SHA256 of the exact body bytes, keyed with the webhook's secret>`.
+
+The request: the host is resolved here and every address checked (`destinations.connect_address`); the client
+connects to that address itself (the URL carries the IP), with the original `Host` header, and for https the name
+as TLS server name, which is also the name the certificate is verified against; no proxy from the environment, no
+redirect followed, connect and read timeouts and a deadline on the whole request, and the receiver's body is
+never read. Anything but a 2xx is a failure.
+
+This module sits in `app.maintainers`, below the change feed's renderer (`app.feed`): the caller passes it in
+(`Render`; the worker passes `app.feed.entries.rendered_entry`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import ssl
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from app.kernel.metrics import WEBHOOK_DELIVERIES, WEBHOOK_OLDEST_DUE_AGE, WEBHOOK_PENDING, WEBHOOKS_DISABLED
+from app.maintainers import destinations, webhooks
+from app.maintainers.webhooks import Claimed
+
+log = logging.getLogger(__name__)
+
+# the change-feed entry `seq` as GET /api/v1/changes serves it now (JSON values), or None when there is none
+Render = Callable[[int], Awaitable[dict[str, Any] | None]]
+
+CONNECT_SECONDS = 3.0
+READ_SECONDS = 5.0
+DEADLINE_SECONDS = 10.0  # the whole request: a receiver dripping bytes still ends here (well inside the lease)
+USER_AGENT = "Tarakan-Webhook/1"
+LANES = 8  # deliveries in flight at once per run (one per webhook at most: only heads are due)
+RUN_SECONDS = 30.0  # a run stops claiming after this; the worker rings the next one
+
+# The TLS context of every delivery (None: httpx's default, certificate and host name verified, made once: loading
+# the CA bundle costs ~80 ms); tests swap in one that trusts their own certificate authority.
+tls_context: ssl.SSLContext | None = None
+_default_tls: ssl.SSLContext | None = None
+
+
+def _tls() -> ssl.SSLContext:
+    global _default_tls
+    if tls_context is not None:
+        return tls_context
+    if _default_tls is None:
+        _default_tls = httpx.create_ssl_context(trust_env=False)
+    return _default_tls
+
+
+def body_of(delivery: str, entry: dict[str, Any]) -> bytes:
+    """The exact bytes sent (and signed)."""
+    return json.dumps({"delivery": delivery, "entry": entry}, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def signature(secret: str, body: bytes) -> str:
+    """`X-Tarakan-Signature-256`: `sha256=` and the hex HMAC-SHA256 of `body` keyed with the secret's UTF-8 bytes."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def headers_of(claimed: Claimed, body: bytes) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "Accept-Encoding": "identity",
+        "X-Tarakan-Event": claimed.kind,
+        "X-Tarakan-Delivery": str(claimed.delivery),
+        "X-Tarakan-Signature-256": signature(claimed.secret, body),
+    }
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What the receiver answered (`status`), or why there is no answer (`error`)."""
+
+    status: int | None
+    error: str | None = None
+
+    @property
+    def delivered(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return "timeout: no answer in time"
+    if isinstance(exc, httpx.ConnectError):
+        if isinstance(exc.__context__, ssl.SSLError) or "CERTIFICATE" in str(exc).upper():
+            return "TLS handshake failed (certificate not valid for the host?)"
+        return "connection failed"
+    return "the answer broke off"
+
+
+async def post(url: str, body: bytes, headers: dict[str, str]) -> Sent:
+    """POST `body` to the webhook URL under the rules of the module docstring."""
+    try:
+        destination = destinations.parse(url)
+        address = await destinations.connect_address(destination)
+    except destinations.Refused as exc:
+        return Sent(None, f"refused destination: {exc}")
+    parts = httpx.URL(destination.url)
+    target = parts.copy_with(host=str(address))
+    extensions: dict[str, Any] = {}
+    if destination.https and destination.literal is None:
+        extensions["sni_hostname"] = destination.host  # SNI, and the name the certificate must hold
+    timeout = httpx.Timeout(connect=CONNECT_SECONDS, read=READ_SECONDS, write=READ_SECONDS, pool=CONNECT_SECONDS)
+    try:
+        async with (
+            asyncio.timeout(DEADLINE_SECONDS),
+            httpx.AsyncClient(
+                trust_env=False,
+                follow_redirects=False,
+                timeout=timeout,
+                verify=_tls(),
+            ) as client,
+        ):
+            request = client.build_request(
+                "POST",
+                target,
+                content=body,
+                headers={**headers, "Host": parts.netloc.decode("ascii")},
+                extensions=extensions,
+            )
+            response = await client.send(request, stream=True)
+            await response.aclose()  # the receiver's body is never read
+            return Sent(response.status_code)
+    except (TimeoutError, httpx.HTTPError, OSError) as exc:
+        return Sent(None, _failure(exc))
+
+
+async def attempt(claimed: Claimed, render: Render) -> str:
+    """Send one claimed delivery and settle it; returns `delivered`, `failed`, `disabled` or `stale` (its lease was
+    taken over meanwhile)."""
+    entry = await render(claimed.seq)
+    if entry is None:  # the feed always keeps its entries; this would be a bug, retried on the schedule
+        sent = Sent(None, "the change-feed entry could not be read")
+    else:
+        body = body_of(str(claimed.delivery), entry)
+        sent = await post(claimed.url, body, headers_of(claimed, body))
+    if sent.delivered:
+        WEBHOOK_DELIVERIES.labels(outcome="delivered").inc()
+        return "delivered" if await webhooks.settle_delivered(claimed, sent.status or 0) else "stale"
+    WEBHOOK_DELIVERIES.labels(outcome="failed").inc()
+    error = sent.error or f"the receiver answered {sent.status}"
+    failed = await webhooks.settle_failed(claimed, sent.status, error)
+    if not failed.settled:
+        return "stale"
+    if failed.disabled:
+        WEBHOOKS_DISABLED.inc()
+        log.warning("webhook %d disabled: failing for 24 hours (last: %s)", claimed.webhook_id, error)
+        return "disabled"
+    log.info(
+        "webhook %d delivery %s failed (%s); next try at %s",
+        claimed.webhook_id,
+        claimed.delivery,
+        error,
+        failed.retry_at,
+    )
+    return "failed"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    fanned_out: int
+    outcomes: dict[str, int]
+    backlog: webhooks.Backlog
+
+    def summary(self) -> dict[str, Any]:
+        return {"fanned_out": self.fanned_out, **self.outcomes, "pending": self.backlog.pending}
+
+
+async def run(render: Render, *, seconds: float = RUN_SECONDS, lanes: int = LANES) -> RunResult:
+    """One delivery run: fan out the new change-feed entries, then send due deliveries in `lanes` concurrent
+    lanes until none is due or `seconds` passed; the gauges are set from what is left."""
+    made = await webhooks.fan_out()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    outcomes: Counter[str] = Counter()
+
+    async def lane() -> None:
+        while loop.time() < deadline:
+            claimed = await webhooks.claim_due()
+            if claimed is None:
+                return
+            outcomes[await attempt(claimed, render)] += 1
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(lanes):
+                group.create_task(lane())
+    except BaseExceptionGroup as failures:  # one lane's error (a database outage) is the run's
+        raise failures.exceptions[0] from None
+    left = await webhooks.backlog()
+    WEBHOOK_PENDING.set(left.pending)
+    WEBHOOK_OLDEST_DUE_AGE.set(left.oldest_due_seconds)
+    return RunResult(made, dict(outcomes), left)

@@ -1,0 +1,571 @@
+"""Maintainers' signed webhooks (docs/domain.md "Maintainers", "Webhooks"): the only writer of `webhooks`,
+`webhook_deliveries` and `webhook_fanout`, and the reads of a webhook and its delivery log.
+
+The delivery state lives in Postgres, so a worker killed at any point loses nothing:
+
+- **fan-out** (`fan_out`): the change-feed entries past `webhook_fanout.seq` (one cursor for every webhook; seq
+  order is commit order, so the range below the feed's head is complete) are mapped to the repository they are
+  about, and each becomes one delivery row per webhook of that repository whose owner maintains it in good
+  standing, in one INSERT ... SELECT per batch (idempotent: unique (webhook, seq)).
+- **order**: a webhook's entries go out one after another in seq order. Only the oldest undelivered one (the
+  head) has a `next_attempt_at`; the rest wait with NULL, and settling the head (delivered) gives the next one its
+  time. Who changes a webhook's head holds its row lock (FOR NO KEY UPDATE), so fan-out and settling never leave a
+  queue without a head.
+- **claim** (`claim_due`): a due head is taken with FOR UPDATE SKIP LOCKED and leased by moving its
+  `next_attempt_at` LEASE_SECONDS ahead (and counting the attempt); the HTTP request runs with no transaction
+  open. A worker that dies mid-request leaves the lease to expire, and the head is sent again with the same
+  delivery id (at least once: receivers deduplicate by `X-Tarakan-Delivery`).
+- **settle**: delivered, or failed and retried after RETRY_DELAYS (then hourly) until DISABLE_AFTER from the first
+  failure of the streak, when the webhook is disabled until its owner enables it again. A settle names the attempt
+  it ran, so a late settle of an attempt whose lease was taken over changes nothing.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, delete, exists, func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.accounts.models import Account
+from app.kernel import db
+from app.kernel.errors import Conflict, Forbidden, NotFound, ValidationError
+from app.kernel.paging import Page, decode_id_cursor, encode_id_cursor, keyset_page
+from app.kernel.policy import ACTING_STATES, require_good_standing
+from app.maintainers import destinations
+from app.maintainers.models import RepositoryMaintainer, Webhook, WebhookDelivery
+from app.registry.models import Repository
+from app.registry.validation import validate_repo_ref
+
+MAX_PER_REPOSITORY = 5
+LEASE_SECONDS = 60  # a claimed delivery's request ends within delivery.DEADLINE_SECONDS; past the lease it is retaken
+# after the 1st, 2nd, ... failure of a streak; then hourly, until DISABLE_AFTER from the streak's first failure
+RETRY_DELAYS = (
+    timedelta(seconds=5),
+    timedelta(seconds=30),
+    timedelta(minutes=2),
+    timedelta(minutes=10),
+    timedelta(minutes=30),
+)
+RETRY_HOURLY = timedelta(hours=1)
+DISABLE_AFTER = timedelta(hours=24)
+FANOUT_BATCH = 10_000  # change-feed entries per fan-out statement
+MAX_LOG_PAGE = 100
+DEFAULT_LOG_PAGE = 50
+_NO_REPOSITORY = {"repository": ["not found"]}
+_NO_WEBHOOK = {"webhook": ["not found"]}
+
+
+def new_secret() -> str:
+    """A webhook's HMAC-SHA256 key: 32 random bytes, hex (shown once)."""
+    return "whsec_" + secrets.token_hex(32)
+
+
+def retry_delay(failures: int) -> timedelta:
+    """How long after its `failures`-th failure in a row a webhook's head is tried again (before the 24 h cap)."""
+    return RETRY_DELAYS[failures - 1] if 0 < failures <= len(RETRY_DELAYS) else RETRY_HOURLY
+
+
+@dataclass(frozen=True)
+class WebhookView:
+    """A webhook as its owner sees it (never the secret, except once in `Registered`)."""
+
+    id: int
+    repository: str  # host/owner/name
+    url: str
+    disabled_at: datetime | None
+    failing_since: datetime | None
+    consecutive_failures: int
+    last_delivered_seq: int | None
+    inserted_at: datetime
+
+
+@dataclass(frozen=True)
+class Registered:
+    webhook: WebhookView
+    secret: str
+
+
+@dataclass(frozen=True)
+class DeliveryView:
+    """One line of a webhook's delivery log."""
+
+    delivery: uuid.UUID
+    seq: int
+    kind: str
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None
+
+
+def _slug(repository: Repository) -> str:
+    return f"{repository.host}/{repository.owner}/{repository.name}"
+
+
+def _view(webhook: Webhook, repository: str) -> WebhookView:
+    return WebhookView(
+        id=webhook.id,
+        repository=repository,
+        url=webhook.url,
+        disabled_at=webhook.disabled_at,
+        failing_since=webhook.failing_since,
+        consecutive_failures=webhook.consecutive_failures,
+        last_delivered_seq=webhook.last_delivered_seq,
+        inserted_at=webhook.inserted_at,
+    )
+
+
+# --- who may --------------------------------------------------------------------------------------------------
+
+
+async def _acting(session: AsyncSession, account_id: int) -> Account:
+    account = (await session.execute(select(Account).where(Account.id == account_id))).scalar_one_or_none()
+    if account is None:
+        raise NotFound({"account": ["not found"]})
+    require_good_standing(account)
+    return account
+
+
+async def _listed_repository(
+    session: AsyncSession, host: str, owner: str, name: str, *, lock: bool = False
+) -> Repository:
+    """The listed repository of this reference; 404 for anything else (unknown, not listed, malformed)."""
+    try:
+        host, owner, name = validate_repo_ref(host, owner, name)
+    except ValidationError:
+        raise NotFound(_NO_REPOSITORY) from None
+    query = select(Repository).where(
+        Repository.host == host,
+        Repository.owner == owner,
+        Repository.name == name,
+        Repository.listing_status == "listed",
+    )
+    if lock:  # orders the registrations of one repository (the 5-webhook limit); FOR NO KEY UPDATE
+        query = query.with_for_update(key_share=True)
+    repository = (await session.execute(query)).scalar_one_or_none()
+    if repository is None:
+        raise NotFound(_NO_REPOSITORY)
+    return repository
+
+
+def _maintains(repository_id: Any, account_id: Any) -> ColumnElement[bool]:
+    return exists().where(
+        RepositoryMaintainer.repository_id == repository_id,
+        RepositoryMaintainer.account_id == account_id,
+        RepositoryMaintainer.ended_at.is_(None),
+    )
+
+
+async def _require_maintainer(session: AsyncSession, repository: Repository, account_id: int) -> None:
+    if not (await session.execute(select(_maintains(repository.id, account_id)))).scalar():
+        raise Forbidden({"repository": ["only a verified maintainer of this repository can manage its webhooks"]})
+
+
+async def _count(session: AsyncSession, repository_id: int) -> int:
+    return int((await session.execute(select(func.count()).where(Webhook.repository_id == repository_id))).scalar_one())
+
+
+def _too_many() -> Conflict:
+    return Conflict(
+        {"repository": [f"already has {MAX_PER_REPOSITORY} webhooks, the most a repository may have; delete one first"]}
+    )
+
+
+# --- registration, the owner's actions ----------------------------------------------------------------------------
+
+_ENSURE_FANOUT = text(
+    """
+INSERT INTO webhook_fanout (id, seq)
+SELECT 1, coalesce((SELECT min(enqueued_seq) FROM webhooks), (SELECT max(seq) FROM changes), 0)
+ON CONFLICT (id) DO NOTHING
+"""
+)
+_FANOUT_SHARED = text("SELECT seq FROM webhook_fanout WHERE id = 1 FOR SHARE")
+_FANOUT_LOCKED = text("SELECT seq FROM webhook_fanout WHERE id = 1 FOR UPDATE")
+_FEED_HEAD = text("SELECT coalesce(max(seq), 0) FROM changes")
+
+
+async def register_webhook(account_id: int, host: str, owner: str, name: str, url: str) -> Registered:
+    """A new webhook of a listed repository for an account that maintains it in good standing: 404 for an unknown
+    repository, 403 for anyone else, 422 naming `url` for a refused destination (resolved with no transaction
+    open), 409 past MAX_PER_REPOSITORY. It gets the entries committed after it (its `enqueued_seq` is the feed's
+    head, read while no fan-out runs)."""
+    async with db.read_session(replica=False) as session:
+        await _acting(session, account_id)
+        repository = await _listed_repository(session, host, owner, name)
+        await _require_maintainer(session, repository, account_id)
+        if await _count(session, repository.id) >= MAX_PER_REPOSITORY:
+            raise _too_many()
+    try:
+        destination = await destinations.check_registration(url)
+    except destinations.Refused as exc:
+        raise ValidationError({"url": [str(exc)]}) from None
+    async with db.transaction() as session:
+        await _acting(session, account_id)
+        repository = await _listed_repository(session, host, owner, name, lock=True)
+        await _require_maintainer(session, repository, account_id)
+        if await _count(session, repository.id) >= MAX_PER_REPOSITORY:
+            raise _too_many()
+        # a fan-out running now holds the cursor's row: wait for it, so it cannot pass entries this webhook should
+        # get without seeing the webhook
+        await session.execute(_ENSURE_FANOUT)
+        await session.execute(_FANOUT_SHARED)
+        head = int((await session.execute(_FEED_HEAD)).scalar_one())
+        secret = new_secret()
+        webhook = Webhook(
+            repository_id=repository.id, owner_id=account_id, url=destination.url, secret=secret, enqueued_seq=head
+        )
+        session.add(webhook)
+        await session.flush()
+        await session.refresh(webhook)
+        return Registered(_view(webhook, _slug(repository)), secret)
+
+
+async def _owned(session: AsyncSession, account_id: int, webhook_id: int, *, lock: bool = False) -> tuple[Webhook, str]:
+    """The account's webhook and its repository's slug; 404 for anyone else's (no more visible than a missing one)."""
+    query = (
+        select(Webhook, Repository)
+        .join(Repository, Repository.id == Webhook.repository_id)
+        .where(Webhook.id == webhook_id, Webhook.owner_id == account_id)
+    )
+    if lock:
+        query = query.with_for_update(of=Webhook, key_share=True)
+    row = (await session.execute(query)).one_or_none()
+    if row is None:
+        raise NotFound(_NO_WEBHOOK)
+    return row[0], _slug(row[1])
+
+
+async def get_webhook(account_id: int, webhook_id: int) -> WebhookView:
+    async with db.read_session(replica=False) as session:
+        webhook, slug = await _owned(session, account_id, webhook_id)
+        return _view(webhook, slug)
+
+
+async def list_webhooks(account_id: int, host: str, owner: str, name: str) -> list[WebhookView]:
+    """The account's webhooks of a listed repository (at most MAX_PER_REPOSITORY: no paging), oldest first."""
+    async with db.read_session(replica=False) as session:
+        repository = await _listed_repository(session, host, owner, name)
+        found = (
+            (
+                await session.execute(
+                    select(Webhook)
+                    .where(Webhook.repository_id == repository.id, Webhook.owner_id == account_id)
+                    .order_by(Webhook.id)
+                )
+            )
+            .scalars()
+            .all()
+        )
+        return [_view(w, _slug(repository)) for w in found]
+
+
+async def delete_webhook(account_id: int, webhook_id: int) -> None:
+    """Delete the account's webhook and its delivery log (404 for anyone else's). Allowed after the maintainership
+    ended too: nobody is left with a webhook they cannot remove."""
+    async with db.transaction() as session:
+        deleted = await session.execute(
+            delete(Webhook).where(Webhook.id == webhook_id, Webhook.owner_id == account_id).returning(Webhook.id)
+        )
+        if deleted.first() is None:
+            raise NotFound(_NO_WEBHOOK)
+
+
+_PROMOTE_HEADS = text(
+    """
+UPDATE webhook_deliveries d SET next_attempt_at = now()
+FROM webhooks w
+CROSS JOIN LATERAL (
+  SELECT x.id, x.next_attempt_at FROM webhook_deliveries x
+  WHERE x.webhook_id = w.id AND x.delivered_at IS NULL
+  ORDER BY x.seq LIMIT 1
+) h
+WHERE w.id = ANY(CAST(:ids AS bigint[])) AND w.disabled_at IS NULL AND h.next_attempt_at IS NULL AND d.id = h.id
+"""
+)
+
+
+async def enable_webhook(account_id: int, webhook_id: int) -> WebhookView:
+    """Enable the account's disabled webhook again (a current maintainer in good standing; 403 otherwise): its
+    failure streak starts over and its oldest undelivered entry is tried at once, then the rest in order (entries
+    that came while it was disabled were queued). An enabled webhook answers as it is."""
+    async with db.transaction() as session:
+        await _acting(session, account_id)
+        webhook, slug = await _owned(session, account_id, webhook_id, lock=True)
+        if not (await session.execute(select(_maintains(webhook.repository_id, account_id)))).scalar():
+            raise Forbidden({"repository": ["only a current maintainer of this repository can enable its webhooks"]})
+        if webhook.disabled_at is not None:
+            webhook.disabled_at = None
+            webhook.failing_since = None
+            webhook.consecutive_failures = 0
+            await session.flush()
+            await session.execute(_PROMOTE_HEADS, {"ids": [webhook.id]})
+        return _view(webhook, slug)
+
+
+async def deliveries_page(account_id: int, webhook_id: int, *, cursor: str | None, limit: int) -> Page[DeliveryView]:
+    """The account's webhook's delivery log, newest entry first (keyset on seq); 404 for anyone else's webhook."""
+    after = decode_id_cursor(cursor) if cursor is not None else None  # InvalidCursor (400) before any read
+    query = (
+        select(
+            WebhookDelivery.delivery,
+            WebhookDelivery.seq,
+            WebhookDelivery.kind,
+            WebhookDelivery.attempts,
+            WebhookDelivery.last_status,
+            WebhookDelivery.last_error,
+            WebhookDelivery.next_attempt_at,
+            WebhookDelivery.delivered_at,
+        )
+        .where(WebhookDelivery.webhook_id == webhook_id)
+        .order_by(WebhookDelivery.seq.desc())
+        .limit(limit + 1)
+    )
+    if after is not None:
+        query = query.where(WebhookDelivery.seq < after)
+    async with db.read_session(replica=False) as session:
+        await _owned(session, account_id, webhook_id)
+        rows = [DeliveryView(*row) for row in (await session.execute(query)).all()]
+    return keyset_page(rows, limit, lambda d: encode_id_cursor(d.seq))
+
+
+# --- fan-out ------------------------------------------------------------------------------------------------------
+
+# The repository an entry is about: its own column (published, listed, withdrawn repository; a statement entry that
+# names it), else its canonical's (status, statement), else its occurrence's (a withdrawn finding). Each LEFT JOIN
+# is an index probe on a public_id, made only when the columns before it are empty.
+_FAN_OUT = text(
+    """
+WITH entries AS (
+  SELECT ch.seq, ch.kind, COALESCE(ch.repository_id, c.repository_id, s.repository_id) AS repository_id
+  FROM changes ch
+  LEFT JOIN canonical_findings c ON ch.repository_id IS NULL AND c.public_id = ch.canonical
+  LEFT JOIN scan_findings f ON ch.repository_id IS NULL AND ch.canonical IS NULL AND f.public_id = ch.finding
+  LEFT JOIN scans s ON s.id = f.scan_id
+  WHERE ch.seq > :after AND ch.seq <= :upto
+)
+INSERT INTO webhook_deliveries (webhook_id, seq, kind)
+SELECT w.id, e.seq, e.kind
+FROM entries e
+JOIN webhooks w ON w.repository_id = e.repository_id AND e.seq > w.enqueued_seq
+JOIN repository_maintainers m
+  ON m.repository_id = w.repository_id AND m.account_id = w.owner_id AND m.ended_at IS NULL
+JOIN accounts a ON a.id = w.owner_id AND a.state = ANY(CAST(:acting AS text[]))
+ORDER BY w.id, e.seq
+ON CONFLICT (webhook_id, seq) DO NOTHING
+RETURNING webhook_id
+"""
+)
+_LOCK_WEBHOOKS = text("SELECT id FROM webhooks WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id FOR NO KEY UPDATE")
+_MOVE_FANOUT = text("UPDATE webhook_fanout SET seq = :seq WHERE id = 1")
+
+
+async def fan_out(*, batch: int = FANOUT_BATCH) -> int:
+    """Turn every change-feed entry past the fan-out's cursor into delivery rows, `batch` entries per transaction.
+    Returns how many rows were made. Entries while a webhook is disabled are queued too (enabling it delivers
+    them); entries while its owner does not maintain the repository in good standing are not."""
+    made = 0
+    while True:
+        async with db.transaction() as session:
+            await session.execute(_ENSURE_FANOUT)
+            after = int((await session.execute(_FANOUT_LOCKED)).scalar_one())
+            head = int((await session.execute(_FEED_HEAD)).scalar_one())  # read under the lock: fresh
+            if head <= after:
+                return made
+            upto = min(head, after + batch)
+            inserted = (
+                await session.execute(_FAN_OUT, {"after": after, "upto": upto, "acting": list(ACTING_STATES)})
+            ).all()
+            touched = sorted({int(row.webhook_id) for row in inserted})
+            await session.execute(_MOVE_FANOUT, {"seq": upto})
+            if touched:
+                # a settle of the same webhook holds its row while it moves the head: take them in id order
+                await session.execute(_LOCK_WEBHOOKS, {"ids": touched})
+                await session.execute(_PROMOTE_HEADS, {"ids": touched})
+            made += len(inserted)
+        if upto == head:
+            return made
+
+
+# --- claim and settle -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A delivery leased to one attempt: what to send, and what the settle names."""
+
+    id: int
+    webhook_id: int
+    seq: int
+    kind: str
+    delivery: uuid.UUID
+    attempt: int
+    url: str
+    secret: str
+
+
+_CLAIM = text(
+    """
+WITH due AS (
+  SELECT id FROM webhook_deliveries
+  WHERE delivered_at IS NULL AND next_attempt_at <= now()
+  ORDER BY next_attempt_at
+  LIMIT 1
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE webhook_deliveries d
+SET next_attempt_at = now() + make_interval(secs => :lease), attempts = d.attempts + 1
+FROM due, webhooks w
+WHERE d.id = due.id AND w.id = d.webhook_id
+RETURNING d.id, d.webhook_id, d.seq, d.kind, d.delivery, d.attempts, w.url, w.secret
+"""
+)
+
+
+async def claim_due(*, lease_seconds: float = LEASE_SECONDS) -> Claimed | None:
+    """Lease the most overdue head for one attempt (None when nothing is due)."""
+    async with db.transaction() as session:
+        row = (await session.execute(_CLAIM, {"lease": lease_seconds})).first()
+    if row is None:
+        return None
+    return Claimed(
+        id=int(row.id),
+        webhook_id=int(row.webhook_id),
+        seq=int(row.seq),
+        kind=str(row.kind),
+        delivery=row.delivery,
+        attempt=int(row.attempts),
+        url=str(row.url),
+        secret=str(row.secret),
+    )
+
+
+_LOCK_WEBHOOK = text("SELECT disabled_at, now() AS now FROM webhooks WHERE id = :webhook_id FOR NO KEY UPDATE")
+_MARK_DELIVERED = text(
+    """
+UPDATE webhook_deliveries
+SET delivered_at = now(), next_attempt_at = NULL, last_status = :status, last_error = NULL
+WHERE id = :id AND attempts = :attempt AND delivered_at IS NULL
+RETURNING seq
+"""
+)
+_WEBHOOK_DELIVERED = text(
+    """
+UPDATE webhooks SET failing_since = NULL, consecutive_failures = 0,
+  last_delivered_seq = GREATEST(coalesce(last_delivered_seq, 0), :seq)
+WHERE id = :webhook_id
+"""
+)
+_PROMOTE_NEXT = text(
+    """
+UPDATE webhook_deliveries SET next_attempt_at = now()
+WHERE id = (SELECT id FROM webhook_deliveries WHERE webhook_id = :webhook_id AND delivered_at IS NULL
+            ORDER BY seq LIMIT 1)
+  AND next_attempt_at IS NULL
+"""
+)
+_MARK_FAILED = text(
+    """
+UPDATE webhook_deliveries SET last_status = :status, last_error = :error
+WHERE id = :id AND attempts = :attempt AND delivered_at IS NULL
+RETURNING id
+"""
+)
+_WEBHOOK_FAILED = text(
+    """
+UPDATE webhooks SET consecutive_failures = consecutive_failures + 1, failing_since = coalesce(failing_since, now())
+WHERE id = :webhook_id
+RETURNING consecutive_failures, failing_since
+"""
+)
+_RETRY_AT = text("UPDATE webhook_deliveries SET next_attempt_at = :at WHERE id = :id")
+_DISABLE = text("UPDATE webhooks SET disabled_at = now() WHERE id = :webhook_id")
+
+
+async def settle_delivered(claimed: Claimed, status: int) -> bool:
+    """The receiver took the entry: log it, end the webhook's failure streak, and make its next entry due. False
+    when this attempt no longer holds the delivery (its lease was taken over, or the webhook is gone)."""
+    async with db.transaction() as session:
+        webhook = (await session.execute(_LOCK_WEBHOOK, {"webhook_id": claimed.webhook_id})).first()
+        if webhook is None:
+            return False
+        marked = await session.execute(
+            _MARK_DELIVERED, {"id": claimed.id, "attempt": claimed.attempt, "status": status}
+        )
+        if marked.first() is None:
+            return False
+        await session.execute(_WEBHOOK_DELIVERED, {"webhook_id": claimed.webhook_id, "seq": claimed.seq})
+        if webhook.disabled_at is None:
+            await session.execute(_PROMOTE_NEXT, {"webhook_id": claimed.webhook_id})
+        return True
+
+
+@dataclass(frozen=True)
+class Failed:
+    """How a failed attempt was settled: tried again at `retry_at`, or the webhook `disabled`."""
+
+    settled: bool
+    disabled: bool = False
+    retry_at: datetime | None = None
+
+
+async def settle_failed(claimed: Claimed, status: int | None, error: str) -> Failed:
+    """The attempt failed (a non-2xx `status`, or none: `error` says what): the next try per the schedule, or,
+    DISABLE_AFTER after the streak's first failure, the webhook disabled (its head waits for the owner)."""
+    async with db.transaction() as session:
+        webhook = (await session.execute(_LOCK_WEBHOOK, {"webhook_id": claimed.webhook_id})).first()
+        if webhook is None:
+            return Failed(False)
+        marked = await session.execute(
+            _MARK_FAILED, {"id": claimed.id, "attempt": claimed.attempt, "status": status, "error": error[:200]}
+        )
+        if marked.first() is None:
+            return Failed(False)
+        streak = (await session.execute(_WEBHOOK_FAILED, {"webhook_id": claimed.webhook_id})).one()
+        now: datetime = webhook.now
+        give_up_at: datetime = streak.failing_since + DISABLE_AFTER
+        if now >= give_up_at:
+            await session.execute(_DISABLE, {"webhook_id": claimed.webhook_id})
+            await session.execute(_RETRY_AT, {"id": claimed.id, "at": None})
+            return Failed(True, disabled=True)
+        retry_at = min(now + retry_delay(int(streak.consecutive_failures)), give_up_at)
+        await session.execute(_RETRY_AT, {"id": claimed.id, "at": retry_at})
+        return Failed(True, retry_at=retry_at)
+
+
+# --- what is waiting ----------------------------------------------------------------------------------------------
+
+_BACKLOG = text(
+    """
+SELECT
+  (SELECT count(*) FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+   WHERE d.delivered_at IS NULL AND w.disabled_at IS NULL) AS pending,
+  (SELECT EXTRACT(EPOCH FROM now() - min(next_attempt_at)) FROM webhook_deliveries
+   WHERE delivered_at IS NULL AND next_attempt_at <= now()) AS oldest_due,
+  (SELECT EXTRACT(EPOCH FROM min(next_attempt_at) - now()) FROM webhook_deliveries
+   WHERE delivered_at IS NULL AND next_attempt_at IS NOT NULL) AS next_due_in
+"""
+)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    pending: int  # undelivered entries of enabled webhooks (due, leased, waiting for a retry or their turn)
+    oldest_due_seconds: float  # how long the most overdue head has been due (0: none)
+    next_due_in: float | None  # seconds until the next head is due (<= 0: now; None: nothing is scheduled)
+
+
+async def backlog() -> Backlog:
+    async with db.read_session(replica=False) as session:
+        row = (await session.execute(_BACKLOG)).one()
+    return Backlog(
+        pending=int(row.pending),
+        oldest_due_seconds=float(row.oldest_due or 0),
+        next_due_in=None if row.next_due_in is None else float(row.next_due_in),
+    )
