@@ -668,13 +668,14 @@ def form_routes() -> list[tuple[str, str]]:
     return [(method, path) for method, path in router_body_routes() if not path.startswith("/api/")]
 
 
-def fill_path(template: str, values: dict[str, str]) -> str:
-    """`template` with every `{param}` (or `{param:convertor}`) replaced by its value in `values`."""
+def fill_path(template: str, values: dict[str, str], default: str | None = None) -> str:
+    """`template` with every `{param}` (or `{param:convertor}`) replaced by its value in `values` (a parameter
+    without one takes `default`; a KeyError naming it without a default)."""
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1)
-        if name not in values:
+        if name not in values and default is None:
             raise KeyError(f"no value for path parameter {name!r} of {template}: seed one")
-        return values[name]
+        return values.get(name, default or "")
 
     return re.sub(r"\{(\w+)(?::\w+)?\}", value, template)
