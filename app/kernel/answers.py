@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
-from msgspec import UNSET, Meta, UnsetType
+from msgspec import UNSET as UNSET  # re-exported: the answer types' optional fields
+from msgspec import Meta
+from msgspec import UnsetType as UnsetType
 from starlette.responses import Response
-
-__all__ = ["UNSET", "Answer", "Errors", "UnsetType"]
 
 
 class Answer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

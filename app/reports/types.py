@@ -7,8 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from msgspec import Meta, Struct
 
-from app.kernel.answers import UNSET, Answer, Sha, Uuid, enum
-from app.kernel.answers import UnsetType as Unset
+from app.kernel.answers import UNSET, Answer, Sha, UnsetType, Uuid, enum
 from app.reports.models import (
     CHECK_VERDICTS,
     CONFIRMATION_VERDICTS,
@@ -84,7 +83,7 @@ class Report(Answer):
     disclosed: bool
     record_url: str
     findings: list[ReportFinding]
-    sarif: SarifSummary | Unset = UNSET  # the answer to a SARIF log only
+    sarif: SarifSummary | UnsetType = UNSET  # the answer to a SARIF log only
 
 
 class Check(Answer):
@@ -127,20 +126,20 @@ class ScanFinding(Struct, kw_only=True):
     severity: Severity
     title: Annotated[str, Meta(max_length=MAX_TITLE)]
     description: Annotated[str, Meta(max_length=MAX_DESCRIPTION)]
-    disposition: Annotated[str, Meta(description="ignored: recomputed by the registry")] | Unset = UNSET
+    disposition: Annotated[str, Meta(description="ignored: recomputed by the registry")] | UnsetType = UNSET
     existing_finding_id: (
-        Annotated[str, Meta(description="a hint only", extra_json_schema={"format": "uuid"})] | Unset
+        Annotated[str, Meta(description="a hint only", extra_json_schema={"format": "uuid"})] | UnsetType
     ) = UNSET
-    line_start: Line | Unset = UNSET
-    line_end: Annotated[int, Meta(ge=1, le=MAX_LINE, description="needs line_start, ≥ it")] | Unset = UNSET
+    line_start: Line | UnsetType = UNSET
+    line_end: Annotated[int, Meta(ge=1, le=MAX_LINE, description="needs line_start, ≥ it")] | UnsetType = UNSET
 
 
 class ScanDocument(Struct, kw_only=True):
     """Scan Format v1 (`tarakan_review_format` is accepted as an alias key; unknown keys ignored; ≤ 2,000,000
     characters as stored)"""
 
-    tarakan_scan_format: FormatVersion | Unset = UNSET
-    tarakan_review_format: FormatVersion | Unset = UNSET
+    tarakan_scan_format: FormatVersion | UnsetType = UNSET
+    tarakan_review_format: FormatVersion | UnsetType = UNSET
     findings: Annotated[list[ScanFinding], Meta(max_length=MAX_FINDINGS)]
 
 
@@ -169,10 +168,14 @@ class ReportSubmission(Struct, kw_only=True):
     commit_sha: CommitSha
     provenance: Provenance = "agent"
     review_kind: Annotated[str, enum(REVIEW_KINDS)] = "code_review"
-    model: Annotated[str, Meta(max_length=MAX_LABEL, description="required unless provenance is human")] | Unset = UNSET
-    prompt_version: Annotated[str, Meta(max_length=MAX_LABEL, description="as model")] | Unset = UNSET
-    run_id: Annotated[str, Meta(max_length=MAX_RUN_ID, description="one report per run and account")] | Unset = UNSET
-    notes: Annotated[str, Meta(max_length=MAX_NOTES)] | Unset = UNSET
+    model: Annotated[str, Meta(max_length=MAX_LABEL, description="required unless provenance is human")] | UnsetType = (
+        UNSET
+    )
+    prompt_version: Annotated[str, Meta(max_length=MAX_LABEL, description="as model")] | UnsetType = UNSET
+    run_id: Annotated[str, Meta(max_length=MAX_RUN_ID, description="one report per run and account")] | UnsetType = (
+        UNSET
+    )
+    notes: Annotated[str, Meta(max_length=MAX_NOTES)] | UnsetType = UNSET
     document: ScanDocument
 
 
@@ -185,7 +188,7 @@ class CheckSubmission(Struct, kw_only=True):
     verdict: CheckVerdict
     provenance: Provenance = "agent"
     notes: Notes
-    evidence: Evidence | Unset = UNSET
+    evidence: Evidence | UnsetType = UNSET
 
 
 class ConfirmationSubmission(Struct, kw_only=True):
@@ -194,7 +197,7 @@ class ConfirmationSubmission(Struct, kw_only=True):
     verdict: ConfirmationVerdict
     provenance: Provenance = "agent"
     notes: Notes
-    evidence: Evidence | Unset = UNSET
+    evidence: Evidence | UnsetType = UNSET
 
 
 class SarifLog(Struct, kw_only=True):
