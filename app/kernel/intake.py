@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import regex
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
@@ -28,7 +29,7 @@ from app.kernel import ratelimit
 from app.kernel.config import settings
 from app.kernel.errors import BadRequest, DomainError, ValidationError
 from app.kernel.forms import FormLimits
-from app.kernel.limits import MAX_JSON_DEPTH, body_limit, too_large
+from app.kernel.limits import MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, body_limit, too_large
 from app.kernel.text import ascii_int
 
 T = TypeVar("T")
@@ -118,13 +119,36 @@ def _depth_exceeds(value: Any, maximum: int) -> bool:
     return False
 
 
+# A JSON string (its escapes included), found without backtracking: what lies outside them is structure.
+_JSON_STRING = regex.compile(rb'"(?:[^"\\]++|\\.)*+"')
+
+
+def _containers(raw: bytes) -> int:
+    """Objects and arrays in a JSON text (an upper bound for invalid JSON), counted before it is parsed: the parser
+    holds the GIL, and millions of containers make it (and the collector) stall every thread for seconds."""
+    upper = raw.count(b"[") + raw.count(b"{")  # brackets inside strings too: exact only when it matters
+    if upper <= MAX_JSON_CONTAINERS:
+        return upper
+    outside = _JSON_STRING.sub(b'""', raw, concurrent=True)
+    return outside.count(b"[") + outside.count(b"{")
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
 def json_object(body: Body, budget: Budget, *, non_object_status: int = 422) -> dict[str, Any]:
-    """Valid JSON without NaN or Infinity, nested at most MAX_JSON_DEPTH levels (400), an object
+    """Valid JSON without NaN or Infinity, at most MAX_JSON_CONTAINERS objects and arrays (413), nested at most
+    MAX_JSON_DEPTH levels (400), an object
     (`non_object_status`: the report API's 422, the repository API's 400, each as documented)."""
+    if _containers(body.raw) > MAX_JSON_CONTAINERS:
+        raise DomainError(
+            {"body": [f"must hold at most {MAX_JSON_CONTAINERS} JSON objects and arrays"]},
+            status_code=413,
+            title="Too large",
+            message=f"The request body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays.",
+        )
+    budget.check()
     try:
         value = json.loads(body.raw, parse_constant=_reject_constant)
     except RecursionError:

@@ -22,6 +22,8 @@ from app.kernel.web import error_response
 # every request outside /api/ is a page, a feed or a small form (the forms have tighter limits: app.kernel.forms)
 SITE_BODY_LIMIT = 64 * 1024
 MAX_JSON_DEPTH = 32  # a report document is a few levels deep; nothing legitimate comes near this
+# ~75 ms to parse at worst (docs/security.md); a 4 MiB SARIF log with code flows holds a few tens of thousands
+MAX_JSON_CONTAINERS = 200_000
 
 
 def body_limit(path: str) -> int:

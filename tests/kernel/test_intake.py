@@ -13,6 +13,7 @@ import pytest
 from starlette.routing import BaseRoute, Mount, Route
 
 from app.kernel.intake import BodyRoute
+from app.kernel.limits import MAX_JSON_CONTAINERS
 from app.main import app
 from tests import factories
 from tests.reports.support import finding, report_body, row_counts
@@ -129,3 +130,18 @@ async def test_integer_headers_are_ascii_digits_only() -> None:
     for length in ("²".encode(), "١٢".encode(), b"12\xff"):
         answer = await _asgi([(b"authorization", token), (b"content-length", length)], body)
         assert answer["status"] in (200, 201), answer
+
+
+async def test_json_with_more_containers_than_the_parser_may_build_is_a_413(client: httpx.AsyncClient) -> None:
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository()
+    headers = {**(await token_for(account)), "Content-Type": "application/json"}
+    nests = b"[" + b",".join([b"[]"] * (MAX_JSON_CONTAINERS + 1)) + b"]"
+    body = b'{"commit_sha": "' + b"a" * 40 + b'", "document": {"findings": [], "meta": ' + nests + b"}}"
+    response = await client.post(reports_url(repo), headers=headers, content=body)
+    assert response.status_code == 413
+    assert response.json()["errors"]["body"] == [f"must hold at most {MAX_JSON_CONTAINERS} JSON objects and arrays"]
+    # brackets inside strings are text, not containers
+    text_body = report_body(notes="[" * 300_000)
+    response = await client.post(reports_url(repo), headers=headers, content=json.dumps(text_body))
+    assert response.status_code != 413, response.text
