@@ -189,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.exports.cli import register as register_exports
     from app.infestations.cli import register as register_infestations
     from app.maintainers.cli import register as register_maintainers
+    from app.maintainers.statement_cli import register as register_statements
     from app.moderation.cli import register as register_moderation
     from app.registry.cli import register as register_registry
     from app.reports.cli import register as register_reports
@@ -202,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         register_moderation,
         register_infestations,
         register_maintainers,
+        register_statements,
         register_exports,
     ):
         register(sub)

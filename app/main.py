@@ -29,6 +29,7 @@ def _routes() -> list[BaseRoute]:
     from app.feed.routes import routes as feed_routes
     from app.infestations.routes import routes as infestation_routes
     from app.maintainers.routes import routes as maintainer_routes
+    from app.maintainers.statement_routes import routes as statement_routes
     from app.moderation.routes import routes as moderation_routes
     from app.ops.routes import routes as ops_routes
     from app.registry.api import routes as registry_api_routes
@@ -46,6 +47,7 @@ def _routes() -> list[BaseRoute]:
         *feed_routes,
         *report_routes,
         *maintainer_routes,
+        *statement_routes,
         *registry_routes,
         *infestation_routes,
         *site_routes,

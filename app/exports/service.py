@@ -42,6 +42,7 @@ from app.kernel.changes import PublishedRepository, snapshot_cursor, withdrawals
 from app.kernel.config import ConfigError, settings
 from app.kernel.errors import NotFound, ServiceUnavailable
 from app.kernel.public import PUBLIC_JOIN, listed_repository, visible_pattern
+from app.maintainers.statement_queries import statement_hides_after
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,17 @@ WHERE {listed_repository("r")}
 ORDER BY r.id
 """
 
+# the canonical's current maintainer statement (docs/domain.md "Maintainers"): the newest one no moderator hid; a
+# hide is a withdrawal for `stale()` (its feed entry carries a reason), so an export holding it is rebuilt
+_MAINTAINER_STATEMENT = """(
+  SELECT json_build_object(
+    'status', st.status, 'justification', st.justification, 'impact_statement', st.impact_statement,
+    'action_statement', st.action_statement, 'fixed_in', st.fixed_in, 'author', sa.handle, 'at', st.inserted_at)
+  FROM finding_statements st LEFT JOIN accounts sa ON sa.id = st.author_id
+  WHERE st.canonical_finding_id = c.id AND st.visibility = 'shown'
+  ORDER BY st.inserted_at DESC, st.id DESC LIMIT 1
+)"""
+
 _FINDINGS = f"""
 SELECT json_build_object(
   'finding', f.public_id, 'canonical', c.public_id,
@@ -83,7 +95,8 @@ SELECT json_build_object(
   'file_path', f.file_path, 'line_start', f.line_start, 'line_end', f.line_end,
   'disposition', f.disposition, 'commit_sha', s.commit_sha, 'reported_at', s.inserted_at,
   'confirmations_count', c.confirmations_count, 'disputes_count', c.disputes_count,
-  'verified_at', c.verified_at, 'status_updated_at', c.updated_at
+  'verified_at', c.verified_at, 'status_updated_at', c.updated_at,
+  'maintainer_statement', {_MAINTAINER_STATEMENT}
 )::text
 FROM scan_findings f
 JOIN scans s ON s.id = f.scan_id
@@ -218,10 +231,13 @@ def _stamp(at: datetime) -> str:
 
 
 async def stale(export: Export) -> bool:
-    """True when something was withdrawn after the export's snapshot: it may hold a record that is not public any
-    more, and must not be served (a finding both published and withdrawn after it counts too: harmless)."""
+    """True when something was withdrawn after the export's snapshot (a finding, a repository, or a maintainer's
+    statement a moderator hid): it may hold a record that is not public any more, and must not be served (a finding
+    both published and withdrawn after it counts too: harmless)."""
     async with db.read_session(replica=False) as session:
-        return await withdrawals_after(session, export.cursor) > 0
+        if await withdrawals_after(session, export.cursor) > 0:
+            return True
+        return await statement_hides_after(session, export.cursor)  # a maintainer's statement hidden since
 
 
 async def export_due(now: datetime, directory: Path | None = None) -> str | None:

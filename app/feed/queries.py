@@ -3,7 +3,8 @@
 The rows (`app.kernel.changes`) keep what was announced; whether a row may still say it is decided here, at read
 time, by the public join set (`app.kernel.public`): a finding that is not public now is served with its own id
 only (no canonical, repository, opaque repository id or pattern), a canonical with no public occurrence without
-its status, and a repository that is not listed now by its opaque id alone. So a takedown holds at the very next
+its status, a maintainer's statement that a moderator hid (or on a finding not public now) without its status and
+justification, and a repository that is not listed now by its opaque id alone. So a takedown holds at the very next
 request, whatever the worker does.
 """
 
@@ -27,9 +28,11 @@ _PAGE = text(
 SELECT ch.seq, ch.at, ch.kind, ch.finding, ch.canonical, ch.repository_key, ch.pattern_key, ch.status, ch.reason,
        CASE WHEN {LISTED_REPOSITORY} THEN r.host || '/' || r.owner || '/' || r.name END AS slug,
        fp.found IS NOT NULL AS finding_public,
-       cp.found IS NOT NULL AS canonical_public
+       cp.found IS NOT NULL AS canonical_public,
+       st.status AS statement_status, st.justification AS statement_justification
 FROM (SELECT * FROM changes WHERE seq >= :start ORDER BY seq LIMIT :limit) ch
 LEFT JOIN repositories r ON r.id = ch.repository_id
+LEFT JOIN finding_statements st ON st.id = ch.statement_id AND st.visibility = 'shown'
 LEFT JOIN LATERAL (
   SELECT 1 AS found FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
   WHERE f.public_id = ch.finding AND {PUBLIC_JOIN} LIMIT 1
@@ -37,7 +40,8 @@ LEFT JOIN LATERAL (
 LEFT JOIN LATERAL (
   SELECT 1 AS found FROM canonical_findings c JOIN repositories r ON r.id = c.repository_id
   JOIN scan_findings f ON f.canonical_finding_id = c.id JOIN scans s ON s.id = f.scan_id
-  WHERE ch.kind = '{changes.STATUS}' AND c.public_id = ch.canonical AND {PUBLIC_JOIN} LIMIT 1
+  WHERE ch.kind IN ('{changes.STATUS}', '{changes.FINDING_STATEMENT}') AND c.public_id = ch.canonical AND {PUBLIC_JOIN}
+  LIMIT 1
 ) cp ON TRUE
 ORDER BY ch.seq
 """
@@ -60,6 +64,14 @@ def render(row: Any) -> dict[str, Any]:
         entry["canonical"] = row.canonical
         if row.canonical_public:
             entry["status"] = row.status
+    elif row.kind == changes.FINDING_STATEMENT:
+        # the finding's current statement when the entry was written (none: a hide left none); shown only while that
+        # statement is not hidden and the finding is public (docs/domain.md "Maintainers")
+        entry["canonical"] = row.canonical
+        if row.canonical_public and row.statement_status is not None:
+            entry |= {"status": row.statement_status, "justification": row.statement_justification}
+        if row.reason is not None:  # a moderator's hide
+            entry["reason"] = row.reason
     elif row.kind == changes.FINDING_WITHDRAWN:
         entry |= {"finding": row.finding, "reason": row.reason}
     elif row.kind == changes.LISTED_KIND:

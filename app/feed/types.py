@@ -10,6 +10,7 @@ from msgspec import Meta
 from app.kernel.answers import UNSET, Answer, Timestamp, UnsetType, Uuid, enum
 from app.kernel.changes import KINDS, REASONS
 from app.kernel.paging import Page
+from app.maintainers.models import VEX_JUSTIFICATIONS, VEX_STATUSES
 from app.reports.models import CANONICAL_STATUSES
 
 
@@ -25,8 +26,22 @@ class ChangeEntry(Answer):
     repository: Annotated[str, Meta(description="host/owner/name")] | UnsetType = UNSET
     repository_id: Annotated[Uuid, Meta(description="opaque repository id (not the serial id)")] | UnsetType = UNSET
     pattern_key: str | UnsetType | None = UNSET
-    status: Annotated[str, enum(CANONICAL_STATUSES)] | UnsetType = UNSET
-    reason: Annotated[str, enum(REASONS)] | UnsetType = UNSET
+    status: (
+        Annotated[
+            str,
+            enum(
+                (*CANONICAL_STATUSES, *VEX_STATUSES),
+                "finding.status: the canonical's status; finding.statement: the maintainer's OpenVEX status",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    justification: (
+        Annotated[str, enum(VEX_JUSTIFICATIONS, "finding.statement: the OpenVEX justification")] | UnsetType | None
+    ) = UNSET
+    reason: (
+        Annotated[str, enum(REASONS, "finding.withdrawn: why; finding.statement: `moderation` for a hide")] | UnsetType
+    ) = UNSET
 
 
 def _id(entry: Mapping[str, Any], key: str) -> str | UnsetType:
@@ -44,6 +59,7 @@ def change_entry(entry: Mapping[str, Any]) -> ChangeEntry:
         repository_id=_id(entry, "repository_id"),
         pattern_key=entry.get("pattern_key", UNSET),
         status=entry.get("status", UNSET),
+        justification=entry.get("justification", UNSET),
         reason=entry.get("reason", UNSET),
     )
 

@@ -25,8 +25,10 @@ from app.kernel.intake import body_route, form_parser
 from app.kernel.paging import Page
 from app.kernel.policy import can_moderate
 from app.kernel.text import ascii_int, require_clean
-from app.kernel.urls import repo_path
+from app.kernel.urls import finding_path, repo_path
 from app.kernel.web import page
+from app.maintainers.models import STATEMENT_VISIBILITIES
+from app.maintainers.statement_queries import moderation_subject
 from app.moderation import queries, service
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
@@ -36,6 +38,7 @@ CHOICES = {
     "listing_statuses": LISTING_STATUSES,
     "platform_roles": PLATFORM_ROLES,
     "account_states": ACCOUNT_STATES,
+    "statement_visibilities": STATEMENT_VISIBILITIES,
 }
 
 
@@ -278,6 +281,25 @@ async def maintainer_end(request: Request, actor: Account, form: FormData) -> Re
     )
 
 
+async def statement_visibility(request: Request, actor: Account, form: FormData) -> Response:
+    statement_id = request.path_params["statement_id"]
+    statement = await moderation_subject(statement_id) if 0 < statement_id < 2**63 else None
+    if statement is None:
+        raise NotFound({"statement": ["not found"]}, message=f"No statement with id {statement_id}.")
+    occurrence = statement["occurrence"]
+    return await _act(
+        request,
+        form,
+        partial="moderation/_statement_form.html",
+        subject=statement,
+        fields=("visibility",),
+        action=lambda v: service.change_statement_visibility(
+            actor, statement_id, v["visibility"], v["reason"], v["notes"]
+        ),
+        default_return=finding_path(occurrence) if occurrence else "/moderation",
+    )
+
+
 _FORM: dict[str, Any] = {"authenticate": _moderator, "parse": form_parser(MODERATION_FORM)}
 
 routes: list[BaseRoute] = [
@@ -289,4 +311,5 @@ routes: list[BaseRoute] = [
     body_route("/moderation/repos/{host}/{owner}/{name}/listing", repository_listing, **_FORM),
     body_route("/moderation/accounts/{handle}", account_change, **_FORM),
     body_route("/moderation/repos/{host}/{owner}/{name}/maintainers/{handle}", maintainer_end, **_FORM),
+    body_route("/moderation/statements/{statement_id:int}", statement_visibility, **_FORM),
 ]

@@ -27,6 +27,8 @@ from app.kernel.outbox import mark_repository_dirty, mark_scan_dirty
 from app.kernel.policy import can_change_roles, can_moderate, has_moderator_role, is_locked_out
 from app.kernel.refs import normalize_ref, ref_slug
 from app.maintainers import service as maintainers
+from app.maintainers import statements
+from app.maintainers.models import STATEMENT_VISIBILITIES
 from app.registry.metrics import recalculate_repository_metrics, registry_changed
 from app.registry.models import LISTING_STATUSES, Repository
 from app.registry.validation import validate_repo_ref
@@ -210,6 +212,22 @@ async def end_maintainership(
         return Change("repository", slug, before, {"maintainer": None, "participation_mode": repo.participation_mode})
 
     return await _act(actor.id, "repository.maintainer_end", step, errors=errors, reason=reason_t, notes=notes_t)
+
+
+async def change_statement_visibility(
+    actor: Account, statement_id: int, visibility: str, reason: str, notes: str
+) -> ActionOutcome:
+    """Hide or show a maintainer's statement (docs/domain.md "Maintainers"). A hide is a takedown: the statement
+    leaves every surface at the next request, its feed entries are redacted and the bulk export is rebuilt."""
+    errors: dict[str, list[str]] = {}
+    _check_choice("visibility", visibility, STATEMENT_VISIBILITIES, errors)
+    reason_t, notes_t = validate_reason_notes(reason, notes, errors)
+
+    async def step(session: AsyncSession, actor: Account) -> Change:
+        change = await statements.change_visibility(session, statement_id, visibility, actor_id=actor.id)
+        return Change(statements.AUDIT_SUBJECT, str(statement_id), change.before, change.after)
+
+    return await _act(actor.id, statements.VISIBILITY_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def delete_repository(

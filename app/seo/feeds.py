@@ -20,6 +20,8 @@ from app.infestations.queries import (
 )
 from app.kernel.db import utcnow
 from app.kernel.templating import environment
+from app.kernel.urls import finding_path
+from app.maintainers.statement_queries import repository_statements
 from app.seo.queries import get_public_repository, list_public_reports
 from app.seo.settings import seo_settings
 from app.seo.sitemap import repository_path
@@ -177,7 +179,7 @@ async def repository_reports_feed(host: str, owner: str, name: str) -> Feed | No
     feed = Feed(
         id=tag("feed", f"reports:{repository['id']}"),
         title=f"Tarakan reports: {slug}",
-        subtitle=f"New public reports on {slug}",
+        subtitle=f"New public reports on {slug}, and its maintainers' statements",
         self_url=f"{page}/reports.atom",
         alternate_url=page,
         fallback_updated=repository["updated_at"],
@@ -197,6 +199,25 @@ async def repository_reports_feed(host: str, owner: str, name: str) -> Feed | No
                 published=report["inserted_at"],
                 category=report["review_kind"],
                 summary=f"{report['provenance']} {report['review_kind'].replace('_', ' ')} ({by}): {detail}",
+            )
+        )
+    # the maintainers' current statements (a hidden one, or one on a finding taken down, is gone at once)
+    for row in await repository_statements(repository["id"], limit=FEED_ENTRIES, newest_first=True):
+        statement = row.statement
+        said = statement.status.replace("_", " ")
+        if statement.justification:
+            said += f" ({statement.justification.replace('_', ' ')})"
+        details = [t for t in (statement.impact_statement, statement.action_statement) if t]
+        if statement.fixed_in:
+            details.append(f"fixed in commit {statement.fixed_in}")
+        feed.entries.append(
+            Entry(
+                id=tag("statement", statement.id),
+                title=f"Maintainers' statement on {row.title}: {said}",
+                link=f"{base}{finding_path(row.occurrence)}#maintainer-statement",
+                updated=statement.at,
+                category="maintainer-statement",
+                summary=f"The maintainers of {slug} say {said}" + (": " + "; ".join(details) if details else ""),
             )
         )
     return feed

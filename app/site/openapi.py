@@ -18,7 +18,9 @@ from app.exports.types import ExportManifest
 from app.feed.types import ChangePage
 from app.infestations.types import STATUS_CHOICES, InfestationList, InfestationShow, InstancePage
 from app.kernel.answers import Errors, openapi_components
+from app.maintainers.statement_types import StatementAnswer, StatementSubmission
 from app.maintainers.types import ClaimAnswer, NoBody
+from app.maintainers.vex import VexDocument
 from app.registry.types import Repository, RepositoryRegistration, Search
 from app.reports.types import EXAMPLE_COMMIT as EXAMPLE_COMMIT  # the commit the fuzz suite seeds its examples at
 from app.reports.types import (
@@ -275,6 +277,19 @@ DOCUMENT: Schema = {
             "when the file is missing or holds another token, 503 naming `forge` when the forge fails",
             {"200": _json(_ref(ClaimAnswer), "Verified: the account maintains the repository")},
             [_param("claim_id", schema={"type": "string", "pattern": "^[0-9]+$"})],
+        ),
+        "/api/v1/findings/{canonical_public_id}/statements": _post(
+            "Record a maintainer's OpenVEX statement on a public canonical finding (scope repositories:maintain; a "
+            "verified maintainer of its repository): 404 for an unknown or non-public finding before 403, 422 naming "
+            "the field that breaks OpenVEX's rules or carries a secret",
+            StatementSubmission,
+            {"201": _json(_ref(StatementAnswer), "Recorded: the finding's current statement")},
+            [_param("canonical_public_id", schema=UUID)],
+        ),
+        "/repos/{host}/{owner}/{name}/vex.json": _document_get(
+            "A listed repository's current maintainer statements as one OpenVEX 0.2.0 document (404 when it has none)",
+            {"application/json": {"schema": _ref(VexDocument)}},
+            {"application/json": {"schema": _ref(Errors)}},
         ),
     },
     "components": {

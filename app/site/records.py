@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from app.accounts.sessions import current_account
 from app.accounts.viewer import viewer_for
 from app.infestations.queries import list_repository_infestations
 from app.infestations.types import repository_infestation
@@ -22,10 +23,20 @@ from app.kernel import db
 from app.kernel.answers import UNSET, iso, uuid_text
 from app.kernel.changes import withdrawn_finding
 from app.kernel.errors import NotFound
-from app.kernel.policy import Viewer
+from app.kernel.policy import Viewer, can_moderate, in_good_standing
 from app.kernel.urls import finding_path, repo_path, twin_path
 from app.kernel.visibility import repository_visible
-from app.kernel.web import ERROR_CACHE, JSON_SUFFIX, cache_for, json_twin, page, wants_json
+from app.kernel.web import ERROR_CACHE, JSON_SUFFIX, PRIVATE_CACHE, cache_for, json_twin, page, wants_json
+from app.maintainers.models import VEX_JUSTIFICATIONS, VEX_STATUSES
+from app.maintainers.queries import current_maintainers, is_current_maintainer
+from app.maintainers.statement_queries import (
+    StatementView,
+    current_by_occurrences,
+    current_statement,
+    statements_of,
+)
+from app.maintainers.statement_types import maintainer_statement, repository_maintainers
+from app.maintainers.statements import MAX_TEXT
 from app.registry import queries
 from app.registry.types import public_repository
 from app.reports.queries import get_finding, list_repository_reports
@@ -69,13 +80,17 @@ async def repository_page(request: Request) -> Response:
         repository["id"], repository["listing_status"], viewer=viewer, limit=REPOSITORY_REPORTS
     )
     infestations = await list_repository_infestations(repository["id"], limit=REPOSITORY_INFESTATIONS)
+    # the maintainers' voice beside each finding: its current statement (a hidden one is gone at once)
+    statements = await current_by_occurrences(f["public_id"] for r in reports for f in r["findings"])
+    maintainers = await current_maintainers(repository["id"])
     path = repo_path(repository["host"], repository["owner"], repository["name"])
     if as_json:
         return json_twin(
             RepositoryRecord(
                 repository=public_repository(repository),
-                reports=[_record_report(r) for r in reports],
+                reports=[_record_report(r, statements) for r in reports],
                 infestations=[repository_infestation(item) for item in infestations],
+                maintainers=repository_maintainers(maintainers),
             ),
             cache=cache_for(viewer),
         )
@@ -83,12 +98,14 @@ async def repository_page(request: Request) -> Response:
         "repository": repository,
         "reports": reports,
         "infestations": infestations,
+        "statements": statements,
+        "maintainers": maintainers,
         "external_url": repository["canonical_url"] if repository["canonical_url"].startswith("https://") else None,
     }
     return page(request, "site/repository.html", context, json_url=twin_path(path), cache=cache_for(viewer))
 
 
-def _record_report(report: dict[str, Any]) -> RecordReport:
+def _record_report(report: dict[str, Any], statements: dict[str, StatementView]) -> RecordReport:
     full = report["access"] == "full"  # summary-only: the header, nothing about its findings
     return RecordReport(
         id=report["id"],
@@ -100,11 +117,13 @@ def _record_report(report: dict[str, Any]) -> RecordReport:
         visibility=report["visibility"],
         inserted_at=iso(report["inserted_at"]),
         findings_count=report["findings_count"] if full else UNSET,
-        findings=[_record_finding(f) for f in report["findings"]] if full else UNSET,
+        findings=[_record_finding(f, statements.get(str(f["public_id"]))) for f in report["findings"]]
+        if full
+        else UNSET,
     )
 
 
-def _record_finding(f: dict[str, Any]) -> RecordFinding:
+def _record_finding(f: dict[str, Any], statement: StatementView | None) -> RecordFinding:
     return RecordFinding(
         public_id=str(f["public_id"]),
         title=f["title"],
@@ -115,6 +134,7 @@ def _record_finding(f: dict[str, Any]) -> RecordFinding:
         status=f["status"],
         pattern_key=f["pattern_key"],
         url=finding_path(f["public_id"]),
+        maintainer_statement=maintainer_statement(statement),
     )
 
 
@@ -153,13 +173,56 @@ async def finding_page(request: Request) -> Response:
             return _tombstone(request, str(public_id), *withdrawn)
     if finding is None:
         raise NotFound({"finding": ["not found"]}, message="No public finding is recorded at this address.")
+    statement = await current_statement(finding["canonical_id"]) if finding["canonical_id"] is not None else None
     if wants_json(request):
-        return json_twin(_finding_record(finding), cache=cache_for(viewer))
+        return json_twin(_finding_record(finding, statement), cache=cache_for(viewer))
+    return await render_finding(request, viewer, finding, statement)
+
+
+async def load_finding(request: Request, raw: str) -> tuple[Viewer, dict[str, Any] | None]:
+    """The viewer, and the finding at `/findings/{raw}` if they may see it in full."""
+    public_id = _parse_public_id(raw)
+    viewer = await viewer_for(request)
+    return viewer, await get_finding(public_id, viewer=viewer) if public_id is not None else None
+
+
+async def render_finding(
+    request: Request,
+    viewer: Viewer,
+    finding: dict[str, Any],
+    statement: StatementView | None,
+    *,
+    form: dict[str, Any] | None = None,
+    status_code: int = 200,
+) -> Response:
+    """The finding page. A signed-in maintainer of its repository (in good standing) gets the statement form and a
+    moderator every statement with the hide/show form: such a page is `private, no-store`. `form` holds what was
+    typed and the errors of a refused statement."""
+    context: dict[str, Any] = {
+        "finding": finding,
+        "statement": statement,
+        "statement_form": None,
+        "moderated": [],
+        "vex_statuses": VEX_STATUSES,
+        "vex_justifications": VEX_JUSTIFICATIONS,
+        "statement_max_text": MAX_TEXT,
+    }
+    cache = cache_for(viewer)
+    account = await current_account(request) if viewer.account_id is not None else None
+    canonical_id = finding["canonical_id"]
+    if account is not None and canonical_id is not None:
+        public = finding["visibility"] == "public" and finding["listing_status"] == "listed"
+        if public and in_good_standing(account) and await is_current_maintainer(finding["repository_id"], account.id):
+            context["statement_form"] = form or {"values": {}, "errors": {}}
+            cache = PRIVATE_CACHE
+        if can_moderate(account):
+            context["moderated"] = await statements_of(canonical_id)
+            cache = PRIVATE_CACHE
     json_url = twin_path(finding_path(finding["public_id"]))
-    return page(request, "site/finding.html", {"finding": finding}, json_url=json_url, cache=cache_for(viewer))
+    return page(request, "site/finding.html", context, json_url=json_url, cache=cache, status_code=status_code)
 
 
-def _finding_record(f: dict[str, Any]) -> FindingRecord:
+def _finding_record(f: dict[str, Any], statement: StatementView | None) -> FindingRecord:
     detail = FindingDetail(
         public_id=str(f["public_id"]),
         title=f["title"],
@@ -187,7 +250,7 @@ def _finding_record(f: dict[str, Any]) -> FindingRecord:
         )
         for c in f["checks"]
     ]
-    return FindingRecord(finding=detail, checks=checks)
+    return FindingRecord(finding=detail, checks=checks, maintainer_statement=maintainer_statement(statement))
 
 
 routes: list[BaseRoute] = [

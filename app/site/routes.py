@@ -12,7 +12,7 @@ from app.kernel.answers import iso
 from app.kernel.web import etag_matches, json_twin, page, wants_json
 from app.registry.stats import registry_stats
 from app.reports.queries import list_recent_public_reports
-from app.site import badge, home_infestations, openapi, records, sarif
+from app.site import badge, home_infestations, openapi, records, sarif, statements
 from app.site.types import Home, HomeStats, RecentReport
 
 RECENT_REPORTS = 10
@@ -66,6 +66,7 @@ routes: list[BaseRoute] = [
     Route("/index{format:twin}", home, methods=["GET", "HEAD"], name="home_twin"),  # the twin of `/`
     Route("/fragments/home-infestations", home_infestations_fragment, methods=["GET", "HEAD"]),
     *records.routes,
+    *statements.routes,  # the statement form of a finding page
     *sarif.routes,  # /repos/.../findings.sarif (docs/sarif.md)
     *badge.routes,  # /repos/.../badge.svg
     *openapi.routes,

@@ -10,6 +10,7 @@ public occurrence, never from a hidden one; the canonical finding adds its statu
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -24,6 +25,7 @@ from app.kernel.errors import NotFound
 from app.kernel.public import LISTED_REPOSITORY, PUBLIC_SCAN
 from app.kernel.urls import finding_path, infestation_path, repo_path
 from app.kernel.web import document_response
+from app.maintainers.statement_queries import StatementView, current_by_canonical_ids
 
 SARIF_MEDIA_TYPE = "application/sarif+json"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -88,6 +90,25 @@ def _rule(key: str, title: str, base_url: str) -> dict[str, Any]:
     return rule
 
 
+def _statement(result: dict[str, Any], statement: StatementView) -> None:
+    """The maintainers' current statement on the result (docs/sarif.md): `not_affected` is an accepted external
+    suppression (code-scanning services then hide or mark the alert), every status a property."""
+    if statement.status == "not_affected":
+        reason = statement.justification or ""
+        if statement.impact_statement:
+            reason = f"{reason}: {statement.impact_statement}" if reason else statement.impact_statement
+        result["suppressions"] = [{"kind": "external", "status": "accepted", "justification": reason}]
+    result["properties"]["maintainer_statement"] = {
+        "status": statement.status,
+        "justification": statement.justification,
+        "impact_statement": statement.impact_statement,
+        "action_statement": statement.action_statement,
+        "fixed_in": statement.fixed_in,
+        "author": statement.author,
+        "at": statement.at.isoformat(),
+    }
+
+
 def _result(finding: dict[str, Any], rule_index: int, key: str, base_url: str) -> dict[str, Any]:
     region: dict[str, Any] = {}
     if finding["line_start"] is not None:
@@ -117,8 +138,15 @@ def _result(finding: dict[str, Any], rule_index: int, key: str, base_url: str) -
     }
 
 
-def sarif_log(repository: dict[str, Any], findings: list[dict[str, Any]], *, truncated: bool) -> dict[str, Any]:
-    """One run, tool "Tarakan", one rule per pattern, one result per public finding."""
+def sarif_log(
+    repository: dict[str, Any],
+    findings: list[dict[str, Any]],
+    *,
+    truncated: bool,
+    statements: Mapping[int, StatementView] | None = None,
+) -> dict[str, Any]:
+    """One run, tool "Tarakan", one rule per pattern, one result per public finding (with its maintainers' current
+    statement from `statements`, by canonical id)."""
     base_url = settings().base_url
     rules: list[dict[str, Any]] = []
     index_of: dict[str, int] = {}
@@ -128,7 +156,10 @@ def sarif_log(repository: dict[str, Any], findings: list[dict[str, Any]], *, tru
         if key not in index_of:
             index_of[key] = len(rules)
             rules.append(_rule(key, finding["title"], base_url))
-        results.append(_result(finding, index_of[key], key, base_url))
+        result = _result(finding, index_of[key], key, base_url)
+        if statements and (statement := statements.get(finding["id"])) is not None:
+            _statement(result, statement)
+        results.append(result)
     slug = f"{repository['host']}/{repository['owner']}/{repository['name']}"
     run: dict[str, Any] = {
         "tool": {
@@ -155,7 +186,9 @@ async def findings_sarif(request: Request) -> Response:
     p = request.path_params
     repository = await public_repository(p["host"], p["owner"], p["name"])
     findings = await public_findings(repository["id"], limit=MAX_RESULTS + 1)
-    log = sarif_log(repository, findings[:MAX_RESULTS], truncated=len(findings) > MAX_RESULTS)
+    shown = findings[:MAX_RESULTS]
+    statements = await current_by_canonical_ids(f["id"] for f in shown)
+    log = sarif_log(repository, shown, truncated=len(findings) > MAX_RESULTS, statements=statements)
     body = json.dumps(log, ensure_ascii=False, separators=(",", ":")).encode()
     return document_response(request, body, SARIF_MEDIA_TYPE)
 

@@ -10,6 +10,7 @@ from msgspec import Meta
 from app.infestations.types import Infestation, RepositoryInfestation
 from app.kernel.answers import UNSET, Answer, Sha, Timestamp, UnsetType, Uuid, enum
 from app.kernel.changes import REASONS
+from app.maintainers.statement_types import MaintainerStatement, RepositoryMaintainerEntry
 from app.registry.types import PublicRepository
 from app.reports.types import CheckVerdict, Provenance, Severity
 
@@ -52,6 +53,7 @@ class RecordFinding(Answer):
     status: str | None
     pattern_key: str | None
     url: str
+    maintainer_statement: MaintainerStatement | None
 
 
 class RecordReport(Answer):
@@ -73,6 +75,7 @@ class RepositoryRecord(Answer):
     repository: PublicRepository
     reports: list[RecordReport]
     infestations: list[RepositoryInfestation]
+    maintainers: Annotated[list[RepositoryMaintainerEntry], Meta(description="its current verified maintainers")]
 
 
 class FindingRepository(Answer):
@@ -110,6 +113,7 @@ class FindingCheck(Answer):
 class FindingRecord(Answer):
     finding: FindingDetail
     checks: list[FindingCheck]
+    maintainer_statement: MaintainerStatement | None
 
 
 class Tombstone(Answer):

@@ -1,0 +1,260 @@
+"""Reads of maintainers' statements (docs/domain.md "Maintainers"): the current statement of a finding wherever the
+finding is shown, a finding's statements for moderators, and a repository's current statements (OpenVEX, Atom).
+
+The current statement of a canonical finding is its newest `shown` one (`finding_statements_current_idx`); a hidden
+statement is a takedown, so every public read here filters on `visibility = 'shown'` at read time and a hide holds at
+the next request. Whether the finding itself may be shown is the caller's rule (the page's visibility, or the
+public join set, `app.kernel.public`, for the repository-wide reads below).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, Text, and_, cast, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from app.accounts.models import Account
+from app.kernel import db
+from app.kernel.audit import AuditEvent
+from app.kernel.changes import FINDING_STATEMENT, Change, next_seq_of
+from app.kernel.public import has_public_occurrence, listed_repository, public_scan, repositories, scan_findings, scans
+from app.maintainers.models import FindingStatement
+from app.reports.models import CanonicalFinding, ScanFinding
+
+SHOWN = "shown"
+STATEMENTS_PER_FINDING_MAX = 50  # what a moderator sees of one finding's history
+REPOSITORY_STATEMENTS_MAX = 5000  # one per public canonical: the OpenVEX document's bound (as findings.sarif's)
+
+
+@dataclass(frozen=True)
+class StatementView:
+    """One statement as every surface shows it (`author`: the maintainer's handle; None once the account is gone)."""
+
+    id: int
+    canonical: str  # the canonical finding's public id
+    status: str
+    justification: str | None
+    impact_statement: str | None
+    action_statement: str | None
+    fixed_in: str | None
+    author: str | None
+    at: datetime
+    visibility: str = SHOWN
+
+
+_COLUMNS = (
+    FindingStatement.id,
+    CanonicalFinding.public_id,
+    FindingStatement.status,
+    FindingStatement.justification,
+    FindingStatement.impact_statement,
+    FindingStatement.action_statement,
+    FindingStatement.fixed_in,
+    Account.handle,
+    FindingStatement.inserted_at,
+    FindingStatement.visibility,
+)
+
+
+def view_of(row: Any) -> StatementView:
+    return StatementView(
+        id=int(row[0]),
+        canonical=str(row[1]),
+        status=str(row[2]),
+        justification=row[3],
+        impact_statement=row[4],
+        action_statement=row[5],
+        fixed_in=row[6],
+        author=row[7],
+        at=row[8],
+        visibility=str(row[9]),
+    )
+
+
+def _statements() -> Select[*tuple[Any, ...]]:
+    return (
+        select(*_COLUMNS)
+        .select_from(FindingStatement)
+        .join(CanonicalFinding, CanonicalFinding.id == FindingStatement.canonical_finding_id)
+        .outerjoin(Account, Account.id == FindingStatement.author_id)
+    )
+
+
+def current_of(canonical_id: ColumnElement[Any]) -> ColumnElement[bool]:
+    """`finding_statements.id` is the current statement of `canonical_id`: the newest shown one (one index probe)."""
+    newest = aliased(FindingStatement)
+    return FindingStatement.id == (
+        select(newest.id)
+        .where(newest.canonical_finding_id == canonical_id, newest.visibility == SHOWN)
+        .order_by(newest.inserted_at.desc(), newest.id.desc())
+        .limit(1)
+        .correlate_except(newest)
+        .scalar_subquery()
+    )
+
+
+async def statement_by_id(statement_id: int, *, replica: bool = False) -> StatementView | None:
+    """One statement, whatever its visibility (the API's answer, the moderation form)."""
+    async with db.read_session(replica=replica) as session:
+        row = (await session.execute(_statements().where(FindingStatement.id == statement_id))).first()
+    return None if row is None else view_of(row)
+
+
+async def current_by_canonical_ids(canonical_ids: Iterable[int]) -> dict[int, StatementView]:
+    """The current statement of each of these canonical findings that has one, by canonical id."""
+    ids = sorted(set(canonical_ids))
+    if not ids:
+        return {}
+    query = (
+        _statements()
+        .add_columns(FindingStatement.canonical_finding_id)
+        .where(
+            FindingStatement.canonical_finding_id.in_(ids), current_of(FindingStatement.canonical_finding_id.expression)
+        )
+    )
+    async with db.read_session() as session:
+        rows = (await session.execute(query)).all()
+    return {int(row[-1]): view_of(row) for row in rows}
+
+
+async def current_statement(canonical_id: int) -> StatementView | None:
+    return (await current_by_canonical_ids([canonical_id])).get(canonical_id)
+
+
+async def current_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[str, StatementView]:
+    """The current statement of each occurrence's canonical finding, by the occurrence's public id (text)."""
+    ids = sorted({str(i) for i in public_ids})
+    if not ids:
+        return {}
+    query = (
+        _statements()
+        .add_columns(ScanFinding.public_id)
+        .join(ScanFinding, ScanFinding.canonical_finding_id == CanonicalFinding.id)
+        .where(ScanFinding.public_id.in_([uuid.UUID(i) for i in ids]), current_of(CanonicalFinding.id.expression))
+    )
+    async with db.read_session() as session:
+        rows = (await session.execute(query)).all()
+    return {str(row[-1]): view_of(row) for row in rows}
+
+
+async def statements_of(canonical_id: int) -> list[StatementView]:
+    """A finding's statements, newest first, hidden ones included (moderators only)."""
+    query = (
+        _statements()
+        .where(FindingStatement.canonical_finding_id == canonical_id)
+        .order_by(FindingStatement.inserted_at.desc(), FindingStatement.id.desc())
+        .limit(STATEMENTS_PER_FINDING_MAX)
+    )
+    async with db.read_session(replica=False) as session:
+        return [view_of(row) for row in (await session.execute(query)).all()]
+
+
+@dataclass(frozen=True)
+class FindingStatementRow:
+    """A public canonical finding of a repository with its current statement, and its newest public occurrence
+    (the finding's page)."""
+
+    canonical_id: int
+    title: str
+    occurrence: str  # the newest public occurrence's public id
+    statement: StatementView
+
+
+async def repository_statements(
+    repository_id: int, *, limit: int = REPOSITORY_STATEMENTS_MAX, newest_first: bool = False
+) -> list[FindingStatementRow]:
+    """The current statements of a listed repository's public canonical findings, oldest canonical first (or newest
+    statement first): the rows of its OpenVEX document and the statement entries of its Atom feed. Empty for a
+    repository that is not listed."""
+    r = repositories.alias("sr")
+    f, s = scan_findings.alias("sf"), scans.alias("ss")
+    newest_public = (
+        select(f.c.public_id)
+        .select_from(f.join(s, s.c.id == f.c.scan_id))
+        .where(f.c.canonical_finding_id == CanonicalFinding.id, public_scan(s))
+        .order_by(f.c.id.desc())
+        .limit(1)
+        .correlate_except(f, s)
+        .scalar_subquery()
+    )
+    query = (
+        _statements()
+        .add_columns(CanonicalFinding.id, CanonicalFinding.title, newest_public)
+        .join(r, r.c.id == CanonicalFinding.repository_id)
+        .where(
+            CanonicalFinding.repository_id == repository_id,
+            and_(listed_repository(r), has_public_occurrence(CanonicalFinding.id.expression)),
+            current_of(CanonicalFinding.id.expression),
+        )
+        .order_by(
+            *(
+                (FindingStatement.inserted_at.desc(), FindingStatement.id.desc())
+                if newest_first
+                else (CanonicalFinding.id,)
+            )
+        )
+        .limit(limit)
+    )
+    async with db.read_session() as session:
+        rows = (await session.execute(query)).all()
+    return [FindingStatementRow(int(row[-3]), str(row[-2]), str(row[-1]), view_of(row)) for row in rows]
+
+
+async def statement_events(repository_id: int) -> tuple[int, datetime | None]:
+    """How many statement events the repository has had (statements recorded on its findings, plus moderators'
+    visibility changes of them) and when the newest happened: the OpenVEX document's `version` and `last_updated`."""
+    of_repository = (
+        select(FindingStatement.id)
+        .join(CanonicalFinding, CanonicalFinding.id == FindingStatement.canonical_finding_id)
+        .where(CanonicalFinding.repository_id == repository_id)
+    )
+    recorded = select(func.count(), func.max(FindingStatement.inserted_at)).where(
+        FindingStatement.id.in_(of_repository)
+    )
+    # audit subjects are text: `statement` and the statement's id (app.maintainers.statements.AUDIT_SUBJECT)
+    subjects = of_repository.with_only_columns(cast(FindingStatement.id, Text))
+    moderated = select(func.count(), func.max(AuditEvent.inserted_at)).where(
+        AuditEvent.subject_type == "statement", AuditEvent.subject_id.in_(subjects)
+    )
+    async with db.read_session() as session:
+        count_a, newest_a = (await session.execute(recorded)).one()
+        count_b, newest_b = (await session.execute(moderated)).one()
+    times = [t for t in (newest_a, newest_b) if t is not None]
+    return int(count_a) + int(count_b), max(times) if times else None
+
+
+async def moderation_subject(statement_id: int) -> dict[str, Any] | None:
+    """A statement as the moderation form shows it: the statement's fields, and the newest occurrence of its finding
+    (whatever its report's visibility: moderators see all), whose page the form returns to."""
+    newest = (
+        select(ScanFinding.public_id)
+        .where(ScanFinding.canonical_finding_id == CanonicalFinding.id)
+        .order_by(ScanFinding.id.desc())
+        .limit(1)
+        .correlate(CanonicalFinding)
+        .scalar_subquery()
+    )
+    async with db.read_session(replica=False) as session:
+        row = (
+            await session.execute(_statements().add_columns(newest).where(FindingStatement.id == statement_id))
+        ).first()
+    if row is None:
+        return None
+    view = view_of(row)
+    return {**view.__dict__, "occurrence": None if row[-1] is None else str(row[-1])}
+
+
+async def statement_hides_after(session: AsyncSession, cursor: str) -> bool:
+    """Whether a moderator hid a statement at or after the change-feed `cursor` (a hide's `finding.statement` entry
+    carries a reason): an export older than that may hold the hidden statement and must be rebuilt. Read in seq
+    order from the cursor (the entries since one export, at most about a day of them)."""
+    hides = select(Change.id).where(
+        Change.seq >= next_seq_of(cursor), Change.kind == FINDING_STATEMENT, Change.reason.is_not(None)
+    )
+    return bool((await session.execute(select(hides.exists()))).scalar())
