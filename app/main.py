@@ -30,6 +30,7 @@ def _routes() -> list[BaseRoute]:
     from app.infestations.routes import routes as infestation_routes
     from app.maintainers.routes import routes as maintainer_routes
     from app.maintainers.statement_routes import routes as statement_routes
+    from app.maintainers.webhook_routes import routes as webhook_routes
     from app.moderation.routes import routes as moderation_routes
     from app.ops.routes import routes as ops_routes
     from app.registry.api import routes as registry_api_routes
@@ -48,6 +49,7 @@ def _routes() -> list[BaseRoute]:
         *report_routes,
         *maintainer_routes,
         *statement_routes,
+        *webhook_routes,
         *registry_routes,
         *infestation_routes,
         *site_routes,

@@ -21,6 +21,13 @@ from app.kernel.answers import Errors, openapi_components
 from app.maintainers.statement_types import StatementAnswer, StatementSubmission
 from app.maintainers.types import ClaimAnswer, NoBody
 from app.maintainers.vex import VexDocument
+from app.maintainers.webhook_types import (
+    DeliveryPage,
+    NewWebhookAnswer,
+    WebhookAnswer,
+    WebhookList,
+    WebhookRegistration,
+)
 from app.registry.types import Repository, RepositoryRegistration, Search
 from app.reports.types import EXAMPLE_COMMIT as EXAMPLE_COMMIT  # the commit the fuzz suite seeds its examples at
 from app.reports.types import (
@@ -158,6 +165,30 @@ _FEED_LIMIT = "^0*(?:[1-9][0-9]{0,2}|1000)$"  # ASCII digits, 1..1000 (app.feed.
 _KEY = _param("pattern_key", schema={"type": "string"}, description="64 lowercase hex characters")
 _CURSOR = _param("cursor", "query", description="the `next_cursor` of the previous page")
 
+_GET_ERRORS = ("400", "401", "403", "404", "503")
+
+
+def _secured_get(summary: str, schema: type, params: list[Schema]) -> Schema:
+    """A GET of the API that needs a bearer token (a maintainer's webhooks)."""
+    operation = _get(summary, schema, params)["get"]
+    operation["security"] = [{"bearer": []}]
+    operation["responses"] = {"200": operation["responses"]["200"]} | {code: _error(code) for code in _GET_ERRORS}
+    return {"get": operation}
+
+
+def _delete(summary: str, params: list[Schema]) -> Schema:
+    """A DELETE that takes no body (if one is sent: empty or `{}`): 204."""
+    return {
+        "delete": {
+            "summary": summary,
+            "security": [{"bearer": []}],
+            "parameters": params,
+            "responses": {"204": {"description": "Deleted"}} | {code: _error(code) for code in _API_ERRORS},
+        }
+    }
+
+
+_WEBHOOK_ID = _param("webhook_id", schema={"type": "string", "pattern": "^[0-9]+$"})
 _ERROR_RESPONSES = {f"E{code}": _json(_ref(Errors), text) for code, text in _ERROR_TEXT.items()}
 DOCUMENT: Schema = {
     "openapi": "3.1.0",
@@ -290,6 +321,39 @@ DOCUMENT: Schema = {
             "A listed repository's current maintainer statements as one OpenVEX 0.2.0 document (404 when it has none)",
             {"application/json": {"schema": _ref(VexDocument)}},
             {"application/json": {"schema": _ref(Errors)}},
+        ),
+        # maintainers' webhooks (docs/domain.md §14 "Webhooks")
+        "/api/v1/repos/{host}/{owner}/{name}/webhooks": _post(
+            "Register a webhook for a repository you maintain (scope repositories:maintain): every change-feed entry "
+            "about it is POSTed there, signed (X-Tarakan-Signature-256) with the secret shown once in this answer; "
+            "422 naming `url` for a refused destination, 409 past 5 webhooks",
+            WebhookRegistration,
+            {"201": _json(_ref(NewWebhookAnswer), "Registered: the webhook and its secret (shown only here)")},
+            _REPO_PARAMS,
+        )
+        | _secured_get("Your webhooks of a repository (scope repositories:maintain)", WebhookList, _REPO_PARAMS),
+        "/api/v1/webhooks/{webhook_id}": _secured_get(
+            "One of your webhooks; `disabled_at` is set when it failed for 24 hours (scope repositories:maintain)",
+            WebhookAnswer,
+            [_WEBHOOK_ID],
+        )
+        | _delete("Delete one of your webhooks and its delivery log (scope repositories:maintain)", [_WEBHOOK_ID]),
+        "/api/v1/webhooks/{webhook_id}/enable": _bodiless_post(
+            "Enable a disabled webhook again: the entry that failed is sent at once, then the rest in order (scope "
+            "repositories:maintain; a current maintainer of its repository)",
+            {"200": _json(_ref(WebhookAnswer), "Enabled (an enabled webhook answers as it is)")},
+            [_WEBHOOK_ID],
+        ),
+        "/api/v1/webhooks/{webhook_id}/deliveries": _secured_get(
+            "A webhook's delivery log, newest entry first (scope repositories:maintain)",
+            DeliveryPage,
+            [
+                _WEBHOOK_ID,
+                _CURSOR,
+                _param(
+                    "limit", "query", {"type": "string", "pattern": "^0*(?:[1-9][0-9]?|100)$"}, "1..100, default 50"
+                ),
+            ],
         ),
     },
     "components": {
