@@ -81,6 +81,7 @@ def public_routes(host: str, owner: str, name: str, finding: str, pattern: str) 
         Route("/repos/{}/{}/{}/reports.atom", repo, JSON),
         Route("/repos/{}/{}/{}/findings.sarif", repo, JSON),  # a machine document: JSON errors
         Route("/repos/{}/{}/{}/badge.svg", repo, HTML),
+        Route("/repos/{}/{}/{}/vex.json", repo, JSON),
         Route("/findings/{}", (finding,), HTML),
         Route("/findings/{}.json", (finding,), JSON),
         Route("/infestations", (), HTML),
@@ -105,6 +106,7 @@ def public_routes(host: str, owner: str, name: str, finding: str, pattern: str) 
         # the API answers JSON, also to a GET on its POST-only routes (405) and to an unknown path (404)
         Route("/api/v1/repos/{}/{}/{}/reports", repo, JSON),
         Route("/api/v1/findings/{}/checks", (finding,), JSON),
+        Route("/api/v1/findings/{}/statements", (finding,), JSON),
         Route("/api/v1/reports/{}/confirmations", ("1",), JSON),
         Route("/api/v1/repositories", (), JSON),
         Route("/api/v1/openapi.json", (), JSON),
