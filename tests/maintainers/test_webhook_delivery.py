@@ -7,6 +7,7 @@ nothing."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import shutil
 import signal
 import ssl
@@ -34,8 +35,8 @@ from tests.maintainers.webhook_support import Receiver, maintainer
 from tests.moderation.support import NOTES, make_account
 from tests.sql import execute, one, rows, scalar
 
-PUBLIC = destinations.ipaddress.ip_address("93.184.216.34")
-LOOPBACK = destinations.ipaddress.ip_address("127.0.0.1")
+PUBLIC = ipaddress.ip_address("93.184.216.34")
+LOOPBACK = ipaddress.ip_address("127.0.0.1")
 
 
 @pytest.fixture
@@ -278,7 +279,7 @@ async def test_tls_is_verified_against_the_name_while_the_connection_goes_to_the
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
 
-    def remember_name(sock: ssl.SSLSocket, name: str | None, _: ssl.SSLContext) -> None:
+    def remember_name(sock: ssl.SSLObject, name: str, _: ssl.SSLContext) -> None:
         sock.server_name = name  # type: ignore[attr-defined]
 
     server_tls.sni_callback = remember_name
