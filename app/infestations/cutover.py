@@ -4,31 +4,36 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from app.infestations.models import WINDOWS
 from app.infestations.shadow import shadow_compare_all
 from app.kernel import db
-from app.kernel.public import PUBLIC_CANONICAL
+from app.kernel.public import public_canonical
+from app.kernel.sql import statement
 
 COVERAGE_THRESHOLD = 0.99
 RECENT_REFRESH_HOURS = 26  # hourly window recompute and nightly reconcile both bump refreshed_at
 DIRTY_MAX_AGE_SECONDS = 60
 RECONCILE_MAX_AGE_HOURS = 26  # nightly, with slack for a slow run
-RANK_INDEXES = tuple(f"infestation_patterns_rank_{w}d_idx" for w in (7, 30, 90, 365))
+RANK_INDEXES = tuple(f"infestation_patterns_rank_{w}d_idx" for w in WINDOWS)
 
 Gate = tuple[str, bool, str]
 
 # Source keys: the distinct keys of the public join set (docs/domain.md §3). Covered: those with a rollup row refreshed
 # recently. A key the projection has not reached yet is the thing this gate exists to catch.
-_COVERAGE_SQL = f"""
+_COVERAGE = statement(
+    """
 WITH source AS (
   SELECT DISTINCT c.pattern_key
   FROM canonical_findings c
   JOIN repositories r ON r.id = c.repository_id
-  WHERE {PUBLIC_CANONICAL} AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
+  WHERE {public} AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
 )
 SELECT COUNT(*) AS source_keys,
        COUNT(p.pattern_key) FILTER (WHERE p.refreshed_at >= now() - make_interval(hours => :hours)) AS covered
 FROM source LEFT JOIN infestation_patterns p ON p.pattern_key = source.pattern_key
-"""
+""",
+    public=public_canonical(),
+)
 
 _INDEXES_SQL = """
 SELECT c.relname, i.indisvalid AND i.indisready AS valid
@@ -53,7 +58,7 @@ FROM job_runs WHERE name = 'reconcile'
 
 async def _coverage() -> Gate:
     async with db.read_session(replica=False) as session:
-        row = (await session.execute(text(_COVERAGE_SQL), {"hours": RECENT_REFRESH_HOURS})).mappings().one()
+        row = (await session.execute(_COVERAGE, {"hours": RECENT_REFRESH_HOURS})).mappings().one()
     source, covered = int(row["source_keys"]), int(row["covered"])
     if source == 0:
         return ("backfill coverage", True, "no public pattern keys yet (empty registry)")

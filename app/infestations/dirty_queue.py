@@ -15,12 +15,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
+from sqlalchemy import literal, text
 
 from app.infestations.projection import refresh_pattern
 from app.kernel import db
 from app.kernel.config import settings
 from app.kernel.metrics import DIRTY_BACKLOG, DIRTY_OLDEST_AGE, DRAINED_KEYS, HOT_KEYS_THROTTLED
+from app.kernel.sql import statement
 from app.ops.leases import new_worker_id
 
 log = logging.getLogger(__name__)
@@ -86,12 +87,15 @@ SET claimed_by = NULL, claimed_until = NULL, attempts = 0, available_at = now() 
 WHERE pattern_key = :key AND claimed_by = :me
 """
 
-_RELEASE_FAILED = f"""
+_RELEASE_FAILED = statement(
+    """
 UPDATE infestation_dirty_keys
 SET claimed_by = NULL, claimed_until = NULL,
-    available_at = now() + make_interval(secs => least(power(2, attempts), {MAX_BACKOFF_SECONDS}))
+    available_at = now() + make_interval(secs => least(power(2, attempts), {max_backoff}))
 WHERE pattern_key = :key AND claimed_by = :me
-"""
+""",
+    max_backoff=literal(MAX_BACKOFF_SECONDS),
+)
 
 _BACKLOG = """
 SELECT count(*) AS backlog,
@@ -150,7 +154,7 @@ async def settle_refreshed(claim: ClaimedKey, worker_id: str, *, elapsed: float,
 async def settle_failed(claim: ClaimedKey, worker_id: str) -> None:
     """A failed refresh keeps the key, claimable again after min(2^attempts, 300) s."""
     async with db.transaction() as session:
-        await session.execute(text(_RELEASE_FAILED), {"key": claim.pattern_key, "me": worker_id})
+        await session.execute(_RELEASE_FAILED, {"key": claim.pattern_key, "me": worker_id})
 
 
 async def dirty_backlog() -> tuple[int, int, float | None]:

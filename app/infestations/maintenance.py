@@ -12,15 +12,19 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, bindparam, select, text
 
 from app.infestations.dirty_queue import drain
+from app.infestations.models import InfestationPattern
 from app.infestations.projection import Keys, key_ranges, project_range, recompute_range, refresh_pattern
 from app.kernel import db, outbox
 from app.kernel.metrics import RECONCILE_KEYS
-from app.kernel.public import PUBLIC_CANONICAL
+from app.kernel.public import public_canonical
+from app.kernel.sql import ONE, compiled
 from app.ops import leases
 from app.ops.leases import new_worker_id
+from app.registry.models import Repository
+from app.reports.models import CanonicalFinding
 
 Progress = Callable[[str], Any]
 
@@ -29,27 +33,38 @@ RECONCILE_BATCH = 500
 # stay well inside memory, and ranges are few (10 at Tier B, 100 at Tier C)
 RANGE_ROWS = 100_000
 
+_C, _R = CanonicalFinding.__table__.alias("c"), Repository.__table__.alias("r")
+_P = InfestationPattern.__table__.alias("p")
+_PUBLIC_CANONICALS = _C.join(_R, _R.c.id == _C.c.repository_id)
+
 # Distinct keys of the public join set, keyset-paged (chained cursor: key > :after).
-_SOURCE_KEYS_PAGE = f"""
-SELECT DISTINCT c.pattern_key FROM canonical_findings c
-JOIN repositories r ON r.id = c.repository_id
-WHERE c.pattern_key > :after AND c.pattern_key <> '' AND {PUBLIC_CANONICAL}
-ORDER BY c.pattern_key LIMIT :limit
-"""
+_SOURCE_KEYS_PAGE = compiled(
+    select(_C.c.pattern_key)
+    .distinct()
+    .select_from(_PUBLIC_CANONICALS)
+    .where(_C.c.pattern_key > bindparam("after"), _C.c.pattern_key != "", public_canonical(_R, _C.c.id))
+    .order_by(_C.c.pattern_key)
+    .limit(bindparam("limit"))
+)
 
 # Projected keys flagged when nothing in the public join set backs them any more.
-_ORPHANS_PAGE = f"""
-SELECT p.pattern_key, NOT EXISTS (
-  SELECT 1 FROM canonical_findings c JOIN repositories r ON r.id = c.repository_id
-  WHERE c.pattern_key = p.pattern_key AND {PUBLIC_CANONICAL}
-) AS orphan
-FROM infestation_patterns p WHERE p.pattern_key > :after ORDER BY p.pattern_key LIMIT :limit
-"""
+_BACKED = (
+    select(ONE)
+    .select_from(_PUBLIC_CANONICALS)
+    .where(_C.c.pattern_key == _P.c.pattern_key, public_canonical(_R, _C.c.id))
+    .exists()
+)
+_ORPHANS_PAGE = compiled(
+    select(_P.c.pattern_key, (~_BACKED).label("orphan"))
+    .where(_P.c.pattern_key > bindparam("after"))
+    .order_by(_P.c.pattern_key)
+    .limit(bindparam("limit"))
+)
 
 
-async def _page(sql: str, after: str, limit: int) -> list[str]:
+async def _page(statement: TextClause, after: str, limit: int) -> list[str]:
     async with db.read_session(replica=False) as session:
-        return [r[0] for r in (await session.execute(text(sql), {"after": after, "limit": limit})).all()]
+        return [r[0] for r in (await session.execute(statement, {"after": after, "limit": limit})).all()]
 
 
 async def reconcile(*, progress: Progress | None = None, record: bool = True) -> dict[str, int]:
@@ -78,7 +93,7 @@ async def reconcile(*, progress: Progress | None = None, record: bool = True) ->
     cursor = ""
     while True:
         async with db.read_session(replica=False) as session:
-            page = (await session.execute(text(_ORPHANS_PAGE), {"after": cursor, "limit": RECONCILE_BATCH})).all()
+            page = (await session.execute(_ORPHANS_PAGE, {"after": cursor, "limit": RECONCILE_BATCH})).all()
         if not page:
             break
         cursor = page[-1].pattern_key

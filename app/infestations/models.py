@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, MappedColumn, mapped_column
 
 from app.kernel.db import Base
-from app.kernel.sql import WINDOW_DAYS
+from app.kernel.sql import WINDOW_DAYS, Window, statement
 
 WINDOWS = WINDOW_DAYS
 # the counts of a pattern (all-time, and per window); repositories and instances, then instances by status
@@ -61,11 +61,11 @@ class InfestationPattern(Base):
         *(
             Index(
                 f"infestation_patterns_rank_{w}d_idx",
-                text(f"repo_count_{w}d DESC"),
-                text(f"last_seen_at_{w}d DESC NULLS LAST"),
-                postgresql_where=text(f"repo_count_{w}d >= 2"),
+                statement("repo_count_{w}d DESC", w=w),
+                statement("last_seen_at_{w}d DESC NULLS LAST", w=w),
+                postgresql_where=statement("repo_count_{w}d >= 2", w=w),
             )
-            for w in WINDOWS
+            for w in map(Window, WINDOWS)
         ),
     )
 

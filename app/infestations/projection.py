@@ -16,17 +16,20 @@ import time
 from dataclasses import dataclass
 from functools import cache
 
-from sqlalchemy import text
+from sqlalchemy import ARRAY, BigInteger, ColumnElement, TextClause, and_, any_, bindparam, cast, column, literal, text
+from sqlalchemy import table as _table
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.infestations.models import COUNTS, STATUS_WINDOWS, STATUSES, WINDOWED_AGGREGATES, WINDOWS
+from app.infestations.models import COUNTS, STATUSES, WINDOWED_AGGREGATES, WINDOWS, status_rank
 from app.kernel import db
 from app.kernel.metrics import REFRESH_DURATION, REFRESH_ERRORS, REFRESH_INSTANCES, REFRESH_SCOPES
-from app.kernel.public import LISTED_REPOSITORY, PUBLIC_SCAN
+from app.kernel.public import listed_repository, public_scan
+from app.kernel.sql import Fragment, Name, Window, compose, join, names, statement
 
-# Status rank of the representative instance: open-preferring, then newest (docs/domain.md §4.2).
-_STATUS_RANK = "CASE status WHEN 'open' THEN 0 WHEN 'disputed' THEN 1 WHEN 'verified' THEN 2 ELSE 3 END"
-_REPRESENTATIVE_ORDER = f"{_STATUS_RANK}, updated_at DESC, canonical_finding_id DESC"
+# The representative instance: open-preferring, then newest (docs/domain.md §4.2).
+_REPRESENTATIVE_ORDER = compose(
+    "{rank}, updated_at DESC, canonical_finding_id DESC", rank=status_rank(column("status"))
+)
 
 # A key's refresh is serialized per key; a range statement cannot take thousands of key locks, so keys are also
 # grouped in 257 buckets (the first two hex digits, or "other"): a refresh holds its bucket's lock shared, a range
@@ -82,23 +85,50 @@ class Keys:
         return {"lo": self.lo} if self.hi is None else {"lo": self.lo, "hi": self.hi}
 
 
-def _keys(shape: str, alias: str) -> str:
-    column = f"{alias}.pattern_key"
+_KEYED = _table("keyed", column("pattern_key"), column("repository_id"))  # any rollup table, by its alias
+
+
+def _keys(shape: str, alias: str) -> ColumnElement[bool]:
+    """The rows of `Keys` of this shape in the table aliased `alias`."""
+    rows = _KEYED.alias(alias)
     if shape == "key":
-        return f"{column} = :key"
+        return rows.c.pattern_key == bindparam("key")
     if shape == "key_repositories":
-        return f"{column} = :key AND {alias}.repository_id = ANY(CAST(:repositories AS bigint[]))"
-    return f"{column} >= :lo" + (f" AND {column} < :hi" if shape == "range" else "")
+        repositories = any_(cast(bindparam("repositories"), ARRAY(BigInteger)))
+        return and_(rows.c.pattern_key == bindparam("key"), rows.c.repository_id == repositories)
+    lo = rows.c.pattern_key >= bindparam("lo")
+    return and_(lo, rows.c.pattern_key < bindparam("hi")) if shape == "range" else lo
+
+
+_EXCLUDED = Fragment("EXCLUDED")
+
+
+def _excluded(columns: tuple[str, ...]) -> Fragment:
+    return join(", ", [compose("EXCLUDED.{c}", c=Name(c)) for c in columns])
+
+
+def _assigned(columns: list[str], source: Fragment) -> Fragment:
+    """`c = source.c, ...`"""
+    return join(", ", [compose("{c} = {source}.{c}", c=Name(c), source=source) for c in columns])
 
 
 _INSTANCE_COLUMNS = (
-    "pattern_key, repository_id, status, severity, title, file_path, sample_occurrence_public_id, sample_scan_id, "
-    "sample_commit_sha, inserted_at, updated_at"
+    "pattern_key",
+    "repository_id",
+    "status",
+    "severity",
+    "title",
+    "file_path",
+    "sample_occurrence_public_id",
+    "sample_scan_id",
+    "sample_commit_sha",
+    "inserted_at",
+    "updated_at",
 )
 
 
 @cache
-def _sync_instances(shape: str) -> str:
+def _sync_instances(shape: str) -> TextClause:
     """One row per canonical of the public join set (docs/domain.md §3), carrying its newest PUBLIC occurrence as
     the sample. The keys' instance rows are reconciled with it in one statement: rows that really changed are updated
     (a refresh of a hot key under a storm rewrites a handful of its 10^4 rows, not all of them), rows that left the
@@ -106,8 +136,8 @@ def _sync_instances(shape: str) -> str:
     The sample is a LATERAL probe per canonical (occurrences by canonical_finding_id, newest first): the cost follows
     the keys' canonicals, where a join over every occurrence had the planner hash the whole occurrence table for
     each refresh (10^7 rows at Tier C: most of a hot key's refresh and of each backfill range)."""
-    excluded = ", ".join(f"EXCLUDED.{c}" for c in _INSTANCE_COLUMNS.split(", "))
-    return f"""
+    return statement(
+        """
 WITH src AS (
   SELECT
     c.id AS canonical_finding_id, c.pattern_key, c.repository_id, c.status, c.severity,
@@ -119,41 +149,58 @@ WITH src AS (
   CROSS JOIN LATERAL (
     SELECT f.public_id, s.id AS scan_id, s.commit_sha
     FROM scan_findings f JOIN scans s ON s.id = f.scan_id
-    WHERE f.canonical_finding_id = c.id AND {PUBLIC_SCAN}
+    WHERE f.canonical_finding_id = c.id AND {public}
     ORDER BY s.inserted_at DESC, f.id DESC
     LIMIT 1
   ) o
-  WHERE {_keys(shape, "c")} AND c.pattern_key <> '' AND {LISTED_REPOSITORY}
+  WHERE {keys_c} AND c.pattern_key <> '' AND {listed}
 ),
 upserted AS (
-  INSERT INTO infestation_pattern_instances AS i (canonical_finding_id, {_INSTANCE_COLUMNS})
-  SELECT canonical_finding_id, {_INSTANCE_COLUMNS} FROM src
-  ON CONFLICT (canonical_finding_id) DO UPDATE SET ({_INSTANCE_COLUMNS}) = ({excluded})
-  WHERE (i.{_INSTANCE_COLUMNS.replace(", ", ", i.")}) IS DISTINCT FROM ({excluded})
+  INSERT INTO infestation_pattern_instances AS i (canonical_finding_id, {columns})
+  SELECT canonical_finding_id, {columns} FROM src
+  ON CONFLICT (canonical_finding_id) DO UPDATE SET ({columns}) = ({excluded})
+  WHERE ({existing}) IS DISTINCT FROM ({excluded})
   RETURNING 1
 ),
 removed AS (
   DELETE FROM infestation_pattern_instances i
-  WHERE {_keys(shape, "i")}
+  WHERE {keys_i}
     AND NOT EXISTS (SELECT 1 FROM src WHERE src.canonical_finding_id = i.canonical_finding_id)
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM src) AS instances, (SELECT count(*) FROM upserted) AS written,
        (SELECT count(*) FROM removed) AS removed
-"""
+""",
+        public=public_scan(),
+        listed=listed_repository(),
+        keys_c=_keys(shape, "c"),
+        keys_i=_keys(shape, "i"),
+        columns=names(_INSTANCE_COLUMNS),
+        existing=names(_INSTANCE_COLUMNS, prefix="i"),
+        excluded=_excluded(_INSTANCE_COLUMNS),
+    )
 
 
 _MEMBERSHIP_COLUMNS = (
-    "instance_count, open_count, verified_count, fixed_count, disputed_count, primary_status, severity, title, "
-    "sample_occurrence_public_id, first_seen_at, last_seen_at"
+    "instance_count",
+    "open_count",
+    "verified_count",
+    "fixed_count",
+    "disputed_count",
+    "primary_status",
+    "severity",
+    "title",
+    "sample_occurrence_public_id",
+    "first_seen_at",
+    "last_seen_at",
 )
-_MEMBERSHIP_EXCLUDED = ", ".join(f"EXCLUDED.{c}" for c in _MEMBERSHIP_COLUMNS.split(", "))
 
 
 @cache
-def _upsert_memberships(shape: str) -> str:
+def _upsert_memberships(shape: str) -> TextClause:
     """Memberships from the keys' instance rows; unchanged memberships are not rewritten."""
-    return f"""
+    return statement(
+        """
 INSERT INTO infestation_pattern_repos AS m (
   pattern_key, repository_id, instance_count, open_count, verified_count, fixed_count, disputed_count,
   primary_status, severity, title, sample_occurrence_public_id, first_seen_at, last_seen_at, inserted_at, updated_at)
@@ -169,167 +216,233 @@ FROM (
     count(*) FILTER (WHERE status = 'fixed') AS fixed_count,
     count(*) FILTER (WHERE status = 'disputed') AS disputed_count,
     min(inserted_at) AS first_seen_at, max(updated_at) AS last_seen_at
-  FROM infestation_pattern_instances i WHERE {_keys(shape, "i")} GROUP BY pattern_key, repository_id
+  FROM infestation_pattern_instances i WHERE {keys} GROUP BY pattern_key, repository_id
 ) agg
 JOIN (
   SELECT DISTINCT ON (pattern_key, repository_id) pattern_key, repository_id, severity, title,
     sample_occurrence_public_id
-  FROM infestation_pattern_instances i WHERE {_keys(shape, "i")}
-  ORDER BY pattern_key, repository_id, {_REPRESENTATIVE_ORDER}
+  FROM infestation_pattern_instances i WHERE {keys}
+  ORDER BY pattern_key, repository_id, {order}
 ) rep USING (pattern_key, repository_id)
-ON CONFLICT (pattern_key, repository_id) DO UPDATE SET ({_MEMBERSHIP_COLUMNS}) = ({_MEMBERSHIP_EXCLUDED}),
+ON CONFLICT (pattern_key, repository_id) DO UPDATE SET ({columns}) = ({excluded}),
   updated_at = now()
-WHERE (m.{_MEMBERSHIP_COLUMNS.replace(", ", ", m.")}) IS DISTINCT FROM ({_MEMBERSHIP_EXCLUDED})
-"""
+WHERE ({existing}) IS DISTINCT FROM ({excluded})
+""",
+        keys=_keys(shape, "i"),
+        order=_REPRESENTATIVE_ORDER,
+        columns=names(_MEMBERSHIP_COLUMNS),
+        existing=names(_MEMBERSHIP_COLUMNS, prefix="m"),
+        excluded=_excluded(_MEMBERSHIP_COLUMNS),
+    )
 
 
 @cache
-def _delete_stale_memberships(shape: str) -> str:
+def _delete_stale_memberships(shape: str) -> TextClause:
     """Memberships of the keys left without instances in their repository. A set difference over the keys' rows
     (hashed or sorted, linear in the keys' size whatever the planner estimates), not an anti-join probe per
     membership: no index leads with (pattern_key, repository_id), so a nested-loop probe walks the key's every
     instance, quadratic in a hot key (a key range holding a 120k-repository key at Tier C spent minutes here).
     The keys' predicate stands on every side: the planner carries equalities across a join, not a range's bounds."""
-    return f"""
+    return statement(
+        """
 DELETE FROM infestation_pattern_repos e
 USING (
-  SELECT m.pattern_key, m.repository_id FROM infestation_pattern_repos m WHERE {_keys(shape, "m")}
+  SELECT m.pattern_key, m.repository_id FROM infestation_pattern_repos m WHERE {keys_m}
   EXCEPT
-  SELECT i.pattern_key, i.repository_id FROM infestation_pattern_instances i WHERE {_keys(shape, "i")}
+  SELECT i.pattern_key, i.repository_id FROM infestation_pattern_instances i WHERE {keys_i}
 ) gone
-WHERE {_keys(shape, "e")} AND e.pattern_key = gone.pattern_key AND e.repository_id = gone.repository_id
-"""
-
-
-def _since(window: int) -> str:
-    # W x 24 h exactly (not 'W days', which follows DST in a non-UTC session time zone): same `since` as the
-    # legacy read (now - days x 24 h).
-    return f"now() - interval '{window * 24} hours'"
+WHERE {keys_e} AND e.pattern_key = gone.pattern_key AND e.repository_id = gone.repository_id
+""",
+        keys_m=_keys(shape, "m"),
+        keys_i=_keys(shape, "i"),
+        keys_e=_keys(shape, "e"),
+    )
 
 
 def _window_columns() -> list[str]:
     return [f"{name}_{w}d" for w in WINDOWS for name in WINDOWED_AGGREGATES]
 
 
+def _status_value(status: str) -> ColumnElement[bool]:
+    return column("status") == literal(status)
+
+
 # Window aggregates in two steps: per (key, repository) first (plain counts, one hash aggregate), then per key, so
 # a window's repositories are `count(*) FILTER (n > 0)` rather than a sort-based count(DISTINCT) per window.
-def _per_repository(shape: str) -> str:
-    parts = [
-        "count(*) AS n",
-        *(f"count(*) FILTER (WHERE status = '{s}') AS {s}_n" for s in STATUSES),
-        "min(inserted_at) AS first_seen_at",
-        "max(updated_at) AS last_seen_at",
+def _per_repository(shape: str) -> Fragment:
+    parts = [Fragment("count(*) AS n")]
+    parts += [
+        compose("count(*) FILTER (WHERE {status}) AS {s}_n", status=_status_value(s), s=Name(s)) for s in STATUSES
     ]
-    for w in WINDOWS:
-        inside = f"updated_at >= {_since(w)}"
+    parts += [Fragment("min(inserted_at) AS first_seen_at"), Fragment("max(updated_at) AS last_seen_at")]
+    for w in map(Window, WINDOWS):
+        inside = column("updated_at") >= w.since
         parts += [
-            f"count(*) FILTER (WHERE {inside}) AS n_{w}d",
-            *(f"count(*) FILTER (WHERE {inside} AND status = '{s}') AS {s}_n_{w}d" for s in STATUSES),
-            f"max(updated_at) FILTER (WHERE {inside}) AS last_seen_at_{w}d",
+            compose("count(*) FILTER (WHERE {inside}) AS n_{w}d", inside=inside, w=w),
+            *(
+                compose(
+                    "count(*) FILTER (WHERE {inside} AND {status}) AS {s}_n_{w}d",
+                    inside=inside,
+                    status=_status_value(s),
+                    s=Name(s),
+                    w=w,
+                )
+                for s in STATUSES
+            ),
+            compose("max(updated_at) FILTER (WHERE {inside}) AS last_seen_at_{w}d", inside=inside, w=w),
         ]
-    return f"""SELECT pattern_key, repository_id, {", ".join(parts)}
-  FROM infestation_pattern_instances i WHERE {_keys(shape, "i")} GROUP BY pattern_key, repository_id"""
+    return compose(
+        """SELECT pattern_key, repository_id, {parts}
+  FROM infestation_pattern_instances i WHERE {keys} GROUP BY pattern_key, repository_id""",
+        parts=join(", ", parts),
+        keys=_keys(shape, "i"),
+    )
 
 
-def _window_aggregates() -> list[str]:
+def _window_aggregates() -> list[Fragment]:
     """`{name}_{W}d` of docs/domain.md §5.3, over the per-repository rows `pr`."""
-    parts: list[str] = []
-    for w in WINDOWS:
+    parts: list[Fragment] = []
+    for w in map(Window, WINDOWS):
         parts += [
-            f"count(*) FILTER (WHERE pr.n_{w}d > 0)::int AS repo_count_{w}d",
-            f"sum(pr.n_{w}d)::int AS instance_count_{w}d",
-            *(f"sum(pr.{s}_n_{w}d)::int AS {s}_count_{w}d" for s in ("open", "verified", "fixed", "disputed")),
-            f"max(pr.last_seen_at_{w}d) AS last_seen_at_{w}d",
+            compose("count(*) FILTER (WHERE pr.n_{w}d > 0)::int AS repo_count_{w}d", w=w),
+            compose("sum(pr.n_{w}d)::int AS instance_count_{w}d", w=w),
+            *(
+                compose("sum(pr.{s}_n_{w}d)::int AS {s}_count_{w}d", s=Name(s), w=w)
+                for s in ("open", "verified", "fixed", "disputed")
+            ),
+            compose("max(pr.last_seen_at_{w}d) AS last_seen_at_{w}d", w=w),
         ]
     return parts
 
 
 _ALL_TIME_COLUMNS = [*COUNTS, "first_seen_at", "last_seen_at"]
 _ALL_TIME_AGGREGATES = [
-    "count(*)::int AS repo_count",
-    "sum(pr.n)::int AS instance_count",
-    *(f"sum(pr.{s}_n)::int AS {s}_count" for s in ("open", "verified", "fixed", "disputed")),
-    "min(pr.first_seen_at) AS first_seen_at",
-    "max(pr.last_seen_at) AS last_seen_at",
+    Fragment("count(*)::int AS repo_count"),
+    Fragment("sum(pr.n)::int AS instance_count"),
+    *(compose("sum(pr.{s}_n)::int AS {s}_count", s=Name(s)) for s in ("open", "verified", "fixed", "disputed")),
+    Fragment("min(pr.first_seen_at) AS first_seen_at"),
+    Fragment("max(pr.last_seen_at) AS last_seen_at"),
 ]
 _REPRESENTATIVE_COLUMNS = ["title", "severity", "sample_file_path", "sample_occurrence_public_id"]
 _PATTERN_COLUMNS = [*_REPRESENTATIVE_COLUMNS, *_ALL_TIME_COLUMNS, *_window_columns(), "refreshed_at"]
 
 
 @cache
-def _upsert_patterns(shape: str) -> str:
+def _upsert_patterns(shape: str) -> TextClause:
     """The pattern row of every key with instances: representative fields, all-time and window aggregates."""
-    aggregates = ",\n    ".join([*_ALL_TIME_AGGREGATES, *_window_aggregates()])
-    return f"""
-INSERT INTO infestation_patterns AS p (pattern_key, {", ".join(_PATTERN_COLUMNS)}, inserted_at, updated_at)
+    return _upsert_patterns_sql(shape).statement()
+
+
+@cache
+def _upsert_patterns_sql(shape: str) -> Fragment:
+    return compose(
+        """
+INSERT INTO infestation_patterns AS p (pattern_key, {columns}, inserted_at, updated_at)
 SELECT agg.pattern_key, rep.title, rep.severity, rep.file_path, rep.sample_occurrence_public_id,
-  {", ".join(f"agg.{c}" for c in [*_ALL_TIME_COLUMNS, *_window_columns()])}, now(), now(), now()
+  {aggregated}, now(), now(), now()
 FROM (
   SELECT pr.pattern_key, {aggregates}
-  FROM ({_per_repository(shape)}) pr
+  FROM ({per_repository}) pr
   GROUP BY pr.pattern_key
 ) agg
 JOIN (
   SELECT DISTINCT ON (pattern_key) pattern_key, title, severity, file_path, sample_occurrence_public_id
-  FROM infestation_pattern_instances i WHERE {_keys(shape, "i")}
-  ORDER BY pattern_key, {_REPRESENTATIVE_ORDER}
+  FROM infestation_pattern_instances i WHERE {keys}
+  ORDER BY pattern_key, {order}
 ) rep USING (pattern_key)
 ON CONFLICT (pattern_key) DO UPDATE SET
-  {", ".join(f"{c} = EXCLUDED.{c}" for c in _PATTERN_COLUMNS)}, updated_at = now()
-"""
+  {assigned}, updated_at = now()
+""",
+        columns=names(_PATTERN_COLUMNS),
+        aggregated=names([*_ALL_TIME_COLUMNS, *_window_columns()], prefix="agg"),
+        aggregates=join(",\n    ", [*_ALL_TIME_AGGREGATES, *_window_aggregates()]),
+        per_repository=_per_repository(shape),
+        keys=_keys(shape, "i"),
+        order=_REPRESENTATIVE_ORDER,
+        assigned=_assigned(_PATTERN_COLUMNS, _EXCLUDED),
+    )
 
 
 @cache
-def _delete_stale_patterns(shape: str) -> str:
+def _delete_stale_patterns(shape: str) -> TextClause:
     """The keys' predicate is repeated on `i`: the planner carries equalities across a join, not a range's bounds,
     so a hashed anti-join would otherwise read the whole instance table for every range."""
-    return f"""
+    return _stale_patterns(shape).statement()
+
+
+@cache
+def _delete_stale_patterns_and_memberships(shape: str) -> TextClause:
+    return statement(
+        """
+WITH gone AS ({stale} RETURNING pattern_key)
+DELETE FROM infestation_pattern_repos m USING gone WHERE m.pattern_key = gone.pattern_key
+""",
+        stale=_stale_patterns(shape),
+    )
+
+
+def _stale_patterns(shape: str) -> Fragment:
+    return compose(_STALE_PATTERNS, keys_p=_keys(shape, "p"), keys_i=_keys(shape, "i"))
+
+
+_STALE_PATTERNS = """
 DELETE FROM infestation_patterns p
-WHERE {_keys(shape, "p")}
+WHERE {keys_p}
   AND NOT EXISTS (SELECT 1 FROM infestation_pattern_instances i
-                  WHERE i.pattern_key = p.pattern_key AND {_keys(shape, "i")})
+                  WHERE i.pattern_key = p.pattern_key AND {keys_i})
 """
 
 
 @cache
-def _update_windows(shape: str) -> str:
+def _update_windows(shape: str) -> TextClause:
     """The window columns (and refreshed_at, not updated_at) of every key with instances, from the instances."""
-    return f"""
+    return statement(
+        """
 UPDATE infestation_patterns p SET
-  {", ".join(f"{c} = w.{c}" for c in _window_columns())}, refreshed_at = now()
+  {assigned}, refreshed_at = now()
 FROM (
-  SELECT pr.pattern_key, {", ".join(_window_aggregates())}
-  FROM ({_per_repository(shape)}) pr
+  SELECT pr.pattern_key, {aggregates}
+  FROM ({per_repository}) pr
   GROUP BY pr.pattern_key
 ) w
-WHERE p.pattern_key = w.pattern_key AND {_keys(shape, "p")}
-"""
+WHERE p.pattern_key = w.pattern_key AND {keys}
+""",
+        assigned=_assigned(_window_columns(), Fragment("w")),
+        aggregates=join(", ", _window_aggregates()),
+        per_repository=_per_repository(shape),
+        keys=_keys(shape, "p"),
+    )
 
 
 @cache
-def _sync_status_windows(shape: str) -> str:
+def _sync_status_windows(shape: str) -> TextClause:
     """Per (key, status, window) counts for the status-filtered lists (docs/domain.md §1.8): repositories and
     instances with that status updated inside the window (all time for window 0) and their newest `updated_at`.
     Only (status, window) pairs with instances have a row; changed rows are rewritten, emptied ones deleted."""
-    per_repository = ", ".join(
+    windows = list(map(Window, WINDOWS))
+    per_repository = join(
+        ", ",
         [
-            "count(*) AS n_0",
-            "max(updated_at) AS last_0",
-            *(f"count(*) FILTER (WHERE updated_at >= {_since(w)}) AS n_{w}" for w in WINDOWS),
-            *(f"max(updated_at) FILTER (WHERE updated_at >= {_since(w)}) AS last_{w}" for w in WINDOWS),
-        ]
+            Fragment("count(*) AS n_0"),
+            Fragment("max(updated_at) AS last_0"),
+            *(compose("count(*) FILTER (WHERE {inside}) AS n_{w}", inside=_inside(w), w=w) for w in windows),
+            *(compose("max(updated_at) FILTER (WHERE {inside}) AS last_{w}", inside=_inside(w), w=w) for w in windows),
+        ],
     )
-    windows = ", ".join(f"({w}, pr.n_{w}, pr.last_{w})" for w in STATUS_WINDOWS)
-    return f"""
+    rows = join(
+        ", ", [Fragment("(0, pr.n_0, pr.last_0)"), *(compose("({w}, pr.n_{w}, pr.last_{w})", w=w) for w in windows)]
+    )
+    return statement(
+        """
 WITH pr AS (
   SELECT pattern_key, status, repository_id, {per_repository}
-  FROM infestation_pattern_instances i WHERE {_keys(shape, "i")}
+  FROM infestation_pattern_instances i WHERE {keys_i}
   GROUP BY pattern_key, status, repository_id
 ),
 agg AS (
   SELECT pr.pattern_key, pr.status, w.window_days, count(*) FILTER (WHERE w.n > 0)::int AS repo_count,
     sum(w.n)::int AS instance_count, max(w.last_seen_at) AS last_seen_at
-  FROM pr CROSS JOIN LATERAL (VALUES {windows}) AS w (window_days, n, last_seen_at)
+  FROM pr CROSS JOIN LATERAL (VALUES {rows}) AS w (window_days, n, last_seen_at)
   GROUP BY pr.pattern_key, pr.status, w.window_days
   HAVING sum(w.n) > 0
 ),
@@ -345,10 +458,19 @@ upserted AS (
   RETURNING 1
 )
 DELETE FROM infestation_pattern_status_windows sw
-WHERE {_keys(shape, "sw")}
+WHERE {keys_sw}
   AND NOT EXISTS (SELECT 1 FROM agg WHERE agg.pattern_key = sw.pattern_key AND agg.status = sw.status
                                       AND agg.window_days = sw.window_days)
-"""
+""",
+        per_repository=per_repository,
+        keys_i=_keys(shape, "i"),
+        rows=rows,
+        keys_sw=_keys(shape, "sw"),
+    )
+
+
+def _inside(window: Window) -> ColumnElement[bool]:
+    return column("updated_at") >= window.since
 
 
 _PROJECTION_TABLES = (
@@ -359,9 +481,14 @@ _PROJECTION_TABLES = (
 )
 
 
+_DELETE_PROJECTION = [
+    statement("DELETE FROM {table} WHERE pattern_key = :key", table=Name(table)) for table in _PROJECTION_TABLES
+]
+
+
 async def _delete_projection(session: AsyncSession, key: str) -> None:
-    for table in _PROJECTION_TABLES:
-        await session.execute(text(f"DELETE FROM {table} WHERE pattern_key = :key"), {"key": key})
+    for delete in _DELETE_PROJECTION:
+        await session.execute(delete, {"key": key})
 
 
 async def refresh_pattern(
@@ -387,7 +514,7 @@ async def refresh_pattern(
                 instances = await _refresh_scoped(session, Keys(key=pattern_key, repositories=repositories))
             else:
                 keys = Keys(key=pattern_key)
-                synced = (await session.execute(text(_sync_instances(keys.shape)), keys.params)).mappings().one()
+                synced = (await session.execute(_sync_instances(keys.shape), keys.params)).mappings().one()
                 instances = int(synced["instances"])
                 if instances == 0:
                     await _delete_projection(session, pattern_key)
@@ -411,28 +538,33 @@ async def _refresh_scoped(session: AsyncSession, scoped: Keys) -> int:
     """The scoped refresh's statements: the same as the full refresh's, with the source sync and the memberships
     limited to the scope's repositories and the key-wide aggregates over the key. Returns the key's instances."""
     assert scoped.key is not None
-    await session.execute(text(_sync_instances(scoped.shape)), scoped.params)
-    await session.execute(text(_upsert_memberships(scoped.shape)), scoped.params)
-    await session.execute(text(_delete_stale_memberships(scoped.shape)), scoped.params)
+    await session.execute(_sync_instances(scoped.shape), scoped.params)
+    await session.execute(_upsert_memberships(scoped.shape), scoped.params)
+    await session.execute(_delete_stale_memberships(scoped.shape), scoped.params)
     key = Keys(key=scoped.key)
-    patterns = await session.execute(text(_upsert_patterns(key.shape) + " RETURNING p.instance_count"), key.params)
+    patterns = await session.execute(_upsert_patterns_returning(key.shape), key.params)
     instances = patterns.scalar()
     if instances is None:  # the scope's rows were the key's last ones
         await _delete_projection(session, scoped.key)
         return 0
-    await session.execute(text(_sync_status_windows(key.shape)), key.params)
+    await session.execute(_sync_status_windows(key.shape), key.params)
     return int(instances)
+
+
+@cache
+def _upsert_patterns_returning(shape: str) -> TextClause:
+    return statement("{upsert} RETURNING p.instance_count", upsert=_upsert_patterns_sql(shape))
 
 
 async def _project_from_instances(session: AsyncSession, keys: Keys) -> int:
     """Memberships, pattern rows and status windows of `keys` from their (already synced) instance rows; keys
     without instances lose them. Returns the pattern rows written."""
     params = keys.params
-    await session.execute(text(_upsert_memberships(keys.shape)), params)
-    await session.execute(text(_delete_stale_memberships(keys.shape)), params)
-    patterns = await session.execute(text(_upsert_patterns(keys.shape)), params)
-    await session.execute(text(_delete_stale_patterns(keys.shape)), params)
-    await session.execute(text(_sync_status_windows(keys.shape)), params)
+    await session.execute(_upsert_memberships(keys.shape), params)
+    await session.execute(_delete_stale_memberships(keys.shape), params)
+    patterns = await session.execute(_upsert_patterns(keys.shape), params)
+    await session.execute(_delete_stale_patterns(keys.shape), params)
+    await session.execute(_sync_status_windows(keys.shape), params)
     return int(patterns.rowcount or 0)  # type: ignore[attr-defined]
 
 
@@ -446,9 +578,9 @@ async def recompute_windows(pattern_key: str) -> None:
     keys = Keys(key=pattern_key)
     async with db.transaction() as session:
         await session.execute(text(_LOCK_KEY), _lock_key_params(pattern_key))
-        updated = await session.execute(text(_update_windows(keys.shape)), keys.params)
+        updated = await session.execute(_update_windows(keys.shape), keys.params)
         if int(updated.rowcount or 0) == 1:  # type: ignore[attr-defined]
-            await session.execute(text(_sync_status_windows(keys.shape)), keys.params)
+            await session.execute(_sync_status_windows(keys.shape), keys.params)
             return
         has_instances = (
             await session.execute(
@@ -493,7 +625,7 @@ async def project_range(keys: Keys) -> tuple[int, int]:
     instances lose their projection (so orphans go too). Returns (instances, patterns)."""
     async with db.transaction() as session:
         await _lock_range(session, keys)
-        synced = (await session.execute(text(_sync_instances(keys.shape)), keys.params)).mappings().one()
+        synced = (await session.execute(_sync_instances(keys.shape), keys.params)).mappings().one()
         patterns = await _project_from_instances(session, keys)
     return int(synced["instances"]), patterns
 
@@ -503,21 +635,7 @@ async def recompute_range(keys: Keys) -> int:
     instances; a pattern row left without instances loses its projection. Returns the pattern rows updated."""
     async with db.transaction() as session:
         await _lock_range(session, keys)
-        updated = await session.execute(text(_update_windows(keys.shape)), keys.params)
-        await session.execute(text(_sync_status_windows(keys.shape)), keys.params)
-        await session.execute(
-            text(
-                f"""
-WITH gone AS (
-  DELETE FROM infestation_patterns p
-  WHERE {_keys(keys.shape, "p")}
-    AND NOT EXISTS (SELECT 1 FROM infestation_pattern_instances i
-                    WHERE i.pattern_key = p.pattern_key AND {_keys(keys.shape, "i")})
-  RETURNING pattern_key
-)
-DELETE FROM infestation_pattern_repos m USING gone WHERE m.pattern_key = gone.pattern_key
-"""
-            ),
-            keys.params,
-        )
+        updated = await session.execute(_update_windows(keys.shape), keys.params)
+        await session.execute(_sync_status_windows(keys.shape), keys.params)
+        await session.execute(_delete_stale_patterns_and_memberships(keys.shape), keys.params)
     return int(updated.rowcount or 0)  # type: ignore[attr-defined]

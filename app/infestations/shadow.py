@@ -21,15 +21,14 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import text
-
 from app.infestations.legacy import clamp_list_options, list_infestations_legacy, window_bucket
 from app.infestations.models import WINDOWED_AGGREGATES, WINDOWS
 from app.infestations.queries import list_infestations_rollup
 from app.infestations.shadow_sampler import crossed_since_recompute
 from app.kernel import db
 from app.kernel.metrics import SHADOW_MISMATCHES
-from app.kernel.public import PUBLIC_CANONICAL
+from app.kernel.public import public_canonical
+from app.kernel.sql import Window, statement
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +72,21 @@ def describe_mismatches(legacy: list[dict[str, Any]], rollup: list[dict[str, Any
     return problems
 
 
-_LAGGING_SQL = """
+# per window bucket: the keys of `:keys` with a public instance that crossed the window since the recompute
+_LAGGING = {
+    w: statement(
+        """
 SELECT DISTINCT c.pattern_key
 FROM canonical_findings c
 JOIN repositories r ON r.id = c.repository_id
 JOIN infestation_patterns p ON p.pattern_key = c.pattern_key
 WHERE c.pattern_key = ANY(CAST(:keys AS text[])) AND {public} AND {crossed}
-"""
+""",
+        public=public_canonical(),
+        crossed=crossed_since_recompute(Window(w)),
+    )
+    for w in WINDOWS
+}
 
 
 async def _lagging_keys(keys: Iterable[str], days: int) -> set[str]:
@@ -87,9 +94,8 @@ async def _lagging_keys(keys: Iterable[str], days: int) -> set[str]:
     keys = sorted(set(keys))
     if not keys:
         return set()
-    sql = _LAGGING_SQL.format(public=PUBLIC_CANONICAL, crossed=crossed_since_recompute(window_bucket(days)))
     async with db.read_session() as session:
-        return {str(r[0]) for r in await session.execute(text(sql), {"keys": keys})}
+        return {str(r[0]) for r in await session.execute(_LAGGING[window_bucket(days)], {"keys": keys})}
 
 
 def _without_lagging(

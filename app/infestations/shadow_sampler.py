@@ -33,13 +33,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import ColumnElement, and_, column, distinct, false, func, text
+from sqlalchemy import table as _table
+from sqlalchemy.sql.functions import FunctionElement
 
 from app.infestations.legacy import STATUSES
 from app.infestations.models import ALL_TIME, COUNTS, WINDOWS
 from app.kernel import db, outbox
 from app.kernel.metrics import SHADOW_COMPARED, SHADOW_MISMATCHES, SHADOW_SKIPPED, SHADOW_SUSPECTS
-from app.kernel.public import PUBLIC_CANONICAL
+from app.kernel.public import public_canonical
+from app.kernel.sql import Window, join, statement
 
 log = logging.getLogger(__name__)
 
@@ -70,51 +73,54 @@ def _combinations() -> list[tuple[int | None, str | None, tuple[str, ...]]]:
 COMBINATIONS = _combinations()
 
 
-def _since(window: int) -> str:
-    # W x 24 h, as the legacy read (now - days) and the projection's windows
-    return f"now() - interval '{window * 24} hours'"
+# the comparison statement's public canonicals `c` and their pattern row `p`
+_C = _table("src", column("repository_id"), column("status"), column("inserted_at"), column("updated_at")).alias("c")
+_P = _table("infestation_patterns", column("refreshed_at")).alias("p")
 
 
-def _aggregates(alias: str) -> str:
+def _aggregates() -> list[ColumnElement[Any]]:
     """One column per compared (aggregate, window, status) over the public canonicals: the legacy read."""
-    parts: list[str] = []
+    parts: list[ColumnElement[Any]] = []
     for window, status, aggregates in COMBINATIONS:
-        where = [f"{alias}.updated_at >= {_since(window)}"] if window else []
+        where = [_C.c.updated_at >= Window(window).since] if window else []
         if status:
-            where.append(f"{alias}.status = '{status}'")
+            where.append(_C.c.status == status)
         for aggregate in aggregates:
             cond = list(where)
             if aggregate in _STATUS_COUNT:
-                cond.append(f"{alias}.status = '{_STATUS_COUNT[aggregate]}'")
-            expression = {
-                "repo_count": f"count(DISTINCT {alias}.repository_id)",
-                "last_seen_at": f"max({alias}.updated_at)",
-                "first_seen_at": f"min({alias}.inserted_at)",
-            }.get(aggregate, "count(*)")
-            flt = f" FILTER (WHERE {' AND '.join(cond)})" if cond else ""
-            parts.append(f"{expression}{flt} AS {_column(aggregate, window, status)}")
-    return ",\n    ".join(parts)
+                cond.append(_C.c.status == _STATUS_COUNT[aggregate])
+            expression: FunctionElement[Any] = {
+                "repo_count": func.count(distinct(_C.c.repository_id)),
+                "last_seen_at": func.max(_C.c.updated_at),
+                "first_seen_at": func.min(_C.c.inserted_at),
+            }.get(aggregate, func.count())
+            counted = expression.filter(*cond) if cond else expression
+            parts.append(counted.label(_column(aggregate, window, status)))
+    return parts
 
 
-def crossed_since_recompute(window: int) -> str:
+def crossed_since_recompute(window: Window) -> ColumnElement[bool]:
     """Whether canonical `c` was inside window W at the last recompute of its key's rollup rows (`p.refreshed_at`:
     the pattern row's window columns and the status windows are recomputed together, docs/domain.md §5.4) and is
     outside now. Until the next hourly recompute that window's counts lag, by design: not a mismatch."""
-    return f"(c.updated_at >= p.refreshed_at - interval '{window * 24} hours' AND c.updated_at < {_since(window)})"
+    return and_(_C.c.updated_at >= _P.c.refreshed_at - window.length, _C.c.updated_at < window.since)
 
 
-_CROSSED = ",\n    ".join(f"coalesce(bool_or({crossed_since_recompute(w)}), false) AS crossed_{w}" for w in WINDOWS)
+_CROSSED = [
+    func.coalesce(func.bool_or(crossed_since_recompute(Window(w))), false()).label(f"crossed_{w}") for w in WINDOWS
+]
 
-_COMPARE_SQL = f"""
+_COMPARE = statement(
+    """
 WITH k AS (SELECT DISTINCT unnest(CAST(:keys AS text[])) AS pattern_key),
 src AS (
   SELECT c.pattern_key, c.id, c.repository_id, c.status, c.inserted_at, c.updated_at
   FROM canonical_findings c JOIN repositories r ON r.id = c.repository_id
-  WHERE c.pattern_key = ANY(CAST(:keys AS text[])) AND {PUBLIC_CANONICAL}
+  WHERE c.pattern_key = ANY(CAST(:keys AS text[])) AND {public}
 ),
 legacy AS (
-  SELECT c.pattern_key, {_aggregates("c")},
-    {_CROSSED}
+  SELECT c.pattern_key, {aggregates},
+    {crossed}
   FROM src c LEFT JOIN infestation_patterns p ON p.pattern_key = c.pattern_key
   GROUP BY c.pattern_key
 ),
@@ -133,7 +139,11 @@ FROM k
 LEFT JOIN infestation_patterns p ON p.pattern_key = k.pattern_key
 LEFT JOIN legacy ON legacy.pattern_key = k.pattern_key
 LEFT JOIN changed ON changed.pattern_key = k.pattern_key
-"""
+""",
+    public=public_canonical(),
+    aggregates=join(",\n    ", _aggregates()),
+    crossed=join(",\n    ", _CROSSED),
+)
 
 # One index probe per random point (pattern keys are sha256 hex, so the key after a random point is a near-uniform
 # pick); past the last key a probe wraps to the first. Half the probes go to the rollup's keys, half to the source's:
@@ -252,7 +262,7 @@ async def compare_keys(keys: list[str]) -> dict[str, KeyComparison]:
     if not keys:
         return {}
     async with db.read_session(replica=False) as session:
-        rows = (await session.execute(text(_COMPARE_SQL), {"keys": sorted(set(keys))})).mappings().all()
+        rows = (await session.execute(_COMPARE, {"keys": sorted(set(keys))})).mappings().all()
     return {str(row["pattern_key"]): _judge(row) for row in rows}
 
 

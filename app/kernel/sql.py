@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any, Final, LiteralString
 
-from sqlalchemy import ClauseElement, TextClause, literal_column, text
+from sqlalchemy import ClauseElement, ColumnElement, Interval, TextClause, func, literal_column, text
 from sqlalchemy.dialects.postgresql.base import PGCompiler, PGDialect
 from sqlalchemy.engine.interfaces import BindTyping
-from sqlalchemy.sql.elements import BindParameter, ColumnClause
+from sqlalchemy.sql.elements import BindParameter, ColumnClause, Label
 
 WINDOW_DAYS: Final = (7, 30, 90, 365)  # the precomputed windows of the atlas (docs/domain.md §5.3)
 
@@ -69,14 +70,15 @@ class Window(int):
         return super().__new__(cls, days)
 
     @property
-    def since(self) -> Fragment:
-        """`now()` minus W x 24 h exactly (not 'W days', which follows DST in a non-UTC session time zone)."""
-        return _trusted(f"now() - interval '{int(self) * 24} hours'")
+    def length(self) -> ColumnElement[timedelta]:
+        """`interval 'H hours'`, H = W x 24: exactly W days (not 'W days', which follows DST in a non-UTC session
+        time zone)."""
+        return literal_column(f"interval '{int(self) * 24} hours'", Interval)
 
     @property
-    def hours(self) -> Fragment:
-        """`interval 'W x 24 hours'`."""
-        return _trusted(f"interval '{int(self) * 24} hours'")
+    def since(self) -> ColumnElement[datetime]:
+        """`now() - interval 'H hours'`: the window's start, as the legacy read's `now - days`."""
+        return func.now() - self.length
 
 
 class Name(str):
@@ -116,7 +118,8 @@ _DIALECT = _Dialect(paramstyle="named")  # type: ignore[no-untyped-call]
 
 def render(element: ClauseElement) -> Fragment:
     """A Core expression or statement as PostgreSQL text, once (at import): literals inline, `:name` parameters."""
-    return _trusted(str(element.compile(dialect=_DIALECT)))
+    as_column = isinstance(element, Label)  # `expression AS name`, as in a select list
+    return _trusted(str(element.compile(dialect=_DIALECT, compile_kwargs={"within_columns_clause": as_column})))
 
 
 def compiled(statement: ClauseElement) -> TextClause:
@@ -157,6 +160,12 @@ def compose(template: LiteralString, /, **slots: Slot) -> Fragment:
 def statement(template: LiteralString, /, **slots: Slot) -> TextClause:
     """`compose()` as an executable statement."""
     return compose(template, **slots).statement()
+
+
+def names(names: Iterable[str], *, prefix: str | None = None) -> Fragment:
+    """Identifiers as a list, `a, b` or `x.a, x.b` (column lists written once as tuples of names)."""
+    qualifier = f"{Name(prefix)}." if prefix else ""
+    return _trusted(", ".join(qualifier + Name(name) for name in names))
 
 
 def join(separator: LiteralString, parts: Iterable[Slot]) -> Fragment:

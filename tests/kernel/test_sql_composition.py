@@ -140,13 +140,6 @@ NOT_YET_CONVERTED = {
     "app/accounts/sessions.py",
     "app/exports/service.py",
     "app/feed/queries.py",
-    "app/infestations/cutover.py",
-    "app/infestations/dirty_queue.py",
-    "app/infestations/maintenance.py",
-    "app/infestations/models.py",
-    "app/infestations/projection.py",
-    "app/infestations/shadow.py",
-    "app/infestations/shadow_sampler.py",
     "app/kernel/db.py",
     "app/kernel/outbox.py",
     "app/kernel/policy.py",
@@ -254,7 +247,8 @@ def test_core_values_are_inlined_and_bind_parameters_stay_named() -> None:
     scans = table("scans", column("id"), column("visibility")).alias("s")
     predicate = (scans.c.visibility == "public") & (scans.c.id == bindparam("scan_id")) & (scans.c.id > 2)
     assert sql.render(predicate).sql == "s.visibility = 'public' AND s.id = :scan_id AND s.id > 2"
-    assert Window(7).since.sql == "now() - interval '168 hours'"
+    assert sql.render(Window(7).since).sql == "now() - interval '168 hours'"
+    assert sql.names(("a", "b"), prefix="i").sql == "i.a, i.b"
     # typed columns: a parameter text() can read, no `::type` cast glued to it
     findings = table("scan_findings", column("public_id", Uuid)).alias("f")
     assert sql.render(findings.c.public_id == bindparam("id")).sql == "f.public_id = :id"
