@@ -24,6 +24,7 @@ from app.kernel.config import (
     search_rate_per_minute,
     server_timing,
     settings,
+    webhook_allow_private,
 )
 from app.kernel.errors import DomainError
 
@@ -102,6 +103,7 @@ def _check_limits() -> None:
     server_timing()
     forge_raw_url_template()
     maintainer_recheck_hours()
+    webhook_allow_private()
 
 
 def _worker(args: argparse.Namespace) -> int:

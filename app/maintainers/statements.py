@@ -28,6 +28,7 @@ from app.kernel import db, ratelimit
 from app.kernel.changes import FINDING_STATEMENT, Change, PublishedRepository
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import Budget
+from app.kernel.outbox import ring_webhooks_after_commit
 from app.kernel.policy import require_good_standing
 from app.kernel.public import LISTED, has_public_occurrence
 from app.kernel.text import UNCLEAN_MESSAGE, is_clean
@@ -197,6 +198,7 @@ async def _announce(
             reason=reason,
         )
     )
+    ring_webhooks_after_commit()  # the repository's webhooks get the entry (docs/domain.md "Webhooks")
 
 
 async def _lock_canonical(session: AsyncSession, canonical_id: int) -> None:
