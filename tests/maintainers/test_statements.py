@@ -6,6 +6,7 @@ the secrets scan, who may state, and the quorum the statements never touch."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -18,6 +19,7 @@ from lib4vex.parser import VEXParser
 
 from app.cli import build_parser
 from app.exports import service as exports
+from app.maintainers.statement_routes import MAX_BODY_BYTES
 from app.moderation.service import change_scan_visibility, change_statement_visibility
 from tests import factories
 from tests.exports.support import records
@@ -355,3 +357,26 @@ async def test_tarakan_statements_add(forge: Forge, capsys: pytest.CaptureFixtur
     refused = await tarakan("statements", "add", p.canonical, "--status", "affected", "--as", maintainer.email)
     assert_one_line_error(refused, "action_statement")
     assert await scalar("SELECT count(*) FROM finding_statements") == 1
+
+
+async def test_hostile_statement_bodies_are_refused_quickly(client: httpx.AsyncClient, forge: Forge) -> None:
+    """The hostile corpus fills bodies to the API's limit, past this route's 16 KiB: here are its shapes under it."""
+    p = await published()
+    headers = {**await bearer(await verified_maintainer(forge, p.repository)), "Content-Type": "application/json"}
+    url = statements_url(p.canonical)
+    limit = MAX_BODY_BYTES
+    many_keys = "{" + ",".join(f'"k{i}":0' for i in range(limit // 10)) + "}"
+    bodies: list[tuple[bytes, int]] = [
+        (b"[" * 33 + b"]" * 33, 400),  # one level past the depth bound
+        (many_keys[: limit - 1].rsplit(",", 1)[0].encode() + b"}", 422),  # no status among thousands of keys
+        (json.dumps({"status": "affected", "action_statement": "\ud800"}).encode(), 422),  # a lone surrogate
+        (json.dumps({"status": "affected", "action_statement": "eyJ" * 2000}).encode(), 422),  # too long
+        (json.dumps({"status": "affected", "action_statement": ("eyJ" + "a" * 9 + ".") * 150}).encode(), 422),  # a JWT
+        (json.dumps({"status": "affected", "action_statement": ("eyJ" + "a" * 7 + ".") * 180}).encode(), 201),
+        (b"{" + b" " * limit + b"}", 413),  # one byte over
+    ]
+    for body, expected in bodies:
+        started = time.monotonic()
+        answer = await client.post(url, headers=headers, content=body)
+        assert answer.status_code == expected, (body[:60], answer.text[:200])
+        assert time.monotonic() - started < 2

@@ -151,7 +151,7 @@ async def test_every_body_route_survives_every_hostile_shape_with_healthz_live()
     token = await create_token(moderator.id, list(TOKEN_SCOPES))
     target = await factories.create_account()  # a member: the account form's subject
     repo = await factories.create_repository()
-    scan, canonical, _occurrence = await factories.create_instance(repo, target, "SQL injection in login handler")
+    scan, canonical, occurrence = await factories.create_instance(repo, target, "SQL injection in login handler")
     values = {
         "host": repo.host,
         "owner": repo.owner,
@@ -161,6 +161,8 @@ async def test_every_body_route_survives_every_hostile_shape_with_healthz_live()
         "handle": target.handle,
         # another account's claim: a body that gets through the intake meets a 404, never the forge
         "claim_id": str((await claim_repository(target.id, repo.host, repo.owner, repo.name))[0].id),
+        "ref": str(occurrence.public_id),  # a finding page's statement form (the moderator maintains nothing: 403)
+        "statement_id": "1",  # no such statement: a form that gets through the intake meets a 404
     }
     LOG.parent.mkdir(exist_ok=True)
     LOG.unlink(missing_ok=True)
