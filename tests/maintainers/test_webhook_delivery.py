@@ -25,6 +25,7 @@ import pytest
 from app.accounts.models import Account
 from app.feed.entries import rendered_entry
 from app.maintainers import delivery, destinations, webhooks
+from app.maintainers.statements import record_statement, validate_statement
 from app.moderation import service as moderation
 from app.registry.models import Repository
 from jobs import queue
@@ -166,16 +167,25 @@ async def test_the_fan_out_routes_entries_by_repository_from_registration_on_whi
     agent = await make_account("agent")
     repo = await factories.create_repository()
     await submit(agent, repo, "Before the webhook")  # committed before registration: not delivered
-    _, hook = await registered(repo, "http://127.0.0.1:9/hook")
-    await submit(agent, repo, "After the webhook")
+    owner, hook = await registered(repo, "http://127.0.0.1:9/hook")
+    report = await submit(agent, repo, "After the webhook")
     assert await webhooks.fan_out() == 2  # the new finding's published and status entries
     assert await webhooks.fan_out() == 0  # idempotent: the cursor moved
     assert [d["kind"] for d in await deliveries(hook.webhook.id)] == ["finding.published", "finding.status"]
+    # the maintainer's statement (written by the statement service, not the outbox)
+    canonical = report["findings"][0]["canonical_public_id"]
+    said = validate_statement({"status": "not_affected", "justification": "component_not_present"})
+    await record_statement(owner.id, canonical, said)
+    assert await webhooks.fan_out() == 1
+    statement = (await deliveries(hook.webhook.id))[-1]
+    assert statement["kind"] == "finding.statement"
+    entry = await rendered_entry(statement["seq"])
+    assert entry is not None and (entry["canonical"], entry["status"]) == (canonical, "not_affected")
 
     await execute("UPDATE repository_maintainers SET ended_at = now(), ended_reason = 'moderation'")
     await submit(agent, repo, "After the maintainership ended")
     assert await webhooks.fan_out() == 0
-    assert len(await deliveries(hook.webhook.id)) == 2
+    assert len(await deliveries(hook.webhook.id)) == 3
     assert await scalar("SELECT seq FROM webhook_fanout") == max(await seqs())
 
 
