@@ -1,7 +1,8 @@
 """Every page type against the standard outside checkers: the Nu HTML Checker (vnu, 0 errors) on the HTML the
 server sends, and axe-core in Chromium (0 serious or critical violations) in the light and the dark theme.
 
-Page types: home, atlas index, show page, ledger page (`?cursor=`), repository, finding, search, login, every
+Page types: home, atlas index, show page, ledger page (`?cursor=`), repository, finding (and one with a maintainer's
+statement, the statement form and the moderators' hide forms, and its refused statement), search, login, every
 moderation page (console, repositories, accounts, audit, a refused action's form page), the 404 and 405 pages, and
 a withdrawn finding's 410 tombstone.
 A failure names the page and the rule.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +25,13 @@ from playwright.sync_api import Browser, Page
 from app.accounts.models import Account
 from app.accounts.sessions import COOKIE_NAME, open_session
 from app.kernel import changes, db
+from app.kernel.policy import ANONYMOUS
 from app.maintainers.models import RepositoryMaintainer
 from app.maintainers.service import claim_repository
+from app.maintainers.statements import StatementInput, record_statement
 from app.moderation.service import delete_repository
 from app.registry.models import Repository
+from app.reports.queries import get_finding
 from e2e.seed import account, run_async, seed_pattern
 from tests import factories
 from tests.moderation.support import make_account
@@ -55,6 +60,7 @@ def seed_site() -> Site:
         repo = big.repositories[0]
         withdrawn = await withdrawn_finding(submitter, moderator)
         await maintained(repo, moderator)
+        await stated(big.repositories[1], big.occurrence_ids[1], moderator)
         pages = {
             "home": "/",
             "index": "/infestations",
@@ -62,6 +68,8 @@ def seed_site() -> Site:
             "ledger": f"/infestations/{big.key}/instances?cursor=",  # completed from the twin below
             "repository": f"/repos/{repo.host}/{repo.owner}/{repo.name}",
             "finding": f"/findings/{big.occurrence_ids[0]}",
+            # a maintainer's statement, the statement form (the moderator maintains it) and the hide/show forms
+            "finding with a statement": f"/findings/{big.occurrence_ids[1]}",
             "search": "/search?q=svc",
             "login": "/login",
             "404": "/no-such-page",
@@ -96,6 +104,17 @@ async def maintained(repo: Repository, moderator: Account) -> None:
     await claim_repository(moderator.id, repo.host, repo.owner, repo.name)
 
 
+async def stated(repo: Repository, occurrence: str, moderator: Account) -> None:
+    """A finding of `repo` with a current maintainer statement, on a repository the moderator maintains too."""
+    sayer = await factories.create_account(email="sayer@example.com", handle="sayer")
+    async with db.transaction() as session:
+        session.add(RepositoryMaintainer(repository_id=repo.id, account_id=sayer.id))
+        session.add(RepositoryMaintainer(repository_id=repo.id, account_id=moderator.id))
+    canonical = (await get_finding(uuid.UUID(occurrence), viewer=ANONYMOUS) or {})["canonical_public_id"]
+    statement = StatementInput("not_affected", "vulnerable_code_not_in_execute_path", "Only the admin CLI reaches it.")
+    await record_statement(sayer.id, str(canonical), statement)
+
+
 def moderator_context_page(browser: Browser, base: str, token: str, *, color_scheme: str) -> Page:
     context = browser.new_context(color_scheme=color_scheme)  # type: ignore[arg-type]
     context.add_cookies([{"name": COOKIE_NAME, "value": token, "url": base}])
@@ -118,16 +137,23 @@ def visit_all(page: Page, base: str, site: Site) -> dict[str, str]:
     return sent
 
 
-def answered_pages(page: Page, base: str) -> dict[str, str]:
+def answered_pages(page: Page, base: str, finding: str) -> dict[str, str]:
     """Pages that answer a request a plain link cannot make: a moderation action refused without JavaScript (the
-    form page with the errors next to the fields) and a wrong method (405)."""
+    form page with the errors next to the fields), a wrong method (405) and a refused statement on `finding` (the
+    finding page with the form's errors)."""
     refused = page.request.post(
         base + "/moderation/accounts/someone", form={"state": "suspended"}, headers={"Origin": base}
     )
     assert refused.status == 422, refused.status
     wrong_method = page.request.delete(base + "/infestations", headers={"Origin": base})
     assert wrong_method.status == 405
-    return {"moderation refused action": refused.text(), "405": wrong_method.text()}
+    statement = page.request.post(base + finding + "/statements", form={"status": "affected"}, headers={"Origin": base})
+    assert statement.status == 422, statement.status  # affected needs an action statement
+    return {
+        "moderation refused action": refused.text(),
+        "405": wrong_method.text(),
+        "refused statement": statement.text(),
+    }
 
 
 def serious_violations(axe: Axe, page: Page, label: str) -> list[str]:
@@ -148,7 +174,7 @@ def site(live_server: str) -> Site:
 def test_every_page_type_is_valid_html(browser: Browser, live_server: str, site: Site, tmp_path: Path) -> None:
     page = moderator_context_page(browser, live_server, site.session_token, color_scheme="light")
     sent = visit_all(page, live_server, site)
-    sent.update(answered_pages(page, live_server))
+    sent.update(answered_pages(page, live_server, site.pages["finding with a statement"]))
     files = {}
     for i, (name, html) in enumerate(sent.items()):
         path = tmp_path / f"page{i:02d}.html"
@@ -181,7 +207,7 @@ def test_every_page_type_has_no_serious_accessibility_violation(
     for name, path in site.pages.items():
         page.goto(live_server + (path + cursor if path == ledger else path))
         found += serious_violations(axe, page, f"{name} ({theme})")
-    for name, html in answered_pages(page, live_server).items():
+    for name, html in answered_pages(page, live_server, site.pages["finding with a statement"]).items():
         page.goto(live_server + "/no-such-page")  # an HTML page of the same origin: the stylesheet and scripts load
         page.set_content(html)
         found += serious_violations(axe, page, f"{name} ({theme})")
