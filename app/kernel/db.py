@@ -93,11 +93,11 @@ def _engine_for(url: str) -> AsyncEngine:
 def _cap_every_transaction(engine: AsyncEngine, milliseconds: int) -> None:
     """Behind PgBouncer in transaction mode the next transaction may run on another server connection, and a
     session `SET` would stay on a connection other clients share: each transaction sets its own cap (`SET LOCAL`,
-    one round trip more per transaction)."""
+    one round trip more per transaction; `set_config(..., true)` is `SET LOCAL` with a parameter)."""
 
     @event.listens_for(engine.sync_engine, "begin")
     def cap(connection: Connection) -> None:
-        connection.exec_driver_sql(f"SET LOCAL statement_timeout = {milliseconds}")
+        connection.exec_driver_sql("SELECT set_config('statement_timeout', %s, true)", (str(milliseconds),))
 
 
 def engine() -> AsyncEngine:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from sqlalchemy import ColumnElement, FromClause, or_
+
 from app.kernel.errors import Forbidden
 
 # Account states that may act (submit, check, moderate); the others are read-only or shut out.
@@ -59,10 +61,9 @@ def is_qualified_reviewer(actor: Actor) -> bool:
     return actor.trust_tier == REVIEWER_TIER or has_moderator_role(actor)
 
 
-def qualified_reviewer_sql(alias: str) -> str:
-    """`is_qualified_reviewer` as a SQL condition on the accounts row `alias` (quorum counts in SQL)."""
-    roles = ", ".join(f"'{r}'" for r in MODERATOR_ROLES)
-    return f"({alias}.trust_tier = '{REVIEWER_TIER}' OR {alias}.platform_role IN ({roles}))"
+def qualified_reviewer(accounts: FromClause) -> ColumnElement[bool]:
+    """`is_qualified_reviewer` as a condition on an accounts row (quorum counts in SQL)."""
+    return or_(accounts.c.trust_tier == REVIEWER_TIER, accounts.c.platform_role.in_(MODERATOR_ROLES))
 
 
 def can_moderate(actor: Actor | None) -> bool:

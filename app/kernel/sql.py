@@ -15,7 +15,7 @@ from typing import Any, Final, LiteralString
 from sqlalchemy import ClauseElement, ColumnElement, Interval, TextClause, func, literal_column, text
 from sqlalchemy.dialects.postgresql.base import PGCompiler, PGDialect
 from sqlalchemy.engine.interfaces import BindTyping
-from sqlalchemy.sql.elements import BindParameter, ColumnClause, Label
+from sqlalchemy.sql.elements import BindParameter, BooleanClauseList, ColumnClause, Grouping, Label
 
 WINDOW_DAYS: Final = (7, 30, 90, 365)  # the precomputed windows of the atlas (docs/domain.md §5.3)
 
@@ -140,6 +140,8 @@ def _fill(name: str, value: object) -> str:
         return value.sql
     if isinstance(value, Window | Name):
         return str(int(value)) if isinstance(value, Window) else str(value)
+    if isinstance(value, BooleanClauseList):  # `a OR b` inside `x AND {slot}` keeps its meaning
+        return render(Grouping(value)).sql
     if isinstance(value, ClauseElement):
         return render(value).sql
     raise SlotError(f"slot {{{name}}}: {type(value).__name__} is not a Fragment, Window, Name or Core expression")

@@ -12,14 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.accounts.models import Account
 from app.kernel.errors import Forbidden, NotFound, RateLimited
 from app.kernel.policy import can_verify, has_moderator_role, require_good_standing
 from app.kernel.quotas import DailyQuota, exempt_from_quotas, require_within_quota
 from app.kernel.refs import normalize_ref
+from app.kernel.sql import compiled
 from app.kernel.visibility import report_writable, repository_writable
+from app.registry.models import Repository
 
 SUBMIT_SCOPES = frozenset({"findings:submit", "reviews:submit"})
 VERIFY_SCOPES = frozenset({"findings:verify", "reviews:verify"})
@@ -61,16 +64,15 @@ def require_scope(scopes: frozenset[str] | None, needed: frozenset[str]) -> None
         raise Forbidden({"token": [f"needs one of the scopes {', '.join(sorted(needed))}"]})
 
 
+_A, _R = Account.__table__, Repository.__table__
+_ACTOR = select(*(_A.c[name] for name in ("id", "handle", "platform_role", "trust_tier", "state"))).where(
+    _A.c.id == bindparam("id")
+)
+_LOAD_ACTOR = {False: compiled(_ACTOR), True: compiled(_ACTOR.with_for_update())}
+
+
 async def load_actor(session: AsyncSession, account_id: int, *, lock: bool) -> Actor:
-    row = (
-        await session.execute(
-            text(
-                "SELECT id, handle, platform_role, trust_tier, state FROM accounts WHERE id = :id"
-                + (" FOR UPDATE" if lock else "")
-            ),
-            {"id": account_id},
-        )
-    ).first()
+    row = (await session.execute(_LOAD_ACTOR[lock], {"id": account_id})).first()
     if row is None:
         raise Forbidden({"account": ["does not exist"]})
     return Actor(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]))
@@ -89,7 +91,13 @@ def require_verifier(actor: Actor) -> None:
 
 # --- the repository written to ---------------------------------------------------------------------------
 
-_REPOSITORY_COLUMNS = "id, host, owner, name, listing_status, participation_mode, submitted_by_id"
+_REPOSITORY = select(
+    *(_R.c[name] for name in ("id", "host", "owner", "name", "listing_status", "participation_mode", "submitted_by_id"))
+).with_for_update()
+_REPOSITORY_BY_NAME = compiled(
+    _REPOSITORY.where(_R.c.host == bindparam("host"), _R.c.owner == bindparam("owner"), _R.c.name == bindparam("name"))
+)
+_REPOSITORY_BY_ID = compiled(_REPOSITORY.where(_R.c.id == bindparam("id")))
 
 
 def _repository(row: Any) -> RepositoryRow:
@@ -101,24 +109,12 @@ def _repository(row: Any) -> RepositoryRow:
 async def repository_by_name(session: AsyncSession, host: str, owner: str, name: str) -> RepositoryRow | None:
     """The repository row, locked, under its normalized reference (host aliases resolved)."""
     host, owner, name = normalize_ref(host, owner, name)
-    row = (
-        await session.execute(
-            text(
-                f"SELECT {_REPOSITORY_COLUMNS} FROM repositories "
-                "WHERE host = :host AND owner = :owner AND name = :name FOR UPDATE"
-            ),
-            {"host": host, "owner": owner, "name": name},
-        )
-    ).first()
+    row = (await session.execute(_REPOSITORY_BY_NAME, {"host": host, "owner": owner, "name": name})).first()
     return None if row is None else _repository(row)
 
 
 async def repository_by_id(session: AsyncSession, repository_id: int) -> RepositoryRow:
-    row = (
-        await session.execute(
-            text(f"SELECT {_REPOSITORY_COLUMNS} FROM repositories WHERE id = :id FOR UPDATE"), {"id": repository_id}
-        )
-    ).one()
+    row = (await session.execute(_REPOSITORY_BY_ID, {"id": repository_id})).one()
     return _repository(row)
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import ARRAY, Text, any_, bindparam, cast, select, text
 
 from app.kernel import db
 from app.kernel.policy import ANONYMOUS, Viewer
-from app.kernel.public import LISTED_REPOSITORY
+from app.kernel.public import listed_repository
+from app.kernel.sql import compiled
 from app.kernel.visibility import report_access, visible_visibilities
+from app.registry.models import Repository
+from app.reports.models import Scan
 
 REPORTS_PER_REPOSITORY_MAX = 50
 FINDINGS_PER_PAGE_MAX = 500
@@ -18,18 +21,31 @@ CHECKS_PER_FINDING_MAX = 50
 RECENT_REPORTS_MAX = 50
 
 
-_REPORT_COLUMNS = """
-s.id, s.commit_sha, s.model, s.provenance, s.review_kind, s.review_status, s.visibility, s.findings_count,
-s.inserted_at
-"""
+_S, _R = Scan.__table__.alias("s"), Repository.__table__.alias("r")
+_REPORTS = select(
+    *(
+        _S.c[name]
+        for name in (
+            "id",
+            "commit_sha",
+            "model",
+            "provenance",
+            "review_kind",
+            "review_status",
+            "visibility",
+            "findings_count",
+            "inserted_at",
+        )
+    )
+)
+_VISIBLE = _S.c.visibility == any_(cast(bindparam("visibilities"), ARRAY(Text)))  # the viewer's visibilities
+_NEWEST_FIRST = (_S.c.inserted_at.desc(), _S.c.id.desc())
 
-_REPOSITORY_REPORTS = f"""
-SELECT {_REPORT_COLUMNS}
-FROM scans s
-WHERE s.repository_id = :repository_id AND s.visibility = ANY(CAST(:visibilities AS text[]))
-ORDER BY s.inserted_at DESC, s.id DESC
-LIMIT :limit
-"""
+_REPOSITORY_REPORTS = compiled(
+    _REPORTS.where(_S.c.repository_id == bindparam("repository_id"), _VISIBLE)
+    .order_by(*_NEWEST_FIRST)
+    .limit(bindparam("limit"))
+)
 
 _FINDINGS_OF_REPORTS = """
 SELECT f.scan_id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end,
@@ -41,14 +57,13 @@ ORDER BY f.scan_id DESC, f.position, f.id
 LIMIT :limit
 """
 
-_RECENT_REPORTS = f"""
-SELECT {_REPORT_COLUMNS}, r.host, r.owner, r.name, r.listing_status
-FROM scans s
-JOIN repositories r ON r.id = s.repository_id
-WHERE {LISTED_REPOSITORY} AND s.visibility = ANY(CAST(:visibilities AS text[]))
-ORDER BY s.inserted_at DESC, s.id DESC
-LIMIT :limit
-"""
+_RECENT_REPORTS = compiled(
+    _REPORTS.add_columns(_R.c.host, _R.c.owner, _R.c.name, _R.c.listing_status)
+    .select_from(_S.join(_R, _R.c.id == _S.c.repository_id))
+    .where(listed_repository(_R), _VISIBLE)
+    .order_by(*_NEWEST_FIRST)
+    .limit(bindparam("limit"))
+)
 
 _FINDING = """
 SELECT f.id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end, f.description,
@@ -82,7 +97,7 @@ async def list_repository_reports(
     async with db.read_session() as session:
         rows = (
             await session.execute(
-                text(_REPOSITORY_REPORTS),
+                _REPOSITORY_REPORTS,
                 {"repository_id": repository_id, "visibilities": visible_visibilities(viewer), "limit": limit},
             )
         ).mappings()
@@ -108,7 +123,7 @@ async def list_recent_public_reports(*, viewer: Viewer = ANONYMOUS, limit: int =
     limit = max(1, min(limit, RECENT_REPORTS_MAX))
     async with db.read_session() as session:
         rows = (
-            await session.execute(text(_RECENT_REPORTS), {"visibilities": visible_visibilities(viewer), "limit": limit})
+            await session.execute(_RECENT_REPORTS, {"visibilities": visible_visibilities(viewer), "limit": limit})
         ).mappings()
         reports = []
         for row in rows:

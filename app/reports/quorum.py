@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import text
+from sqlalchemy import literal, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.accounts.models import Account
 from app.kernel.outbox import mark_dirty
-from app.kernel.policy import qualified_reviewer_sql
+from app.kernel.policy import qualified_reviewer
+from app.kernel.sql import statement
 from app.registry.metrics import recalculate_repository_metrics
 
 THRESHOLD = 2
@@ -46,14 +48,17 @@ def meets_quorum(tally: Tally) -> bool:
     return status_for(tally) in ("fixed", "verified")
 
 
+_ACCOUNTS = Account.__table__.alias("a")
+
 # Qualified verdict counts of many canonicals, each at its own commit, in one statement.
-_TALLY = f"""
+_TALLY = statement(
+    """
 WITH wanted AS (
   SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:commits AS text[])) AS w(canonical_id, commit_sha)
 ), colluding AS (
   SELECT o.canonical_finding_id, o.client_ip_hash FROM canonical_finding_checks o
   WHERE o.canonical_finding_id IN (SELECT canonical_id FROM wanted) AND o.client_ip_hash IS NOT NULL
-    AND o.inserted_at >= now() - interval '{COLLUSION_WINDOW}'
+    AND o.inserted_at >= now() - interval {collusion_window}
   GROUP BY o.canonical_finding_id, o.client_ip_hash HAVING count(DISTINCT o.account_id) > 1
 )
 SELECT ch.canonical_finding_id, ch.verdict, count(*) FROM canonical_finding_checks ch
@@ -61,13 +66,16 @@ JOIN wanted w ON w.canonical_id = ch.canonical_finding_id AND w.commit_sha = ch.
 JOIN accounts a ON a.id = ch.account_id
 WHERE ch.provenance IN ('human', 'hybrid')
   AND a.state = 'active'
-  AND {qualified_reviewer_sql("a")}
+  AND {qualified}
   AND NOT EXISTS (SELECT 1 FROM colluding x
                   WHERE x.canonical_finding_id = ch.canonical_finding_id AND x.client_ip_hash = ch.client_ip_hash)
   AND NOT EXISTS (SELECT 1 FROM repository_maintainers m JOIN canonical_findings mc ON mc.repository_id = m.repository_id
                   WHERE mc.id = ch.canonical_finding_id AND m.account_id = ch.account_id)
 GROUP BY ch.canonical_finding_id, ch.verdict
-"""
+""",
+    collusion_window=literal(COLLUSION_WINDOW),
+    qualified=qualified_reviewer(_ACCOUNTS),
+)
 
 
 async def tally_checks(session: AsyncSession, canonical_id: int, commit_sha: str) -> Tally:
@@ -82,7 +90,7 @@ async def tally_many(session: AsyncSession, commits: dict[int, str]) -> dict[int
         return {}
     params = {"ids": list(commits), "commits": list(commits.values())}
     counts: dict[int, dict[str, int]] = {}
-    for canonical_id, verdict, n in await session.execute(text(_TALLY), params):
+    for canonical_id, verdict, n in await session.execute(_TALLY, params):
         counts.setdefault(int(canonical_id), {})[str(verdict)] = int(n)
     return {cid: Tally(c.get("confirmed", 0), c.get("disputed", 0), c.get("fixed", 0)) for cid, c in counts.items()}
 
@@ -136,13 +144,16 @@ async def recompute_canonical_statuses(session: AsyncSession, canonical_ids: lis
     return changed
 
 
-_REPORT_TALLY = f"""
+_REPORT_TALLY = statement(
+    """
 SELECT sc.verdict, count(*) FROM scan_confirmations sc
 JOIN accounts a ON a.id = sc.account_id
 WHERE sc.scan_id = :scan_id AND sc.provenance IN ('human', 'hybrid') AND a.state = 'active'
-  AND {qualified_reviewer_sql("a")}
+  AND {qualified}
 GROUP BY sc.verdict
-"""
+""",
+    qualified=qualified_reviewer(_ACCOUNTS),
+)
 
 _APPLY_SCAN = """
 UPDATE scans SET
@@ -170,7 +181,7 @@ async def recompute_scan_verification(session: AsyncSession, scan_id: int) -> bo
     ).scalar_one_or_none()
     if commit is None:
         return False
-    rows = (await session.execute(text(_REPORT_TALLY), {"scan_id": scan_id})).all()
+    rows = (await session.execute(_REPORT_TALLY, {"scan_id": scan_id})).all()
     counts = {str(verdict): int(n) for verdict, n in rows}
     report = Tally(counts.get("confirmed", 0), counts.get("disputed", 0))
     canonical_ids = (

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec
 
-from sqlalchemy import insert, text
+from sqlalchemy import TextClause, insert, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -20,7 +20,8 @@ from app.kernel.answers import as_json
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import Budget, off_loop
 from app.kernel.outbox import mark_dirty, mark_scan_dirty
-from app.kernel.public import PUBLIC_SCAN
+from app.kernel.public import public_scan
+from app.kernel.sql import statement
 from app.ops.secrets import client_ip_hash
 from app.registry.metrics import recalculate_repository_metrics
 from app.reports.assimilation import assimilate_scan
@@ -64,9 +65,18 @@ async def _insert_once(session: AsyncSession, row: object, unique_index: str, ta
         raise
 
 
-async def _subject(session: AsyncSession, sql: str, subject_id: object, hidden: dict[str, list[str]]) -> Any:
-    """The one row `sql` finds for `:id`, or NotFound with `hidden`."""
-    row = (await session.execute(text(sql), {"id": subject_id})).first()
+# the canonical's newest public occurrence at a commit (a check must be about something the public can see)
+_PUBLIC_OCCURRENCE_AT = statement(
+    "SELECT f.id FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
+    "WHERE f.canonical_finding_id = :cid AND s.commit_sha = :sha AND {public} "
+    "ORDER BY s.inserted_at DESC, f.id DESC LIMIT 1",
+    public=public_scan(),
+)
+
+
+async def _subject(session: AsyncSession, query: TextClause, subject_id: object, hidden: dict[str, list[str]]) -> Any:
+    """The one row `query` finds for `:id`, or NotFound with `hidden`."""
+    row = (await session.execute(query, {"id": subject_id})).first()
     if row is None:
         raise NotFound(hidden)
     return row
@@ -291,7 +301,7 @@ async def store_check(
         actor = await load_actor(session, account.id, lock=False)
         found = await _subject(
             session,
-            "SELECT id, repository_id FROM canonical_findings WHERE public_id = :id",
+            text("SELECT id, repository_id FROM canonical_findings WHERE public_id = :id"),
             public_id,
             FINDING_NOT_FOUND,
         )
@@ -301,14 +311,7 @@ async def store_check(
         # serialize checks on one canonical so each quorum recompute sees the others
         await session.execute(text("SELECT 1 FROM canonical_findings WHERE id = :id FOR UPDATE"), {"id": canonical_id})
         occurrence = (
-            await session.execute(
-                text(
-                    "SELECT f.id FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
-                    f"WHERE f.canonical_finding_id = :cid AND s.commit_sha = :sha AND {PUBLIC_SCAN} "
-                    "ORDER BY s.inserted_at DESC, f.id DESC LIMIT 1"
-                ),
-                {"cid": canonical_id, "sha": check.commit_sha},
-            )
+            await session.execute(_PUBLIC_OCCURRENCE_AT, {"cid": canonical_id, "sha": check.commit_sha})
         ).scalar_one_or_none()
         if occurrence is None:
             raise ValidationError({"commit_sha": ["not found: this finding has no public occurrence at this commit"]})
@@ -394,7 +397,7 @@ async def store_confirmation(
         actor = await load_actor(session, account.id, lock=False)
         found = await _subject(
             session,
-            "SELECT repository_id, submitted_by_id, visibility FROM scans WHERE id = :id",
+            text("SELECT repository_id, submitted_by_id, visibility FROM scans WHERE id = :id"),
             scan_id,
             REPORT_NOT_FOUND,
         )
