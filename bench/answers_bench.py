@@ -35,13 +35,14 @@ from app.infestations.types import (
     instance_page,
     repository_infestation,
 )
-from app.kernel.answers import UNSET, iso
+from app.kernel.answers import iso
 from app.kernel.config import settings
 from app.kernel.urls import finding_path, repo_path
 from app.kernel.web import json_twin
 from app.registry.types import public_repository
 from app.reports.serializers import finding_url, record_path, report_answer
-from app.site.types import RecordFinding, RecordReport, RepositoryRecord
+from app.site import records
+from app.site.types import RepositoryRecord
 from bench.common import bench_parser, pct, publish
 
 HEADING = "## Typed answers (bench/answers_bench.py)"
@@ -236,6 +237,8 @@ PUBLIC_REPOSITORY_FIELDS = tuple(k for k in REPOSITORY if k != "id")
 
 
 def _report_before(report: dict[str, Any]) -> dict[str, Any]:
+    """As app/site/records.py built it, with the keys added since (issue 24's `maintainer_statement`, `maintainers`):
+    the same answer the old way."""
     header = {
         k: report[k]
         for k in (
@@ -253,7 +256,7 @@ def _report_before(report: dict[str, Any]) -> dict[str, Any]:
         return header
     findings = [
         {k: f[k] for k in ("public_id", "title", "severity", "file_path", "line_start", "line_end", "status")}
-        | {"pattern_key": f["pattern_key"], "url": finding_path(f["public_id"])}
+        | {"pattern_key": f["pattern_key"], "url": finding_path(f["public_id"]), "maintainer_statement": None}
         for f in report["findings"]
     ]
     return header | {"findings_count": report["findings_count"], "findings": findings}
@@ -274,6 +277,7 @@ def record_before() -> bytes:
             "repository": {k: REPOSITORY[k] for k in PUBLIC_REPOSITORY_FIELDS} | {"url": path},
             "reports": [_report_before(r) for r in REPORTS],
             "infestations": REPOSITORY_INFESTATIONS,
+            "maintainers": [],
         }
     )
 
@@ -333,42 +337,12 @@ def show_now() -> bytes:
     return bytes(json_twin(answer).body)
 
 
-def _record_report(report: dict[str, Any]) -> RecordReport:  # app.site.records._record_report
-    full = report["access"] == "full"
-    return RecordReport(
-        id=report["id"],
-        commit_sha=report["commit_sha"],
-        model=report["model"],
-        provenance=report["provenance"],
-        review_kind=report["review_kind"],
-        review_status=report["review_status"],
-        visibility=report["visibility"],
-        inserted_at=iso(report["inserted_at"]),
-        findings_count=report["findings_count"] if full else UNSET,
-        findings=[
-            RecordFinding(
-                public_id=str(f["public_id"]),
-                title=f["title"],
-                severity=f["severity"],
-                file_path=f["file_path"],
-                line_start=f["line_start"],
-                line_end=f["line_end"],
-                status=f["status"],
-                pattern_key=f["pattern_key"],
-                url=finding_path(f["public_id"]),
-            )
-            for f in report["findings"]
-        ]
-        if full
-        else UNSET,
-    )
-
-
 def record_now() -> bytes:
     answer = RepositoryRecord(
         repository=public_repository(REPOSITORY),
-        reports=[_record_report(r) for r in REPORTS],
+        reports=[records._record_report(r, {}) for r in REPORTS],
         infestations=[repository_infestation(i) for i in REPOSITORY_INFESTATIONS],
+        maintainers=[],
     )
     return bytes(json_twin(answer).body)
 
