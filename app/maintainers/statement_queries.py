@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Text, and_, cast, func, select
+from sqlalchemy import ARRAY, BigInteger, ColumnElement, Select, Text, Uuid, and_, any_, bindparam, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -115,7 +115,8 @@ async def current_by_canonical_ids(canonical_ids: Iterable[int]) -> dict[int, St
         _statements()
         .add_columns(FindingStatement.canonical_finding_id)
         .where(
-            FindingStatement.canonical_finding_id.in_(ids), current_of(FindingStatement.canonical_finding_id.expression)
+            FindingStatement.canonical_finding_id == any_(bindparam("ids", ids, type_=ARRAY(BigInteger))),
+            current_of(FindingStatement.canonical_finding_id.expression),
         )
     )
     async with db.read_session() as session:
@@ -136,7 +137,10 @@ async def current_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[
         _statements()
         .add_columns(ScanFinding.public_id)
         .join(ScanFinding, ScanFinding.canonical_finding_id == CanonicalFinding.id)
-        .where(ScanFinding.public_id.in_([uuid.UUID(i) for i in ids]), current_of(CanonicalFinding.id.expression))
+        .where(
+            ScanFinding.public_id == any_(bindparam("ids", [uuid.UUID(i) for i in ids], type_=ARRAY(Uuid))),
+            current_of(CanonicalFinding.id.expression),
+        )
     )
     async with db.read_session() as session:
         rows = (await session.execute(query)).all()
