@@ -163,6 +163,7 @@ async def test_every_body_route_survives_every_hostile_shape_with_healthz_live()
         "claim_id": str((await claim_repository(target.id, repo.host, repo.owner, repo.name))[0].id),
         "ref": str(occurrence.public_id),  # a finding page's statement form (the moderator maintains nothing: 403)
         "statement_id": "1",  # no such statement: a form that gets through the intake meets a 404
+        "webhook_id": "1",  # no such webhook: a body that gets through the intake meets a 404
     }
     LOG.parent.mkdir(exist_ok=True)
     LOG.unlink(missing_ok=True)
