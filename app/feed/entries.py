@@ -3,12 +3,22 @@ carry "the entry as the feed renders it": app/maintainers/delivery.py takes this
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from msgspec import Meta
 
 from app.feed import queries
-from app.feed.types import change_entry
+from app.feed.types import ChangeEntry, change_entry
 from app.kernel import changes, db
-from app.kernel.answers import as_json
+from app.kernel.answers import Answer, Uuid, as_json
+
+
+class WebhookPayload(Answer):
+    """The body of a webhook delivery (app/maintainers/delivery.py writes these bytes and signs them): one
+    change-feed entry about the webhook's repository."""
+
+    delivery: Annotated[Uuid, Meta(description="the same as X-Tarakan-Delivery; the same on every retry")]
+    entry: Annotated[ChangeEntry, Meta(description="the entry as GET /api/v1/changes renders it at the attempt")]
 
 
 async def rendered_entry(seq: int) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.exports.types import ExportManifest
+from app.feed.entries import WebhookPayload
 from app.feed.types import ChangePage
 from app.infestations.types import STATUS_CHOICES, InfestationList, InfestationShow, InstancePage
 from app.kernel.answers import Errors
@@ -235,6 +236,32 @@ DOCUMENT: Schema = {
                 param("limit", "query", {"type": "string", "pattern": "^0*(?:[1-9][0-9]?|100)$"}, "1..100, default 50"),
             ],
         ),
+    },
+    # what a maintainer's webhook receives (docs/domain.md §14 "Webhooks"): not an operation of ours, its receiver's
+    "webhooks": {
+        "change": {
+            "post": {
+                "summary": "One change-feed entry about the webhook's repository, in seq order, at least once",
+                "parameters": [
+                    param("X-Tarakan-Event", "header", {"type": "string"}, "the entry's kind"),
+                    param("X-Tarakan-Delivery", "header", UUID, "one id per entry and webhook: deduplicate by it"),
+                    param(
+                        "X-Tarakan-Signature-256",
+                        "header",
+                        {"type": "string", "pattern": "^sha256=[0-9a-f]{64}$"},
+                        "sha256= and the hex HMAC-SHA256 of the exact body bytes, keyed with the webhook's secret",
+                    ),
+                ],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": ref(WebhookPayload)}}},
+                "responses": {
+                    "2XX": {"description": "Delivered: the next entry follows"},
+                    "default": {
+                        "description": "Not delivered (also no answer within 10 s, or a redirect): sent again after "
+                        "5 s, 30 s, 2 min, 10 min, 30 min, then hourly; disabled 24 hours after the first failure"
+                    },
+                },
+            }
+        }
     },
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an API token"}},

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openapi_schema_validator import OAS31Validator
 
 from app.accounts.models import Account
 from app.feed.entries import rendered_entry
@@ -28,6 +29,7 @@ from app.maintainers import delivery, destinations, webhooks
 from app.maintainers.statements import record_statement, validate_statement
 from app.moderation import service as moderation
 from app.registry.models import Repository
+from app.site.openapi import DOCUMENT
 from jobs import queue
 from tests import factories
 from tests.harness import spawn, stop
@@ -108,6 +110,11 @@ def assert_received_in_order(receiver: Receiver, expected: list[dict[str, Any]],
     assert [item.headers["x-tarakan-event"] for item in kept] == [e["kind"] for e in expected]
     assert all(item.json["delivery"] == item.delivery for item in kept)
     assert all(item.headers["content-type"] == "application/json" for item in kept)
+    # the body is what the OpenAPI document's `webhooks` says a receiver gets
+    described = DOCUMENT["webhooks"]["change"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    validator = OAS31Validator(described | {"components": DOCUMENT["components"]})
+    for item in kept:
+        validator.validate(item.json)
 
 
 async def test_fails_twice_then_succeeds_every_entry_once_in_order_and_signed(
