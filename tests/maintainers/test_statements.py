@@ -35,6 +35,7 @@ from tests.maintainers.statement_support import (
 from tests.maintainers.support import Forge
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as
 from tests.reports.support import reach_quorum
+from tests.site.test_openapi import _conforms as conforms
 from tests.sql import execute, rows, scalar
 
 OPENVEX_SCHEMA = json.loads((Path(__file__).parents[1] / "schemas" / "openvex_json_schema.json").read_text())
@@ -380,3 +381,23 @@ async def test_hostile_statement_bodies_are_refused_quickly(client: httpx.AsyncC
         answer = await client.post(url, headers=headers, content=body)
         assert answer.status_code == expected, (body[:60], answer.text[:200])
         assert time.monotonic() - started < 2
+
+
+async def test_the_statement_answers_conform_to_the_openapi_document(client: httpx.AsyncClient, forge: Forge) -> None:
+    document = (await client.get("/api/v1/openapi.json")).json()
+    p = await published()
+    headers = await bearer(await verified_maintainer(forge, p.repository))
+    path = "/api/v1/findings/{canonical_public_id}/statements"
+    made = await state(client, p.canonical, headers, status="affected", action_statement="Upgrade to 2.1.")
+    assert made.status_code == 201
+    conforms(document, path, "post", made)
+    refused = await state(client, p.canonical, headers, status="not_affected")
+    assert refused.status_code == 422
+    conforms(document, path, "post", refused)
+    vex = await client.get(f"/repos/{p.slug}/vex.json")
+    conforms(document, "/repos/{host}/{owner}/{name}/vex.json", "get", vex)
+    conforms(document, "/findings/{ref}.json", "get", await client.get(f"/findings/{p.occurrence}.json"))
+    conforms(document, "/repos/{host}/{owner}/{name}.json", "get", await client.get(f"/repos/{p.slug}.json"))
+    feed = await client.get("/api/v1/changes")
+    assert any(e["kind"] == "finding.statement" for e in feed.json()["entries"])
+    conforms(document, "/api/v1/changes", "get", feed)
