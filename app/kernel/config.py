@@ -114,7 +114,7 @@ def settings() -> Settings:
         claim_seconds=_int("INFESTATIONS_CLAIM_SECONDS", 300, minimum=1),
         request_body_limit=_int("REQUEST_BODY_LIMIT", 4 * 1024 * 1024, minimum=1024),
         # CPU seconds one request may spend parsing, validating and scanning its body (docs/security.md "Body budget")
-        body_budget_seconds=seconds("BODY_BUDGET_SECONDS", 2.0),
+        body_budget_seconds=seconds("BODY_BUDGET_SECONDS", 1.0),
         # refused submissions a minute per API token before it gets 429s (0: no limit)
         refused_per_minute=_int("REFUSED_PER_MINUTE", 60),
         registry_stats_ttl=seconds("REGISTRY_STATS_TTL", 30.0),

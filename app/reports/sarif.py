@@ -40,6 +40,8 @@ SCORE_BANDS = ((9.0, "critical"), (7.0, "high"), (4.0, "medium"), (0.1, "low"))
 NOT_PROBLEMS = frozenset({"pass", "notApplicable"})
 MAX_BASE_CHAIN = 16  # originalUriBaseIds may chain; a cycle must not loop
 MAX_BASES = 100  # originalUriBaseIds entries of one run
+# GitHub code scanning's own upload limits: no real tool's log needs more, and each bounds a loop over the log
+MAX_RUNS, MAX_RESULTS_PER_RUN, MAX_RULES_PER_RUN = 20, 25_000, 25_000
 MAX_URI = 4 * MAX_PATH_BYTES  # a URI longer than this cannot name a path of MAX_PATH_BYTES, even percent-encoded
 MAX_TEXT = MAX_DESCRIPTION + 1  # every text is read up to here: anything longer is cut to MAX_DESCRIPTION anyway
 MAX_ARGUMENTS, MAX_ARGUMENT = 20, 200  # message arguments filled into a rule's message string
@@ -132,6 +134,8 @@ class _Run:
         self.absolute_bases = self._absolute_bases()
         self.rules_by_id: dict[str, dict[str, Any]] = {}
         for component in (*self.extensions, self.driver):  # the driver's own rules win on a shared id
+            if len(_list(component.get("rules"))) > MAX_RULES_PER_RUN:
+                raise _fail(f"{path}.tool", f"a tool component must hold at most {MAX_RULES_PER_RUN} rules")
             for rule in _list(component.get("rules")):
                 if isinstance(rule, dict) and isinstance(rule.get("id"), str):
                     self.rules_by_id[rule["id"]] = rule
@@ -427,11 +431,16 @@ def sarif_to_report(
     raw_runs = log.get("runs")
     if not isinstance(raw_runs, list) or not raw_runs:
         raise _fail("runs", "must be a non-empty list")
+    if len(raw_runs) > MAX_RUNS:
+        raise _fail("runs", f"must hold at most {MAX_RUNS} runs (GitHub code scanning's limit too): split the log")
     for i, raw in enumerate(raw_runs):
         if not isinstance(raw, dict):
             raise _fail(f"runs[{i}]", "must be an object")
-        if not isinstance(raw.get("results", []), list):
+        results = raw.get("results", [])
+        if not isinstance(results, list):
             raise _fail(f"runs[{i}].results", "must be a list")
+        if len(results) > MAX_RESULTS_PER_RUN:
+            raise _fail(f"runs[{i}].results", f"must hold at most {MAX_RESULTS_PER_RUN} results: split the log")
     root = normalize_source_root(source_root)
     runs = []
     for i, raw in enumerate(raw_runs):

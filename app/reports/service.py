@@ -6,8 +6,11 @@ assimilate, recompute quorum and repository metrics, and mark the touched infest
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, ParamSpec
 
 from sqlalchemy import TextClause, insert, text
@@ -110,6 +113,20 @@ WHERE submitted_by_id = :aid AND run_id = :run_id AND repository_id = :rid AND c
 """
 
 
+# An account's reports queue here, one at a time per process, before they take a pooled connection: queued on the
+# account row's lock instead, a burst of one token held the whole pool (docs/security.md "Body budget").
+_writers: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+@asynccontextmanager
+async def _one_writer(account_id: int) -> AsyncIterator[None]:
+    lock = _writers.get(account_id)
+    if lock is None:
+        lock = _writers[account_id] = asyncio.Lock()
+    async with lock:
+        yield
+
+
 def scan_report(report: ReportInput, budget: Budget) -> None:
     """422 when the report carries a secret (docs/domain.md §9)."""
     fields = {
@@ -160,7 +177,7 @@ async def store_report(
     stored by this account: same `run_id`, repository and content, i.e. a retry after a lost answer (False; the
     stored report, same id, nothing written). The same `run_id` with other content is still a 422."""
     require_scope(scopes, SUBMIT_SCOPES)
-    async with db.transaction() as session:
+    async with _one_writer(account.id), db.transaction() as session:
         actor = await load_actor(session, account.id, lock=True)
         require_acting_state(actor)
         repo = require_writable(actor, await repository_by_name(session, host, owner, name), UNREGISTERED)

@@ -131,3 +131,15 @@ async def test_the_cli_takes_source_root_or_the_working_directory(tmp_path: Path
     elsewhere = json.loads(log_file.read_text().replace(f"file://{BANDIT_SAMPLE}", "file:///elsewhere/checkout"))
     log_file.write_text(json.dumps(elsewhere))
     assert_one_line_error(await tarakan(*args), "--source-root")
+
+
+async def test_logs_past_github_code_scanning_limits_are_refused_naming_the_part(client: httpx.AsyncClient) -> None:
+    log = _log([_result("app.py")])
+    log["runs"] = log["runs"] * 21
+    response = await _submit(client, log)
+    assert response.status_code == 422
+    assert "at most 20 runs" in response.json()["errors"]["runs"][0]
+    many = _log([{}] * 25_001)
+    response = await _submit(client, many)
+    assert response.status_code == 422
+    assert "at most 25000 results" in response.json()["errors"]["runs[0].results"][0]
