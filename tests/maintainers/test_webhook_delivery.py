@@ -207,10 +207,10 @@ async def test_a_receiver_that_always_fails_disables_the_webhook_until_enabled_a
     waits: list[int] = []
     while (await run()).outcomes == {"failed": 1}:
         waits.append(round((await move_to_next_attempt(hook.webhook.id)).total_seconds()))
-        assert len(waits) < 40
-    assert waits[:6] == [5, 30, 120, 600, 1800, 3600]
-    assert set(waits[6:-1]) == {3600}
-    assert waits[-1] < 3600  # cut short: the last try is 24 hours after the first failure
+        if len(waits) == 7:  # hourly from here: skip to 23.5 hours after the first failure
+            await execute("UPDATE webhooks SET failing_since = now() - interval '23 hours 30 minutes'")
+        assert len(waits) < 10
+    assert waits == [5, 30, 120, 600, 1800, 3600, 3600, 1800]  # the last wait cut short: a try at 24 hours
     state = await one("SELECT * FROM webhooks WHERE id = :w", w=hook.webhook.id)
     assert state is not None and state["disabled_at"] is not None
     # (the test's own run time is in the streak too: the stored times moved back only by the waits)
@@ -366,15 +366,8 @@ async def test_a_worker_killed_mid_delivery_loses_nothing_and_sends_each_entry_i
     assert leased == {"attempts": 3, "leased": True}  # still the worker's until its lease ends
     await execute("UPDATE webhook_deliveries SET next_attempt_at = now() WHERE next_attempt_at > now()")  # it ended
 
-    restarted = spawn("worker", env={"WEBHOOK_ALLOW_PRIVATE": "1"})  # it rings a delivery run as it starts
-    try:
-
-        async def all_delivered() -> bool:
-            return bool(await scalar("SELECT bool_and(delivered_at IS NOT NULL) FROM webhook_deliveries"))
-
-        await wait_until(all_delivered, "every delivery")
-    finally:
-        await asyncio.to_thread(stop, restarted, signal.SIGTERM, 15)
+    # what a restarted worker does (tests/ops/test_worker.py starts real ones): a run sends it again, same id
+    assert (await run()).outcomes == {"delivered": 5}
 
     assert [item.status for item in receiver.received[:4]] == [500, 500, None, 200]
     assert len({item.delivery for item in receiver.received[:4]}) == 1
