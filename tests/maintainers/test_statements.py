@@ -5,8 +5,10 @@ the secrets scan, who may state, and the quorum the statements never touch."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -80,7 +82,7 @@ async def surfaces(client: httpx.AsyncClient, p: Published) -> dict[str, Any]:
 
 
 async def test_a_statement_is_everywhere_the_finding_is_and_a_hide_takes_it_off_everywhere(
-    client: httpx.AsyncClient, forge: Forge, tmp_path: Path
+    client: httpx.AsyncClient, forge: Forge, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p = await published()
     maintainer = await verified_maintainer(forge, p.repository, handle="keeper")
@@ -133,9 +135,13 @@ async def test_a_statement_is_everywhere_the_finding_is_and_a_hide_takes_it_off_
     (entry,) = await statement_entries(client)
     assert entry["canonical"] == p.canonical
     assert (entry["status"], entry["justification"]) == ("not_affected", "vulnerable_code_not_in_execute_path")
-    before_hide = tmp_path / "before"
-    manifest = await exports.write_export(before_hide)
-    (exported,) = records(before_hide, "findings.ndjson.gz")
+    monkeypatch.setenv("EXPORT_DIR", str(tmp_path / "exports"))
+    exports.clear_caches()
+    await exports.rebuild_export()
+    (before_hide,) = exports.list_exports()
+    (exported,) = records(before_hide.path, "findings.ndjson.gz")
+    served = await client.get("/exports/findings.ndjson.gz")
+    assert served.status_code == 200 and IMPACT.encode() in gzip.decompress(served.content)
     jsonschema_rs.validator_for(EXPORT_SCHEMA, validate_formats=True).validate(exported)
     assert exported["maintainer_statement"]["status"] == "not_affected"
     assert exported["maintainer_statement"]["author"] == "keeper"
@@ -176,10 +182,14 @@ async def test_a_statement_is_everywhere_the_finding_is_and_a_hide_takes_it_off_
     assert earlier == {k: earlier[k] for k in ("seq", "at", "kind")} | {"canonical": p.canonical}  # redacted
     assert hide["canonical"] == p.canonical and hide["reason"] == "moderation" and "status" not in hide
     # the export taken before the hide holds it: it is stale (rebuilt, never served); a fresh one has none
-    assert await exports.stale(exports.Export(before_hide, manifest))
-    after_hide = tmp_path / "after"
-    await exports.write_export(after_hide)
-    assert [r["maintainer_statement"] for r in records(after_hide, "findings.ndjson.gz")] == [None]
+    assert await exports.stale(before_hide)  # it holds the hidden statement: refused until rebuilt, then gone
+    refused = await client.get("/exports/findings.ndjson.gz")
+    assert refused.status_code == 503 and IMPACT not in refused.text
+    assert await exports.export_due(datetime.now(UTC)) == "takedown"
+    await exports.rebuild_export()
+    (after_hide,) = exports.list_exports()  # the stale one is deleted
+    assert [r["maintainer_statement"] for r in records(after_hide.path, "findings.ndjson.gz")] == [None]
+    exports.clear_caches()
     assert await scalar("SELECT count(*) FROM finding_statements") == 1  # kept, hidden
 
 
