@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from openapi_schema_validator import OAS31Validator
 
@@ -34,8 +35,10 @@ from jobs import queue
 from tests import factories
 from tests.harness import spawn, stop
 from tests.kernel.test_changes import submit
-from tests.maintainers.webhook_support import Receiver, maintainer
-from tests.moderation.support import NOTES, make_account
+from tests.maintainers.statement_support import bearer, published, state, verified_maintainer
+from tests.maintainers.support import Forge
+from tests.maintainers.webhook_support import Receiver, maintainer, webhooks_url
+from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
 from tests.sql import execute, one, rows, scalar
 
 PUBLIC = ipaddress.ip_address("93.184.216.34")
@@ -254,6 +257,43 @@ async def test_the_connect_time_check_refuses_a_name_that_resolves_private_at_de
     # public and inside addresses together: only a public one is ever connected to
     answers["hooks.example"] = [LOOPBACK, PUBLIC]
     assert await destinations.connect_address(destinations.parse(hook.webhook.url)) == PUBLIC
+
+
+async def test_from_a_verified_claim_to_a_signed_statement_delivery_and_a_moderators_hide(
+    client: httpx.AsyncClient, forge: Forge, receiver: Receiver, allow_private: None
+) -> None:
+    p = await published()
+    keeper = await verified_maintainer(forge, p.repository, handle="keeper")
+    headers = await bearer(keeper)
+    made = await client.post(webhooks_url(p.repository), headers=headers, json={"url": receiver.url})
+    assert made.status_code == 201, made.text
+    secret = made.json()["webhook"]["secret"]
+    said = await state(client, p.canonical, headers, status="not_affected", justification="component_not_present")
+    assert said.status_code == 201, said.text
+
+    assert (await run()).outcomes == {"delivered": 1}
+    [statement] = receiver.delivered()
+    assert statement.signed_with(secret) and statement.headers["x-tarakan-event"] == "finding.statement"
+    entry = statement.json["entry"]
+    assert (entry["canonical"], entry["status"], entry["justification"]) == (
+        p.canonical,
+        "not_affected",
+        "component_not_present",
+    )
+
+    moderator = await make_account("mod", platform_role="moderator")
+    await act_as(client, moderator)
+    hidden = await client.post(
+        f"/moderation/statements/{said.json()['statement']['id']}",
+        headers=SAME_ORIGIN,
+        data={"visibility": "hidden", "reason": "defamatory", "notes": NOTES},
+    )
+    assert hidden.status_code == 303, hidden.text
+    assert (await run()).outcomes == {"delivered": 1}
+    hide = receiver.delivered()[1]
+    assert hide.signed_with(secret) and hide.json["entry"]["canonical"] == p.canonical
+    assert "status" not in hide.json["entry"]  # rendered from now: the statement is hidden
+    assert await rendered_entry(entry["seq"]) == {k: entry[k] for k in ("seq", "at", "kind", "canonical")}
 
 
 # --- TLS: the pinned address, verified against the name ------------------------------------------------------------
