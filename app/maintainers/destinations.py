@@ -132,25 +132,26 @@ def parse(raw: str) -> Destination:
         raise Refused(f"must be at most {MAX_URL_LENGTH} characters")
     if not is_clean(raw) or any(c.isspace() for c in raw):
         raise Refused("must not hold spaces or control characters")
-    try:
+    try:  # IDNA decoding happens as the parts are read: a bad label raises there (UnicodeError is a ValueError)
         url = httpx.URL(raw)
-        port = url.port
+        scheme, port, userinfo, fragment = url.scheme, url.port, url.userinfo, url.fragment
+        host = url.raw_host.decode("ascii").lower().rstrip(".") if url.host else ""
+        normalized = str(url)
     except (httpx.InvalidURL, ValueError):
         raise Refused("is not a URL") from None
     schemes = ("https", "http") if webhook_allow_private() else ("https",)
-    if url.scheme not in schemes:
+    if scheme not in schemes:
         raise Refused("must be an https URL")
-    if not url.host:
-        raise Refused("must name a host")
-    if url.userinfo:
-        raise Refused("must not hold a user name or password")
-    if url.fragment:
-        raise Refused("must not hold a fragment (#...)")
-    host = url.raw_host.decode("ascii").lower().rstrip(".")
     if not host:
         raise Refused("must name a host")
-    https = url.scheme == "https"
-    return Destination(str(url), host, port or (443 if https else 80), https)
+    if userinfo:
+        raise Refused("must not hold a user name or password")
+    if fragment:
+        raise Refused("must not hold a fragment (#...)")
+    if port is not None and not 0 < port < 65536:
+        raise Refused("must name a port from 1 to 65535")
+    https = scheme == "https"
+    return Destination(normalized, host, port or (443 if https else 80), https)
 
 
 async def addresses(destination: Destination) -> list[Address]:

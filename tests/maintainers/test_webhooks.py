@@ -100,6 +100,8 @@ REFUSED = [
     ("https://user:pass@hooks.example.com/", "user name or password"),
     ("https://hooks.example.com/#frag", "fragment"),
     ("https:///nohost", "host"),
+    ("https://xn--zz.example.com/", "is not a URL"),  # an IDNA label that does not decode
+    ("https://hooks.example.com:99999/", "port"),
     ("not a url", "spaces"),
     ("https://hooks.example.com/" + "a" * 2000, "2000 characters"),
 ]
