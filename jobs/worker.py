@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from arq import cron
 from arq.connections import RedisSettings
@@ -31,6 +32,7 @@ from app.ops import leases
 from jobs.queue import close_pools, ring_drain, ring_webhooks
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_TRIES = 5
 WINDOWS_LEASE = "recompute_windows"
@@ -57,15 +59,20 @@ def _retry_defer(ctx: dict[str, Any]) -> int:
     return min(5 << (tries - 1), 120)
 
 
-async def drain_dirty_keys(ctx: dict[str, Any]) -> dict[str, Any]:
-    """One drain batch (at most 200 keys). While claimable work remains, enqueue a continuation; when only
-    throttled or backed-off keys remain, enqueue a drain deferred to the soonest `available_at`."""
+async def _retrying(ctx: dict[str, Any], work: Awaitable[T]) -> T:
+    """`work`'s result; a database outage becomes arq's Retry, deferred 5 s and doubling up to 120 s."""
     try:
-        result = await dirty_queue.drain(worker_id=ctx.get("worker_id"))
+        return await work
     except Exception as exc:
         if _transient(exc):
             raise Retry(defer=_retry_defer(ctx)) from exc
         raise
+
+
+async def drain_dirty_keys(ctx: dict[str, Any]) -> dict[str, Any]:
+    """One drain batch (at most 200 keys). While claimable work remains, enqueue a continuation; when only
+    throttled or backed-off keys remain, enqueue a drain deferred to the soonest `available_at`."""
+    result = await _retrying(ctx, dirty_queue.drain(worker_id=ctx.get("worker_id")))
     try:
         if result.remaining_claimable > 0:
             await ring_drain(redis=ctx.get("redis"))
@@ -97,15 +104,10 @@ def _slot(ctx: dict[str, Any], slot: str | None) -> datetime:
 
 
 async def _singleton(ctx: dict[str, Any], name: str, slot: datetime, job: Any) -> bool:
-    try:
-        # one holder per job, not per process: a worker runs several jobs at once, and two triggers of one slot
-        # landing in the same worker must not both pass as "the same holder"
-        holder = f"{ctx.get('worker_id')}:{ctx.get('job_id')}"
-        return await leases.run_singleton(name, slot, job, holder=holder)
-    except Exception as exc:
-        if _transient(exc):
-            raise Retry(defer=_retry_defer(ctx)) from exc
-        raise
+    # one holder per job, not per process: a worker runs several jobs at once, and two triggers of one slot
+    # landing in the same worker must not both pass as "the same holder"
+    holder = f"{ctx.get('worker_id')}:{ctx.get('job_id')}"
+    return await _retrying(ctx, leases.run_singleton(name, slot, job, holder=holder))
 
 
 async def recompute_windows_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
@@ -150,12 +152,7 @@ async def export_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
     next minute's check, so takedowns within one minute share one rebuild). Returns False when nothing was due or
     another worker ran it."""
     when = _slot(ctx, slot)
-    try:
-        due = await exports.export_due(when)
-    except Exception as exc:
-        if _transient(exc):
-            raise Retry(defer=_retry_defer(ctx)) from exc
-        raise
+    due = await _retrying(ctx, exports.export_due(when))
     if due is None:
         return False
 
@@ -182,12 +179,7 @@ async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, Any]:
     """One webhook delivery run (app.maintainers.delivery): new change-feed entries become deliveries, then due
     ones are sent for up to 30 s. Rung after every commit that wrote entries and every minute (the backstop); it
     rings its own continuation while deliveries are due, else one at the next retry's time (or a lease's end)."""
-    try:
-        result = await delivery.run(rendered_entry)
-    except Exception as exc:
-        if _transient(exc):
-            raise Retry(defer=_retry_defer(ctx)) from exc
-        raise
+    result = await _retrying(ctx, delivery.run(rendered_entry))
     try:
         next_due_in = result.backlog.next_due_in
         if next_due_in is not None:
