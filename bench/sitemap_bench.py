@@ -31,12 +31,16 @@ from typing import Any
 
 import httpx
 import psycopg
+from sqlalchemy import func, select
 
-from app.seo.queries import PUBLIC_PATTERN_WHERE
+from app.kernel.sql import render as render_sql
+from app.seo.queries import PUBLIC_PATTERN
 from bench.common import bench_parser, cpu_seconds, pct, publish, timed_generate
 from bench.generate import restore_tier
 from bench.services import throwaway_services
 from tests.harness import stop
+
+_PUBLIC_PATTERNS_COUNT = render_sql(select(func.count()).where(PUBLIC_PATTERN)).sql
 
 HEADING = "## Sitemap"
 
@@ -118,7 +122,7 @@ def expected_urls(dsn: str) -> dict[str, int]:
             "JOIN repositories r ON r.id = s.repository_id "
             "WHERE s.visibility = 'public' AND r.listing_status = 'listed'"
         ).fetchone()
-        patterns = conn.execute(f"SELECT count(*) FROM infestation_patterns WHERE {PUBLIC_PATTERN_WHERE}").fetchone()
+        patterns = conn.execute(_PUBLIC_PATTERNS_COUNT).fetchone()
     assert repos and findings and patterns
     return {"hubs": 3, "repos": int(repos[0]), "findings": int(findings[0]), "infestations": int(patterns[0])}
 

@@ -40,12 +40,12 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, text
+from sqlalchemy import TextClause, and_, bindparam, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
-from app.accounts.models import Account
+from app.accounts.models import Account, LoginAttempt
 from app.accounts.passwords import hash_password_bounded, verify_password_bounded
 from app.accounts.service import PASSWORD_MAX, is_valid_email
 from app.kernel import db
@@ -53,6 +53,7 @@ from app.kernel.config import settings
 from app.kernel.errors import DomainError, RateLimited
 from app.kernel.policy import is_locked_out
 from app.kernel.security import SESSION_COOKIE_NAME
+from app.kernel.sql import statement
 from app.ops.secrets import client_address, client_ip_hash, secret_key
 
 COOKIE_NAME = SESSION_COOKIE_NAME
@@ -108,20 +109,22 @@ async def email_key(email: str) -> bytes:
     return hmac.new(await secret_key(), b"login-email:" + data, hashlib.sha256).digest()
 
 
-async def _retry_after(session: AsyncSession, where: str, params: dict[str, object], limit: int) -> int | None:
+_ATTEMPTS = LoginAttempt.__table__
+_RECENT_FAILURES = """SELECT count(*) AS n,
+       EXTRACT(EPOCH FROM (min(attempted_at) + CAST(:window AS interval) - now())) AS wait
+FROM (SELECT attempted_at FROM login_attempts
+      WHERE {failures} AND attempted_at > now() - CAST(:window AS interval)
+      ORDER BY attempted_at DESC LIMIT :limit) recent"""
+_FROM_ADDRESS = _ATTEMPTS.c.ip_hash == bindparam("ip")
+_OWN_FAILURES = statement(_RECENT_FAILURES, failures=and_(_ATTEMPTS.c.email_hash == bindparam("email"), _FROM_ADDRESS))
+_ADDRESS_FAILURES = statement(_RECENT_FAILURES, failures=_FROM_ADDRESS)
+
+
+async def _retry_after(
+    session: AsyncSession, failures: TextClause, params: dict[str, object], limit: int
+) -> int | None:
     """Seconds until an attempt is allowed again for these failures, or None when under the limit."""
-    row = (
-        await session.execute(
-            text(
-                f"""SELECT count(*) AS n,
-                          EXTRACT(EPOCH FROM (min(attempted_at) + CAST(:window AS interval) - now())) AS wait
-                   FROM (SELECT attempted_at FROM login_attempts
-                         WHERE {where} AND attempted_at > now() - CAST(:window AS interval)
-                         ORDER BY attempted_at DESC LIMIT :limit) recent"""
-            ),
-            {**params, "window": RATE_WINDOW, "limit": limit},
-        )
-    ).one()
+    row = (await session.execute(failures, {**params, "window": RATE_WINDOW, "limit": limit})).one()
     if int(row.n) < limit:
         return None
     # the oldest of the last `limit` failures must leave the window before the count drops below the limit
@@ -146,14 +149,13 @@ async def check_rate_limit(session: AsyncSession, email_hash: bytes, ip_hash: by
     address is past its limit and this account has a failure of its own from it. True when the address is past
     its limit and the account has none there: the attempt goes ahead, throttled."""
     params: dict[str, object] = {"email": email_hash, "ip": ip_hash}
-    own = "email_hash = :email AND ip_hash = :ip"
-    wait = await _retry_after(session, own, params, MAX_FAILURES_PER_ACCOUNT)
+    wait = await _retry_after(session, _OWN_FAILURES, params, MAX_FAILURES_PER_ACCOUNT)
     if wait is not None:
         raise _rate_limited("this account from your address", MAX_FAILURES_PER_ACCOUNT, wait)
-    wait = await _retry_after(session, "ip_hash = :ip", params, MAX_FAILURES_PER_ADDRESS)
+    wait = await _retry_after(session, _ADDRESS_FAILURES, params, MAX_FAILURES_PER_ADDRESS)
     if wait is None:
         return False
-    own_wait = await _retry_after(session, own, params, 1)  # until its newest failure here leaves the window
+    own_wait = await _retry_after(session, _OWN_FAILURES, params, 1)  # until its newest failure here leaves the window
     if own_wait is None:
         return True
     raise _rate_limited("your address", MAX_FAILURES_PER_ADDRESS, min(wait, own_wait))

@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.exports.types import ExportFile, ExportManifest
@@ -41,7 +41,8 @@ from app.kernel.cache import TakedownKeyedCache
 from app.kernel.changes import PublishedRepository, snapshot_cursor, withdrawals_after
 from app.kernel.config import ConfigError, settings
 from app.kernel.errors import NotFound, ServiceUnavailable
-from app.kernel.public import PUBLIC_JOIN, listed_repository, visible_pattern
+from app.kernel.public import listed_repository, public_join, visible_pattern
+from app.kernel.sql import Fragment, outer, statement
 from app.maintainers.statement_queries import statement_hides_after
 
 log = logging.getLogger(__name__)
@@ -55,14 +56,16 @@ WITHDRAWALS_CACHE_SECONDS = 5.0  # the request-time staleness check, dropped at 
 
 # `host/owner/name`, and the opaque id, as the change feed names a repository (its `published_repositories` row,
 # written when the feed first announced it listed; NULL for a repository it has not announced yet)
-_SLUG = "r.host || '/' || r.owner || '/' || r.name"
-_OPAQUE_ID = f"(SELECT pr.opaque_id FROM {PublishedRepository.__tablename__} pr WHERE pr.repository_id = r.id)"
+_SLUG = Fragment("r.host || '/' || r.owner || '/' || r.name")
+_PUBLISHED = PublishedRepository.__table__.alias("pr")
+_OPAQUE_ID = select(_PUBLISHED.c.opaque_id).where(_PUBLISHED.c.repository_id == outer("r.id")).scalar_subquery()
 
 # Each query yields one JSON text per record (built by Postgres: no per-row objects in Python), in a stable order
 # so that two exports of the same data are byte-identical once decompressed.
-_REPOSITORIES = f"""
+_REPOSITORIES = statement(
+    """
 SELECT json_build_object(
-  'repository', {_SLUG}, 'repository_id', {_OPAQUE_ID},
+  'repository', {slug}, 'repository_id', {opaque_id},
   'host', r.host, 'owner', r.owner, 'name', r.name, 'canonical_url', r.canonical_url,
   'status', r.status, 'scan_count', r.scan_count, 'open_findings_count', r.open_findings_count,
   'verified_findings_count', r.verified_findings_count, 'last_scanned_at', r.last_scanned_at,
@@ -71,44 +74,55 @@ SELECT json_build_object(
   'registered_at', r.inserted_at
 )::text
 FROM repositories r
-WHERE {listed_repository("r")}
+WHERE {listed}
 ORDER BY r.id
-"""
+""",
+    slug=_SLUG,
+    opaque_id=_OPAQUE_ID,
+    listed=listed_repository(),
+)
 
 # the canonical's current maintainer statement (docs/domain.md "Maintainers"): the newest one no moderator hid; a
 # hide is a withdrawal for `stale()` (its feed entry carries a reason), so an export holding it is rebuilt
-_MAINTAINER_STATEMENT = """(
+_MAINTAINER_STATEMENT = Fragment("""(
   SELECT json_build_object(
     'status', st.status, 'justification', st.justification, 'impact_statement', st.impact_statement,
     'action_statement', st.action_statement, 'fixed_in', st.fixed_in, 'author', sa.handle, 'at', st.inserted_at)
   FROM finding_statements st LEFT JOIN accounts sa ON sa.id = st.author_id
   WHERE st.canonical_finding_id = c.id AND st.visibility = 'shown'
   ORDER BY st.inserted_at DESC, st.id DESC LIMIT 1
-)"""
+)""")
 
-_FINDINGS = f"""
+_FINDINGS = statement(
+    """
 SELECT json_build_object(
   'finding', f.public_id, 'canonical', c.public_id,
-  'repository', {_SLUG}, 'repository_id', {_OPAQUE_ID},
+  'repository', {slug}, 'repository_id', {opaque_id},
   'status', c.status, 'pattern_key', c.pattern_key,
   'title', f.title, 'severity', f.severity, 'description', f.description,
   'file_path', f.file_path, 'line_start', f.line_start, 'line_end', f.line_end,
   'disposition', f.disposition, 'commit_sha', s.commit_sha, 'reported_at', s.inserted_at,
   'confirmations_count', c.confirmations_count, 'disputes_count', c.disputes_count,
   'verified_at', c.verified_at, 'status_updated_at', c.updated_at,
-  'maintainer_statement', {_MAINTAINER_STATEMENT}
+  'maintainer_statement', {maintainer_statement}
 )::text
 FROM scan_findings f
 JOIN scans s ON s.id = f.scan_id
 JOIN repositories r ON r.id = s.repository_id
 JOIN canonical_findings c ON c.id = f.canonical_finding_id
-WHERE {PUBLIC_JOIN}
+WHERE {public}
 ORDER BY f.id
-"""
+""",
+    slug=_SLUG,
+    opaque_id=_OPAQUE_ID,
+    maintainer_statement=_MAINTAINER_STATEMENT,
+    public=public_join(),
+)
 
 # Derived rows (the atlas rollups): what the atlas shows, under the read-time guard; they follow a takedown after
 # the worker drains the pattern's key, like the atlas pages' counts.
-_PATTERNS = f"""
+_PATTERNS = statement(
+    """
 SELECT json_build_object(
   'pattern_key', p.pattern_key, 'title', p.title, 'severity', p.severity,
   'repo_count', p.repo_count, 'instance_count', p.instance_count, 'open_count', p.open_count,
@@ -116,11 +130,13 @@ SELECT json_build_object(
   'first_seen_at', p.first_seen_at, 'last_seen_at', p.last_seen_at, 'refreshed_at', p.refreshed_at
 )::text
 FROM infestation_patterns p
-WHERE {visible_pattern("p.pattern_key")}
+WHERE {visible}
 ORDER BY p.pattern_key
-"""
+""",
+    visible=visible_pattern(outer("p.pattern_key")),
+)
 
-FILES: tuple[tuple[str, str], ...] = (
+FILES: tuple[tuple[str, TextClause], ...] = (
     ("repositories.ndjson.gz", _REPOSITORIES),
     ("findings.ndjson.gz", _FINDINGS),
     ("patterns.ndjson.gz", _PATTERNS),
@@ -156,9 +172,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-async def _write_file(session: AsyncSession, sql: str, path: Path) -> ExportFile:
+async def _write_file(session: AsyncSession, query: TextClause, path: Path) -> ExportFile:
     records = 0
-    result = await session.stream(text(sql), execution_options={"yield_per": STREAM_BATCH})
+    result = await session.stream(query, execution_options={"yield_per": STREAM_BATCH})
     # mtime 0: the bytes depend on the records only; compresslevel 6: ~3x faster than 9 for a few % more bytes
     with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as out:
         async for rows in result.partitions(STREAM_BATCH):
@@ -196,7 +212,7 @@ async def _snapshot_into(directory: Path) -> ExportManifest:
         await session.execute(text("SET LOCAL TimeZone = 'UTC'"))
         generated_at = (await session.execute(text("SELECT now()"))).scalar_one()
         cursor = await snapshot_cursor(session)
-        files = [await _write_file(session, sql, directory / name) for name, sql in FILES]
+        files = [await _write_file(session, query, directory / name) for name, query in FILES]
         await session.rollback()
     return ExportManifest(generated_at=generated_at.isoformat(), changes_cursor=cursor, files=files)
 

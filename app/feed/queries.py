@@ -12,21 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
-
 from app.kernel import changes, db
 from app.kernel.paging import Page
-from app.kernel.public import LISTED_REPOSITORY, PUBLIC_JOIN
+from app.kernel.public import listed_repository, public_join
+from app.kernel.sql import outer, statement
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1_000
 
 # One page, then per entry a few index probes: LATERAL ... LIMIT 1 keeps each visibility check a per-row probe (an
 # EXISTS here may be planned as one hash over every public occurrence, which at 10^6 rows is a full scan per page).
-_PAGE = text(
-    f"""
+_PAGE = statement(
+    """
 SELECT ch.seq, ch.at, ch.kind, ch.finding, ch.canonical, ch.repository_key, ch.pattern_key, ch.status, ch.reason,
-       CASE WHEN {LISTED_REPOSITORY} THEN r.host || '/' || r.owner || '/' || r.name END AS slug,
+       CASE WHEN {listed} THEN r.host || '/' || r.owner || '/' || r.name END AS slug,
        fp.found IS NOT NULL AS finding_public,
        cp.found IS NOT NULL AS canonical_public,
        st.status AS statement_status, st.justification AS statement_justification
@@ -35,16 +34,19 @@ LEFT JOIN repositories r ON r.id = ch.repository_id
 LEFT JOIN finding_statements st ON st.id = ch.statement_id AND st.visibility = 'shown'
 LEFT JOIN LATERAL (
   SELECT 1 AS found FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
-  WHERE f.public_id = ch.finding AND {PUBLIC_JOIN} LIMIT 1
+  WHERE f.public_id = ch.finding AND {public} LIMIT 1
 ) fp ON TRUE
 LEFT JOIN LATERAL (
   SELECT 1 AS found FROM canonical_findings c JOIN repositories r ON r.id = c.repository_id
   JOIN scan_findings f ON f.canonical_finding_id = c.id JOIN scans s ON s.id = f.scan_id
-  WHERE ch.kind IN ('{changes.STATUS}', '{changes.FINDING_STATEMENT}') AND c.public_id = ch.canonical AND {PUBLIC_JOIN}
+  WHERE {with_status} AND c.public_id = ch.canonical AND {public}
   LIMIT 1
 ) cp ON TRUE
 ORDER BY ch.seq
-"""
+""",
+    listed=listed_repository(),
+    public=public_join(),
+    with_status=outer("ch.kind").in_((changes.STATUS, changes.FINDING_STATEMENT)),
 )
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, literal
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel import changes, db, outages
 from app.kernel.aftercommit import after_commit
-from app.kernel.public import HAS_PUBLIC_OCCURRENCE
+from app.kernel.public import has_public_occurrence
+from app.kernel.sql import Fragment, compose, statement
 
 log = logging.getLogger(__name__)
 
@@ -28,37 +29,58 @@ log = logging.getLogger(__name__)
 # it the whole key (NULL) until drained.
 MAX_SCOPED_REPOSITORIES = 64
 
-_UPSERT_DIRTY = f"""
+_UPSERT_DIRTY = """
 INSERT INTO infestation_dirty_keys AS d (pattern_key, reason, repository_ids)
-SELECT k, :reason, repos FROM ({{source}}) AS keys(k, repos)
+SELECT k, :reason, repos FROM ({source}) AS keys(k, repos)
 WHERE k IS NOT NULL AND k <> ''
 ORDER BY k
 ON CONFLICT (pattern_key) DO UPDATE
   SET version = d.version + 1, dirtied_at = now(), reason = EXCLUDED.reason,
       repository_ids = CASE WHEN d.repository_ids IS NOT NULL AND EXCLUDED.repository_ids IS NOT NULL THEN (
-        SELECT CASE WHEN count(DISTINCT r) <= {MAX_SCOPED_REPOSITORIES} THEN array_agg(DISTINCT r ORDER BY r) END
+        SELECT CASE WHEN count(DISTINCT r) <= {max_scoped} THEN array_agg(DISTINCT r ORDER BY r) END
         FROM unnest(d.repository_ids || EXCLUDED.repository_ids) AS r) END
 """
 
 # Delist-safe: keys already projected for the repository plus keys of its canonicals with a public
 # occurrence, ignoring listing_status (after a delist the listed join alone would return nothing).
-KEYS_FOR_REPOSITORY = f"""
+KEYS_FOR_REPOSITORY = compose(
+    """
 SELECT m.pattern_key FROM infestation_pattern_repos m WHERE m.repository_id = :repository_id
 UNION
 SELECT c.pattern_key FROM canonical_findings c
 WHERE c.repository_id = :repository_id AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
-  AND {HAS_PUBLIC_OCCURRENCE}
-"""
+  AND {public_occurrence}
+""",
+    public_occurrence=has_public_occurrence(),
+)
 
-KEYS_FOR_SCAN = """
+KEYS_FOR_SCAN = Fragment("""
 SELECT DISTINCT c.pattern_key FROM scan_findings f
 JOIN canonical_findings c ON c.id = f.canonical_finding_id
 WHERE f.scan_id = :scan_id AND c.pattern_key IS NOT NULL AND c.pattern_key <> ''
-"""
+""")
 
+
+def _upsert_dirty(source: Fragment) -> TextClause:
+    return statement(_UPSERT_DIRTY, source=source, max_scoped=literal(MAX_SCOPED_REPOSITORIES))
+
+
+_MARK_KEYS = _upsert_dirty(
+    Fragment(
+        "SELECT unnest(CAST(:keys AS text[])), "
+        "CASE WHEN CAST(:repository_id AS bigint) IS NOT NULL THEN ARRAY[CAST(:repository_id AS bigint)] END"
+    )
+)
 # a report's canonicals all belong to its repository: the keys' rows changed there only
-_SCAN_SCOPE = f"SELECT pattern_key, ARRAY[s.repository_id] FROM ({KEYS_FOR_SCAN}) AS k JOIN scans s ON s.id = :scan_id"
-_REPOSITORY_SCOPE = f"SELECT pattern_key, ARRAY[CAST(:repository_id AS bigint)] FROM ({KEYS_FOR_REPOSITORY}) AS k"
+_MARK_SCAN = _upsert_dirty(
+    compose(
+        "SELECT pattern_key, ARRAY[s.repository_id] FROM ({keys}) AS k JOIN scans s ON s.id = :scan_id",
+        keys=KEYS_FOR_SCAN,
+    )
+)
+_MARK_REPOSITORY = _upsert_dirty(
+    compose("SELECT pattern_key, ARRAY[CAST(:repository_id AS bigint)] FROM ({keys}) AS k", keys=KEYS_FOR_REPOSITORY)
+)
 
 
 async def mark_dirty(
@@ -78,15 +100,7 @@ async def mark_dirty(
         ring_webhooks_after_commit()
     if not unique:
         return 0
-    result = await session.execute(
-        text(
-            _UPSERT_DIRTY.format(
-                source="SELECT unnest(CAST(:keys AS text[])), "
-                "CASE WHEN CAST(:repository_id AS bigint) IS NOT NULL THEN ARRAY[CAST(:repository_id AS bigint)] END"
-            )
-        ),
-        {"keys": unique, "reason": reason, "repository_id": repository_id},
-    )
+    result = await session.execute(_MARK_KEYS, {"keys": unique, "reason": reason, "repository_id": repository_id})
     return _marked(result.rowcount, reason, ring=ring)  # type: ignore[attr-defined]
 
 
@@ -95,9 +109,7 @@ async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> i
     change is announced on the change feed in this transaction."""
     if await changes.sync_scan(session, scan_id):
         ring_webhooks_after_commit()
-    result = await session.execute(
-        text(_UPSERT_DIRTY.format(source=_SCAN_SCOPE)), {"scan_id": scan_id, "reason": reason}
-    )
+    result = await session.execute(_MARK_SCAN, {"scan_id": scan_id, "reason": reason})
     return _marked(result.rowcount, reason)  # type: ignore[attr-defined]
 
 
@@ -108,9 +120,7 @@ async def mark_repository_dirty(session: AsyncSession, repository_id: int, reaso
     all of its findings and itself."""
     if await changes.sync_repository(session, repository_id, deleting=reason == "delete"):
         ring_webhooks_after_commit()
-    result = await session.execute(
-        text(_UPSERT_DIRTY.format(source=_REPOSITORY_SCOPE)), {"repository_id": repository_id, "reason": reason}
-    )
+    result = await session.execute(_MARK_REPOSITORY, {"repository_id": repository_id, "reason": reason})
     return _marked(result.rowcount, reason)  # type: ignore[attr-defined]
 
 

@@ -138,7 +138,13 @@ def visible_pattern(pattern_key: ColumnElement[Any] | str) -> ColumnElement[bool
             f"WHERE gi.pattern_key = {pattern_key} AND {visible_scan('gi.sample_scan_id')} OFFSET 0)"
         )
     gi = pattern_instances.alias("gi")
-    return select(ONE).where(gi.c.pattern_key == pattern_key, visible_scan(gi.c.sample_scan_id)).offset(0).exists()
+    return (
+        select(ONE)
+        .where(gi.c.pattern_key == pattern_key, visible_scan(gi.c.sample_scan_id))
+        .correlate_except(gi)
+        .offset(0)
+        .exists()
+    )
 
 
 @overload

@@ -12,10 +12,11 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, Final, LiteralString
 
-from sqlalchemy import ClauseElement, ColumnElement, Interval, TextClause, func, literal_column, text
+from sqlalchemy import ClauseElement, ColumnElement, Interval, Select, TextClause, func, literal_column, text
 from sqlalchemy.dialects.postgresql.base import PGCompiler, PGDialect
 from sqlalchemy.engine.interfaces import BindTyping
 from sqlalchemy.sql.elements import BindParameter, BooleanClauseList, ColumnClause, Grouping, Label
+from sqlalchemy.sql.util import surface_selectables
 
 WINDOW_DAYS: Final = (7, 30, 90, 365)  # the precomputed windows of the atlas (docs/domain.md §5.3)
 
@@ -116,10 +117,30 @@ class _Dialect(PGDialect):
 _DIALECT = _Dialect(paramstyle="named")  # type: ignore[no-untyped-call]
 
 
+def _compile(element: ClauseElement, **kw: Any) -> str:
+    return str(element.compile(dialect=_DIALECT, compile_kwargs=kw))
+
+
 def render(element: ClauseElement) -> Fragment:
     """A Core expression or statement as PostgreSQL text, once (at import): literals inline, `:name` parameters."""
-    as_column = isinstance(element, Label)  # `expression AS name`, as in a select list
-    return _trusted(str(element.compile(dialect=_DIALECT, compile_kwargs={"within_columns_clause": as_column})))
+    if isinstance(element, ColumnElement):
+        _refuse_uncorrelated(element)
+    return _trusted(_compile(element, within_columns_clause=isinstance(element, Label)))
+
+
+def _refuse_uncorrelated(node: ClauseElement, enclosing: frozenset[Any] = frozenset()) -> None:
+    """Spliced alone, a subquery lists every table it reads in its own FROM: one that names its own tables
+    (`correlate_except`) but reads a table no enclosing select of the expression has must reach the enclosing
+    statement through `outer()`."""
+    if isinstance(node, Select):
+        froms = [set(surface_selectables(f)) for f in node.get_final_froms()]  # type: ignore[no-untyped-call]
+        if node._correlate_except:
+            own = set(node._correlate_except) | enclosing
+            if any(not tables & own for tables in froms):
+                raise SlotError("a spliced subquery reads the enclosing statement's table: use outer() for its column")
+        enclosing = enclosing.union(*froms)
+    for child in node.get_children():
+        _refuse_uncorrelated(child, enclosing)
 
 
 def compiled(statement: ClauseElement) -> TextClause:

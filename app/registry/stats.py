@@ -12,38 +12,40 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import text
-
 from app.kernel import db
 from app.kernel.cache import SingleFlightCache
 from app.kernel.config import settings
-from app.kernel.public import LISTED_REPOSITORY, listed_repository
+from app.kernel.public import listed_repository
+from app.kernel.sql import statement
+from app.registry.models import Repository
 
-_STATS_SQL = text(
-    f"""
+_STATS_SQL = statement(
+    """
     SELECT count(*) AS repositories,
            count(*) FILTER (WHERE status = 'unscanned') AS unscanned,
            coalesce(sum(open_findings_count), 0) AS open_findings,
            coalesce(sum(verified_findings_count), 0) AS verified_findings
-    FROM repositories WHERE {listed_repository(None)}
-    """
+    FROM repositories WHERE {listed}
+    """,
+    listed=listed_repository(Repository.__table__),
 )
 
 # Contributors: accounts with a report that anonymous visitors can see (public or public_summary) or a
 # confirmation on such a report, on a listed repository. Restricted reports are hidden, so their authors and
 # confirmers are not counted (docs/domain.md §1.2: restricted does not count for the contributor count).
-_CONTRIBUTORS_SQL = text(
-    f"""
+_CONTRIBUTORS_SQL = statement(
+    """
     SELECT count(*) FROM (
       SELECT s.submitted_by_id AS account_id
       FROM scans s JOIN repositories r ON r.id = s.repository_id
-      WHERE {LISTED_REPOSITORY} AND s.visibility IN ('public', 'public_summary')
+      WHERE {listed} AND s.visibility IN ('public', 'public_summary')
       UNION
       SELECT c.account_id
       FROM scan_confirmations c JOIN scans s ON s.id = c.scan_id JOIN repositories r ON r.id = s.repository_id
-      WHERE {LISTED_REPOSITORY} AND s.visibility IN ('public', 'public_summary')
+      WHERE {listed} AND s.visibility IN ('public', 'public_summary')
     ) AS contributors
-    """
+    """,
+    listed=listed_repository(),
 )
 
 

@@ -12,15 +12,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, text
+from sqlalchemy import ColumnElement, Row, and_, bindparam, func, select, text
 
+from app.infestations.models import InfestationPattern
 from app.kernel import db
 from app.kernel.paging import Page, clamp_limit, keyset_page
-from app.kernel.public import PUBLIC_JOIN, listed_repository, visible_pattern
+from app.kernel.public import listed_repository, public_join, visible_pattern
+from app.kernel.sql import compiled, outer, statement
+from app.registry.models import Repository
 
-# `repo_count >= 2`, and still one visible row (the read-time guard, docs/domain.md §5.7): a pattern taken down
-# leaves the sitemap at the next request, before its refresh.
-PUBLIC_PATTERN_WHERE = f"repo_count >= 2 AND {visible_pattern('infestation_patterns.pattern_key')}"
+
+def public_pattern(repo_count: ColumnElement[int], pattern_key: ColumnElement[str]) -> ColumnElement[bool]:
+    """`repo_count >= 2`, and still one visible row (the read-time guard, docs/domain.md §5.7): a pattern taken down
+    leaves the sitemap at the next request, before its refresh."""
+    return and_(repo_count >= 2, visible_pattern(pattern_key))
+
+
+P = InfestationPattern.__table__
+PUBLIC_PATTERN = public_pattern(P.c.repo_count, P.c.pattern_key)
 
 
 @dataclass(frozen=True)
@@ -35,44 +44,53 @@ class Bucket:
 # One pass per kind numbers the rows in key order and keeps the first key of every page. The children then read
 # a key range each (an index range scan), never `OFFSET`; and because the ranges partition the key space, a row is
 # in exactly one child even when the cached boundaries are a little stale.
-_BUCKETS_SQL = {
-    "repos": f"""
+_BUCKETS = {
+    "repos": statement(
+        """
         SELECT min(id) AS first, count(*) AS count, max(updated_at) AS lastmod FROM (
           SELECT id, updated_at, (row_number() OVER (ORDER BY id) - 1) / :size AS page
-          FROM repositories WHERE {listed_repository(None)}
+          FROM repositories WHERE {listed}
         ) t GROUP BY page ORDER BY page
     """,
-    "findings": f"""
+        listed=listed_repository(Repository.__table__),
+    ),
+    "findings": statement(
+        """
         SELECT min(id) AS first, count(*) AS count, max(updated_at) AS lastmod FROM (
           SELECT f.id, f.updated_at, (row_number() OVER (ORDER BY f.id) - 1) / :size AS page
           FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
-          WHERE {PUBLIC_JOIN}
+          WHERE {public}
         ) t GROUP BY page ORDER BY page
     """,
-    "infestations": f"""
+        public=public_join(),
+    ),
+    "infestations": statement(
+        """
         SELECT min(pattern_key) AS first, count(*) AS count, max(updated_at) AS lastmod FROM (
           SELECT pattern_key, updated_at, (row_number() OVER (ORDER BY pattern_key) - 1) / :size AS page
-          FROM infestation_patterns WHERE {PUBLIC_PATTERN_WHERE}
+          FROM infestation_patterns p WHERE {public}
         ) t GROUP BY page ORDER BY page
     """,
+        public=public_pattern(outer("p.repo_count"), outer("p.pattern_key")),
+    ),
 }
 
 
 async def child_buckets(kind: str, size: int) -> list[Bucket]:
     async with db.read_session() as session:
-        rows = (await session.execute(text(_BUCKETS_SQL[kind]), {"size": size})).mappings().all()
+        rows = (await session.execute(_BUCKETS[kind], {"size": size})).mappings().all()
     return [Bucket(first=r["first"], count=int(r["count"]), lastmod=r["lastmod"]) for r in rows]
 
 
 # a range scan of the primary key
-_PATTERN_PAGE_SQL = f"""
-SELECT pattern_key, to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') FROM infestation_patterns
-WHERE {PUBLIC_PATTERN_WHERE} AND pattern_key > :after AND pattern_key >= :start {{before}}
-ORDER BY pattern_key
-LIMIT :fetch
-"""
-_PATTERN_PAGE = text(_PATTERN_PAGE_SQL.format(before=""))
-_PATTERN_PAGE_BEFORE = text(_PATTERN_PAGE_SQL.format(before="AND pattern_key < :before"))
+_PATTERN_PAGE_FROM = (
+    select(P.c.pattern_key, func.to_char(func.timezone("UTC", P.c.updated_at), "YYYY-MM-DD"))
+    .where(PUBLIC_PATTERN, P.c.pattern_key > bindparam("after"), P.c.pattern_key >= bindparam("start"))
+    .order_by(P.c.pattern_key)
+    .limit(bindparam("fetch"))
+)
+_PATTERN_PAGE = compiled(_PATTERN_PAGE_FROM)
+_PATTERN_PAGE_BEFORE = compiled(_PATTERN_PAGE_FROM.where(P.c.pattern_key < bindparam("before")))
 
 
 def _key_cursor(row: Row[Any]) -> str:

@@ -10,14 +10,14 @@ script, nothing for the CSP to allow.
 
 from __future__ import annotations
 
-from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from app.kernel import db
 from app.kernel.errors import NotFound
-from app.kernel.public import LISTED_REPOSITORY
+from app.kernel.public import S, listed_repository
+from app.kernel.sql import statement
 from app.kernel.templating import environment
 from app.kernel.web import document_response
 from app.site.sarif import NOT_PUBLIC, public_repository
@@ -29,18 +29,22 @@ CHAR_WIDTH = 7  # Verdana 11px, roughly; shields measures glyphs, a badge this s
 PADDING = 10
 
 # the reports the repository metrics count (`app.registry.metrics`): summary-only findings are counted, not shown
-_COUNTED_SCAN = "s.visibility IN ('public', 'public_summary')"
+_COUNTED_SCAN = S.c.visibility.in_(("public", "public_summary"))
 
-_COUNTS = f"""
+_COUNTS = statement(
+    """
 SELECT
   (SELECT count(*) FROM canonical_findings c
    WHERE c.repository_id = r.id AND c.status <> 'fixed'
      AND EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
-                 WHERE f.canonical_finding_id = c.id AND {_COUNTED_SCAN})) AS open,
-  EXISTS (SELECT 1 FROM scans s WHERE s.repository_id = r.id AND {_COUNTED_SCAN}) AS scanned
+                 WHERE f.canonical_finding_id = c.id AND {counted})) AS open,
+  EXISTS (SELECT 1 FROM scans s WHERE s.repository_id = r.id AND {counted}) AS scanned
 FROM repositories r
-WHERE r.id = :repository_id AND {LISTED_REPOSITORY}
-"""
+WHERE r.id = :repository_id AND {listed}
+""",
+    counted=_COUNTED_SCAN,
+    listed=listed_repository(),
+)
 
 
 def badge_svg(message: str, color: str) -> str:
@@ -60,7 +64,7 @@ async def badge(request: Request) -> Response:
     p = request.path_params
     repository = await public_repository(p["host"], p["owner"], p["name"])
     async with db.read_session() as session:
-        row = (await session.execute(text(_COUNTS), {"repository_id": repository["id"]})).first()
+        row = (await session.execute(_COUNTS, {"repository_id": repository["id"]})).first()
     if row is None:  # delisted between the two reads
         raise NotFound({"repository": ["not found"]}, message=NOT_PUBLIC)
     open_count, scanned = int(row[0]), bool(row[1])

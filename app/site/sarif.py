@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, select
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -22,10 +22,12 @@ from starlette.routing import BaseRoute, Route
 from app.kernel import db
 from app.kernel.config import settings
 from app.kernel.errors import NotFound
-from app.kernel.public import LISTED_REPOSITORY, PUBLIC_SCAN
+from app.kernel.public import listed_repository, public_join
+from app.kernel.sql import compiled, statement
 from app.kernel.urls import finding_path, infestation_path, repo_path
 from app.kernel.web import document_response
 from app.maintainers.statement_queries import StatementView, current_by_canonical_ids
+from app.registry.models import Repository
 
 SARIF_MEDIA_TYPE = "application/sarif+json"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -36,14 +38,19 @@ LEVELS = {"critical": "error", "high": "error", "medium": "warning", "low": "not
 SCORES = {"critical": "9.5", "high": "8.0", "medium": "5.5", "low": "2.0", "info": "0.0"}
 NOT_PUBLIC = "No public repository is recorded at this address."
 
-_REPOSITORY = f"""
-SELECT r.id, r.host, r.owner, r.name, r.canonical_url
-FROM repositories r
-WHERE r.host = :host AND r.owner = :owner AND r.name = :name AND {LISTED_REPOSITORY}
-"""
+_R = Repository.__table__.alias("r")
+_REPOSITORY = compiled(
+    select(_R.c.id, _R.c.host, _R.c.owner, _R.c.name, _R.c.canonical_url).where(
+        _R.c.host == bindparam("host"),
+        _R.c.owner == bindparam("owner"),
+        _R.c.name == bindparam("name"),
+        listed_repository(_R),
+    )
+)
 
 # One row per canonical finding with a public occurrence in a listed repository: its newest public occurrence.
-_FINDINGS = f"""
+_FINDINGS = statement(
+    """
 SELECT * FROM (
   SELECT DISTINCT ON (c.id)
          c.id, c.fingerprint, c.pattern_key, c.status, c.public_id AS canonical_public_id,
@@ -52,23 +59,21 @@ SELECT * FROM (
   JOIN scan_findings f ON f.canonical_finding_id = c.id
   JOIN scans s ON s.id = f.scan_id
   JOIN repositories r ON r.id = c.repository_id
-  WHERE c.repository_id = :repository_id AND {PUBLIC_SCAN} AND {LISTED_REPOSITORY}
+  WHERE c.repository_id = :repository_id AND {public}
   ORDER BY c.id, s.inserted_at DESC, f.id DESC
 ) newest
 ORDER BY id
 LIMIT :limit
-"""
+""",
+    public=public_join(),
+)
 
 
 async def public_repository(host: str, owner: str, name: str) -> dict[str, Any]:
     """The listed repository at these coordinates, or NotFound (quarantined, pending, delisted or unknown alike)."""
     async with db.read_session() as session:
         row = (
-            (
-                await session.execute(
-                    text(_REPOSITORY), {"host": host.lower(), "owner": owner.lower(), "name": name.lower()}
-                )
-            )
+            (await session.execute(_REPOSITORY, {"host": host.lower(), "owner": owner.lower(), "name": name.lower()}))
             .mappings()
             .first()
         )
@@ -79,7 +84,7 @@ async def public_repository(host: str, owner: str, name: str) -> dict[str, Any]:
 
 async def public_findings(repository_id: int, *, limit: int = MAX_RESULTS) -> list[dict[str, Any]]:
     async with db.read_session() as session:
-        result = await session.execute(text(_FINDINGS), {"repository_id": repository_id, "limit": limit})
+        result = await session.execute(_FINDINGS, {"repository_id": repository_id, "limit": limit})
         return [dict(row) for row in result.mappings()]
 
 
