@@ -12,7 +12,8 @@ from sqlalchemy import text
 from app.accounts.models import Account
 from app.infestations import projection
 from app.kernel import db
-from app.kernel.public import PUBLIC_JOIN
+from app.kernel.public import public_join
+from app.kernel.sql import statement
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from tests import factories
@@ -151,11 +152,12 @@ async def back_rollups_with_visible_rows(*, reuse: bool = False) -> None:
             row = (
                 (
                     await session.execute(
-                        text(
+                        statement(
                             "SELECT s.repository_id AS repo, s.id AS scan, s.commit_sha AS sha, f.public_id AS occ "
                             "FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
                             "JOIN repositories r ON r.id = s.repository_id "
-                            f"WHERE {PUBLIC_JOIN} ORDER BY f.id LIMIT 1"
+                            "WHERE {public} ORDER BY f.id LIMIT 1",
+                            public=public_join(),
                         )
                     )
                 )

@@ -32,7 +32,8 @@ from app.infestations.queries import (
 )
 from app.kernel import db, outbox
 from app.kernel.errors import DomainError
-from app.kernel.public import PUBLIC_JOIN
+from app.kernel.public import public_join
+from app.kernel.sql import statement
 from app.moderation.service import change_account, change_repository_listing, change_scan_visibility
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
@@ -145,9 +146,10 @@ class RollupModel(RuleBasedStateMachine):
                 str(public_id)
                 for public_id in (
                     await session.execute(
-                        text(
+                        statement(
                             "SELECT f.public_id FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
-                            f"JOIN repositories r ON r.id = s.repository_id WHERE {PUBLIC_JOIN}"
+                            "JOIN repositories r ON r.id = s.repository_id WHERE {public}",
+                            public=public_join(),
                         )
                     )
                 ).scalars()
