@@ -10,99 +10,29 @@ instances are listed newest-first with the same keyset as the rollup path.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, LiteralString
 
 from sqlalchemy import ARRAY, ColumnElement, Text, and_, any_, bindparam, cast, literal, true
 
-from app.infestations.models import WINDOWED_AGGREGATES, status_rank
+from app.infestations.models import status_rank
+from app.infestations.rows import (
+    UNKNOWN_TITLE,
+    ListOptions,
+    infestation_map,
+    instance_entry,
+    list_options,
+    membership_entry,
+    newest_first_page,
+    window_bucket,
+    with_repository_share,
+)
 from app.kernel import db
 from app.kernel.metrics import LIST_DURATION
-from app.kernel.paging import Page, Pages, after_keyset, cursor_params, keyset_page, time_id_cursor
+from app.kernel.paging import Page, Pages, after_keyset
 from app.kernel.public import public_canonical, public_join, public_scan
 from app.kernel.sql import Fragment, Slot, compose, outer, statement
-
-STATUSES = ("open", "verified", "disputed", "fixed")
-UNKNOWN_TITLE = "Unknown pattern"
-
-# The infestation map of docs/domain.md §5.7: identical keys on every path (legacy, rollup, status-filtered).
-INFESTATION_KEYS = (
-    "pattern_key",
-    "title",
-    "severity",
-    "sample_file_path",
-    "sample_occurrence_public_id",
-    *WINDOWED_AGGREGATES,
-    "first_seen_at",
-)
-
-# Instance entries of docs/domain.md §4.4.
-INSTANCE_KEYS = (
-    "id",
-    "public_id",
-    "occurrence_public_id",
-    "status",
-    "severity",
-    "title",
-    "file_path",
-    "detections_count",
-    "confirmations_count",
-    "host",
-    "owner",
-    "name",
-    "repository_id",
-    "commit_sha",
-    "scan_id",
-    "updated_at",
-)
-
-
-# Instance ledgers and satellites are newest-first on `(updated_at, id)` (`id` the canonical's or repository's).
-BY_UPDATED_AT = time_id_cursor("updated_at", "id")
-
-
-def clamp(value: int, low: int, high: int) -> int:
-    return max(low, min(high, int(value)))
-
-
-def clamp_list_options(
-    *, days: int, min_repos: int, limit: int, status: str | None
-) -> tuple[int, int, int, str | None]:
-    """§4.1 clamps, shared by both paths: days 1..365, min_repos 2..50, limit 1..100; an unknown status is
-    "no filter" rather than an error (the list is a public page with forgiving filters)."""
-    return (
-        clamp(days, 1, 365),
-        clamp(min_repos, 2, 50),
-        clamp(limit, 1, 100),
-        status if status in STATUSES else None,
-    )
-
-
-def window_bucket(days: int) -> int:
-    """Smallest precomputed window covering `days` (exact for 7/30/90/365)."""
-    return 7 if days <= 7 else 30 if days <= 30 else 90 if days <= 90 else 365
-
-
-def uuid_str(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
-def infestation_map(row: Mapping[Any, Any]) -> dict[str, Any]:
-    item = {key: row.get(key) for key in INFESTATION_KEYS}
-    item["title"] = item["title"] or UNKNOWN_TITLE
-    item["sample_occurrence_public_id"] = uuid_str(item["sample_occurrence_public_id"])
-    for key in ("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count"):
-        item[key] = int(item[key] or 0)
-    return item
-
-
-def instance_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
-    entry = {key: row[key] for key in INSTANCE_KEYS}
-    entry["public_id"] = uuid_str(entry["public_id"])
-    entry["occurrence_public_id"] = uuid_str(entry["occurrence_public_id"])
-    return entry
-
 
 # One row per canonical in the public join set (§3), narrowed by `{where}`. EXISTS instead of joining occurrences:
 # a canonical with many public occurrences must count once, and the distinct counts then stay cheap.
@@ -222,16 +152,6 @@ async def _representatives(keys: Sequence[str]) -> dict[str, Mapping[Any, Any]]:
     return {row["pattern_key"]: row for row in rows}
 
 
-def with_repository_share(item: dict[str, Any], share: Mapping[Any, Any], *, prefix: str) -> dict[str, Any]:
-    """A repository page's infestation entry: the pattern plus that repository's share of it (`prefix` names the
-    share's columns in `share`: bare on the legacy path, `repository_` on the rollup path)."""
-    item["repository_instance_count"] = int(share[f"{prefix}instance_count"])
-    item["repository_open_count"] = int(share[f"{prefix}open_count"])
-    item["repository_status"] = share[f"{prefix}status"]
-    item["repository_occurrence_public_id"] = uuid_str(share[f"{prefix}occurrence_public_id"])
-    return item
-
-
 def _merge(aggregate: Mapping[Any, Any], rep: Mapping[Any, Any] | None) -> dict[str, Any]:
     return infestation_map({**aggregate, **({k: v for k, v in rep.items() if k != "pattern_key"} if rep else {})})
 
@@ -239,18 +159,23 @@ def _merge(aggregate: Mapping[Any, Any], rep: Mapping[Any, Any] | None) -> dict[
 async def list_infestations_legacy(
     *, days: int = 30, min_repos: int = 2, status: str | None = None, limit: int = 40
 ) -> list[dict[str, Any]]:
+    """`ranked_legacy` of the clamped filters."""
+    return await ranked_legacy(list_options(days=days, min_repos=min_repos, status=status, limit=limit))
+
+
+async def ranked_legacy(options: ListOptions) -> list[dict[str, Any]]:
     """Online GROUP BY over the public join set: canonicals updated within `days` (exact `since`), optional
     pre-aggregate status filter, at least `min_repos` distinct repositories. Counts and dates are window-scoped."""
-    days, min_repos, limit, status = clamp_list_options(days=days, min_repos=min_repos, limit=limit, status=status)
     started = time.perf_counter()
-    since = db.utcnow() - timedelta(days=days)
-    params: dict[str, Any] = {"since": since, "min_repos": min_repos, "limit": limit}
-    if status is not None:
-        params["status"] = status
+    since = db.utcnow() - timedelta(days=options.days)
+    params: dict[str, Any] = {"since": since, "min_repos": options.min_repos, "limit": options.limit}
+    if options.status is not None:
+        params["status"] = options.status
     async with db.read_session() as session:
-        rows = (await session.execute(_LIST[status is not None], params)).mappings().all()
+        rows = (await session.execute(_LIST[options.status is not None], params)).mappings().all()
     reps = await _representatives([row["pattern_key"] for row in rows])
-    LIST_DURATION.labels(source="legacy", window=str(window_bucket(days))).observe(time.perf_counter() - started)
+    window = window_bucket(options.days)
+    LIST_DURATION.labels(source="legacy", window=str(window)).observe(time.perf_counter() - started)
     return [_merge(row, reps.get(row["pattern_key"])) for row in rows]
 
 
@@ -266,38 +191,12 @@ async def get_infestation_legacy(pattern_key: str) -> dict[str, Any] | None:
     return _merge(row, reps.get(pattern_key))
 
 
-async def newest_first_page(
-    statements: Pages,
-    pattern_key: str | None,
-    *,
-    limit: int,
-    cursor: str | None,
-    entry: Callable[[Mapping[Any, Any]], dict[str, Any]],
-) -> Page[dict[str, Any]]:
-    """One page of a pattern's rows, newest first on their `(updated_at, id)`: `statements` read `:key` and `:fetch`
-    (and the cursor's keyset). A key that did not parse (None) is an empty page; a malformed cursor is
-    InvalidCursor either way."""
-    params = cursor_params(cursor)
-    if pattern_key is None:
-        return {"entries": [], "next_cursor": None}
-    params.update(key=pattern_key, fetch=limit + 1)
-    async with db.read_session() as session:
-        rows = (await session.execute(statements[cursor is not None], params)).mappings().all()
-    return keyset_page([entry(row) for row in rows], limit, BY_UPDATED_AT)
-
-
 async def list_instances_legacy(
     pattern_key: str, *, limit: int = 50, cursor: str | None = None
 ) -> Page[dict[str, Any]]:
     """The key's public-join canonicals newest-first, each with its newest public occurrence (commit, scan).
     Returns `{"entries", "next_cursor"}`; the caller clamps `limit`."""
-    limit = clamp(limit, 1, 300)
     return await newest_first_page(_INSTANCES, pattern_key, limit=limit, cursor=cursor, entry=instance_entry)
-
-
-def membership_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
-    """A graph satellite (docs/domain.md §5.7 `list_pattern_repos_page`), the same on both paths."""
-    return {**row, "occurrence_public_id": uuid_str(row["occurrence_public_id"])}
 
 
 # The key's public-join canonicals, each with its newest public occurrence (what the projection's instance rows

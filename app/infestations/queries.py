@@ -16,21 +16,13 @@ from typing import Any
 from sqlalchemy import ColumnElement, FromClause, Select, bindparam, select, true
 
 from app.infestations.legacy import (
-    STATUSES,
-    clamp,
-    clamp_list_options,
     get_infestation_legacy,
-    infestation_map,
-    instance_entry,
     list_infestations_legacy,
     list_instances_legacy,
     list_newest_infestations_legacy,
     list_pattern_repos_legacy,
     list_repository_infestations_legacy,
-    membership_entry,
-    newest_first_page,
-    window_bucket,
-    with_repository_share,
+    ranked_legacy,
 )
 from app.infestations.models import (
     InfestationPattern,
@@ -38,13 +30,24 @@ from app.infestations.models import (
     InfestationPatternRepo,
     InfestationPatternStatusWindow,
 )
+from app.infestations.rows import (
+    ListOptions,
+    clamp,
+    infestation_map,
+    instance_entry,
+    list_options,
+    membership_entry,
+    newest_first_page,
+    window_bucket,
+    with_repository_share,
+)
 from app.kernel import config, db
 from app.kernel.metrics import LIST_DURATION
 from app.kernel.paging import Page, Pages, after_keyset
 from app.kernel.public import shown_pattern, visible_occurrence, visible_scan
 from app.kernel.sql import WINDOW_DAYS, Window, compiled
 from app.registry.models import Repository
-from app.reports.models import CanonicalFinding
+from app.reports.models import CANONICAL_STATUSES, CanonicalFinding
 
 __all__ = [
     "get_infestation",
@@ -61,7 +64,6 @@ __all__ = [
     "list_pattern_repos_page",
     "list_repository_infestations",
     "parse_pattern_key",
-    "window_bucket",
 ]
 
 LIST_INSTANCES_MAX = 300  # production parity for list consumers (swarm checks take 200)
@@ -82,28 +84,18 @@ async def list_infestations(
 ) -> list[dict[str, Any]]:
     """The ranked atlas. Reads the runtime flag at every call, so operators can fall back to the legacy
     online aggregate without a restart."""
-    items, _ = await list_infestations_dated(days=days, min_repos=min_repos, status=status, limit=limit)
+    items, _ = await list_infestations_dated(list_options(days=days, min_repos=min_repos, status=status, limit=limit))
     return items
 
 
-async def list_infestations_dated(
-    *, days: int = 30, min_repos: int = 2, status: str | None = None, limit: int = 40
-) -> tuple[list[dict[str, Any]], datetime | None]:
+async def list_infestations_dated(options: ListOptions) -> tuple[list[dict[str, Any]], datetime | None]:
     """`list_infestations` and when its counts were computed: the oldest `refreshed_at` of the rows shown (counts
     may lag a takedown until the refresh; identifying details never do, docs/domain.md §5.7), or now on the legacy
     path; None for an empty rollup list. Every filter combination walks a rank index in O(limit), so nothing is
     cached: a takedown holds at the next request through the read-time guard alone."""
-    days, min_repos, limit, status = clamp_list_options(days=days, min_repos=min_repos, limit=limit, status=status)
-    return await _list_dated(days=days, min_repos=min_repos, status=status, limit=limit)
-
-
-async def _list_dated(
-    *, days: int, min_repos: int, status: str | None, limit: int
-) -> tuple[list[dict[str, Any]], datetime | None]:
     if config.read_from_rollup():
-        return await _list_rollup(days=days, min_repos=min_repos, status=status, limit=limit)
-    items = await list_infestations_legacy(days=days, min_repos=min_repos, status=status, limit=limit)
-    return items, db.utcnow()
+        return await ranked_rollup(options)
+    return await ranked_legacy(options), db.utcnow()
 
 
 # Statements are composed with Core once, at import, and compiled to the text that runs (docs/architecture.md
@@ -221,7 +213,7 @@ async def list_infestations_rollup(
 ) -> list[dict[str, Any]]:
     """Rollup path: counts and last_seen_at from the window bucket covering `days`, first_seen_at all-time
     (docs/domain.md §5.7). For `days` between buckets the counts are the bucket's; the guard uses the real `days`."""
-    items, _ = await _list_rollup(days=days, min_repos=min_repos, status=status, limit=limit)
+    items, _ = await ranked_rollup(list_options(days=days, min_repos=min_repos, status=status, limit=limit))
     return items
 
 
@@ -235,27 +227,29 @@ def guarded_map(row: Mapping[Any, Any]) -> dict[str, Any]:
     return item
 
 
-async def _list_rollup(
-    *, days: int, min_repos: int, status: str | None, limit: int
-) -> tuple[list[dict[str, Any]], datetime | None]:
-    days, min_repos, limit, status = clamp_list_options(days=days, min_repos=min_repos, limit=limit, status=status)
-    window = window_bucket(days)
-    since = db.utcnow() - timedelta(days=days)
+async def ranked_rollup(options: ListOptions) -> tuple[list[dict[str, Any]], datetime | None]:
+    """The rollup list of clamped filters and the oldest `refreshed_at` of its rows."""
+    status = options.status
+    window = window_bucket(options.days)
+    params: dict[str, Any] = {
+        "min_repos": options.min_repos,
+        "since": db.utcnow() - timedelta(days=options.days),
+        "limit": options.limit,
+    }
     started = time.perf_counter()
     async with db.read_session() as session:
         if status is None:
             statement = _RANKED[window]
-            params: dict[str, Any] = {"min_repos": min_repos, "since": since, "limit": limit}
         else:
             statement = _STATUS_RANKED[window]
-            params = {"status": status, "min_repos": min_repos, "since": since, "limit": limit}
+            params["status"] = status
         rows = (await session.execute(statement, params)).mappings().all()
     LIST_DURATION.labels(source="rollup", window=str(window)).observe(time.perf_counter() - started)
     items = []
     for row in rows:
         item = dict(row)
         if status is not None:
-            for other in STATUSES:
+            for other in CANONICAL_STATUSES:
                 item[f"{other}_count"] = row["instance_count"] if other == status else 0
         items.append(guarded_map(item))
     return items, _oldest(row["refreshed_at"] for row in rows)

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from app.infestations import queries
-from app.infestations.legacy import clamp_list_options, window_bucket
+from app.infestations.rows import MIN_REPOS_CHOICES, ListOptions, list_options, window_bucket
 from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout
 from app.infestations.types import (
     STATUS_CHOICES,
@@ -33,11 +33,10 @@ from app.infestations.types import (
 from app.kernel.answers import iso
 from app.kernel.errors import BadRequest, NotFound
 from app.kernel.paging import InvalidCursor, Page
+from app.kernel.sql import WINDOW_DAYS
 from app.kernel.urls import infestation_path, twin_path
 from app.kernel.web import is_fragment_request, json_twin, page, wants_json
 
-WINDOWS = (7, 30, 90, 365)
-MIN_REPOS_CHOICES = (2, 3, 5, 10)
 INDEX_LIMIT = 50
 CONSTELLATION_TOP = 30  # the picture stays light; the table below carries all rows
 LEDGER_PAGE = 50
@@ -50,8 +49,13 @@ class Filters:
     status: str = "all"
     limit: int = INDEX_LIMIT
 
-    def query_status(self) -> str | None:
-        return None if self.status == "all" else self.status
+    def options(self) -> ListOptions:
+        return ListOptions(
+            days=self.days,
+            min_repos=self.min_repos,
+            status=None if self.status == "all" else self.status,
+            limit=self.limit,
+        )
 
     def query_string(self) -> str:
         query: dict[str, object] = {"days": self.days, "min_repos": self.min_repos, "status": self.status}
@@ -80,25 +84,18 @@ def parse_filters(params: Mapping[str, str]) -> Filters:
     bucket covering it, guarded by the real days); `min_repos` and `limit` are clamped the same way; a value that
     is not an integer, or an unknown status, quietly becomes the default (never a 4xx or 500: a stale bookmark or
     a hand-edited URL still shows the atlas)."""
-    status = params.get("status", "all")
-    days, min_repos, limit, _ = clamp_list_options(
+    options = list_options(
         days=_integer(params.get("days"), 30),
         min_repos=_integer(params.get("min_repos"), 2),
+        status=params.get("status"),
         limit=_integer(params.get("limit"), INDEX_LIMIT),
-        status=None,
     )
-    return Filters(days=days, min_repos=min_repos, status=status if status in STATUS_CHOICES else "all", limit=limit)
-
-
-async def _list(filters: Filters) -> tuple[list[dict[str, Any]], datetime | None]:
-    return await queries.list_infestations_dated(
-        days=filters.days, min_repos=filters.min_repos, status=filters.query_status(), limit=filters.limit
-    )
+    return Filters(options.days, options.min_repos, options.status or "all", options.limit)
 
 
 async def index(request: Request) -> Response:
     filters = parse_filters(request.query_params)
-    items, refreshed_at = await _list(filters)
+    items, refreshed_at = await queries.list_infestations_dated(filters.options())
     if wants_json(request):
         # when the counts were computed, beside the items (docs/domain.md §5.7: counts may lag a takedown)
         listed = [infestation(item) for item in items]
@@ -107,7 +104,7 @@ async def index(request: Request) -> Response:
         "filters": filters,
         "items": items,
         "constellation": constellation_layout(items, limit=CONSTELLATION_TOP),
-        "windows": WINDOWS,
+        "windows": WINDOW_DAYS,
         "min_repos_choices": MIN_REPOS_CHOICES,
         "status_choices": STATUS_CHOICES,
     }

@@ -21,21 +21,20 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from app.infestations.legacy import clamp_list_options, list_infestations_legacy, window_bucket
-from app.infestations.models import WINDOWED_AGGREGATES, WINDOWS
-from app.infestations.queries import list_infestations_rollup
+from app.infestations.legacy import ranked_legacy
+from app.infestations.models import WINDOWED_AGGREGATES
+from app.infestations.queries import ranked_rollup
+from app.infestations.rows import MIN_REPOS_CHOICES, list_options, window_bucket
 from app.infestations.shadow_sampler import crossed_since_recompute
 from app.kernel import db
 from app.kernel.metrics import SHADOW_MISMATCHES
 from app.kernel.public import public_canonical
-from app.kernel.sql import Window, statement
+from app.kernel.sql import WINDOW_DAYS, Window, statement
+from app.reports.models import CANONICAL_STATUSES
 
 log = logging.getLogger(__name__)
 
 COMPARED = WINDOWED_AGGREGATES  # not first_seen_at: window-scoped in legacy, all-time in the rollup (§5.7)
-SHADOW_WINDOWS = WINDOWS
-SHADOW_STATUSES: tuple[str | None, ...] = (None, "open", "verified", "disputed", "fixed")
-SHADOW_MIN_REPOS = (2, 3, 5, 10)
 
 
 def _short(key: object) -> str:
@@ -85,7 +84,7 @@ WHERE c.pattern_key = ANY(CAST(:keys AS text[])) AND {public} AND {crossed}
         public=public_canonical(),
         crossed=crossed_since_recompute(Window(w)),
     )
-    for w in WINDOWS
+    for w in WINDOW_DAYS
 }
 
 
@@ -110,13 +109,13 @@ def _without_lagging(
 
 async def shadow_compare(*, days: int, min_repos: int, status: str | None, limit: int = 100) -> list[str]:
     """Run both paths with the same options; each mismatch is counted, logged and returned as one line."""
-    days, min_repos, limit, status = clamp_list_options(days=days, min_repos=min_repos, limit=limit, status=status)
-    legacy = await list_infestations_legacy(days=days, min_repos=min_repos, status=status, limit=limit)
-    rollup = await list_infestations_rollup(days=days, min_repos=min_repos, status=status, limit=limit)
-    label = f"days={days} min_repos={min_repos} status={status or 'all'}"
-    lagging = await _lagging_keys((item["pattern_key"] for item in [*legacy, *rollup]), days)
+    options = list_options(days=days, min_repos=min_repos, status=status, limit=limit)
+    legacy = await ranked_legacy(options)
+    rollup, _ = await ranked_rollup(options)
+    label = f"days={options.days} min_repos={options.min_repos} status={options.status or 'all'}"
+    lagging = await _lagging_keys((item["pattern_key"] for item in [*legacy, *rollup]), options.days)
     if lagging:
-        legacy, rollup = _without_lagging(legacy, rollup, lagging, limit)
+        legacy, rollup = _without_lagging(legacy, rollup, lagging, options.limit)
         log.info("shadow-compare %s: %d key(s) skipped, window crossed since the last recompute", label, len(lagging))
     problems = [f"{label}: {problem}" for problem in describe_mismatches(legacy, rollup)]
     if problems:
@@ -129,8 +128,8 @@ async def shadow_compare(*, days: int, min_repos: int, status: str | None, limit
 async def shadow_compare_all(*, limit: int = 100) -> list[str]:
     """Every window x status x min_repos combination (80 comparisons); empty when the paths agree."""
     problems: list[str] = []
-    for days in SHADOW_WINDOWS:
-        for status in SHADOW_STATUSES:
-            for min_repos in SHADOW_MIN_REPOS:
+    for days in WINDOW_DAYS:
+        for status in (None, *CANONICAL_STATUSES):
+            for min_repos in MIN_REPOS_CHOICES:
                 problems += await shadow_compare(days=days, min_repos=min_repos, status=status, limit=limit)
     return problems

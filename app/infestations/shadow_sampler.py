@@ -37,12 +37,12 @@ from sqlalchemy import ColumnElement, and_, column, distinct, false, func, text
 from sqlalchemy import table as _table
 from sqlalchemy.sql.functions import FunctionElement
 
-from app.infestations.legacy import STATUSES
 from app.infestations.models import ALL_TIME, COUNTS, WINDOWS
 from app.kernel import db, outbox
 from app.kernel.metrics import SHADOW_COMPARED, SHADOW_MISMATCHES, SHADOW_SKIPPED, SHADOW_SUSPECTS
 from app.kernel.public import public_canonical
 from app.kernel.sql import Window, join, statement
+from app.reports.models import CANONICAL_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ ALL = "all"
 # first_seen_at all-time); a status-window row carries repositories, instances and last_seen_at (docs/domain.md §1.8)
 _UNFILTERED = (*COUNTS, "last_seen_at")
 _FILTERED = ("repo_count", "instance_count", "last_seen_at")
-_STATUS_COUNT = {f"{s}_count": s for s in STATUSES}
+_STATUS_COUNT = {f"{s}_count": s for s in CANONICAL_STATUSES}
 
 
 def _column(aggregate: str, window: int | None, status: str | None) -> str:
@@ -62,10 +62,10 @@ def _column(aggregate: str, window: int | None, status: str | None) -> str:
 
 def _combinations() -> list[tuple[int | None, str | None, tuple[str, ...]]]:
     combos: list[tuple[int | None, str | None, tuple[str, ...]]] = [(None, None, (*_UNFILTERED, "first_seen_at"))]
-    combos += [(None, s, _FILTERED) for s in STATUSES]
+    combos += [(None, s, _FILTERED) for s in CANONICAL_STATUSES]
     for w in WINDOWS:
         combos.append((w, None, _UNFILTERED))
-        combos += [(w, s, _FILTERED) for s in STATUSES]
+        combos += [(w, s, _FILTERED) for s in CANONICAL_STATUSES]
     return combos
 
 

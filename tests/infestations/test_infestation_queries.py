@@ -12,7 +12,6 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from app.infestations import maintenance
-from app.infestations.legacy import INFESTATION_KEYS, INSTANCE_KEYS
 from app.infestations.queries import (
     get_infestation,
     list_infestations,
@@ -25,6 +24,7 @@ from app.infestations.queries import (
     parse_pattern_key,
     ranked_list_sql,
 )
+from app.infestations.rows import INFESTATION_KEYS, INSTANCE_KEYS
 from app.kernel import db
 from app.kernel.paging import InvalidCursor, decode_cursor, encode_cursor
 from app.registry.models import Repository

@@ -7,13 +7,8 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from app.infestations.legacy import (
-    INFESTATION_KEYS,
-    INSTANCE_KEYS,
-    get_infestation_legacy,
-    list_infestations_legacy,
-    list_instances_legacy,
-)
+from app.infestations.legacy import get_infestation_legacy, list_infestations_legacy, list_instances_legacy
+from app.infestations.rows import INFESTATION_KEYS, INSTANCE_KEYS
 from app.kernel import db
 from app.kernel.paging import InvalidCursor
 from app.reports.finding_memory import pattern_key

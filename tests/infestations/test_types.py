@@ -3,7 +3,7 @@ the infestation map, §4.4 instance entries)."""
 
 from __future__ import annotations
 
-from app.infestations.legacy import INFESTATION_KEYS, INSTANCE_KEYS
+from app.infestations.rows import INFESTATION_KEYS, INSTANCE_KEYS
 from app.infestations.types import Infestation, Instance
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.infestations.legacy import window_bucket
+from app.infestations.rows import window_bucket
 from app.kernel import db
 from e2e.seed import account, seed_pattern
 from e2e.soup import attr, one, soup
