@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from app.infestations.models import WINDOWS
 from app.infestations.shadow import shadow_compare_all
 from app.kernel import db
 from app.kernel.public import public_canonical
-from app.kernel.sql import statement
+from app.kernel.sql import WINDOW_DAYS, statement
 
 COVERAGE_THRESHOLD = 0.99
 RECENT_REFRESH_HOURS = 26  # hourly window recompute and nightly reconcile both bump refreshed_at
 DIRTY_MAX_AGE_SECONDS = 60
 RECONCILE_MAX_AGE_HOURS = 26  # nightly, with slack for a slow run
-RANK_INDEXES = tuple(f"infestation_patterns_rank_{w}d_idx" for w in WINDOWS)
+RANK_INDEXES = tuple(f"infestation_patterns_rank_{w}d_idx" for w in WINDOW_DAYS)
 
 Gate = tuple[str, bool, str]
 

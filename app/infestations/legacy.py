@@ -16,9 +16,8 @@ from typing import Any, LiteralString
 
 from sqlalchemy import ARRAY, ColumnElement, Text, and_, any_, bindparam, cast, literal, true
 
-from app.infestations.models import status_rank
+from app.infestations.models import UNKNOWN_TITLE, status_rank
 from app.infestations.rows import (
-    UNKNOWN_TITLE,
     ListOptions,
     infestation_map,
     instance_entry,

@@ -25,14 +25,13 @@ from sqlalchemy.orm import Mapped, MappedColumn, mapped_column
 from app.kernel.db import Base
 from app.kernel.sql import WINDOW_DAYS, Window, statement
 
-WINDOWS = WINDOW_DAYS
 # the counts of a pattern (all-time, and per window); repositories and instances, then instances by status
 COUNTS = ("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count")
 # the aggregates kept for each window (docs/domain.md §5.3) as `{name}_{W}d`; the all-time columns carry the bare names
 WINDOWED_AGGREGATES = (*COUNTS, "last_seen_at")
-STATUSES = ("open", "verified", "disputed", "fixed")
+UNKNOWN_TITLE = "Unknown pattern"  # the title of a pattern whose canonicals have none
 ALL_TIME = 0  # `window_days` of the all-time row of infestation_pattern_status_windows
-STATUS_WINDOWS = (ALL_TIME, *WINDOWS)
+STATUS_WINDOWS = (ALL_TIME, *WINDOW_DAYS)
 
 
 def status_rank(status: ColumnElement[Any]) -> ColumnElement[int]:
@@ -47,7 +46,7 @@ def _window_columns() -> dict[str, MappedColumn[Any]]:
             if name == "last_seen_at"
             else mapped_column(Integer, nullable=False, server_default="0")
         )
-        for w in WINDOWS
+        for w in WINDOW_DAYS
         for name in WINDOWED_AGGREGATES
     }
 
@@ -65,7 +64,7 @@ class InfestationPattern(Base):
                 statement("last_seen_at_{w}d DESC NULLS LAST", w=w),
                 postgresql_where=statement("repo_count_{w}d >= 2", w=w),
             )
-            for w in map(Window, WINDOWS)
+            for w in map(Window, WINDOW_DAYS)
         ),
     )
 

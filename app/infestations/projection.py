@@ -20,11 +20,12 @@ from sqlalchemy import ARRAY, BigInteger, ColumnElement, TextClause, and_, any_,
 from sqlalchemy import table as _table
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.infestations.models import COUNTS, STATUSES, WINDOWED_AGGREGATES, WINDOWS, status_rank
+from app.infestations.models import COUNTS, UNKNOWN_TITLE, WINDOWED_AGGREGATES, status_rank
 from app.kernel import db
 from app.kernel.metrics import REFRESH_DURATION, REFRESH_ERRORS, REFRESH_INSTANCES, REFRESH_SCOPES
 from app.kernel.public import listed_repository, public_scan
-from app.kernel.sql import Fragment, Name, Window, compose, join, names, statement
+from app.kernel.sql import WINDOW_DAYS, Fragment, Name, Window, compose, join, names, statement
+from app.reports.models import CANONICAL_STATUSES
 
 # The representative instance: open-preferring, then newest (docs/domain.md §4.2).
 _REPRESENTATIVE_ORDER = compose(
@@ -141,7 +142,7 @@ def _sync_instances(shape: str) -> TextClause:
 WITH src AS (
   SELECT
     c.id AS canonical_finding_id, c.pattern_key, c.repository_id, c.status, c.severity,
-    COALESCE(NULLIF(c.title, ''), 'Unknown pattern') AS title, c.file_path,
+    COALESCE(NULLIF(c.title, ''), {unknown}) AS title, c.file_path,
     o.public_id AS sample_occurrence_public_id, o.scan_id AS sample_scan_id, o.commit_sha AS sample_commit_sha,
     c.inserted_at, c.updated_at
   FROM canonical_findings c
@@ -172,6 +173,7 @@ SELECT (SELECT count(*) FROM src) AS instances, (SELECT count(*) FROM upserted) 
        (SELECT count(*) FROM removed) AS removed
 """,
         public=public_scan(),
+        unknown=literal(UNKNOWN_TITLE),
         listed=listed_repository(),
         keys_c=_keys(shape, "c"),
         keys_i=_keys(shape, "i"),
@@ -260,7 +262,7 @@ WHERE {keys_e} AND e.pattern_key = gone.pattern_key AND e.repository_id = gone.r
 
 
 def _window_columns() -> list[str]:
-    return [f"{name}_{w}d" for w in WINDOWS for name in WINDOWED_AGGREGATES]
+    return [f"{name}_{w}d" for w in WINDOW_DAYS for name in WINDOWED_AGGREGATES]
 
 
 def _status_value(status: str) -> ColumnElement[bool]:
@@ -272,10 +274,11 @@ def _status_value(status: str) -> ColumnElement[bool]:
 def _per_repository(shape: str) -> Fragment:
     parts = [Fragment("count(*) AS n")]
     parts += [
-        compose("count(*) FILTER (WHERE {status}) AS {s}_n", status=_status_value(s), s=Name(s)) for s in STATUSES
+        compose("count(*) FILTER (WHERE {status}) AS {s}_n", status=_status_value(s), s=Name(s))
+        for s in CANONICAL_STATUSES
     ]
     parts += [Fragment("min(inserted_at) AS first_seen_at"), Fragment("max(updated_at) AS last_seen_at")]
-    for w in map(Window, WINDOWS):
+    for w in map(Window, WINDOW_DAYS):
         inside = column("updated_at") >= w.since
         parts += [
             compose("count(*) FILTER (WHERE {inside}) AS n_{w}d", inside=inside, w=w),
@@ -287,7 +290,7 @@ def _per_repository(shape: str) -> Fragment:
                     s=Name(s),
                     w=w,
                 )
-                for s in STATUSES
+                for s in CANONICAL_STATUSES
             ),
             compose("max(updated_at) FILTER (WHERE {inside}) AS last_seen_at_{w}d", inside=inside, w=w),
         ]
@@ -302,7 +305,7 @@ def _per_repository(shape: str) -> Fragment:
 def _window_aggregates() -> list[Fragment]:
     """`{name}_{W}d` of docs/domain.md §5.3, over the per-repository rows `pr`."""
     parts: list[Fragment] = []
-    for w in map(Window, WINDOWS):
+    for w in map(Window, WINDOW_DAYS):
         parts += [
             compose("count(*) FILTER (WHERE pr.n_{w}d > 0)::int AS repo_count_{w}d", w=w),
             compose("sum(pr.n_{w}d)::int AS instance_count_{w}d", w=w),
@@ -419,7 +422,7 @@ def _sync_status_windows(shape: str) -> TextClause:
     """Per (key, status, window) counts for the status-filtered lists (docs/domain.md §1.8): repositories and
     instances with that status updated inside the window (all time for window 0) and their newest `updated_at`.
     Only (status, window) pairs with instances have a row; changed rows are rewritten, emptied ones deleted."""
-    windows = list(map(Window, WINDOWS))
+    windows = list(map(Window, WINDOW_DAYS))
     per_repository = join(
         ", ",
         [

@@ -7,14 +7,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.infestations.models import COUNTS, WINDOWED_AGGREGATES
+from app.infestations.models import COUNTS, UNKNOWN_TITLE, WINDOWED_AGGREGATES
 from app.kernel import db
 from app.kernel.answers import uuid_text
 from app.kernel.paging import Page, Pages, cursor_params, keyset_page, time_id_cursor
 from app.kernel.sql import WINDOW_DAYS
 from app.reports.models import CANONICAL_STATUSES
 
-UNKNOWN_TITLE = "Unknown pattern"
 MIN_REPOS_CHOICES = (2, 3, 5, 10)  # the index's filter, and what shadow-compare covers
 
 # The infestation map of docs/domain.md §5.7: identical keys on every path (legacy, rollup, status-filtered).

@@ -37,11 +37,11 @@ from sqlalchemy import ColumnElement, and_, column, distinct, false, func, text
 from sqlalchemy import table as _table
 from sqlalchemy.sql.functions import FunctionElement
 
-from app.infestations.models import ALL_TIME, COUNTS, WINDOWS
+from app.infestations.models import ALL_TIME, WINDOWED_AGGREGATES
 from app.kernel import db, outbox
 from app.kernel.metrics import SHADOW_COMPARED, SHADOW_MISMATCHES, SHADOW_SKIPPED, SHADOW_SUSPECTS
 from app.kernel.public import public_canonical
-from app.kernel.sql import Window, join, statement
+from app.kernel.sql import WINDOW_DAYS, Window, join, statement
 from app.reports.models import CANONICAL_STATUSES
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ ALL = "all"
 
 # what is compared, per (window, status): the unfiltered row carries every count and last_seen_at per window (and
 # first_seen_at all-time); a status-window row carries repositories, instances and last_seen_at (docs/domain.md §1.8)
-_UNFILTERED = (*COUNTS, "last_seen_at")
+_UNFILTERED = WINDOWED_AGGREGATES
 _FILTERED = ("repo_count", "instance_count", "last_seen_at")
 _STATUS_COUNT = {f"{s}_count": s for s in CANONICAL_STATUSES}
 
@@ -63,7 +63,7 @@ def _column(aggregate: str, window: int | None, status: str | None) -> str:
 def _combinations() -> list[tuple[int | None, str | None, tuple[str, ...]]]:
     combos: list[tuple[int | None, str | None, tuple[str, ...]]] = [(None, None, (*_UNFILTERED, "first_seen_at"))]
     combos += [(None, s, _FILTERED) for s in CANONICAL_STATUSES]
-    for w in WINDOWS:
+    for w in WINDOW_DAYS:
         combos.append((w, None, _UNFILTERED))
         combos += [(w, s, _FILTERED) for s in CANONICAL_STATUSES]
     return combos
@@ -107,7 +107,7 @@ def crossed_since_recompute(window: Window) -> ColumnElement[bool]:
 
 
 _CROSSED = [
-    func.coalesce(func.bool_or(crossed_since_recompute(Window(w))), false()).label(f"crossed_{w}") for w in WINDOWS
+    func.coalesce(func.bool_or(crossed_since_recompute(Window(w))), false()).label(f"crossed_{w}") for w in WINDOW_DAYS
 ]
 
 _COMPARE = statement(
@@ -239,7 +239,7 @@ def _judge(row: Mapping[Any, Any]) -> KeyComparison:
         return result
     legacy, rollup = _as_map(row["legacy"]), _as_map(row["rollup"])
     status_windows = _status_windows(row["status_windows"])
-    result.skipped_windows = [w for w in WINDOWS if legacy.get(f"crossed_{w}")]
+    result.skipped_windows = [w for w in WINDOW_DAYS if legacy.get(f"crossed_{w}")]
     for window, status, aggregates in COMBINATIONS:
         if window in result.skipped_windows:
             continue

@@ -15,10 +15,11 @@ from typing import Any
 
 from markupsafe import Markup
 
+from app.infestations.models import UNKNOWN_TITLE
 from app.kernel.urls import finding_path, infestation_path, repo_path
+from app.reports.models import CANONICAL_STATUSES
 
 GOLDEN_ANGLE = math.pi * (3 - math.sqrt(5))  # ~137.5 degrees: successive ranks never line up
-STATUSES = ("open", "verified", "disputed", "fixed")  # tie order when picking a dominant status
 STATUS_LABELS = {
     "open": "Mostly open",
     "verified": "Mostly verified",
@@ -43,8 +44,8 @@ def _int(row: Mapping[str, Any], key: str) -> int:
 
 def dominant_status(row: Mapping[str, Any]) -> str:
     """The status holding most instances (ties: open, verified, disputed, fixed); drives a node's colour."""
-    counts = {s: _int(row, f"{s}_count") for s in STATUSES}
-    return max(STATUSES, key=lambda s: (counts[s], -STATUSES.index(s)))
+    counts = {s: _int(row, f"{s}_count") for s in CANONICAL_STATUSES}
+    return max(CANONICAL_STATUSES, key=lambda s: (counts[s], -CANONICAL_STATUSES.index(s)))
 
 
 def open_share(row: Mapping[str, Any]) -> float:
@@ -213,7 +214,7 @@ def constellation_layout(
         y = round(cy + rho * math.sin(theta), 1)
         repos = _int(row, "repo_count")
         radius = round(min_r + (max_r - min_r) * math.sqrt(max(repos, 0) / top), 1)
-        title = str(row.get("title") or "Unknown pattern")
+        title = str(row.get("title") or UNKNOWN_TITLE)
         key = str(row.get("pattern_key") or "")
         severity = row.get("severity") if isinstance(row.get("severity"), str) else None
         share = open_share(row)
@@ -260,7 +261,7 @@ def constellation_layout(
                 lx, ly, box, leader = margin
                 taken.append(box)
                 nodes[i] = replace(node, label=text, label_x=lx, label_y=ly, label_anchor="middle", leader=leader)
-    tones = [s for s in STATUSES if any(node.tone == s for node in nodes)] or ["open"]
+    tones = [s for s in CANONICAL_STATUSES if any(node.tone == s for node in nodes)] or ["open"]
     legend = tuple(LegendEntry(tone=s, label=STATUS_LABELS[s]) for s in tones)
     orbits = tuple(
         (round(stretch * step * math.sqrt(rank - 1 + 1.5), 1), round(step * math.sqrt(rank - 1 + 1.5), 1))
@@ -301,8 +302,8 @@ class Satellite:
     listed_status: str = "open"  # the membership's status as listed (the table's Status column)
     finding_href: str | None = None  # its sample finding's page, when it has one
 
-    # The SVG geometry as ready attribute runs. Only numbers and this module's own keywords go in (a tone from
-    # STATUSES, a text-anchor), never text from a row, so there is nothing to escape; the slug, href and names stay
+    # The SVG geometry as ready attribute runs. Only numbers and this module's own keywords go in (a status tone, a
+    # text-anchor), never text from a row, so there is nothing to escape; the slug, href and names stay
     # autoescaped in the template. One output per element instead of one autoescaped `{{ }}` per number keeps the
     # show page's render cost down (96 satellites a render: docs/benchmarks.md, the hot show page's server time).
     @property
@@ -381,7 +382,7 @@ def hub_layout(
         for j, (entry, (href, finding_href)) in enumerate(zip(members, member_links, strict=True)):
             angle = offset + 2 * math.pi * j / len(members)
             status = str(entry.get("status") or "open")
-            tone = status if status in STATUSES else "disputed"
+            tone = status if status in CANONICAL_STATUSES else "disputed"
             count = _int(entry, "instance_count")
             slug = f"{entry.get('owner', '')}/{entry.get('name', '')}"
             x = round(cx + stretch * radii[ring] * math.cos(angle), 1)
@@ -409,8 +410,8 @@ def hub_layout(
                 )
             )
     repo_count = _int(infestation, "repo_count")
-    title = str(infestation.get("title") or "Unknown pattern")
-    tones = [s for s in STATUSES if any(sat.status == s for sat in satellites)]
+    title = str(infestation.get("title") or UNKNOWN_TITLE)
+    tones = [s for s in CANONICAL_STATUSES if any(sat.status == s for sat in satellites)]
     narrow = None
     if with_narrow and width > NARROW_WIDTH:
         # a phone draws the two inner rings (the 32 most recent); "+N more in ledger" counts the rest

@@ -1,5 +1,5 @@
 """The atlas's JSON twins as typed structures, built from the query modules' rows: the infestation map
-(docs/domain.md §5.7, `app.infestations.legacy.INFESTATION_KEYS`), ledger rows (§4.4, `INSTANCE_KEYS`), affected
+(docs/domain.md §5.7, `app.infestations.rows.INFESTATION_KEYS`), ledger rows (§4.4, `INSTANCE_KEYS`), affected
 repositories, and the index and show twins."""
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.infestations.models import UNKNOWN_TITLE
 from app.infestations.queries import (
     get_infestation,
     list_infestations,
@@ -93,7 +94,7 @@ def _infestation_entry(base: str, item: dict[str, Any], spread: str) -> Entry:
     updated = item.get("last_seen_at") or item.get("first_seen_at") or utcnow()
     return Entry(
         id=tag("infestation", key),
-        title=str(item.get("title") or "Unknown pattern"),
+        title=str(item.get("title") or UNKNOWN_TITLE),
         link=f"{base}/infestations/{key}",
         updated=updated,
         published=item.get("first_seen_at"),

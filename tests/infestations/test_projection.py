@@ -11,8 +11,8 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.infestations import maintenance, projection
-from app.infestations.models import WINDOWS
 from app.kernel import db
+from app.kernel.sql import WINDOW_DAYS
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
 from tests.sql import execute, one, rows
@@ -193,7 +193,7 @@ async def test_window_columns_equal_a_direct_count_for_each_window(reporter: Acc
     await projection.refresh_pattern(KEY)
     p = await pattern()
     assert p is not None
-    for w in WINDOWS:
+    for w in WINDOW_DAYS:
         direct = await one(_DIRECT, k=KEY, hours=w * 24)
         assert direct is not None
         stored = {name: p[f"{name}_{w}d"] for name in direct}

@@ -10,10 +10,11 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from app.infestations.models import STATUSES, WINDOWS
 from app.infestations.queries import list_infestations_rollup, status_list_sql
 from app.kernel import db
+from app.kernel.sql import WINDOW_DAYS
 from app.moderation import service
+from app.reports.models import CANONICAL_STATUSES
 from e2e.seed import seed_pattern
 from tests import factories
 from tests.infestations.support import ago, back_rollups_with_visible_rows
@@ -49,7 +50,7 @@ async def _bulk_status_windows(count: int) -> None:
                 "FROM generate_series(1, :n) g, unnest(CAST(:statuses AS text[])) s, "
                 "unnest(CAST(:windows AS int[])) w"
             ),
-            {"n": count, "statuses": list(STATUSES), "windows": [0, *WINDOWS]},
+            {"n": count, "statuses": list(CANONICAL_STATUSES), "windows": [0, *WINDOW_DAYS]},
         )
     await back_rollups_with_visible_rows()
 
@@ -59,8 +60,8 @@ async def test_every_status_list_walks_the_rank_index_in_the_documented_order() 
     async with db.read_session(replica=False) as session:
         await session.execute(text("ANALYZE infestation_pattern_status_windows"))
         rows = (await session.execute(text("SELECT * FROM infestation_pattern_status_windows"))).mappings().all()
-        for status in STATUSES:
-            for w in WINDOWS:
+        for status in CANONICAL_STATUSES:
+            for w in WINDOW_DAYS:
                 since = ago(w)
                 params = {"status": status, "min_repos": 3, "since": since, "limit": 40}
                 plan = "\n".join(r[0] for r in await session.execute(text("EXPLAIN " + status_list_sql(w)), params))

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from app.devservices import pg_bin_dir
-from app.infestations.models import WINDOWS
 from app.infestations.queries import list_infestations_rollup
 from app.kernel import db
+from app.kernel.sql import WINDOW_DAYS
 from tests.harness import tarakan
 from tests.infestations.support import build_registry, refresh_all
 
@@ -28,7 +28,7 @@ async def atlas() -> list[list[dict[str, Any]]]:
     """Every window of the ranked atlas, all statuses and each one."""
     return [
         await list_infestations_rollup(days=days, min_repos=2, status=status, limit=100)
-        for days in WINDOWS
+        for days in WINDOW_DAYS
         for status in (None, "open", "verified", "disputed", "fixed")
     ]
 
