@@ -19,8 +19,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from app.infestations import queries
+from app.infestations.constellation import constellation_layout
+from app.infestations.hub import SATELLITE_CAP, hub_layout
 from app.infestations.rows import MIN_REPOS_CHOICES, ListOptions, list_options, window_bucket
-from app.infestations.svg import SATELLITE_CAP, constellation_layout, hub_layout
 from app.infestations.types import (
     STATUS_CHOICES,
     InfestationFilters,

@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import text
 
 from app.infestations import queries
-from app.infestations.svg import constellation_layout
+from app.infestations.constellation import constellation_layout
 from app.kernel import config, db
 from app.kernel.audit import latest_event_id
 from app.kernel.templating import environment

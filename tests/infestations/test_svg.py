@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from app.infestations.svg import CHAR_WIDTH, SATELLITE_CAP, Constellation, constellation_layout, hub_layout
+from app.infestations.constellation import Constellation, constellation_layout
+from app.infestations.hub import SATELLITE_CAP, hub_layout
+from app.infestations.svg import CHAR_WIDTH
 from app.kernel.templating import environment
 from app.kernel.urls import repo_path
 from app.seed import DEMO_PATTERNS
