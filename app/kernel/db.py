@@ -104,13 +104,6 @@ def engine() -> AsyncEngine:
     return _engine_for(settings().database_url)
 
 
-def replica_engine() -> AsyncEngine:
-    cfg = settings()
-    if cfg.database_replica_url is None or _force_primary.get():
-        return _engine_for(cfg.database_url)
-    return _engine_for(cfg.database_replica_url)
-
-
 def use_primary_for_reads() -> contextvars.Token[bool]:
     """Route this context's replica reads to the primary; returns the token that `reset_primary_reads` takes."""
     return _force_primary.set(True)

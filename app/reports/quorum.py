@@ -78,13 +78,8 @@ GROUP BY ch.canonical_finding_id, ch.verdict
 )
 
 
-async def tally_checks(session: AsyncSession, canonical_id: int, commit_sha: str) -> Tally:
-    """Qualified verdict counts for one canonical at one commit."""
-    return (await tally_many(session, {canonical_id: commit_sha})).get(canonical_id, Tally())
-
-
 async def tally_many(session: AsyncSession, commits: dict[int, str]) -> dict[int, Tally]:
-    """`tally_checks` of many canonicals (id -> the commit to count at); a canonical without counted checks is
+    """Qualified verdict counts per canonical (id -> the commit to count at); a canonical without counted checks is
     left out (its tally is `Tally()`)."""
     if not commits:
         return {}

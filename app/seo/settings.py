@@ -16,7 +16,6 @@ class SeoSettings:
     base_url: str
     index_threshold: int  # listed repositories at which /sitemap.xml becomes a sitemapindex
     max_urls: int  # cap of the single urlset (the benchmark raises it to stream 10^6 URLs in one file)
-    cache_ttl: float  # seconds the child page boundaries are cached (0 disables)
 
 
 def seo_settings() -> SeoSettings:
@@ -25,9 +24,9 @@ def seo_settings() -> SeoSettings:
         base_url=cfg.base_url,
         index_threshold=cfg.sitemap_index_threshold,
         max_urls=cfg.sitemap_max_urls,
-        cache_ttl=cfg.sitemap_cache_ttl,
     )
 
 
 def sitemap_cache_ttl() -> float:
+    """Seconds the child page boundaries are cached (0 disables)."""
     return settings().sitemap_cache_ttl
