@@ -18,8 +18,9 @@ QUERY_MAX_LENGTH = 100
 # The substring pass cannot use an index (no trigram index in the schema): bound it in time, and fall back to
 # the indexed prefix matches alone when it runs out, so a search never stalls a page at scale.
 SUBSTRING_TIMEOUT_MS = 250
-# Anonymous searches are cached single-flight by (query, limit) for a few seconds, and dropped at the next request
-# after any audited takedown (docs/security.md "Limits"); read through the module so tests can change it.
+# Searches are cached single-flight by (query, limit) for a few seconds, and dropped at the next request after any
+# audited takedown (docs/security.md "Limits"); one entry for every viewer, since a search lists only listed
+# repositories whoever asks. Read through the module so tests can change it.
 SEARCH_CACHE_SECONDS = 5.0
 SEARCH_CACHE_SIZE = 512
 search_cache: TakedownKeyedCache[list[dict[str, Any]]] = TakedownKeyedCache(
@@ -74,18 +75,14 @@ async def get_repository(host: str, owner: str, name: str) -> dict[str, Any] | N
     return dict(row) if row is not None else None
 
 
-async def search_repositories(
-    raw_query: str | None, *, limit: int = SEARCH_DEFAULT, anonymous: bool = False
-) -> list[dict[str, Any]]:
+async def search_repositories(raw_query: str | None, *, limit: int = SEARCH_DEFAULT) -> list[dict[str, Any]]:
     """Listed repositories matching `owner`, `name` or `owner/name`: name-prefix matches first, then the
-    others, each newest first; at most `limit` (max 50). An empty query returns nothing. `anonymous` answers go
-    through the shared `search_cache` (never a signed-in viewer's)."""
+    others, each newest first; at most `limit` (max 50). An empty query returns nothing. The same for every
+    viewer (no privileged view lists more), so every answer goes through the shared `search_cache`."""
     query = normalize_query(raw_query)
     limit = clamp_limit(limit, SEARCH_MAX)
     if not query:
         return []
-    if not anonymous:
-        return await _search(query, limit)
     found = await search_cache.get((query, limit), lambda: _search(query, limit))
     return [dict(r) for r in found]  # callers get their own rows; the cached ones stay as loaded
 
