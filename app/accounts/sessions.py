@@ -1,33 +1,4 @@
-"""Server-side web sessions and password login (docs/domain.md §12, decision 5).
-
-A session is a row in `web_sessions`; the cookie holds a random token and the table only its sha256, so a
-database leak does not hand out live sessions. Sessions are authoritative: revoking the row logs the browser out
-on every instance at its next request.
-
-Lifetimes (chosen here, documented for operators): a session ends after **12 hours without a request** (idle) or
-**7 days after login** (absolute, `expires_at`), whichever comes first. `last_seen_at` is written at most once per
-5 minutes, so the idle limit is exact to within those 5 minutes and a busy browser costs one small UPDATE per
-5 minutes, not one per request.
-
-Login rate limits, over failed attempts in `login_attempts` (shared by every web process; docs/security.md):
-5 failures per account *from one client address* in 15 minutes refuse that account from that address, even
-with the right password, until the oldest counted failure leaves the window. 20 failures per client address
-throttle the address rather than close it: past them an account keeps one guess from that address (refused once
-it has a failure of its own there), answered no sooner than `THROTTLE_DELAY`, and an email that is no account's
-costs no hashing. So bad logins from one shared address (a proxy) do not stop every moderator, and spraying from
-it gets one slow guess per known email. A client address is an IPv4 address or an IPv6 /64
-(`app.ops.secrets.client_address`). The per-account limit is per address so that a stranger who knows an email
-cannot lock its owner out: the owner, from anywhere else, still logs in (docs/domain.md §1.6).
-
-Attempts are stored under keyed hashes (HMAC under the app secret) of the normalized email and of the address:
-fixed-size index rows whatever was typed, and no email or address in clear. An email that cannot belong to an
-account (malformed, over 254 characters, control characters) or a password over the length cap gets the same
-answer as a wrong password without any hashing, and still counts against the address; so does a suspended or
-banned account's right password (its state must not tell that the password was right). An attempt is recorded
-*before* the password is verified, under a per-address lock, so parallel guesses (one email or many) cannot all
-slip under the limits while their hashes run; a success deletes it. Hashing runs under
-`app.accounts.passwords`'s concurrency bound.
-"""
+"""Server-side web sessions and password login (docs/security.md "Sessions and login")."""
 
 from __future__ import annotations
 
