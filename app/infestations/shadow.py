@@ -1,19 +1,5 @@
-"""Shadow-compare: run the legacy online aggregate and the rollup read side by side and describe every difference.
-
-A cutover gate (docs/domain.md §13 "Cutover gates") and an operator command. Compared: the ranked keys and their order, all
-counts, and last_seen_at. Not first_seen_at: the legacy one is window-scoped while the rollup list carries the
-all-time one (docs/domain.md §5.7), so they differ by design. Not title/sample either: both come from the public join
-but the legacy list recomputes them live, and only the ranking semantics are frozen (docs/domain.md §5.7).
-
-Lag is not a mismatch: both list forms (unfiltered and status-filtered) take their counts from the window bucket,
-which the hourly recompute decays (docs/domain.md §5.4, §5.7), while the legacy read is clock-exact. A key one of
-whose public instances crossed the window's boundary since its last recompute (the continuous comparison's rule,
-`shadow_sampler.crossed_since_recompute`) is left out of both lists, so a live registry can pass the gate.
-
-This is the whole-list comparison run by hand (`tarakan infestations shadow-compare`, the cutover gate), in CLI
-processes nobody scrapes. What the alert watches is the worker's continuous, sampled comparison per key
-(`app.infestations.shadow_sampler`), which counts a mismatch only when it survives the key's refresh.
-"""
+"""Shadow-compare by hand: the legacy and rollup ranked lists side by side, every difference described (a cutover
+gate and `tarakan infestations shadow-compare`; docs/domain.md §5.7)."""
 
 from __future__ import annotations
 

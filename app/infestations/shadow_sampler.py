@@ -1,26 +1,5 @@
-"""Continuous shadow-compare (docs/operations.md "TarakanShadowMismatch"): every few minutes the worker compares a
-bounded random sample of pattern keys, each over all-time and every window x status, between the legacy aggregate
-over the public join set (docs/domain.md §4) and the rollup rows the atlas reads: the pattern row for the unfiltered
-counts (docs/domain.md §5.3) and the status-window rows for the status-filtered ones (docs/domain.md §1.8, §5.7).
-
-Lag is not a mismatch (docs/domain.md "Consistency model"):
-- a key that is dirty (waiting for, or in, its refresh) is skipped;
-- a key whose source changed after its last refresh from source (`infestation_patterns.updated_at`, which only a
-  refresh from source moves, docs/domain.md §5.4) is skipped: a missed hook is the nightly reconcile's business;
-- a window (its unfiltered counts and its status-window rows alike: the same refresh and hourly recompute write
-  both, docs/domain.md §5.4) is compared only when no public instance of the key crossed that window's boundary
-  since the row's last recompute (`refreshed_at`, moved by the hourly decay and by refreshes): such a (key, window)
-  is skipped until the next hourly recompute (`crossed_since_recompute`, also used by `app.infestations.shadow`).
-
-Everything one key needs is read in one statement, so dirty flag, source and rollup rows come from one snapshot: a
-change committed between two reads cannot pass for a mismatch.
-
-A mismatch is not counted at once: the key is marked dirty through the outbox (reason `shadow_compare`), the
-comparison waits (bounded) for the drain to refresh it, and compares it again. Only a key that still differs
-after its refresh is counted in `tarakan_infestations_shadow_mismatches_total` (the alert's metric) and logged with
-its key, window, status and both values. A key whose refresh did not happen within the wait, or that changed
-again meanwhile, is undecided: not counted, and a later sample may pick it again.
-"""
+"""Continuous shadow-compare in the worker: sampled keys, the legacy aggregate against the rollup rows, lag skipped,
+a difference counted only when it survives the key's refresh (docs/operations.md "TarakanShadowMismatch")."""
 
 from __future__ import annotations
 
