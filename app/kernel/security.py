@@ -1,23 +1,5 @@
-"""Security middleware (pure ASGI, never BaseHTTPMiddleware): security headers on every response, CSRF by
-origin checks on unsafe methods, and the session cookie made available to routes.
-
-CSRF (docs/domain.md §12, decision 5): browsers tell us where a request comes from. An unsafe request (POST, PUT, PATCH,
-DELETE) passes when `Sec-Fetch-Site` is `same-origin` or `none` (typed URL, bookmark), else when `Origin` is our
-own origin (BASE_URL's, or the request's own scheme://host). Anything else is refused with 403 before any route
-runs. Two kinds of request carry no ambient browser credential and are exempt: API calls with
-`Authorization: Bearer` and no cookie, and requests with neither a cookie nor any browser provenance header
-(scripts, curl: no browser sent them, so nothing was forged). SameSite=Lax on the session cookie is the second
-layer.
-
-Sessions are loaded lazily by `app.accounts.sessions.current_account(request)` so public pages without a cookie
-never touch the sessions table; this middleware only decides whether a request may reach a route at all.
-
-Read-your-writes with a read replica (`DATABASE_REPLICA_URL`): after a successful unsafe request (status < 400)
-that carried a session cookie, the response sets the short-lived `tarakan_rw` cookie, and every request carrying
-it reads the primary (`db.primary_reads()`), so the page a moderator lands on after an action shows that action
-even while the replica lags. The cookie is a routing hint, not a credential (so no Secure flag: it must work on
-plain-http local setups too); forging it only moves that browser's reads to the primary.
-"""
+"""Security middleware (pure ASGI): headers on every response, CSRF by origin on unsafe methods, and the
+read-your-writes mark (docs/security.md "Cross-site requests")."""
 
 from __future__ import annotations
 
