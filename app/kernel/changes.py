@@ -1,21 +1,5 @@
-"""The change feed's write side (docs/domain.md §13): what became public, changed status or was withdrawn, written
-in the same transaction as the change.
-
-Where entries come from: the *published set* (`published_repositories`, `published_findings`,
-`published_canonicals`) is what the feed has announced so far. `sync_scan`, `sync_repository` and `sync_statuses`
-diff it against the public join set (`app.kernel.public`) for one report, one repository or some pattern keys, and
-every row the diff inserts, deletes or updates writes one entry. The outbox calls them at the very points where a
-service marks rollup keys dirty (every mutator of visibility, listing and status already does that, in its
-transaction), so there is one place and no forgotten writer; a hard delete withdraws everything before the rows go.
-Emitting from the DML's RETURNING (under the published row's lock) means two overlapping transactions never
-announce the same change twice.
-
-Commit order (the classic trap): a sequence hands out numbers in *allocation* order, and in-flight transactions
-commit out of that order, so a reader at seq 11 could later find a committed seq 10 and skip it. Here an entry is
-inserted without a `seq`; a deferred constraint trigger numbers the transaction's entries at commit, under a
-transaction-level advisory lock held until the commit is visible. So seq order is commit order: once seq N is
-visible, every seq below N is visible too (or never committed), and a reader can simply read `seq >= cursor`.
-"""
+"""The change feed's write side: the published set diffed against the public join set, entries written in the
+change's transaction and numbered at commit (docs/domain.md §13 "Change feed", §12 decision 8)."""
 
 from __future__ import annotations
 
@@ -238,13 +222,8 @@ async def _occurrence_public(session: AsyncSession, public_id: uuid.UUID | str) 
 
 
 # ---- the write side: diff the published set against the public join set ----------------------------------------
-# Each statement is one INSERT/UPDATE/DELETE on the published set whose RETURNING rows become entries. `{...}` are
-# scope predicates (one report, one repository, everything); `deleting` withdraws regardless of visibility (a hard
-# delete, before its rows go).
-# Cost: a diff of one report or repository must cost its own rows, whatever the registry's size and the planner's
-# statistics (the published set has none right after migration 0005's seed), so its (NOT) EXISTS tests are per-row
-# key probes (`OFFSET 0`, which keeps a subquery from being planned as a join or a hashed subplan: either
-# may read every public finding per write); the whole diff leaves them to the planner, which hashes once.
+# One INSERT/UPDATE/DELETE on the published set per statement, its RETURNING rows the entries; `{...}` are scope
+# predicates; scoped diffs probe per row (`OFFSET 0`), the whole diff hashes (docs/domain.md §13 "Change feed").
 
 _LISTED = """
 WITH up AS (
@@ -385,9 +364,7 @@ def _still_listed(*, probe: bool) -> ColumnElement[bool]:
 
 def _statements(scope: str, *, deleting: bool = False) -> list[TextClause]:
     where = _SCOPES[scope]
-    # `seq`: NULL (numbered at commit by the trigger), except for the whole diff, which holds the commit-order lock
-    # from its start and numbers as it inserts (no per-row trigger work for a million-row seed; volatile select
-    # expressions are evaluated after ORDER BY, so numbers follow each statement's order)
+    # `seq`: NULL (numbered at commit), except in the whole diff, which numbers as it inserts
     seq = func.nextval(COMMIT_SEQUENCE) if scope == "all" else cast(null(), BigInteger)
     probe = scope != "all"
     findings_withdrawn = statement(
@@ -437,12 +414,8 @@ def _statements(scope: str, *, deleting: bool = False) -> list[TextClause]:
 
 _PREPARED = {scope: _statements(scope) for scope in _SCOPES}
 _DELETING = _statements("repository", deleting=True)
-# By pattern key (a check, a quorum recompute): the canonicals under the keys that this transaction changed (a status
-# change sets `updated_at = now()`, the transaction's time: docs/domain.md §1.5), so a check under a pattern spread
-# over 10^4 repositories reads those canonicals' rows, not a join over every announced one; only those already
-# announced, and only an UPDATE: such a key spans repositories whose row locks the caller does not hold, so this
-# must not re-create a published row that a concurrent withdrawal elsewhere just deleted (an UPDATE of a deleted
-# row does nothing). A bulk status write with its own timestamps (the demo seed) runs `sync_all`.
+# By pattern key: only canonicals this transaction changed (`updated_at = now()`), only announced ones, only an
+# UPDATE (docs/domain.md §13 "Change feed")
 _KEY_STATUSES = statement(
     """
 WITH up AS (
@@ -471,9 +444,7 @@ async def _run(session: AsyncSession, statements: list[TextClause], params: dict
     return written
 
 
-# Diffs of one report or repository run under its repository's row lock (every caller already holds it: the
-# services lock the repository before they recalculate its metrics), so two diffs of one repository never
-# interleave; taking it here again costs nothing and keeps that true for a future caller.
+# two diffs of one repository never interleave: its row lock (callers already hold it; taking it again is free)
 _LOCK_REPOSITORY = text("SELECT 1 FROM repositories WHERE id = :repository_id FOR UPDATE")
 _LOCK_SCAN_REPOSITORY = text(
     "SELECT 1 FROM repositories WHERE id = (SELECT repository_id FROM scans WHERE id = :scan_id) FOR UPDATE"
