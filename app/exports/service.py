@@ -1,21 +1,5 @@
-"""Bulk export (issue 14 item 5): one consistent snapshot of all public data as gzipped NDJSON plus a manifest.
-
-An export is a directory holding `repositories.ndjson.gz`, `findings.ndjson.gz`, `patterns.ndjson.gz` and
-`manifest.json` = `{"generated_at", "changes_cursor", "files": [{"name", "records", "bytes", "sha256"}]}`. All
-three files are read in ONE repeatable-read, read-only transaction, and `changes_cursor` is the change feed's
-position in that same snapshot (`app.kernel.changes.snapshot_cursor`): a mirror loads the files, then follows
-`/api/v1/changes` from the cursor and misses nothing. Rows are streamed from a server-side cursor and rendered as
-JSON by Postgres, so memory stays bounded whatever the registry's size; the directory is written under a
-temporary name and renamed into place, so a reader never sees half an export.
-
-Public is what the site shows: the public join set (`app.kernel.public`) for repositories and findings, and the
-read-time guard for the derived pattern rows. Record fields are documented by the JSON Schemas in
-`docs/schemas/`.
-
-The worker keeps the last `KEEP_EXPORTS` exports in EXPORT_DIR (`rebuild_export`), builds one daily and again
-after any takedown (`export_due`); the web serves the newest one only while no withdrawal happened after its
-cursor (`served_export`), so a withdrawn record is never served from an export (docs/operations.md "Bulk export").
-"""
+"""The bulk export: one snapshot of all public data as gzipped NDJSON and a manifest, its retention and what may
+be served (docs/domain.md §13 "Bulk export", docs/operations.md "Bulk export")."""
 
 from __future__ import annotations
 

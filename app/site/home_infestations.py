@@ -1,20 +1,5 @@
-"""The home page's infestation section as one shared, versioned fragment.
-
-Refresh discipline (docs/domain.md §13 "Home refresh discipline"): every open home page polls
-`/fragments/home-infestations` at most once per 15 s (htmx `every 15s`). The server's work per interval must not
-grow with the number of open pages, so:
-
-* the fragment's version is a cheap aggregate of the rollup table (`max(refreshed_at)`, row count) plus the
-  current hour (window decay moves patterns in and out without a refresh), computed at most once per
-  `VERSION_TTL_SECONDS` per process whatever the number of pollers (single flight);
-* the version also carries the dirty-key queue's state (a takedown marks keys dirty in its own transaction, so the
-  version changes with it, before any refresh) and the newest audit event id, read at every request (one index
-  probe): every takedown is audited, so every process drops its cached version at the very next request after a
-  takedown commits anywhere, not after the TTL; with the rollup flag off the version is the current TTL slot
-  instead, since the rollup table says nothing then;
-* the strong `ETag` is derived from that version, and a matching `If-None-Match` gets a 304 before any list query;
-* the rendered fragment is kept per version, so the list query runs once per change per process, not once per page.
-"""
+"""The home page's infestation section as one shared, versioned fragment (docs/domain.md §13 "Home refresh
+discipline")."""
 
 from __future__ import annotations
 
