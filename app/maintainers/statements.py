@@ -122,7 +122,9 @@ def validate_statement(body: Mapping[str, Any]) -> StatementInput:
     Texts are trimmed, at most MAX_TEXT characters, without control characters. Other keys are ignored."""
     errors: dict[str, list[str]] = {}
     status = body.get("status")
-    if status is None or status == "":
+    if status is None:
+        errors["status"] = ["is required"]
+    elif status == "":
         errors["status"] = ["can't be blank"]
     elif not isinstance(status, str) or status not in VEX_STATUSES:
         errors["status"] = [f"must be one of {', '.join(VEX_STATUSES)}"]

@@ -90,6 +90,67 @@ async def tally_many(session: AsyncSession, commits: dict[int, str]) -> dict[int
     return {cid: Tally(c.get("confirmed", 0), c.get("disputed", 0), c.get("fixed", 0)) for cid, c in counts.items()}
 
 
+# Each rule of the tally above, tested alone for one check: why a recorded check does not count (the check's answer).
+_CHECK_RULES = statement(
+    """
+SELECT ch.commit_sha = c.last_seen_commit_sha AS at_commit, c.last_seen_commit_sha,
+       ch.provenance IN ('human', 'hybrid') AS by_human, a.state, a.state = 'active' AS active,
+       {qualified} AS qualified,
+       EXISTS (SELECT 1 FROM repository_maintainers m
+               WHERE m.repository_id = c.repository_id AND m.account_id = ch.account_id) AS maintainer,
+       ch.client_ip_hash IS NOT NULL AND EXISTS (
+         SELECT 1 FROM canonical_finding_checks o
+         WHERE o.canonical_finding_id = ch.canonical_finding_id AND o.client_ip_hash = ch.client_ip_hash
+           AND o.account_id <> ch.account_id AND o.inserted_at >= now() - interval {collusion_window}) AS colluding
+FROM canonical_finding_checks ch
+JOIN canonical_findings c ON c.id = ch.canonical_finding_id
+JOIN accounts a ON a.id = ch.account_id
+WHERE ch.id = :id
+""",
+    collusion_window=literal(COLLUSION_WINDOW),
+    qualified=qualified_reviewer(_ACCOUNTS),
+)
+
+NOT_COUNTED = "recorded, not counted toward the quorum: "
+
+
+async def why_not_counted(session: AsyncSession, check_id: int) -> str | None:
+    """None when the check counts toward its canonical's quorum now, else the first rule of §1.5 it fails, in
+    words a newcomer can act on (each names its rule: commit, provenance, state, tier, maintainer, same address)."""
+    row = (await session.execute(_CHECK_RULES, {"id": check_id})).mappings().one()
+    if not row["at_commit"]:
+        return NOT_COUNTED + (
+            f"checks count only at the finding's latest commit ({row['last_seen_commit_sha']}), "
+            "and this commit is an older one (docs/domain.md §1.5)"
+        )
+    if not row["by_human"]:
+        return NOT_COUNTED + (
+            'provenance is "agent" (the default), and only human or hybrid checks count; '
+            'send "provenance": "human" when a person checked it (docs/domain.md §1.5)'
+        )
+    if not row["active"]:
+        return NOT_COUNTED + (
+            f"your account's state is {row['state']}; only checks by active accounts count (docs/domain.md §1.5)"
+        )
+    if not row["qualified"]:
+        return NOT_COUNTED + (
+            "your account is not a qualified reviewer (trust tier reviewer, or role moderator or admin) "
+            "(docs/domain.md §1.5)"
+        )
+    if row["maintainer"]:
+        return NOT_COUNTED + (
+            "you are or were a verified maintainer of this repository, and a maintainer's checks are recorded, "
+            "never counted (docs/domain.md §1.5, §14)"
+        )
+    if row["colluding"]:
+        return NOT_COUNTED + (
+            f"another account checked this finding from the same address (IPv4 address or IPv6 /64) within "
+            f"{COLLUSION_WINDOW}, so every check from that address is dropped (anti-collusion, docs/domain.md §1.5); "
+            "two reviewers on one machine must connect from different addresses"
+        )
+    return None
+
+
 _APPLY_STATUS = """
 UPDATE canonical_findings SET
   status = :status, confirmations_count = :c, disputes_count = :d,

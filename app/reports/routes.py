@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute
 
 from app.accounts.service import ApiCaller, bearer_caller, refused_subject
 from app.kernel.answers import answer_response
-from app.kernel.errors import NotFound
+from app.kernel.errors import NotFound, ValidationError
 from app.kernel.intake import Body, Budget, body_route, json_object
 from app.kernel.text import ascii_int
 from app.reports import sarif, service
@@ -34,11 +34,21 @@ def _client_ip(request: Request) -> str | None:
     return request.client.host if request.client else None
 
 
+def sarif_as_json(media_type: str) -> str:
+    return (
+        f"this body is a SARIF 2.1.0 log sent as {media_type or 'no content type'}: send it with "
+        f"Content-Type: {sarif.SARIF_MEDIA_TYPE} (add ?commit_sha= when the log names no revision; docs/sarif.md)"
+    )
+
+
 def parse_report(body: Body, budget: Budget) -> tuple[ReportInput, sarif.SarifReport | None]:
     """A Scan Format v1 body, or a SARIF 2.1.0 log mapped onto one (docs/sarif.md; the commit and the checkout
     root may come as parameters), validated and scanned for secrets."""
     document = json_object(body, budget)
     if body.media_type != sarif.SARIF_MEDIA_TYPE:
+        if sarif.is_sarif(document):
+            # otherwise the envelope's rules answer (commit_sha, model, document "is required"), naming no cause
+            raise ValidationError({"content_type": [sarif_as_json(body.media_type)]})
         return service.prepare_report(document, budget), None
     mapped = sarif.sarif_to_report(
         document,

@@ -389,7 +389,7 @@ def _commit(runs: list[_Run], raw_runs: list[dict[str, Any]], commit_sha: str | 
         if given is None:
             raise _fail(
                 "commit_sha",
-                "can't be blank: the log has no runs[].versionControlProvenance[].revisionId, "
+                "is required: the log has no runs[].versionControlProvenance[].revisionId, "
                 "so give the commit (the commit_sha parameter, or --commit)",
             )
         return given

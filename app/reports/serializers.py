@@ -79,8 +79,9 @@ def report_answer(s: Mapping[Any, Any], findings: Sequence[Mapping[Any, Any]]) -
     )
 
 
-async def check_response(session: AsyncSession, check_id: int) -> Check:
-    """The 201 body of a check: the canonical finding's new status and tallies."""
+async def check_response(session: AsyncSession, check_id: int, *, reason: str | None) -> Check:
+    """The 201 body of a check: the canonical finding's new status and tallies, and whether (or why not) this check
+    counts."""
     row = (
         await session.execute(
             text(
@@ -100,6 +101,8 @@ async def check_response(session: AsyncSession, check_id: int) -> Check:
         status=row[5],
         confirmations_count=row[6],
         disputes_count=row[7],
+        counted=reason is None,
+        reason=reason,
     )
 
 

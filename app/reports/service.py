@@ -45,7 +45,12 @@ from app.reports.policy import (
     require_verifier,
     require_writable,
 )
-from app.reports.quorum import recompute_canonical_status, recompute_scan_verification, recompute_scans_at_commit
+from app.reports.quorum import (
+    recompute_canonical_status,
+    recompute_scan_verification,
+    recompute_scans_at_commit,
+    why_not_counted,
+)
 from app.reports.secrets_scanner import SCAN_BUDGET_SECONDS, scan_fields
 from app.reports.serializers import check_response, confirmation_response, report_response
 from app.reports.types import Check, Confirmation, Report
@@ -362,7 +367,7 @@ async def store_check(
             )
         ).scalar_one()
         await mark_dirty(session, [key], "status", repository_id=repository_id)
-        return await check_response(session, row.id)
+        return await check_response(session, row.id, reason=await why_not_counted(session, row.id))
 
 
 CONFIRMATION_TAKEN = {"scan": ["you already recorded a verdict on this report"]}

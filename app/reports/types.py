@@ -95,6 +95,8 @@ class Check(Answer):
     status: str
     confirmations_count: int
     disputes_count: int
+    counted: Annotated[bool, Meta(description="whether this check counts toward the quorum now (docs/domain.md §1.5)")]
+    reason: Annotated[str | None, Meta(description="why it does not count; null when it does")]
 
 
 class Confirmation(Answer):

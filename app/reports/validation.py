@@ -85,6 +85,9 @@ class VerdictInput:
     evidence: str | None
 
 
+REQUIRED = "is required"  # the key is absent (or null); "can't be blank" is a key sent empty
+
+
 def _one_of(values: tuple[str, ...]) -> str:
     return "must be one of " + ", ".join(values)
 
@@ -125,7 +128,9 @@ def _is_int(value: object) -> bool:
 
 def normalize_commit_sha(value: object) -> tuple[str | None, str | None]:
     """(normalized sha, error message)."""
-    if value is None or (isinstance(value, str) and value.strip() == ""):
+    if value is None:
+        return None, REQUIRED
+    if isinstance(value, str) and value.strip() == "":
         return None, "can't be blank"
     if not isinstance(value, str):
         return None, "must be a string"
@@ -183,7 +188,9 @@ def _required_text(raw: dict[str, Any], key: str, maximum: int, fail: Callable[[
     value = raw.get(key)
     if not isinstance(value, str) and value is not None:
         raise fail(key, "must be a string")
-    if value is None or value.strip() == "":
+    if value is None:
+        raise fail(key, REQUIRED)
+    if value.strip() == "":
         raise fail(key, "must not be blank")
     if len(value) > maximum:
         raise fail(key, f"must be at most {maximum} characters")
@@ -201,7 +208,9 @@ def _finding(index: int, raw: object) -> FindingInput:
     if not isinstance(raw, dict):
         raise fail(None, "must be an object")
     file_raw = raw.get("file")
-    if file_raw is None or (isinstance(file_raw, str) and file_raw.strip() == ""):
+    if file_raw is None:
+        raise fail("file", REQUIRED)
+    if isinstance(file_raw, str) and file_raw.strip() == "":
         raise fail("file", "must not be blank")
     try:
         file_path = canonical_path(file_raw)
@@ -209,7 +218,7 @@ def _finding(index: int, raw: object) -> FindingInput:
         raise fail("file", str(exc)) from None
     severity = raw.get("severity")
     if severity is None:
-        raise fail("severity", "can't be blank")
+        raise fail("severity", REQUIRED)
     if not isinstance(severity, str) or severity not in SEVERITIES:
         raise fail("severity", _one_of(SEVERITIES))
     title = _required_text(raw, "title", MAX_TITLE, fail)
@@ -275,9 +284,14 @@ def _fingerprints_ok(value: object) -> bool:
 
 def _document(document: dict[str, Any], errors: dict[str, list[str]]) -> list[FindingInput]:
     version = document.get("tarakan_scan_format", document.get("tarakan_review_format"))
-    if not _is_int(version) or version != 1:
+    if version is None:
+        errors["document.tarakan_scan_format"] = [REQUIRED + ": the format version, 1"]
+    elif not _is_int(version) or version != 1:
         errors["document.tarakan_scan_format"] = ["tarakan_scan_format must be 1"]
     raw_findings = document.get("findings")
+    if raw_findings is None:
+        errors["document.findings"] = [REQUIRED + ": a list of findings, empty when there are none"]
+        return []
     if not isinstance(raw_findings, list):
         errors["document.findings"] = ["must be a list"]
         return []
@@ -308,14 +322,15 @@ def validate_report(body: dict[str, Any]) -> ReportInput:
     if provenance != "human" or "provenance" in errors:
         for field, value in (("model", model), ("prompt_version", prompt_version)):
             if value is None and field not in errors:
-                errors[field] = ["can't be blank unless provenance is human"]
+                missing = body.get(field) is None
+                errors[field] = [(REQUIRED if missing else "can't be blank") + " unless provenance is human"]
     run_id = _optional_text(body, "run_id", MAX_RUN_ID, errors, trim=True, single_line=True)
     notes = _optional_text(body, "notes", MAX_NOTES, errors, trim=False)
     document = body.get("document")
     findings: list[FindingInput] = []
     raw_document = ""
     if not isinstance(document, dict):
-        errors["document"] = ["must be a JSON object"] if document is not None else ["can't be blank"]
+        errors["document"] = ["must be a JSON object"] if document is not None else [REQUIRED]
     else:
         raw_document = json.dumps(document, ensure_ascii=False)
         if len(raw_document) > MAX_RAW_DOCUMENT:
@@ -353,13 +368,15 @@ def _verdict_body(body: dict[str, Any], verdicts: tuple[str, ...], *, commit_req
             errors["commit_sha"] = [commit_error]
     verdict = body.get("verdict")
     if verdict is None:
-        errors["verdict"] = ["can't be blank"]
+        errors["verdict"] = [REQUIRED]
     elif not isinstance(verdict, str) or verdict not in verdicts:
         errors["verdict"] = [_one_of(verdicts)]
     # the API default is agent (agent checks never count toward quorum)
     provenance = _enum(body, "provenance", PROVENANCES, "agent", errors)
     notes = body.get("notes")
-    if notes is None or (isinstance(notes, str) and notes.strip() == ""):
+    if notes is None:
+        errors["notes"] = [REQUIRED]
+    elif isinstance(notes, str) and notes.strip() == "":
         errors["notes"] = ["can't be blank"]
     elif not isinstance(notes, str):
         errors["notes"] = ["must be a string"]

@@ -15,7 +15,17 @@ from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.service import record_check, record_confirmation, submit_report
 from tests import factories
-from tests.reports.support import COMMIT, NOTES, check_body, finding, reach_quorum, report_body, reviewer, row_counts
+from tests.reports.support import (
+    COMMIT,
+    DROP,
+    NOTES,
+    check_body,
+    finding,
+    reach_quorum,
+    report_body,
+    reviewer,
+    row_counts,
+)
 from tests.sql import execute, rows
 
 SHA_A, SHA_B = COMMIT, "b" * 40
@@ -231,3 +241,34 @@ async def test_losing_quorum_contests_an_accepted_report() -> None:
     await record_check(await reviewer(), canonical, check_body(verdict="disputed"))
     [row] = await rows("SELECT review_status, moderation_reason, verified_at FROM scans WHERE id = :id", id=scan_id)
     assert tuple(row.values()) == ("contested", "verification_quorum_lost", None)
+
+
+async def test_a_check_says_whether_it_counted_and_why_not() -> None:
+    repo = await factories.create_repository()
+    canonical = (await report(await factories.create_account(state="active"), repo))["findings"][0][
+        "canonical_public_id"
+    ]
+
+    async def reason(account: Account, ip: str, **body: Any) -> str:
+        sent = {k: v for k, v in check_body(**body).items() if v is not DROP}
+        answer = await record_check(account, canonical, sent, client_ip=ip)
+        assert answer["counted"] is False and answer["confirmations_count"] == 0, answer
+        assert answer["reason"].startswith("recorded, not counted"), answer
+        return str(answer["reason"])
+
+    assert "provenance" in await reason(await reviewer(), "192.0.2.1", provenance=DROP)
+    assert "probation" in await reason(await reviewer(state="probation"), "192.0.2.2")
+    maintainer = await reviewer()
+    await execute(
+        "INSERT INTO repository_maintainers (repository_id, account_id) VALUES (:r, :a)", r=repo.id, a=maintainer.id
+    )
+    assert "maintainer" in await reason(maintainer, "192.0.2.3")
+    # two reviewers from one address: the second learns why, and neither counts
+    counted = await record_check(await reviewer(), canonical, check_body(), client_ip="192.0.2.4")
+    assert (counted["counted"], counted["reason"], counted["confirmations_count"]) == (True, None, 1)
+    assert "same address" in await reason(await reviewer(), "192.0.2.4")
+    # a report at a newer commit: a check at the older one is kept, not counted
+    await report(await factories.create_account(state="active"), repo, commit_sha=SHA_B)
+    assert "commit" in await reason(await reviewer(), "192.0.2.5")
+    fresh = await record_check(await reviewer(), canonical, check_body(commit_sha=SHA_B), client_ip="192.0.2.6")
+    assert (fresh["counted"], fresh["reason"]) == (True, None)

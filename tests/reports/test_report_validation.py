@@ -25,28 +25,29 @@ def errors_of(body: dict[str, Any]) -> dict[str, list[str]]:
 # --- envelope ------------------------------------------------------------------------------------------------
 
 ENVELOPE_CASES: list[tuple[str, dict[str, Any], str, str]] = [
-    ("commit missing", {"commit_sha": DROP}, "commit_sha", "can't be blank"),
+    ("commit missing", {"commit_sha": DROP}, "commit_sha", "is required"),
+    ("commit blank", {"commit_sha": "  "}, "commit_sha", "can't be blank"),
     ("commit short", {"commit_sha": "abc123"}, "commit_sha", "must be 40 hexadecimal characters"),
     ("commit not hex", {"commit_sha": "g" * 40}, "commit_sha", "must be 40 hexadecimal characters"),
     ("commit number", {"commit_sha": 12345}, "commit_sha", "must be a string"),
     ("provenance", {"provenance": "robot"}, "provenance", "must be one of agent, human, hybrid"),
     ("review_kind", {"review_kind": "audit"}, "review_kind", "must be one of code_review, threat_model"),
-    ("model missing", {"model": DROP}, "model", "can't be blank unless provenance is human"),
+    ("model missing", {"model": DROP}, "model", "is required unless provenance is human"),
     ("model blank", {"model": "   "}, "model", "can't be blank unless provenance is human"),
-    ("prompt missing", {"prompt_version": DROP}, "prompt_version", "can't be blank unless provenance is human"),
+    ("prompt missing", {"prompt_version": DROP}, "prompt_version", "is required unless provenance is human"),
     ("model long", {"model": "m" * 101}, "model", "must be at most 100 characters"),
     ("prompt long", {"prompt_version": "p" * 101}, "prompt_version", "must be at most 100 characters"),
     ("run_id long", {"run_id": "r" * 201}, "run_id", "must be at most 200 characters"),
     ("run_id type", {"run_id": 7}, "run_id", "must be a string"),
     ("notes long", {"notes": "n" * 2001}, "notes", "must be at most 2000 characters"),
-    ("document missing", {"document": DROP}, "document", "can't be blank"),
+    ("document missing", {"document": DROP}, "document", "is required"),
     ("document list", {"document": []}, "document", "must be a JSON object"),
     ("document string", {"document": "{}"}, "document", "must be a JSON object"),
     (
         "format missing",
         {"document": {"findings": []}},
         "document.tarakan_scan_format",
-        "tarakan_scan_format must be 1",
+        "is required",
     ),
     (
         "format 2",
@@ -60,7 +61,7 @@ ENVELOPE_CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "document.tarakan_scan_format",
         "tarakan_scan_format must be 1",
     ),
-    ("findings missing", {"document": {"tarakan_scan_format": 1}}, "document.findings", "must be a list"),
+    ("findings missing", {"document": {"tarakan_scan_format": 1}}, "document.findings", "is required"),
     (
         "findings object",
         {"document": {"tarakan_scan_format": 1, "findings": {}}},
@@ -124,7 +125,7 @@ def test_raw_document_limit() -> None:
 # --- findings ------------------------------------------------------------------------------------------------
 
 FINDING_CASES: list[tuple[str, dict[str, Any], str, str]] = [
-    ("file missing", {"file": DROP}, "file", "must not be blank"),
+    ("file missing", {"file": DROP}, "file", "is required"),
     ("file blank", {"file": "   "}, "file", "must not be blank"),
     ("file dots only", {"file": "./."}, "file", "must not be blank"),
     ("file number", {"file": 5}, "file", "must be a string"),
@@ -139,14 +140,14 @@ FINDING_CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ("file del", {"file": "lib/a\x7fb.ex"}, "file", "must not contain control characters"),
     ("file segment", {"file": "lib/" + "s" * 256}, "file", "must not have a segment longer than 255 bytes"),
     ("file surrogate", {"file": "lib/\ud800.ex"}, "file", "must be valid UTF-8"),
-    ("severity missing", {"severity": DROP}, "severity", "can't be blank"),
+    ("severity missing", {"severity": DROP}, "severity", "is required"),
     ("severity bad", {"severity": "urgent"}, "severity", "must be one of critical, high, medium, low, info"),
     ("severity case", {"severity": "HIGH"}, "severity", "must be one of"),
-    ("title missing", {"title": DROP}, "title", "must not be blank"),
+    ("title missing", {"title": DROP}, "title", "is required"),
     ("title blank", {"title": " \t "}, "title", "must not be blank"),
     ("title type", {"title": ["x"]}, "title", "must be a string"),
     ("title long", {"title": "t" * 201}, "title", "must be at most 200 characters"),
-    ("description missing", {"description": DROP}, "description", "must not be blank"),
+    ("description missing", {"description": DROP}, "description", "is required"),
     ("description blank", {"description": ""}, "description", "must not be blank"),
     ("description long", {"description": "d" * 10_001}, "description", "must be at most 10000 characters"),
     ("disposition bad", {"disposition": "duplicate"}, "disposition", "must be one of new, matches_existing"),
@@ -331,5 +332,15 @@ def test_check_body_rules() -> None:
         "notes": ["must be at most 2000 characters"],
         "evidence": ["must be at most 10000 characters"],
     }
+    with pytest.raises(ValidationError) as info:
+        validate_check({"notes": "   "})
+    assert info.value.errors == {
+        "commit_sha": ["is required"],
+        "verdict": ["is required"],
+        "notes": ["can't be blank"],
+    }
+    with pytest.raises(ValidationError) as info:
+        validate_check({"commit_sha": COMMIT, "verdict": "fixed"})
+    assert info.value.errors == {"notes": ["is required"]}
     check = validate_check({"commit_sha": COMMIT.upper(), "verdict": "fixed", "notes": " reproduced at this commit "})
     assert (check.commit_sha, check.provenance, check.notes) == (COMMIT, "agent", "reproduced at this commit")

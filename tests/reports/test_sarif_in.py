@@ -236,3 +236,14 @@ async def test_cli_refuses_a_commit_for_a_scan_format_body(tmp_path: Path) -> No
     )
     assert_one_line_error(result, "commit")
     assert (await row_counts())["scans"] == 0
+
+
+async def test_a_log_sent_as_json_is_told_its_content_type(client: httpx.AsyncClient) -> None:
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository("acme", "widget")
+    headers = {**await token_for(account), "Content-Type": "application/json"}
+    response = await client.post(reports_url(repo), headers=headers, content=json.dumps(load(CODEQL)))
+    assert response.status_code == 422
+    assert list(response.json()["errors"]) == ["content_type"]
+    assert "application/sarif+json" in response.json()["errors"]["content_type"][0]
+    assert (await row_counts())["scans"] == 0
