@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from app.kernel import db, metrics, outages, urls
+from app.kernel import db, metrics, outages, urls, watchdog
 from app.kernel.errors import BadRequest, DomainError, NotFound
 from app.kernel.templating import ROOT
 from app.kernel.web import error_response, unavailable_response
@@ -123,7 +123,9 @@ async def routing_error(request: Request, exc: Exception) -> Response:
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     db.limit_statements()  # the server's statements are capped (DB_STATEMENT_TIMEOUT, docs/reliability.md)
+    watchdog.start()  # event-loop lag on /metrics, and a line naming the route of any stall
     yield
+    await watchdog.stop()
     from jobs.queue import close_pools
 
     await close_pools()

@@ -8,6 +8,7 @@ for in `job_runs`, so each slot runs once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable
 from datetime import UTC, datetime
@@ -15,14 +16,16 @@ from typing import Any, TypeVar
 
 from arq import cron
 from arq.connections import RedisSettings
+from arq.cron import CronJob
+from arq.typing import WorkerCoroutine
+from arq.worker import Function, Worker, func, get_kwargs
 from arq.worker import Retry as Retry  # re-exported: tests assert the retry without importing arq
-from arq.worker import Worker, func, get_kwargs
 from sqlalchemy import exc as sa_exc
 
 from app.exports import service as exports
 from app.feed.entries import rendered_entry
 from app.infestations import dirty_queue, maintenance, shadow_sampler
-from app.kernel import db, outages
+from app.kernel import db, outages, watchdog
 from app.kernel.config import ConfigError, settings
 from app.kernel.logs import configure_logging
 from app.kernel.metrics import WORKER_RECONNECTS, start_metrics_server
@@ -191,7 +194,8 @@ async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, Any]:
 
 async def startup(ctx: dict[str, Any]) -> None:
     """At start and after each reconnection to Redis: ring a drain, so keys dirtied while no worker listened (rings
-    lost in a Redis outage) drain now rather than at the next minute's sweep."""
+    lost in a Redis outage) drain now rather than at the next minute's sweep. The event-loop watchdog starts once."""
+    watchdog.start()
     if "worker_id" in ctx:
         log.info("rollup worker %s reconnected to Redis", ctx["worker_id"])
     else:
@@ -232,6 +236,7 @@ class SurvivingWorker(Worker):
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
+    await watchdog.stop()
     await close_pools()
     await db.dispose_engines()
 
@@ -261,6 +266,22 @@ class WorkerSettings:
     max_tries = MAX_TRIES
     max_jobs = 4  # each job holds one database connection at a time
     redis_settings: RedisSettings | None = None
+
+
+def _watched(name: str, job: WorkerCoroutine) -> WorkerCoroutine:
+    """The job, in flight for the event-loop watchdog while it runs (a stall names it)."""
+
+    @functools.wraps(job)
+    async def run(ctx: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        with watchdog.in_flight(lambda: f"job {name}"):
+            return await job(ctx, *args, **kwargs)
+
+    return run
+
+
+_jobs: list[Function | CronJob] = [*WorkerSettings.functions, *WorkerSettings.cron_jobs]
+for _job in _jobs:
+    _job.coroutine = _watched(_job.name, _job.coroutine)
 
 
 def run_worker(*, burst: bool = False, metrics_port: int | None = None, metrics_host: str = "127.0.0.1") -> int:

@@ -2,7 +2,8 @@
 JSON object per line, and a request id on every line logged while a request is served.
 
 The web process logs one access line per request (`tarakan.access`: method, path, route template, status,
-duration); uvicorn's own access log is turned off in its favour. The request id comes from the client's
+duration); uvicorn's own access log is turned off in its favour. Every request is in flight for the event-loop
+watchdog (app.kernel.watchdog) while it is served. The request id comes from the client's
 `X-Request-ID` when it is a sane token (a load balancer's id then follows the request through our logs), else
 a new one; either way it is returned in `X-Request-ID`.
 """
@@ -21,6 +22,7 @@ from typing import Any, TextIO
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import Message, Receive, Scope, Send
 
+from app.kernel import watchdog
 from app.kernel.asgi import HTTPMiddleware
 from app.kernel.config import log_format
 from app.kernel.metrics import route_template
@@ -31,7 +33,7 @@ request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 access_log = logging.getLogger("tarakan.access")
 
 # extra fields a log call may carry (`log.info(..., extra={"route": ...})`), copied into the JSON object
-_EXTRA_FIELDS = ("route", "method", "path", "status", "duration_ms", "job", "pattern_key")
+_EXTRA_FIELDS = ("route", "method", "path", "status", "duration_ms", "job", "pattern_key", "in_flight")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -171,7 +173,8 @@ class RequestIdMiddleware(HTTPMiddleware):
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            with watchdog.in_flight(lambda: f"{scope['method']} {route_template(scope)}"):
+                await self.app(scope, receive, send_with_id)
         finally:
             duration_ms = round((time.perf_counter() - started) * 1000, 2)
             access_log.info(

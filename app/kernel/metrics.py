@@ -158,6 +158,14 @@ HTTP_DURATION = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
+# app.kernel.watchdog: how late a 0.1 s sleep wakes, in every web and worker process (a blocked loop stalls every
+# request and job of its process)
+EVENT_LOOP_LAG = Histogram(
+    "tarakan_event_loop_lag_seconds",
+    "How late the event-loop watchdog woke from its 0.1 s sleep (web and worker processes)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 

@@ -41,6 +41,10 @@ def sample_names(body: str) -> set[str]:
     return {s.name for family in text_string_to_metric_families(body) for s in family.samples}
 
 
+def sample_value(body: str, name: str) -> float:
+    return sum(s.value for family in text_string_to_metric_families(body) for s in family.samples if s.name == name)
+
+
 class Fleet(NamedTuple):
     web: str
     worker_metrics: str
@@ -100,6 +104,9 @@ async def test_every_metric_an_alert_uses_exists_in_a_real_scrape(fleet: Fleet) 
     assert "tarakan_infestations_refresh_seconds_bucket" in sample_names(worker_body)
     assert "tarakan_job_last_success_timestamp_seconds" in sample_names(web_body)
     assert "tarakan_http_request_duration_seconds_bucket" in sample_names(web_body)
+    # the event-loop watchdog runs in both (started by the web lifespan and by the worker's startup)
+    for body in (web_body, worker_body):
+        assert sample_value(body, "tarakan_event_loop_lag_seconds_count") > 0
 
 
 def json_lines(path: Path) -> list[dict[str, object]]:
