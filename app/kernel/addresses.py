@@ -1,9 +1,5 @@
 """Client addresses: parsing, the group a per-address limit counts (an IPv4 address or an IPv6 /64), and the
-forwarded headers of the proxies the operator trusts (docs/operations.md "Behind a proxy").
-
-The address every rule reads is `request.client.host` after `ForwardedHeaders` ran: the client a trusted proxy
-names in `X-Forwarded-For`, else the peer itself.
-"""
+forwarded headers of trusted proxies (docs/operations.md "Behind a proxy")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The one way to say "after this transaction commits, do X".
-
-`after_commit(step)` inside `db.transaction()` queues `step` on the outermost open transaction; the transaction
-runs the queued steps once, in order, after it commits, and drops them if it rolls back. A step queued twice in
-one transaction (the same function object) runs once: ringing the rollup worker or dropping a cache is idempotent,
-and one ring per commit is enough. Steps run outside any transaction, so a worker they wake reads the committed
-state. A failing step is logged, never raised: the commit already happened and the caller's answer stands.
-"""
+"""The one way to say "after this transaction commits, do X" (docs/architecture.md "The kernel's rules in words")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The audit log (authoritative): one row per moderation or administration action, written in the action's own
-transaction so the log and the change commit or roll back together.
-
-Infrastructure, not a feature: any feature that performs an audited action records it here.
-"""
+"""The audit log (authoritative): one row per moderation or administration action, in the action's transaction."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""`SingleFlightCache`: an in-process TTL cache for async loaders with a single-flight refresh.
-
-A `cachetools.TTLCache` holds fresh values; one refresher per key recomputes an expired value while callers get the
-value they already had (stale-while-revalidate): a value that merely aged out is refreshed in the background, so
-no caller waits for the loader once a value is known (a sitemap's boundaries at 10^7 URLs take seconds). Used for
-the registry's headline numbers, the sitemap's child page boundaries, the export's withdrawal check and the
-anonymous search keyed by user input (docs/security.md): every per-key table is bounded by `maxsize` (least
-recently used out), so arbitrary keys cannot grow the process.
-"""
+"""`SingleFlightCache`: an in-process, bounded TTL cache for async loaders, stale-while-revalidate with one refresher
+per key (docs/architecture.md "The kernel's rules in words": caches)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Database engines, sessions and the one transaction helper every service uses.
-
-Writes go to the primary. Public reads (`read_session()`, replica=True) go to DATABASE_REPLICA_URL when it is set,
-except inside `primary_reads()` (the request right after a moderator's write, see app/kernel/security.py); moderator pages
-and anything that must see its own writes use `read_session(replica=False)`. Unset, everything reads the primary.
-A replica that does not answer is skipped for a few seconds and public reads go to the primary (counted). Waits
-are bounded: a free pooled connection within DB_POOL_TIMEOUT, a new connection within CONNECT_TIMEOUT, and in the
-web server every statement within DB_STATEMENT_TIMEOUT; past them the request answers 503 (docs/reliability.md).
-`transaction()` counts open transactions in a context variable, and the outermost one runs the steps queued with
-`app.kernel.aftercommit.after_commit()` once it has committed (ringing the worker before commit could let it read
-a state without our change).
-"""
+"""Database engines, sessions and the one transaction helper every service uses (docs/architecture.md "The
+kernel's rules in words": transactions)."""
 
 from __future__ import annotations
 

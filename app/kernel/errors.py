@@ -1,8 +1,4 @@
-"""Expected failures, raised anywhere and answered in one place (`app.kernel.web.error_response`).
-
-`errors` maps a field name to its messages: the JSON body `{"errors": {...}}` of an API call or a `.json` twin.
-`title` and `message` are what the HTML error page says when the failing request was for a page.
-"""
+"""Expected failures, raised anywhere and answered in one place (`app.kernel.web.error_response`)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The one way a request body comes in (docs/security.md "Body budget").
-
-Every route with a body is a `BodyRoute` (`body_route`): authenticate and check the scope, check the caller's
-refused-attempt allowance, read the body under its byte limit, then parse, validate and scan it off the event loop
-under one CPU budget with no transaction open; only then the handler runs its transaction. Refusals after
-authentication count against the allowance. tests/kernel/test_intake.py checks that every unsafe route is one.
-"""
+"""The one way a request body comes in: authenticate, allowance, bounded read, budgeted parse off the loop, then the
+handler's transaction (docs/security.md "Body budget")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Bounded requests (docs/security.md): a body limit on every request, and path and query values refused at the
-edge when they carry text no route could use. Bodies are read and parsed by `app.kernel.intake`.
-
-The body limit is pure ASGI: the declared `Content-Length` and the bytes actually streamed are both checked, and
-the refusal is raised from `receive`, i.e. inside the route that reads the body, so it is answered by the one
-error path (`app.kernel.web.error_response`) like any other error. A route that never reads its body never pays.
-"""
+"""Bounded requests: a body limit on every request, and path and query values refused at the edge (docs/security.md
+"Limits"; bodies are read and parsed by `app.kernel.intake`)."""
 
 from __future__ import annotations
 

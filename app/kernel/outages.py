@@ -1,14 +1,5 @@
-"""Dependency outages: which failures mean "Postgres or Redis is away (or too slow)", and how they are reported.
-
-`dependency_of(exc)` classifies an exception: `"database"` (connection refused or dropped, the server shutting
-down or starting up, a statement timeout, no pooled connection within the pool's wait) or `"redis"` (connection
-refused, dropped or timed out), else None (a bug, answered as a bug). The web answers an outage with a 503 and
-`Retry-After` (`app.kernel.web.error_response`); the worker waits and reconnects (`jobs.worker`).
-
-`record(dependency, exc, source=...)` counts every failure (`tarakan_dependency_failures_total`) and logs at most
-one line per dependency and source per `LOG_INTERVAL` seconds, with how many failures that line stands for, so an
-outage under load is a few lines in the log, not a traceback per request. docs/reliability.md has the numbers.
-"""
+"""Which failures mean Postgres or Redis is away (`dependency_of`), counted and logged once per interval (`record`):
+docs/reliability.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""The outbox of the infestation projection: which pattern keys must be recounted (docs/domain.md §5).
-
-Every service that changes the public join set calls one of the `mark_*_dirty` functions *inside* its
-transaction (the keys commit or roll back with the change). Marking also queues, through
-`app.kernel.aftercommit`, one ring of the rollup worker after the commit, never before it: a worker woken
-early could read the state without the change. Postgres holds the pending work, so nothing is lost if Redis is
-down at commit time (the ring is a warning then, and the periodic sweep drains the keys).
-
-Infrastructure, not a feature: any feature may mark keys in its own transaction.
-"""
+"""The outbox of the infestation projection: which pattern keys must be recounted, marked in the writer's
+transaction and rung after its commit (docs/architecture.md "The kernel's rules in words", docs/domain.md §5)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""Keyset paging: one result shape, one cursor codec, one limit clamp, for every paged list and stream.
-
-Every page is `{"entries": [...], "next_cursor": str | None}`: the query fetches `limit + 1` rows, and the extra
-row, when it comes back, says that another page follows (so a caller never issues a last, empty query). The
-next page starts after the last row shown. There is no OFFSET anywhere.
-
-Public cursors are opaque: url-safe base64 (no padding) of a compact JSON pair `[iso timestamp, id]`, the keyset
-of the last row already shown. A cursor carries no authority (any well-formed cursor only moves the start of a
-list the caller may already read), so it is not signed; anything that does not decode to exactly that shape is
-an `InvalidCursor` (400), never a 500. Lists keyed by id alone reuse the pair with a fixed timestamp.
-"""
+"""Keyset paging: one page shape, one cursor codec, one limit clamp (docs/architecture.md "The kernel's rules in
+words")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""The actor policy: who may act, who may moderate, who sees more than the public (docs/domain.md §1.6).
-
-Every service and page asks this module; none spells the roles or states itself. It works on any object with
-`state`, `platform_role` and `trust_tier` (an `Account` row, the reports' locked `Actor` snapshot), so the kernel
-imports no feature.
-"""
+"""The actor policy: who may act, who may moderate, who sees more than the public (docs/domain.md §1.6)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The public join set (docs/domain.md §3) and the read-time guard (§5.7), as SQLAlchemy Core expressions.
-
-A finding is public when its repository is `listed` AND its report (scan) is `public`. Every read or write that
-decides what visitors, crawlers and the rollups may see composes these (docs/architecture.md "Composing SQL").
-Default aliases: `r` repositories, `s` scans, `f` scan_findings, `c` canonical_findings; `gs`/`gr`/`gf`/`gi` are
-the guard's.
-"""
+"""The public join set (docs/domain.md §3) and the read-time guard (§5.7) as Core expressions. Aliases: `r`
+repositories, `s` scans, `f` scan_findings, `c` canonical_findings; `gs`/`gr`/`gf`/`gi` are the guard's."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Per-account daily quotas: one rule for every write an account may repeat (docs/domain.md §9, docs/security.md).
-
-Reports (`app.reports.policy`) and repository registrations (`app.registry.service`) each count the account's own
-rows of the last day in their own tables, under the account row they have locked, and ask `require_within_quota`:
-the limit by standing (reviewer tier, active, others), moderators and admins exempt (their good standing is
-required by the caller before), and past it a 429 with `Retry-After` naming the quota.
-"""
+"""Per-account daily quotas: one rule for every write an account may repeat (docs/architecture.md "The kernel's rules
+in words": who may)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Fixed-window counters shared by every web process, kept in Redis (docs/security.md "Limits").
-
-A counter is `(name, subject)` in windows of `window` seconds; `Retry-After` is the rest of the current window.
-When Redis is away the limiter lets the request through and records the outage: a limit never turns a working
-read or write into a 503 (the limited requests are still bounded by their own budgets).
-"""
+"""Fixed-window counters in Redis shared by every web process; fail open on an outage (docs/security.md "Limits")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Repository references: the one parser of `HOST/OWNER/NAME` and the one normalization of its parts.
-
-Everything that takes a reference typed by a person or a client (CLI arguments, the console's filter, API paths
-and bodies) goes through `normalize_ref` (trim, lowercase, host aliases such as `github` -> `github.com`), so a
-repository is found under the same name whichever door the reference came in by. Whether the normalized parts
-are acceptable for registration (known host, owner and name syntax) is the registry's rule
-(`app.registry.validation.validate_repo_ref`).
-"""
+"""Repository references: the one parser of `HOST/OWNER/NAME` and the one normalization of its parts."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Text hygiene at the edge (docs/security.md): what no text field, path value or identifier may contain, and how
-integers are read from text. Checked before anything reaches SQL: PostgreSQL refuses NUL in text and the driver
-cannot encode an unpaired surrogate, so unchecked they would be 500s.
-
-Allowed in text: every character but NUL and the other C0 controls (tab, line feed and carriage return excepted),
-DEL, the C1 controls and unpaired surrogates (a JSON body may carry `\\ud800`; the UTF-8 decoder of a path or form
-never produces one, but the rule is the same everywhere).
-"""
+"""Text hygiene at the edge: no NUL, control characters or unpaired surrogates in any text, and ASCII-only integers
+(docs/security.md "Limits")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Where things live: path builders for the public records, and `path_for` for named routes.
-
-Segments are percent-encoded: repository names and pattern keys are attacker-controlled. The builders are plain
-functions (layouts and templates call them without an application); `path_for(name, **params)` builds any named
-route of the running application (`install` is called once by `app.main`). Both are Jinja globals
-(`app.kernel.templating`).
-"""
+"""Where things live: path builders for the public records, and `path_for` for named routes."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Who may see a report or a repository, and who may write to one: both sides of the rule, side by side
-(docs/domain.md §1.1-1.2).
-
-READ (pages, JSON twins, feeds): a quarantined repository hides all its reports from the public; `public` reports
-are shown in full, `public_summary` ones as a header only, `restricted` ones not at all. Privileged viewers
-(reviewers, moderators and admins in good standing, see `app.kernel.policy`) see everything.
-
-WRITE (submitting reports, recording checks and verdicts): a quarantined repository accepts writes only from its
-submitter and moderators in good standing; a reviewer may READ it but not write to it. A restricted report takes
-verdicts only from privileged accounts and its own submitter. Refusals answer as if the thing did not exist.
-"""
+"""Who may see a report or a repository and who may write to one, side by side (docs/domain.md §1.1-1.2)."""
 
 from __future__ import annotations
 

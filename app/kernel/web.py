@@ -1,15 +1,5 @@
-"""Rendering a page or its JSON twin, the one format rule, and the one error path.
-
-The format rule (Datasette-style): a public page's JSON twin is the same route with a `.json` suffix. Routes say
-so with the `{format:format}` path parameter (`""` or `".json"`, lazily matched after the last segment, so
-`/findings/<id>.json` splits into `<id>` and `.json`); `wants_json(request)` reads it. API paths (`/api/...`) are
-JSON only.
-
-Every public HTML page announces its JSON twin (`Link: <...json>; rel="alternate"`), is cacheable for a short
-while by shared caches, and error pages are cached only briefly so a page that appears later is not hidden for
-long. Errors are raised (`app.kernel.errors`), never returned: `error_response` answers them as the site's HTML
-error page or as `{"errors": {field: [messages]}}`, by the same format rule.
-"""
+"""Rendering a page or its JSON twin, the one format rule, and the one error path (docs/architecture.md "The
+kernel's rules in words": pages and twins)."""
 
 from __future__ import annotations
 
