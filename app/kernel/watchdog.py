@@ -26,26 +26,26 @@ NAMED = 5  # at most this many names in one line
 log = logging.getLogger("tarakan.watchdog")
 
 _running: dict[int, Callable[[], str]] = {}
-_finished: deque[tuple[Callable[[], str], float]] = deque(maxlen=64)  # (describe, monotonic end)
+_finished: deque[tuple[str, float]] = deque(maxlen=64)  # (name, monotonic end): names, so no request is kept
 _ids = itertools.count()
 _task: asyncio.Task[None] | None = None
 
 
 @contextlib.contextmanager
 def in_flight(describe: Callable[[], str]) -> Iterator[None]:
-    """Registers the work of the block (a request, a job) for the stall line; `describe` is called only when a
-    stall is logged (a request's route template is known only after routing)."""
+    """Registers the work of the block (a request, a job) for the stall line; `describe` names it when a stall is
+    logged or the block ends (a request's route template is known only after routing)."""
     key = next(_ids)
     _running[key] = describe
     try:
         yield
     finally:
         del _running[key]
-        _finished.append((describe, time.monotonic()))
+        _finished.append((describe(), time.monotonic()))
 
 
 def _suspects(since: float) -> list[str]:
-    names = [describe() for describe, ended in _finished if ended >= since]
+    names = [name for name, ended in _finished if ended >= since]
     names += [describe() for describe in list(_running.values())]
     unique = list(dict.fromkeys(names))
     if len(unique) > NAMED:
