@@ -4,11 +4,13 @@ data into an empty database, then serve the web app and an arq worker until Ctrl
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
@@ -28,6 +30,11 @@ def _wait_http(url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 
             pass
         time.sleep(0.05)
     raise RuntimeError(f"the web server did not answer {url}")
+
+
+def paste_line(environ: Mapping[str, str]) -> str:
+    """`export DATABASE_URL=... REDIS_URL=... BASE_URL=...`: what a second terminal needs to reach this one."""
+    return "export " + " ".join(f"{k}={shlex.quote(environ[k])}" for k in ("DATABASE_URL", "REDIS_URL", "BASE_URL"))
 
 
 def main() -> int:
@@ -82,7 +89,8 @@ def main() -> int:
         seed = subprocess.Popen([*tarakan, "seed", "--demo", "--if-empty"], preexec_fn=_die_with_parent)
         _wait_http(f"http://127.0.0.1:{port}/healthz", procs)
         print(f"[run] Tarakan is up at http://127.0.0.1:{port}/ ({time.perf_counter() - t0:.1f}s)")
-        print(f"[run] DATABASE_URL={os.environ['DATABASE_URL']} REDIS_URL={os.environ['REDIS_URL']}")
+        print("[run] for the tarakan CLI in another terminal, paste:")
+        print(paste_line(os.environ))
         print(
             f"[run] metrics: http://127.0.0.1:{port}/metrics (web), http://127.0.0.1:{worker_metrics}/metrics (worker)"
         )

@@ -69,3 +69,9 @@ async def test_head_answers_wherever_get_does(client: httpx.AsyncClient) -> None
         assert head.headers["content-type"] == get.headers["content-type"], path
         assert head.content == b"", path
     assert (await client.head("/no-such-page")).status_code == 404
+
+
+@pytest.mark.parametrize("path", ["/", "/infestations", "/search", "/login", "/no-such-page"])
+async def test_every_page_footer_links_sign_in(client: httpx.AsyncClient, path: str) -> None:
+    response = await client.get(path)
+    assert one(soup(response.text), "footer a[href='/login']").get_text() == "sign in"

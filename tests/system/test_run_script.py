@@ -83,7 +83,8 @@ async def test_launcher_serves_then_stops_every_child_on_sigterm() -> None:
     await factories.create_repository("acme", "already-here")
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="tarakan-run-") as data, tempfile.TemporaryFile() as log:
-        env = {**os.environ, "PORT": str(port), "APP_DATA_DIR": data, "BASE_URL": f"http://127.0.0.1:{port}"}
+        # no BASE_URL: ./run derives it from PORT and prints it with the others, for a second terminal
+        env = {**{k: v for k, v in os.environ.items() if k != "BASE_URL"}, "PORT": str(port), "APP_DATA_DIR": data}
         launcher = subprocess.Popen(
             [sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
         )
@@ -127,6 +128,11 @@ async def test_launcher_serves_then_stops_every_child_on_sigterm() -> None:
     assert "[run] the worker exited with -9; restarting it" in output, output
     assert alive(replacement) is False
     assert f"http://127.0.0.1:{port}/" in output
+    [paste] = [line for line in output.splitlines() if line.startswith("export ")]
+    pasted = subprocess.run(
+        ["bash", "-c", paste + '; echo "$DATABASE_URL|$REDIS_URL|$BASE_URL"'], capture_output=True, text=True
+    ).stdout.strip()
+    assert pasted == f"{env['DATABASE_URL']}|{env['REDIS_URL']}|http://127.0.0.1:{port}", output
     assert "seed: skipped" in output, output
     deadline = time.monotonic() + 10
     while any(alive(pid) for pid in children) and time.monotonic() < deadline:
