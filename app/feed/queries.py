@@ -1,12 +1,5 @@
-"""The change feed's read side: entries in seq (commit) order, rendered from *current* visibility.
-
-The rows (`app.kernel.changes`) keep what was announced; whether a row may still say it is decided here, at read
-time, by the public join set (`app.kernel.public`): a finding that is not public now is served with its own id
-only (no canonical, repository, opaque repository id or pattern), a canonical with no public occurrence without
-its status, a maintainer's statement that a moderator hid (or on a finding not public now) without its status and
-justification, and a repository that is not listed now by its opaque id alone. So a takedown holds at the very next
-request, whatever the worker does.
-"""
+"""The change feed's read side: entries in commit order, rendered from current visibility (docs/domain.md §13
+"Change feed")."""
 
 from __future__ import annotations
 

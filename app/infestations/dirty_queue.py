@@ -1,12 +1,4 @@
-"""The dirty-key queue: pending rollup work in `infestation_dirty_keys` (docs/domain.md §12 decision 1, docs/domain.md §5.5).
-
-Writers mark keys dirty inside their own transaction (`app.kernel.outbox`). `drain()` claims keys with
-`FOR UPDATE SKIP LOCKED` in a short transaction, refreshes each key in its own transaction, then deletes the dirty
-row only if its `version` is still the one it claimed; a key re-dirtied during its refresh is released and refreshed
-again. Deviation from the original design's "200 inline + EnqueueRepoPatterns continuation jobs": a repository fan-out
-writes all its keys to the dirty table in one statement (`outbox.mark_repository_dirty`), and each drain job
-refreshes at most 200 keys, then enqueues a continuation job while work remains (`jobs/worker.py`).
-"""
+"""The dirty-key queue: claim with SKIP LOCKED, refresh, settle by version (docs/domain.md §5.5, §12 decision 1)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Legacy online reads of the infestation atlas (docs/domain.md §4): the semantic reference for the rollups.
-
-These aggregate the public join set (§3) at query time: slow at scale, but obviously right, so parity tests,
-shadow-compare and the flag-off rollback path all use them. Differences from the original, from docs/domain.md §11:
-representative title/severity/sample come from the public join only (listed repository, public occurrence),
-the sample is the newest public occurrence, ranking has the deterministic tiebreak `pattern_key ASC`, and
-instances are listed newest-first with the same keyset as the rollup path.
-"""
+"""Legacy online reads of the atlas: the public join set aggregated at query time, the semantic reference of the
+rollups and the flag-off path (docs/domain.md §4, §11)."""
 
 from __future__ import annotations
 

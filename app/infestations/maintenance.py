@@ -1,7 +1,5 @@
-"""Maintenance passes over every key (docs/domain.md §13 "Reconcile", "Backfill"; docs/domain.md §5.4, §5.5): the nightly
-reconcile that heals missed hooks and removes orphans (a chained keyset cursor, `key > :after`, a batch at a time),
-and the set-based backfill and hourly window recompute (every key of a key range in a few large statements,
-`app.infestations.projection.project_range` / `recompute_range`)."""
+"""Passes over every key: the nightly reconcile and the set-based backfill and window recompute (docs/domain.md §5.5,
+§13 "Reconcile" and "Backfill")."""
 
 from __future__ import annotations
 

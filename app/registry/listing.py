@@ -1,8 +1,4 @@
-"""Listed repositories as keyset pages and streams (docs/domain.md §7.1; docs/domain.md §13 "Registry list & SEO pagination").
-
-There is no unbounded list: a page is at most 5,000 rows by `id` ascending on the partial index
-`repositories_listed_id_idx`, and a stream opens one short read session per page, never one for the whole stream.
-"""
+"""Listed repositories as keyset pages (at most 5,000) and streams, one short read session a page (docs/domain.md §7.1)."""
 
 from __future__ import annotations
 

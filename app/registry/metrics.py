@@ -1,9 +1,5 @@
-"""Repository metrics (docs/domain.md §1.7): the counts, status and listing promotion stored on `repositories`,
-recomputed from the repository's visible reports by whichever service changed them, in its own transaction.
-
-The registry owns the `repositories` row, so it owns these columns too; the reports' tables are read here, never
-written. A recalculation also drops the cached registry stats once the transaction commits.
-"""
+"""Repository metrics (docs/domain.md §1.7), recomputed from the visible reports by the service that changed them, in
+its transaction; the reports' tables are only read here."""
 
 from __future__ import annotations
 

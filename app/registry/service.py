@@ -1,12 +1,5 @@
-"""Registering and reading repositories: the only place that inserts `repositories` rows. (The hard delete, a
-moderator's action that also removes the reports' rows, is `app.moderation.service.delete_repository`.)
-
-A registration made by an account (`submitted_by_id`: the API) is an account's action (docs/domain.md §1.1,
-docs/security.md): the account must be in good standing (probation or active), a repository it may not see
-(quarantined, unless it is a privileged viewer) answers as if unregistered (404), and new repositories count
-against a daily quota (`app.kernel.quotas`; moderators and admins exempt). Operators (CLI, seed) register without
-an account and without those checks.
-"""
+"""Registering and reading repositories: the only place that inserts `repositories` rows (an account's registration:
+docs/security.md "Decisions"; the hard delete is `app.moderation.service.delete_repository`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""`registry_stats()`: the registry's headline numbers, cached in-process with a single-flight refresh.
-
-The home page and the sitemap threshold read it on every request; the counts scan every listed repository, so a
-miss costs a sequential pass at scale. A `cachetools.TTLCache` (30 s by default, `REGISTRY_STATS_TTL`, 0 disables
-it) holds the value; one refresher per key recomputes it while concurrent callers get the value they already had
-(stale-while-revalidate). Moderation calls `invalidate_registry_stats()` after commit; reports, checks and
-registrations age the value out at most once per TTL (`invalidate_registry_stats_throttled()`).
-"""
+"""`registry_stats()`: the registry's headline numbers, cached per process with a single-flight refresh (docs/seo.md,
+docs/scaling.md)."""
 
 from __future__ import annotations
 

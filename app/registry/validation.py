@@ -1,8 +1,5 @@
-"""Repository reference rules (docs/domain.md §1.1): which hosts, owners and names a repository may have.
-
-Normalization (trim, lowercase, host aliases) and the `HOST/OWNER/NAME` form are `app.kernel.refs`; this module
-judges the normalized parts.
-"""
+"""Which hosts, owners and names a repository may have, judged on the parts `app.kernel.refs` normalized (docs/domain.md
+§1.1)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Atom 1.0 feeds (RFC 4287): rising and new infestations, new instances of one pattern, new public reports of
-one repository. Entry ids are tag URIs (RFC 4151) built from stable keys, so a reader never sees an entry twice.
-Rendered by the autoescaped `templates/seo/feed.atom` (titles are attacker-controlled). No entry names a person:
-the feed's one author is the registry, so a feed never names a report's submitter (docs/domain.md §1.2)."""
+"""Atom 1.0 feeds: rising and new infestations, a pattern's new instances, a repository's new reports (docs/seo.md
+"Atom feeds"). No entry names a person (docs/domain.md §1.2)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Reads that only the crawler surfaces need: child-page boundaries, public infestation keys, feed entries.
-
-Public infestation pages: an `infestation_patterns` row with `repo_count >= 2` (all-time, listed+public) and a
-visible row left (the read-time guard). A
-single-repository pattern is not an infestation (the atlas never lists it, min_repos is at least 2), so its show
-page is not worth a crawler's visit even though it renders.
-"""
+"""Reads only the crawler surfaces need: child-page boundaries, public infestation keys (docs/seo.md), feed entries."""
 
 from __future__ import annotations
 

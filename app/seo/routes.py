@@ -1,7 +1,5 @@
-"""What crawlers and feed readers fetch: robots.txt, the sitemaps, the Atom feeds.
-
-Mounted before the site routes, so `/infestations.atom` and `/infestations/{key}.atom` win over the HTML show route.
-"""
+"""What crawlers and feed readers fetch: robots.txt, the sitemaps, the Atom feeds. Mounted before the site routes, so
+`/infestations.atom` and `/infestations/{key}.atom` win over the HTML show route."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""Sitemaps (sitemaps.org 0.9, docs/domain.md §7.4, docs/domain.md §13 "Sitemap" phases A and B).
-
-Below `SITEMAP_INDEX_THRESHOLD` (20,000) listed repositories `/sitemap.xml` is one streamed `urlset` (hubs,
-findings, repositories, infestation pages, capped at 50,000 URLs). At or above it, a `sitemapindex` of children of
-at most ~10,000 URLs each, addressed by key ranges whose first keys are computed in one pass per kind and cached
-(see docs/seo.md). Every body is produced page by page from keyset reads, one short read session per page.
-
-XML: every text node goes through `xml.sax.saxutils.escape` (path segments are also percent-encoded); finding
-URLs are rendered by Postgres from text that needs none (a uuid, a date) after the escaped base. `lastmod` is the
-UTC date of a real timestamp, and is left out when there is none.
-"""
+"""Sitemaps (sitemaps.org 0.9): one streamed urlset below the threshold, an index of key-range children above it,
+every body from keyset pages (docs/seo.md, docs/domain.md §7.4)."""
 
 from __future__ import annotations
 
