@@ -24,6 +24,14 @@ from app.kernel.db import Base
 PROVENANCES = ("agent", "human", "hybrid")
 REVIEW_KINDS = ("code_review", "threat_model", "privacy_review", "business_logic")
 REVIEW_STATUSES = ("quarantined", "accepted", "rejected", "contested")
+# what each review status means, for pages and feeds (the API keeps the value): a report's "quarantined" is not
+# a quarantined repository's takedown (docs/domain.md "Two quarantines")
+REVIEW_STATUS_WORDS = {
+    "quarantined": "awaiting independent checks",
+    "accepted": "accepted",
+    "rejected": "rejected",
+    "contested": "contested",
+}
 VISIBILITIES = ("restricted", "public_summary", "public")
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 DISPOSITIONS = ("new", "matches_existing", "regression", "not_reproduced")

@@ -21,6 +21,7 @@ from app.kernel.db import utcnow
 from app.kernel.templating import environment
 from app.kernel.urls import finding_path
 from app.maintainers.statement_queries import repository_statements
+from app.reports.models import REVIEW_STATUS_WORDS
 from app.seo.queries import get_public_repository, list_public_reports
 from app.seo.settings import seo_settings
 from app.seo.sitemap import repository_path
@@ -184,10 +185,11 @@ async def repository_reports_feed(host: str, owner: str, name: str) -> Feed | No
         fallback_updated=repository["updated_at"],
     )
     for report in await list_public_reports(repository["id"], limit=FEED_ENTRIES):
+        review = REVIEW_STATUS_WORDS[report["review_status"]]
         if report["visibility"] == "public":
-            detail = f"{_plural(int(report['findings_count']), 'finding')}, review status {report['review_status']}"
+            detail = f"{_plural(int(report['findings_count']), 'finding')}, {review}"
         else:  # public_summary: the header only (docs/domain.md §1.2)
-            detail = f"summary only (findings withheld by moderation), review status {report['review_status']}"
+            detail = f"summary only (findings withheld by moderation), {review}"
         by = report["model"] or report["provenance"]
         feed.entries.append(
             Entry(

@@ -39,6 +39,7 @@ from app.maintainers.statement_types import maintainer_statement, repository_mai
 from app.maintainers.statements import MAX_TEXT
 from app.registry import queries
 from app.registry.types import public_repository
+from app.reports.models import REVIEW_STATUS_WORDS
 from app.reports.queries import get_finding, list_repository_reports
 from app.site.types import (
     FindingCheck,
@@ -100,6 +101,7 @@ async def repository_page(request: Request) -> Response:
         "infestations": infestations,
         "statements": statements,
         "maintainers": maintainers,
+        "review_words": REVIEW_STATUS_WORDS,
         "external_url": repository["canonical_url"] if repository["canonical_url"].startswith("https://") else None,
     }
     return page(request, "site/repository.html", context, json_url=twin_path(path), cache=cache_for(viewer))

@@ -136,6 +136,10 @@ async def test_repository_feed_shows_visible_reports_only(client: httpx.AsyncCli
         )
     summary_entry = root.xpath("a:entry[a:id=$id]", id=f"tag:tarakan.example,2026:report:{summary.id}", namespaces=A)[0]
     assert "summary only" in summary_entry.findtext("a:summary", namespaces=A)
+    # the review status in words: a fresh report is not a takedown
+    for entry in root.findall("a:entry", A):
+        assert "awaiting independent checks" in entry.findtext("a:summary", namespaces=A)
+        assert "quarantined" not in entry.findtext("a:summary", namespaces=A)
 
 
 async def test_public_feeds_do_not_name_the_submitter(client: httpx.AsyncClient) -> None:

@@ -49,8 +49,12 @@ async def test_repository_page_shows_public_record_only(client: httpx.AsyncClien
     assert "summary only" in page.get_text()
     assert "Summary-only secret title" not in response.text
     assert "Restricted takedown title" not in response.text
+    # a fresh report's review status in words; "quarantined" is a repository's takedown on pages
+    assert all(text(r, ".report__head .meta").startswith("awaiting independent checks") for r in reports)
+    assert "quarantined" not in page.get_text()
 
     twin = (await client.get("/repos/github.com/acme/shop.json")).json()
+    assert {r["review_status"] for r in twin["reports"]} == {"quarantined"}  # the API's value, unchanged
     assert twin["repository"]["owner"] == "acme" and twin["repository"]["url"] == "/repos/github.com/acme/shop"
     assert [r["visibility"] for r in twin["reports"]].count("restricted") == 0
     summary = next(r for r in twin["reports"] if r["visibility"] == "public_summary")
