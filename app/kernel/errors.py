@@ -74,7 +74,8 @@ class RateLimited(DomainError):
         self.retry_after = retry_after
 
     def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.retry_after)}
+        # one client's refusal must never be served to another by a shared cache
+        return {"Retry-After": str(self.retry_after), "Cache-Control": "no-store"}
 
 
 class ServiceUnavailable(DomainError):
