@@ -9,11 +9,11 @@ from sqlalchemy import ARRAY, Text, any_, bindparam, cast, select, text
 
 from app.kernel import db
 from app.kernel.policy import ANONYMOUS, Viewer
-from app.kernel.public import listed_repository
+from app.kernel.public import listed_repository, public_join
 from app.kernel.sql import compiled
 from app.kernel.visibility import report_access, visible_visibilities
 from app.registry.models import Repository
-from app.reports.models import Scan
+from app.reports.models import CanonicalFinding, Scan, ScanFinding
 
 REPORTS_PER_REPOSITORY_MAX = 50
 FINDINGS_PER_PAGE_MAX = 500
@@ -151,3 +151,25 @@ async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> di
             checks = [dict(c) for c in result.mappings()]
         finding["checks"] = checks
     return finding
+
+
+_F, _C = ScanFinding.__table__.alias("f"), CanonicalFinding.__table__.alias("c")
+_NEWEST_PUBLIC_OCCURRENCE = compiled(
+    select(_F.c.public_id)
+    .select_from(
+        _F.join(_C, _C.c.id == _F.c.canonical_finding_id)
+        .join(_S, _S.c.id == _F.c.scan_id)
+        .join(_R, _R.c.id == _S.c.repository_id)
+    )
+    .where(_C.c.public_id == bindparam("canonical_public_id"), public_join(_S, _R))
+    .order_by(*_NEWEST_FIRST, _F.c.id.desc())
+    .limit(1)
+)
+
+
+async def newest_public_occurrence(canonical_public_id: uuid.UUID) -> uuid.UUID | None:
+    """The public id of the canonical finding's newest occurrence in the public join set (a public report on a
+    listed repository), or None: where `/findings/{canonical_public_id}` sends a visitor."""
+    async with db.read_session() as session:
+        found = await session.scalar(_NEWEST_PUBLIC_OCCURRENCE, {"canonical_public_id": canonical_public_id})
+    return found if found is None else uuid.UUID(str(found))

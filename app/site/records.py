@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.accounts.sessions import current_account
@@ -26,7 +26,7 @@ from app.kernel.errors import NotFound
 from app.kernel.policy import Viewer, can_moderate, in_good_standing
 from app.kernel.urls import finding_path, repo_path, twin_path
 from app.kernel.visibility import repository_visible
-from app.kernel.web import ERROR_CACHE, JSON_SUFFIX, PRIVATE_CACHE, cache_for, json_twin, page, wants_json
+from app.kernel.web import ERROR_CACHE, JSON_SUFFIX, PRIVATE_CACHE, PUBLIC_CACHE, cache_for, json_twin, page, wants_json
 from app.maintainers.models import VEX_JUSTIFICATIONS, VEX_STATUSES
 from app.maintainers.queries import current_maintainers, is_current_maintainer
 from app.maintainers.statement_queries import (
@@ -40,7 +40,7 @@ from app.maintainers.statements import MAX_TEXT
 from app.registry import queries
 from app.registry.types import public_repository
 from app.reports.models import REVIEW_STATUS_WORDS
-from app.reports.queries import get_finding, list_repository_reports
+from app.reports.queries import get_finding, list_repository_reports, newest_public_occurrence
 from app.site.types import (
     FindingCheck,
     FindingDetail,
@@ -169,6 +169,12 @@ async def finding_page(request: Request) -> Response:
     viewer = await viewer_for(request)
     finding = await get_finding(public_id, viewer=viewer) if public_id is not None else None
     if finding is None and public_id is not None:
+        # a canonical finding's id (what checks and statements take): its newest public occurrence
+        occurrence = await newest_public_occurrence(public_id)
+        if occurrence is not None:
+            target = finding_path(occurrence)
+            location = twin_path(target) if wants_json(request) else target
+            return RedirectResponse(location, status_code=303, headers={"Cache-Control": PUBLIC_CACHE})
         async with db.read_session() as session:
             withdrawn = await withdrawn_finding(session, public_id)
         if withdrawn is not None:

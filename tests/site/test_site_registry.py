@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import httpx
 from sqlalchemy import text as sql
 
 from app.accounts.models import Account
 from app.kernel import db
+from app.kernel.db import utcnow
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, ScanFinding
 from e2e.seed import HOSTILE_NAME, HOSTILE_TITLE, occurrence_public_ids, project, seed_pattern
 from e2e.soup import attr, attrs, maybe, one, soup, text
 from tests import factories
+from tests.sql import execute
 
 
 async def public_id(occurrence: ScanFinding) -> str:
@@ -193,3 +196,30 @@ async def test_hostile_names_are_text_on_registry_pages(client: httpx.AsyncClien
         "/repos/github.com/evil/%22%3E%3Csvg%20onload%3Dalert%281%29%3E"
     ]
     assert await occurrence_public_ids(canonical.pattern_key or "") == [occurrence]
+
+
+async def test_a_canonical_id_redirects_to_its_newest_public_occurrence(client: httpx.AsyncClient) -> None:
+    submitter = await factories.create_account()
+    repo = await factories.create_repository("acme", "shop")
+    canonical = await factories.create_canonical(repo, "Open redirect in login")
+    now = utcnow()
+    older, newer, hidden = [
+        await factories.create_scan(repo, submitter, visibility=v, inserted_at=now - timedelta(days=d))
+        for v, d in (("public", 3), ("public", 2), ("restricted", 1))
+    ]
+    _, newest_public, _ = [
+        await public_id(await factories.create_occurrence(s, canonical)) for s in (older, newer, hidden)
+    ]
+    async with db.read_session(replica=False) as session:
+        canonical_id = str(
+            await session.scalar(sql("SELECT public_id FROM canonical_findings WHERE id = :id"), {"id": canonical.id})
+        )
+
+    page = await client.get(f"/findings/{canonical_id}")
+    assert (page.status_code, page.headers["location"]) == (303, f"/findings/{newest_public}")
+    twin = await client.get(f"/findings/{canonical_id}.json")
+    assert (twin.status_code, twin.headers["location"]) == (303, f"/findings/{newest_public}.json")
+    assert (await client.get(f"/findings/{canonical_id}", follow_redirects=True)).status_code == 200
+    # none public: 404, as for any unknown id
+    await execute("UPDATE scans SET visibility = 'restricted' WHERE repository_id = :id", id=repo.id)
+    assert (await client.get(f"/findings/{canonical_id}")).status_code == 404
