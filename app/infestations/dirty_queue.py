@@ -14,7 +14,7 @@ from app.kernel import db
 from app.kernel.config import settings
 from app.kernel.metrics import DIRTY_BACKLOG, DIRTY_OLDEST_AGE, DRAINED_KEYS, HOT_KEYS_THROTTLED
 from app.kernel.sql import statement
-from app.ops.leases import new_worker_id
+from app.ops.leases import new_worker_id, record_job_run
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,28 @@ async def drain(*, batch_size: int = 200, throttle: bool = True, worker_id: str 
         await asyncio.shield(_release_claims([c.pattern_key for c in claims[settled:]], me))
         raise
     _, result.remaining_claimable, result.next_available_in_seconds = await dirty_backlog()
+    if result.refreshed:
+        await _record_progress(me, result.refreshed)
     return result
+
+
+# The last drain that refreshed a key, fleet-wide (`job_runs` "drain", read by the gauges as
+# tarakan_job_last_success_timestamp_seconds{job="drain"}): the pipeline-stopped alert watches it, a signal the hourly
+# recompute (which stamps every pattern's refreshed_at) does not move. Written at most once per interval per process.
+PROGRESS_RECORD_SECONDS = 30.0
+_progress_recorded_at: float | None = None
+
+
+async def _record_progress(me: str, refreshed: int) -> None:
+    global _progress_recorded_at
+    now = time.monotonic()
+    if _progress_recorded_at is not None and now - _progress_recorded_at < PROGRESS_RECORD_SECONDS:
+        return
+    _progress_recorded_at = now
+    try:
+        await record_job_run("drain", me, started_at=db.utcnow(), slot=None, result={"refreshed": refreshed})
+    except Exception as exc:  # the refreshes are done; a missed record only ages the alert's signal
+        log.warning("recording the drain's progress failed: %s", exc)
 
 
 async def _release_claims(keys: list[str], me: str) -> None:

@@ -23,8 +23,9 @@ from app.kernel.metrics import (
     WEBHOOK_PENDING,
 )
 
-# the fleet-wide jobs of jobs/worker.py as recorded in job_runs (the lease names): hourly and nightly
-FLEET_JOBS = ("recompute_windows", "reconcile")
+# the fleet-wide jobs of jobs/worker.py as recorded in job_runs (the lease names): hourly and nightly; and the last
+# drain that refreshed a key (app/infestations/dirty_queue.py: the pipeline-stopped alert's signal)
+FLEET_JOBS = ("recompute_windows", "reconcile", "drain")
 
 _GAUGES_SQL = """
 SELECT

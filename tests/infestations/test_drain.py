@@ -304,3 +304,28 @@ async def test_a_cancelled_drain_hands_its_unfinished_claims_back_at_once(report
     again = await dirty_queue.drain(throttle=False)
     assert sorted(again.refreshed_keys) == sorted([KEY, other])
     assert await repo_count() == 1
+
+
+async def test_a_drain_that_refreshed_a_key_records_its_progress_for_the_pipeline_alert(
+    reporter: Account, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`job_runs` "drain" (the TarakanRollupPipelineStopped signal, docs/operations.md) moves only with a drain
+    that refreshed something, at most every PROGRESS_RECORD_SECONDS per process."""
+    from app.ops.gauges import refresh_gauges
+
+    monkeypatch.setattr(dirty_queue, "_progress_recorded_at", None)
+    await dirty_queue.drain()  # nothing to do: nothing recorded
+    assert await rows("SELECT name FROM job_runs") == []
+
+    await f.create_instance(await f.create_repository(), reporter, TITLE)
+    await mark(KEY)
+    await dirty_queue.drain()
+    [run] = await rows("SELECT name, finished_at, detail FROM job_runs")
+    assert run["name"] == "drain" and run["finished_at"] is not None and '"refreshed": 1' in run["detail"]
+    await refresh_gauges()
+    finished = REGISTRY.get_sample_value("tarakan_job_last_success_timestamp_seconds", {"job": "drain"})
+    assert finished == run["finished_at"].timestamp()
+
+    await mark(KEY)
+    await dirty_queue.drain()  # within the interval: the record stands
+    assert (await rows("SELECT finished_at FROM job_runs"))[0]["finished_at"] == run["finished_at"]

@@ -203,7 +203,11 @@ async def test_hourly_and_nightly_jobs_triggered_on_both_workers_run_once_per_sl
 
     async with db.read_session(replica=False) as session:
         runs = {
-            r.name: r for r in await session.execute(text("SELECT name, holder, finished_at, detail FROM job_runs"))
+            r.name: r
+            for r in await session.execute(
+                # the drain's progress record ("drain") is written by any worker that refreshed a key
+                text("SELECT name, holder, finished_at, detail FROM job_runs WHERE name <> 'drain'")
+            )
         }
     assert set(runs) == {"recompute_windows", "reconcile"}
     worker_pids = {p.pid for p in fleet.workers}
