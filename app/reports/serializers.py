@@ -49,6 +49,7 @@ def report_answer(s: Mapping[Any, Any], findings: Sequence[Mapping[Any, Any]]) -
         id=s["id"],
         kind="report",
         repository=f"{s['owner']}/{s['name']}",
+        host=s["host"],
         commit_sha=s["commit_sha"],
         # no forge verification in this product: the commit time is unknown
         commit_committed_at=None,

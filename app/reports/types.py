@@ -67,7 +67,8 @@ class SarifSummary(Answer):
 class Report(Answer):
     id: int
     kind: Literal["report"]
-    repository: str
+    repository: Annotated[str, Meta(description="owner/name (the host is `host`)")]
+    host: str
     commit_sha: Sha
     commit_committed_at: Annotated[str | None, Meta(description="ISO 8601 date-time")]
     model: str | None

@@ -54,6 +54,7 @@ async def test_submit_returns_the_report_and_its_findings(client: httpx.AsyncCli
         "id",
         "kind",
         "repository",
+        "host",
         "commit_sha",
         "commit_committed_at",
         "model",
@@ -71,7 +72,7 @@ async def test_submit_returns_the_report_and_its_findings(client: httpx.AsyncCli
         "findings",
     }
     assert data["kind"] == "report"
-    assert data["repository"] == "acme/widget"
+    assert (data["host"], data["repository"]) == ("github.com", "acme/widget")
     assert (data["commit_sha"], data["run_id"], data["findings_count"]) == (COMMIT, "run-1", 2)
     assert (data["review_status"], data["visibility"], data["verified"], data["disclosed"]) == (
         "quarantined",
