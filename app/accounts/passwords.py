@@ -1,11 +1,5 @@
-"""Password hashing with argon2id (argon2-cffi's defaults: RFC 9106 "low memory" profile).
-
-`hash_password` and `verify_password` are CPU- and memory-bound (tens of milliseconds and 64 MiB each, by
-design). Async code calls the bounded wrappers `hash_password_bounded` / `verify_password_bounded`: they run the
-hash in a thread (the event loop keeps serving) and at most `HASH_CONCURRENCY` at a time per process, so a flood
-of logins costs a fixed slice of CPU and memory instead of a thread and 64 MiB per request. Past `HASH_QUEUE`
-waiting callers the next one is refused at once with a 503 and `Retry-After` (load shedding; docs/security.md).
-"""
+"""Password hashing with argon2id (argon2-cffi's RFC 9106 "low memory" defaults), bounded per process and off the
+event loop in the `*_bounded` wrappers (docs/security.md "Limits")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Accounts and API tokens: the only place that writes `accounts` and `api_tokens`.
-
-Passwords are argon2id (`app.accounts.passwords`), hashed off the event loop under its concurrency bound. API tokens are random secrets shown
-once; only their SHA-256 is stored, so a database leak does not leak usable tokens.
-"""
+"""Accounts and API tokens: the only writer of `accounts` and `api_tokens` (only a token's SHA-256 is stored;
+docs/security.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The moderation console (`/moderation`): lists and plain HTML forms, enhanced by htmx when it is loaded.
-
-Without JavaScript a successful action answers 303 back to the page it came from with `?recorded=<audit id>`,
-which that page turns into the "recorded; the atlas will reflect it" message; with htmx (`HX-Request`) it answers
-the updated form fragment. Invalid input re-renders the form with the errors next to the fields and what was
-typed (422), as a full page without JavaScript and as the fragment with it.
-"""
+"""The moderation console (`/moderation`): lists and plain HTML forms, enhanced by htmx when loaded (docs/domain.md §8)."""
 
 from __future__ import annotations
 

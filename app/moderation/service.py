@@ -1,13 +1,5 @@
-"""Moderation actions (docs/domain.md §8): the only writer of moderation changes, shared by the HTML console and
-the CLI, and the hard delete of a repository (a moderator's action too).
-
-Each action is one transaction (`_act`) that checks the actor's authority (`app.kernel.policy.can_moderate`, on
-the account as stored now), locks its subject row (`FOR UPDATE`), validates, applies the change, keeps the
-repository metrics and the infestation rollups right (dirty keys in the same transaction) and writes exactly one
-audit event (`app.kernel.audit`) with the before → after values. After the commit the outbox rings the rollup
-worker and the registry stats are dropped (`app.kernel.aftercommit`). A change to the value already held is
-refused (422 "is already X") so the audit log holds changes only.
-"""
+"""Moderation actions, the one writer for the console and the CLI, and the hard delete of a repository: each one
+transaction, one audit event (docs/domain.md §8)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Fleet-wide singletons by lease (docs/scaling.md): compare-and-swap on `instance_leases`, plus the
-`job_runs` record of which scheduled slot a singleton job already ran for.
-
-A lease is held by one holder until it expires; a holder that died is replaced after expiry. A singleton job runs
-under its lease AND claims its slot in `job_runs`, so two workers triggered for the same slot (or one trigger
-replayed after the first run finished) run it once.
-"""
+"""Fleet-wide singletons: a compare-and-swap lease on `instance_leases` and the `job_runs` slot record, so a
+scheduled slot runs once (docs/scaling.md "Singletons: leases and slots")."""
 
 from __future__ import annotations
 

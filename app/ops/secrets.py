@@ -1,9 +1,5 @@
-"""The application secret (keys HMACs such as client address hashes) and helpers built on it.
-
-SECRET_KEY from the environment wins. Without it, the first process to boot stores a random key in
-`app_secrets` and every other instance reads that same row: `INSERT ... ON CONFLICT DO NOTHING` then re-read,
-so several instances starting together agree on one key (first writer wins) and it survives restarts.
-"""
+"""The application secret (the key of HMACs such as client address hashes): SECRET_KEY, else one random key stored by
+the first process (docs/scaling.md)."""
 
 from __future__ import annotations
 

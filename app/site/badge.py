@@ -1,12 +1,5 @@
-"""`/repos/{host}/{owner}/{name}/badge.svg`: a shields-style badge for a README ("tarakan | 3 open",
-"tarakan | clean", "tarakan | not scanned").
-
-It counts as the repository metrics do (docs/domain.md §1.2, §1.7): canonical findings with an occurrence in a
-`public` or `public_summary` report of a listed repository, whose status is not `fixed`. So it agrees with the
-repository twin, home and search, while `findings.sarif` lists the fully public findings only. Read from the
-source tables, so a takedown changes the badge at the next request. A static SVG from an autoescaping template: no
-script, nothing for the CSP to allow.
-"""
+"""`/repos/{host}/{owner}/{name}/badge.svg`: a shields-style README badge, counted as the repository metrics count
+(docs/sarif.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The OpenAPI 3.1 document of the JSON API (`/api/v1/...`) and of the public JSON twins, served at
-`/api/v1/openapi.json` (docs/domain.md §6.1 twins, §9 the report format; docs/security.md the error shape).
-
-The paths are written here; the schemas are generated from the typed answers the serializers build (each
-feature's `types.py`, docs/architecture.md "Answers"). tests/site/test_openapi.py checks real answers against it
-and that every API and twin route of the router is described.
-"""
+"""The OpenAPI 3.1 document of the API and the public JSON twins (`/api/v1/openapi.json`): the paths here, the schemas
+generated from the typed answers (docs/architecture.md "Answers")."""
 
 from __future__ import annotations
 

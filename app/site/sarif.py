@@ -1,11 +1,5 @@
-"""SARIF 2.1.0 out: `/repos/{host}/{owner}/{name}/findings.sarif`, a repository's public findings as one SARIF log
-a maintainer can upload to a code-scanning service (docs/sarif.md).
-
-Public only, whoever asks: the repository must be listed and each finding must have an occurrence in a public
-report, read from the source tables in one statement (the public join set, `app.kernel.public`), so a takedown
-holds at the very next request without a worker. What a result says (title, file, lines) comes from the newest
-public occurrence, never from a hidden one; the canonical finding adds its status and fingerprint.
-"""
+"""SARIF 2.1.0 out: `/repos/{host}/{owner}/{name}/findings.sarif`, a repository's public findings as one log for a
+code-scanning service (docs/sarif.md)."""
 
 from __future__ import annotations
 

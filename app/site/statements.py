@@ -1,11 +1,5 @@
-"""The statement form of a finding page (`POST /findings/{ref}/statements`): a signed-in verified maintainer of the
-finding's repository states their position in OpenVEX terms with a plain HTML form (no JavaScript needed; CSRF by
-origin, as every form of the site: `app.kernel.security`).
-
-The same rules, secrets scan and service as the API (`app.maintainers.statements`); the body is parsed and checked
-off the event loop (`app.kernel.intake`). A refused statement re-renders the page with the errors next to the fields
-and what was typed (422); a recorded one answers 303 back to the page.
-"""
+"""The finding page's statement form (`POST /findings/{ref}/statements`): the API's rules and service behind a plain
+HTML form (docs/domain.md §14)."""
 
 from __future__ import annotations
 
