@@ -1,9 +1,5 @@
-"""`assimilate_scan` (docs/domain.md §2.6): link each occurrence of a new report to its repository-level canonical
-finding, compute its disposition, refresh the touched canonicals' counters, then their quorum status.
-
-Runs inside the submit transaction. Every UPDATE of a canonical is guarded with IS DISTINCT FROM so that
-`updated_at` moves only when a value really changes (§2.7): it drives every infestation window.
-"""
+"""`assimilate_scan`: link a new report's occurrences to their canonical findings, in the submit transaction
+(docs/domain.md §2.6; `updated_at` moves only on a real change, §2.7)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Indexable findings: the occurrences a crawler may see (docs/domain.md §7.4).
-
-An occurrence is indexable when it is in the public join set (`app.kernel.public`): its report is `public` (not
-`public_summary`, not `restricted`) and its repository is `listed`. Pages are keyset by occurrence id ascending (the primary key), at most 5,000 rows; a stream opens one
-short read session per page.
-"""
+"""Indexable findings: the occurrences of the public join set a crawler may see, as keyset pages and streams
+(docs/domain.md §7.1, §7.4)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Who may submit reports, record checks and report-level verdicts, and how often (docs/domain.md §1.5, §1.6, §9).
-
-The reports' use cases (`app.reports.service`) ask these functions inside their transaction, on the acting
-account as the transaction sees it (`load_actor`: fresh role and state, not the caller's copy) and on the
-repository row they lock. Standing and roles come from `app.kernel.policy`, visibility from
-`app.kernel.visibility`; what is reports-specific lives here: token scopes, the paused repository, the verifier
-rule and the rate limits.
-"""
+"""Who may submit reports, record checks and verdicts, and how often: token scopes, the paused repository, the verifier
+rule and the rate limits, asked on the actor as the transaction sees it (docs/domain.md §1.5, §1.6, §9)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Refuse reports and checks that carry live credentials (docs/domain.md §9). Errors name the field and the kind of
-secret, never the secret itself: the error body is echoed to logs and terminals.
-
-Hostile input (docs/security.md): every pattern runs in time linear in the text. Quantifiers are bounded where a
-fixed number of characters proves the match (`{30}` finds exactly what `{30,}` finds), and the one pattern that must
-see a whole run (a JSON Web Token's segments end at a dot) may start only at the beginning of a run and never gives
-characters back (a possessive `{8,}+`), so no run is scanned more than a few times. A time budget on the `regex`
-engine is the second fence: past it the field is refused as unscannable. Matches release the GIL
-(`concurrent=True`): the scan runs on an intake thread (`app.kernel.intake`) while the event loop keeps answering.
-"""
+"""Refuse reports, checks and statements that carry live credentials, naming the field and the kind, never the secret
+(docs/domain.md §9); linear-time patterns under a time budget (docs/security.md "Decisions")."""
 
 from __future__ import annotations
 
