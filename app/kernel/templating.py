@@ -7,6 +7,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.templating import Jinja2Templates
 
+from app.kernel.config import settings
 from app.kernel.urls import finding_path, infestation_path, path_for, repo_path, static_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,3 +27,11 @@ environment.globals.update(
     path_for=path_for,
     static_path=static_path,
 )
+
+
+def atlas_delay_seconds() -> int:
+    """How long a new report may take to reach the atlas: the hot-key interval (docs/domain.md §5.5)."""
+    return settings().hot_key_interval_seconds
+
+
+environment.globals["atlas_delay_seconds"] = atlas_delay_seconds

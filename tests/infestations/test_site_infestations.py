@@ -164,6 +164,9 @@ async def test_show_page_hero_graph_and_first_ledger_page(client: httpx.AsyncCli
     )
     assert all(attr(a, "aria-label").startswith("acme/svc-") for a in satellites)
     assert maybe(page, "#graph-more") is None  # every repository is drawn
+    # the atlas's expected delay, where the newcomer looks (INFESTATIONS_HOT_KEY_INTERVAL, 30 s by default)
+    refreshed = one(page, "#atlas-refreshed").get_text()
+    assert refreshed.startswith("counts refreshed ") and "reaches the atlas within about 30 s" in refreshed
     rows = page.select("#ledger-rows tr")
     assert len(rows) == 50
     load_more = one(page, "#load-more")
