@@ -1,19 +1,6 @@
-"""Sending webhook deliveries (docs/domain.md "Webhooks", docs/security.md "Webhook destinations"): one POST per
-change-feed entry and webhook, signed, to an address checked at connect time.
-
-The body is `{"delivery": "<uuid>", "entry": <the entry as the change feed renders it now>}`; the headers say the
-entry's kind (`X-Tarakan-Event`), the delivery id (`X-Tarakan-Delivery`, the same on every retry) and
-`X-Tarakan-Signature-256: sha256=<hex HMAC-SHA256 of the exact body bytes, keyed with the webhook's secret>`.
-
-The request: the host is resolved here and every address checked (`destinations.connect_address`); the client
-connects to that address itself (the URL carries the IP), with the original `Host` header, and for https the name
-as TLS server name, which is also the name the certificate is verified against; no proxy from the environment, no
-redirect followed, connect and read timeouts and a deadline on the whole request, and the receiver's body is
-never read. Anything but a 2xx is a failure.
-
-This module sits in `app.maintainers`, below the change feed's renderer (`app.feed`): the caller passes it in
-(`Render`; the worker passes `app.feed.entries.rendered_entry`).
-"""
+"""Sending webhook deliveries: one signed POST per change-feed entry and webhook, pinned to an address checked at
+connect time (docs/domain.md §14 "Webhooks", docs/security.md "Webhook destinations"); the caller passes the
+feed's renderer (`app.feed` sits above this feature)."""
 
 from __future__ import annotations
 

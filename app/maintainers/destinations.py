@@ -1,15 +1,5 @@
-"""Where a webhook may point (docs/security.md "Webhook destinations"): the registry POSTs to a URL a maintainer
-chose, so that URL must not reach inside our network (SSRF).
-
-Two checks with one rule. At registration the URL must be https and its host must be, or resolve to at least one,
-address that is not refused; at connect time the host is resolved again (by us, not by the HTTP client), every
-address is checked, and the delivery connects to a checked address itself, so a name that answered with a public
-address at registration and a private one now (DNS rebinding) reaches nothing. `WEBHOOK_ALLOW_PRIVATE=1` (tests
-only) lifts the address rule and allows plain http; the rest stays.
-
-`resolver` is looked up at every call, so a test can swap in its own (a name public at registration and private at
-delivery).
-"""
+"""Where a webhook may point: the SSRF rule at registration and at connect time (docs/security.md "Webhook
+destinations"). `resolver` is looked up at every call, so a test can swap in its own."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""The one fetch Tarakan makes from a forge: a maintainer's verification file (docs/security.md "Forge fetch").
-
-Bounded in every way a forge (or whoever answers for it) could stretch it: connect and read timeouts, a deadline
-on the whole fetch, at most `MAX_BYTES` read (streamed, then the connection is dropped), no redirect followed, no
-proxy from the environment, no content decoding (a compressed answer is refused, so no decompression bomb), and
-https only unless the URL's host is loopback (the test forge). The answer is one of three outcomes: the file's
-text, the file missing, or the forge failing; only the last is the forge's fault (a 503 to the caller, and never
-a reason to end a maintainership).
-"""
+"""The one fetch Tarakan makes from a forge, a maintainer's verification file, bounded every way (docs/security.md
+"Forge fetch"): the file's text, the file missing, or the forge failing (a 503, never an ended maintainership)."""
 
 from __future__ import annotations
 

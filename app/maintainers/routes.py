@@ -1,9 +1,5 @@
-"""Claims and their verification: the API (bearer token with `repositories:maintain`) and the maintain page of a
-signed-in account (`/repos/{host}/{owner}/{name}/maintain`: plain HTML forms, no JavaScript needed).
-
-The claim and verify routes take no body (empty or `{}`); like every unsafe route they are `body_route`s
-(`app.kernel.intake`), so a token sending refused requests meets its allowance and a large body a 413.
-"""
+"""Claims and their verification: the API (`repositories:maintain`) and the signed-in maintain page (plain HTML forms);
+every unsafe route is a `body_route` (docs/domain.md §14)."""
 
 from __future__ import annotations
 

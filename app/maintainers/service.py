@@ -1,13 +1,5 @@
-"""Claims and maintainerships (docs/domain.md "Maintainers"): the only writer of `maintainer_claims` and
-`repository_maintainers`, and of the participation mode a verification sets and the last maintainer's end
-restores.
-
-A claim hands an account a one-time token; the account commits it to `.tarakan/verify.txt` on the repository's
-default branch, and verification fetches that file from the forge (`app.maintainers.forge`) with no transaction
-open, then records the maintainership in one short transaction. A forge that fails is a 503, never a refused
-claim; a daily recheck ends a maintainership only when the file is gone on two checks at least
-MAINTAINER_RECHECK_HOURS apart.
-"""
+"""Claims and maintainerships: the only writer of `maintainer_claims`, `repository_maintainers` and the participation
+mode they set and restore; verification and the daily recheck (docs/domain.md §14)."""
 
 from __future__ import annotations
 

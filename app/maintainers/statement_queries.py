@@ -1,11 +1,5 @@
-"""Reads of maintainers' statements (docs/domain.md "Maintainers"): the current statement of a finding wherever the
-finding is shown, a finding's statements for moderators, and a repository's current statements (OpenVEX, Atom).
-
-The current statement of a canonical finding is its newest `shown` one (`finding_statements_current_idx`); a hidden
-statement is a takedown, so every public read here filters on `visibility = 'shown'` at read time and a hide holds at
-the next request. Whether the finding itself may be shown is the caller's rule (the page's visibility, or the
-public join set, `app.kernel.public`, for the repository-wide reads below).
-"""
+"""Reads of maintainers' statements: a finding's current one (its newest `shown`: a hide holds at the next request),
+a finding's statements for moderators, a repository's current ones (docs/domain.md §14)."""
 
 from __future__ import annotations
 

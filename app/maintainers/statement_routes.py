@@ -1,9 +1,5 @@
-"""The statement API (bearer token with `repositories:maintain`) and the OpenVEX document of a repository.
-
-`POST /api/v1/findings/{canonical_public_id}/statements` is a `body_route` (`app.kernel.intake`): the token and its
-scope, the refused-attempt allowance, the body under its limit, then OpenVEX's rules and the secrets scan off the
-event loop, and only then the statement's transaction (docs/security.md "Body budget").
-"""
+"""The statement API (`repositories:maintain`, a `body_route`: docs/security.md "Body budget") and a repository's
+OpenVEX document."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""Maintainers' statements (docs/domain.md "Maintainers"): the only writer of `finding_statements`, and of the
-`finding.statement` entries of the change feed.
-
-A verified maintainer in good standing states their position on a public canonical finding of their repository in
-OpenVEX terms. Every statement is kept; the newest one a moderator has not hidden is the current one. A statement
-never touches the reviewers' quorum: the finding shows both voices side by side.
-
-Each statement, and each moderator's change of a statement's visibility, writes one `finding.statement` entry in
-its own transaction, under the canonical finding's row lock, so the feed's order of a finding's statement entries is
-the order in which its current statement changed: the last entry about a finding names its current statement (or
-none). A hide is a takedown: its entry carries the reason `moderation` (the bulk export counts it as a withdrawal
-and is rebuilt) and the earlier entries about the hidden statement are rendered without it (`app.feed.queries`).
-"""
+"""Maintainers' statements: the only writer of `finding_statements` and of the feed's `finding.statement` entries,
+under the canonical's row lock (docs/domain.md §14 "Statements", §13 "Change feed")."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""OpenVEX out: `/repos/{host}/{owner}/{name}/vex.json`, the current statements of a listed repository's verified
-maintainers as one OpenVEX 0.2.0 document (https://openvex.dev/ns/v0.2.0), for the scanners and dashboards that read
-VEX (docs/domain.md "Maintainers").
-
-One statement per public canonical finding that has a current statement. The finding is the "vulnerability" (its
-page is the `@id`, its canonical id the `name`); the repository is the one product. OpenVEX allows exactly one of
-`justification` and `impact_statement` on `not_affected` and no fields of its own, so when a maintainer gave both the
-justification stays and the impact statement goes into `status_notes`, as does a `fixed` statement's commit.
-
-Read from the source tables at every request (the public join set, and only statements no moderator has hidden), so
-a takedown of a finding or a hide of a statement holds at the next request; ETag and Cache-Control as the badge.
-A repository that is not listed, or has no current statement (the schema needs at least one), is a 404.
-"""
+"""OpenVEX out: `/repos/{host}/{owner}/{name}/vex.json`, a listed repository's current statements as one OpenVEX 0.2.0
+document (docs/domain.md §14 "OpenVEX out")."""
 
 from __future__ import annotations
 

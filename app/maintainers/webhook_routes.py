@@ -1,13 +1,5 @@
-"""The maintainers' webhook API (docs/domain.md "Webhooks"; bearer token with `repositories:maintain`):
-
-- `POST /api/v1/repos/{host}/{owner}/{name}/webhooks` `{"url"}`: register (201, the secret shown once);
-- `GET /api/v1/repos/{host}/{owner}/{name}/webhooks`: the caller's webhooks of the repository;
-- `GET /api/v1/webhooks/{id}`, `DELETE /api/v1/webhooks/{id}` (204), `POST /api/v1/webhooks/{id}/enable`;
-- `GET /api/v1/webhooks/{id}/deliveries?cursor=&limit=`: the delivery log, newest first.
-
-A webhook is its owner's: anyone else's id is a 404. The unsafe routes are `body_route`s (app.kernel.intake), so a
-token sending refused requests meets its allowance.
-"""
+"""The maintainers' webhook API: register, list, show, delete, enable, the delivery log (docs/domain.md §14
+"Webhooks"; bearer token with `repositories:maintain`; unsafe routes are `body_route`s)."""
 
 from __future__ import annotations
 

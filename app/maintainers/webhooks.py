@@ -1,24 +1,5 @@
-"""Maintainers' signed webhooks (docs/domain.md "Maintainers", "Webhooks"): the only writer of `webhooks`,
-`webhook_deliveries` and `webhook_fanout`, and the reads of a webhook and its delivery log.
-
-The delivery state lives in Postgres, so a worker killed at any point loses nothing:
-
-- **fan-out** (`fan_out`): the change-feed entries past `webhook_fanout.seq` (one cursor for every webhook; seq
-  order is commit order, so the range below the feed's head is complete) are mapped to the repository they are
-  about, and each becomes one delivery row per webhook of that repository whose owner maintains it in good
-  standing, in one INSERT ... SELECT per batch (idempotent: unique (webhook, seq)).
-- **order**: a webhook's entries go out one after another in seq order. Only the oldest undelivered one (the
-  head) has a `next_attempt_at`; the rest wait with NULL, and settling the head (delivered) gives the next one its
-  time. Who changes a webhook's head holds its row lock (FOR NO KEY UPDATE), so fan-out and settling never leave a
-  queue without a head.
-- **claim** (`claim_due`): a due head is taken with FOR UPDATE SKIP LOCKED and leased by moving its
-  `next_attempt_at` LEASE_SECONDS ahead (and counting the attempt); the HTTP request runs with no transaction
-  open. A worker that dies mid-request leaves the lease to expire, and the head is sent again with the same
-  delivery id (at least once: receivers deduplicate by `X-Tarakan-Delivery`).
-- **settle**: delivered, or failed and retried after RETRY_DELAYS (then hourly) until DISABLE_AFTER from the first
-  failure of the streak, when the webhook is disabled until its owner enables it again. A settle names the attempt
-  it ran, so a late settle of an attempt whose lease was taken over changes nothing.
-"""
+"""Maintainers' webhooks: the only writer of `webhooks`, `webhook_deliveries` and `webhook_fanout` (fan-out, one head a
+webhook, claim, settle) and the reads of a webhook and its log (docs/domain.md §14 "Webhooks")."""
 
 from __future__ import annotations
 
