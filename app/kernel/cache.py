@@ -20,18 +20,8 @@ log = logging.getLogger(__name__)
 
 
 class SingleFlightCache(Generic[V]):
-    """A TTL cache for async loaders: one refresher per key (an asyncio.Lock), others get the current value.
-
-    - fresh hit: returned from the `TTLCache` (no await, a dict lookup).
-    - expired, a refresh already running, a previous value known: that value is returned at once.
-    - expired by age (TTL > 0, no invalidation since the value was loaded): that value is returned at once and one
-      refresh starts in the background (in an empty context: it owns its database session).
-    - expired, nothing known yet, or invalidated since: callers wait for the one refresher and share its result
-      (also with TTL 0).
-    `invalidate()` drops fresh values and bumps a generation, so a refresh that started before the invalidation
-    cannot mark its (possibly pre-change) result fresh, and a value loaded before it is never refreshed behind the
-    caller's back: the next caller waits for the new one.
-    """
+    """A TTL cache for async loaders: one refresher per key (an asyncio.Lock), others get the current value; the
+    cases and `invalidate()`'s generation: docs/architecture.md "The kernel's rules in words" (caches)."""
 
     def __init__(self, ttl: Callable[[], float], *, maxsize: int = 64) -> None:
         self._ttl = ttl
@@ -131,13 +121,8 @@ class SingleFlightCache(Generic[V]):
 
 
 class TakedownKeyedCache(Generic[V]):
-    """A `SingleFlightCache` for public answers that a takedown must change at the next request in every process.
-
-    The newest audit event id is read at every call (one index probe, as the home fragment does: every takedown is
-    audited, docs/domain.md §5.7) and folded into the key; when it differs from the last one this process saw, the
-    older entries are dropped. Callers put only anonymous answers here (docs/security.md: a privileged viewer's
-    answer never enters a shared cache).
-    """
+    """A `SingleFlightCache` whose key carries the newest audit event id (read at every call), so a takedown anywhere
+    changes its answers at the next request (docs/scaling.md); anonymous answers only (docs/security.md)."""
 
     def __init__(self, ttl: Callable[[], float], *, maxsize: int) -> None:
         self.cache: SingleFlightCache[V] = SingleFlightCache(ttl, maxsize=maxsize)
