@@ -38,12 +38,8 @@ async def close_pools() -> None:
 
 
 async def ring_drain(*, delay_seconds: float = 0.0, redis: ArqRedis | None = None) -> None:
-    """One coalesced drain job per half-second bucket, deferred to the end of the bucket: every ring in a bucket
-    happened after its commit and before the job starts, so a ring dropped by arq's job-id uniqueness is
-    always covered by the job that made it redundant.
-
-    `delay_seconds` schedules the drain later (the worker's deferred drain for throttled keys); buckets only move
-    forward in time, so a bucket's id is never reused by a job that already ran."""
+    """One coalesced drain job per half-second bucket, deferred to the bucket's end (`delay_seconds`: a later bucket);
+    docs/domain.md §5.5 "Ring"."""
     await _ring(DRAIN_JOB, delay_seconds, redis)
 
 

@@ -99,9 +99,9 @@ def place_label(
     width: float,
     height: float,
 ) -> tuple[float, float, str, Box] | None:
-    """The first of right, left, above, below and the four diagonals of a node where `text` stays inside the frame and clear of every
-    other node and every label placed so far: (x, baseline y, text-anchor, box); None when no place is clear (the
-    label is dropped; the node's <title> and the table still carry the name). Deterministic: a fixed order."""
+    """The first of right, left, above, below and the four diagonals of a node where `text` fits inside the frame,
+    clear of every other node and label placed so far: (x, baseline y, text-anchor, box); None when none is clear
+    (the label is dropped; the node's <title> and the table still carry the name)."""
     w = len(text) * CHAR_WIDTH
     gap = LABEL_GAP
     d = r * 0.7 + gap  # the diagonal places sit off the node's corner
@@ -168,12 +168,8 @@ def constellation_layout(
     with_narrow: bool = True,
     margin_labels: bool = False,
 ) -> Constellation:
-    """Ranked patterns on a golden-angle (Vogel) spiral: rank 1 at the centre, each next rank a little further
-    out, so rank reads as distance from the core. Radius ~ sqrt(repo_count) (area proportional to spread).
-    The first `labelled` ranks get a visible label where one fits clear of every node and label (`place_label`);
-    `narrow` is the same picture for a phone: a frame about as wide as the screen, fewer and shorter labels, and
-    (`margin_labels`) a label with no room beside its node set in the free band above or below the spiral with a
-    leader line to it."""
+    """Ranked patterns on a golden-angle (Vogel) spiral, radius ~ sqrt(repo_count), the first `labelled` labelled where
+    a label fits; `narrow` the phone's picture, with `margin_labels` (docs/domain.md §6.3)."""
     rows = list(items)[: max(0, limit)]
     n = len(rows)
     cx, cy = width / 2, height / 2

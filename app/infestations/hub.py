@@ -90,12 +90,8 @@ def hub_layout(
     with_narrow: bool = True,
     links: Sequence[tuple[str, str | None]] | None = None,
 ) -> HubGraph:
-    """The pattern as a hub with up to `cap` repositories on concentric rings (most recent innermost), sized by
-    instance count and coloured by their primary status. `more` counts the listed repositories not drawn. Each
-    satellite links to its repository page, is named by its <title>, and shows its slug on hover and focus;
-    `narrow` is the same graph in a phone-sized frame (smaller nodes, same 11px labels). `links` are the entries'
-    (repository page, sample finding page), when the caller already made them (the narrow graph reuses the wide
-    one's)."""
+    """The pattern as a hub with up to `cap` repositories on rings, most recent innermost (docs/domain.md §6.5).
+    `links`: the entries' (repository page, sample finding page) when already made (the narrow graph reuses them)."""
     drawn = list(entries)[: min(cap, SATELLITE_CAP)]
     if links is None:
         links = [(repo_path(e.get("host", ""), e.get("owner", ""), e.get("name", "")), _finding_href(e)) for e in drawn]

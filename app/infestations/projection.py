@@ -58,16 +58,8 @@ async def _delete_projection(session: AsyncSession, key: str) -> None:
 async def refresh_pattern(
     pattern_key: str, *, reason: str = "manual", repositories: tuple[int, ...] | None = None
 ) -> int:
-    """Recompute one key's instances, memberships, pattern row and status windows from source, in one transaction.
-
-    `repositories` (the dirty-key queue's scope, docs/domain.md §5.2 "Scoped refresh"): only the key's rows in these
-    repositories changed, so only their instances and memberships are re-projected from source; the pattern row and
-    status windows are then re-aggregated from the key's instance rows as in the full refresh, so the result is the
-    same. A key without a pattern row yet is refreshed in full.
-
-    Returns the number of instances the key now has (its public join set); 0 means the key left the public join
-    set and its projection was hard-deleted (its show page then 404s). Serialized per key by a transaction-scoped
-    advisory lock. Only rows that really changed are written (the pattern row always is: `refreshed_at`)."""
+    """Recompute one key's rollup rows from source in one transaction (only `repositories`' rows when given: the
+    scoped refresh); returns its instances, 0 when it left the public join set and was deleted (domain.md §5.2)."""
     started = time.perf_counter()
     scope = "key"
     try:
@@ -128,12 +120,8 @@ async def _project_from_instances(session: AsyncSession, keys: Keys) -> int:
 
 
 async def recompute_windows(pattern_key: str) -> None:
-    """Hourly window decay for one key from the instance table only (no source join, docs/domain.md §5.4): the
-    window columns and the status windows. `updated_at` is left alone: it moves only with a refresh from source,
-    which the hot-key cap reads (§5.5).
-
-    No instances left (e.g. a hard repository delete cascaded them away) -> the key's projection is deleted;
-    instances without a pattern row -> a full `refresh_pattern`."""
+    """Hourly window decay for one key from its instance rows alone; no instances: its projection deleted; no pattern
+    row: a full `refresh_pattern` (docs/domain.md §5.4)."""
     keys = Keys(key=pattern_key)
     async with db.transaction() as session:
         await session.execute(text(_LOCK_KEY), _lock_key_params(pattern_key))
