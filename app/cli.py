@@ -2,8 +2,8 @@
 
 Infrastructure failures (database or Redis unreachable, a wrong URL, a refused permission) are expected in
 operations: they print `tarakan: error: <what failed>: <why>` and exit 1, never a traceback (docs/operations.md
-"Command line failures"). `serve` and `worker` refuse to start without DATABASE_URL / REDIS_URL, and `serve`
-refuses a database whose schema is behind this code's migrations.
+"Command line failures"). `serve` and `worker` refuse to start without DATABASE_URL / REDIS_URL, and both
+refuse a database whose schema is behind this code's migrations (the same one line).
 """
 
 from __future__ import annotations
@@ -111,6 +111,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     settings()
     _check_limits()
+    asyncio.run(_check_schema())  # a worker on a database without its migrations would fail job by job
     port = args.metrics_port if args.metrics_port is not None else _port("WORKER_METRICS_PORT")
     return run_worker(burst=args.burst, metrics_port=port, metrics_host=args.metrics_host)
 

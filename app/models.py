@@ -11,6 +11,7 @@ from app.infestations.models import (
 from app.kernel.audit import AuditEvent
 from app.kernel.changes import Change, PublishedCanonical, PublishedFinding, PublishedRepository
 from app.kernel.db import Base
+from app.kernel.flags import RuntimeSetting
 from app.maintainers.models import (
     FindingStatement,
     MaintainerClaim,
@@ -47,6 +48,7 @@ __all__ = [
     "PublishedRepository",
     "Repository",
     "RepositoryMaintainer",
+    "RuntimeSetting",
     "Scan",
     "ScanConfirmation",
     "ScanFinding",

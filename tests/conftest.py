@@ -79,6 +79,7 @@ def reset_rate_counters() -> None:
 
 @pytest.fixture(autouse=True)
 def clean_database(services: dict[str, str]) -> None:
+    from app.kernel import flags
     from app.registry import queries as registry_queries
     from app.registry.stats import reset_registry_stats_cache
     from app.seo import sitemap
@@ -90,6 +91,7 @@ def clean_database(services: dict[str, str]) -> None:
     reset_registry_stats_cache()
     sitemap.invalidate_buckets()
     home_infestations.clear()
+    flags.forget()
     registry_queries.search_cache.reset()
 
 

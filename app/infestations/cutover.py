@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from app.infestations.models import ROLLUP_READ_MODELS
 from app.infestations.shadow import shadow_compare_all
 from app.kernel import db
 from app.kernel.public import public_canonical
-from app.kernel.sql import WINDOW_DAYS, statement
+from app.kernel.sql import statement
 
 COVERAGE_THRESHOLD = 0.99
 RECENT_REFRESH_HOURS = 26  # hourly window recompute and nightly reconcile both bump refreshed_at
 DIRTY_MAX_AGE_SECONDS = 60
 RECONCILE_MAX_AGE_HOURS = 26  # nightly, with slack for a slow run
-RANK_INDEXES = tuple(f"infestation_patterns_rank_{w}d_idx" for w in WINDOW_DAYS)
+# every index the rollup reads depend on, from the models themselves: an index added to a rollup table is checked
+# without anyone remembering to list it here
+ROLLUP_INDEXES = tuple(
+    sorted(str(index.name) for model in ROLLUP_READ_MODELS for index in model.__table__.indexes)  # type: ignore[attr-defined]
+)
 
 Gate = tuple[str, bool, str]
 
@@ -66,18 +71,18 @@ async def _coverage() -> Gate:
     return ("backfill coverage", ratio >= COVERAGE_THRESHOLD, detail)
 
 
-async def _rank_indexes() -> Gate:
+async def _rollup_indexes() -> Gate:
     async with db.read_session(replica=False) as session:
-        rows = (await session.execute(text(_INDEXES_SQL), {"names": list(RANK_INDEXES)})).mappings().all()
+        rows = (await session.execute(text(_INDEXES_SQL), {"names": list(ROLLUP_INDEXES)})).mappings().all()
     valid = {row["relname"]: bool(row["valid"]) for row in rows}
-    missing = [name for name in RANK_INDEXES if name not in valid]
+    missing = [name for name in ROLLUP_INDEXES if name not in valid]
     invalid = [name for name, ok in valid.items() if not ok]
     if missing or invalid:
         parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
             [f"invalid {', '.join(sorted(invalid))}"] if invalid else []
         )
-        return ("rank indexes valid", False, "; ".join(parts))
-    return ("rank indexes valid", True, f"{len(RANK_INDEXES)} rank indexes valid")
+        return ("rollup indexes valid", False, "; ".join(parts))
+    return ("rollup indexes valid", True, f"{len(ROLLUP_INDEXES)} rollup indexes valid")
 
 
 async def _dirty_backlog() -> Gate:
@@ -108,12 +113,19 @@ async def _shadow_clean() -> Gate:
     return ("shadow-compare clean", True, "legacy and rollup agree on every window x status x min_repos")
 
 
+_GATES = (_coverage, _rollup_indexes, _dirty_backlog, _recent_reconcile, _shadow_clean)
+
+
 async def cutover_check() -> list[Gate]:
     """Each gate as `(name, passed, detail)`, in the documented order; cutover needs every one to pass."""
-    return [
-        await _coverage(),
-        await _rank_indexes(),
-        await _dirty_backlog(),
-        await _recent_reconcile(),
-        await _shadow_clean(),
-    ]
+    return [await gate() for gate in _GATES]
+
+
+async def first_failing_gate() -> Gate | None:
+    """The first gate that fails, in the documented order (the costly shadow-compare runs last, only when every
+    other gate passed); None when cutover may proceed (`tarakan flags set infestations.read_from_rollup true`)."""
+    for gate in _GATES:
+        result = await gate()
+        if not result[1]:
+            return result
+    return None

@@ -203,3 +203,13 @@ class InfestationDirtyKey(Base):
     claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
     repository_ids: Mapped[list[int] | None] = mapped_column(ARRAY(BigInteger))
+
+
+# the tables the rollup read path reads (lists, show pages, satellites, ledgers): cutover-check requires every index
+# they declare to exist and be valid (docs/domain.md §13)
+ROLLUP_READ_MODELS = (
+    InfestationPattern,
+    InfestationPatternRepo,
+    InfestationPatternInstance,
+    InfestationPatternStatusWindow,
+)

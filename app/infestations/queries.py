@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, FromClause, Select, bindparam, select, true
 
@@ -41,7 +41,7 @@ from app.infestations.rows import (
     window_bucket,
     with_repository_share,
 )
-from app.kernel import config, db
+from app.kernel import db, flags
 from app.kernel.metrics import LIST_DURATION
 from app.kernel.paging import Page, Pages, after_keyset
 from app.kernel.public import shown_pattern, visible_occurrence, visible_scan
@@ -84,18 +84,26 @@ async def list_infestations(
 ) -> list[dict[str, Any]]:
     """The ranked atlas. Reads the runtime flag at every call, so operators can fall back to the legacy
     online aggregate without a restart."""
-    items, _ = await list_infestations_dated(list_options(days=days, min_repos=min_repos, status=status, limit=limit))
-    return items
+    dated = await list_infestations_dated(list_options(days=days, min_repos=min_repos, status=status, limit=limit))
+    return dated.items
 
 
-async def list_infestations_dated(options: ListOptions) -> tuple[list[dict[str, Any]], datetime | None]:
-    """`list_infestations` and when its counts were computed: the oldest `refreshed_at` of the rows shown (counts
-    may lag a takedown until the refresh; identifying details never do, docs/domain.md §5.7), or now on the legacy
-    path; None for an empty rollup list. Every filter combination walks a rank index in O(limit), so nothing is
-    cached: a takedown holds at the next request through the read-time guard alone."""
-    if config.read_from_rollup():
-        return await ranked_rollup(options)
-    return await ranked_legacy(options), db.utcnow()
+class DatedList(NamedTuple):
+    items: list[dict[str, Any]]
+    refreshed_at: datetime | None
+    counts_window_days: int  # the days whose counts were served: the covering bucket, or the real days (legacy)
+
+
+async def list_infestations_dated(options: ListOptions) -> DatedList:
+    """`list_infestations`, when its counts were computed and over which window: the oldest `refreshed_at` of the
+    rows shown (counts may lag a takedown until the refresh; identifying details never do, docs/domain.md §5.7), or
+    now on the legacy path; None for an empty rollup list. The rollups serve the covering bucket's counts for every
+    filter (status or not); the legacy aggregate counts the real days. Every filter combination walks a rank index
+    in O(limit), so nothing is cached: a takedown holds at the next request through the read-time guard alone."""
+    if await flags.read_from_rollup():
+        items, refreshed_at = await ranked_rollup(options)
+        return DatedList(items, refreshed_at, window_bucket(options.days))
+    return DatedList(await ranked_legacy(options), db.utcnow(), options.days)
 
 
 # Statements are composed with Core once, at import, and compiled to the text that runs (docs/architecture.md
@@ -290,7 +298,7 @@ async def get_infestation_dated(pattern_key: str) -> tuple[dict[str, Any] | None
     key = parse_pattern_key(pattern_key)
     if key is None:
         return None, None
-    if not config.read_from_rollup():
+    if not await flags.read_from_rollup():
         return await get_infestation_legacy(key), db.utcnow()
     async with db.read_session() as session:
         row = (await session.execute(_GET, {"key": key})).mappings().first()
@@ -337,7 +345,7 @@ _INSTANCES = _pages(_instances(), I.c.updated_at, I.c.canonical_finding_id)
 
 
 async def _fetch_instances(pattern_key: str, *, limit: int, cursor: str | None) -> Page[dict[str, Any]]:
-    if not config.read_from_rollup():
+    if not await flags.read_from_rollup():
         return await list_instances_legacy(parse_pattern_key(pattern_key) or "", limit=limit, cursor=cursor)
     return await newest_first_page(
         _INSTANCES,
@@ -393,7 +401,7 @@ async def list_pattern_repos_page(
     max 100), keyset on `(last_seen_at DESC, repository_id DESC)`. A membership whose repository or sample report
     was taken down is skipped at once (the read-time guard)."""
     limit = clamp(limit, 1, PAGE_MAX)
-    if not config.read_from_rollup():
+    if not await flags.read_from_rollup():
         return await list_pattern_repos_legacy(parse_pattern_key(pattern_key), limit=limit, cursor=cursor)
     return await newest_first_page(
         _REPOS,
@@ -440,7 +448,7 @@ async def list_repository_infestations(
     share: `repository_instance_count`, `repository_open_count`, `repository_status` and
     `repository_occurrence_public_id`."""
     limit, min_repos = clamp(limit, 1, PAGE_MAX), clamp(min_repos, 1, 50)
-    if not config.read_from_rollup():
+    if not await flags.read_from_rollup():
         return await list_repository_infestations_legacy(int(repository_id), limit=limit, min_repos=min_repos)
     params = {"repository_id": int(repository_id), "limit": limit, "min_repos": min_repos}
     async with db.read_session() as session:
@@ -463,7 +471,7 @@ async def list_newest_infestations(*, limit: int = 20) -> list[dict[str, Any]]:
     """Infestations (all-time, at least 2 repositories) by first sighting, newest first: the "new" half of the atlas
     feed. Guarded like every atlas read; the legacy aggregate when the flag is off."""
     limit = clamp(limit, 1, PAGE_MAX)
-    if not config.read_from_rollup():
+    if not await flags.read_from_rollup():
         return await list_newest_infestations_legacy(limit=limit)
     async with db.read_session() as session:
         rows = (await session.execute(_NEWEST, {"limit": limit})).mappings().all()

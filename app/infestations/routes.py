@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 from app.infestations import queries
 from app.infestations.constellation import constellation_layout
 from app.infestations.hub import SATELLITE_CAP, hub_layout
-from app.infestations.rows import MIN_REPOS_CHOICES, ListOptions, list_options, window_bucket
+from app.infestations.rows import MIN_REPOS_CHOICES, ListOptions, list_options
 from app.infestations.types import (
     STATUS_CHOICES,
     InfestationFilters,
@@ -64,12 +64,16 @@ class Filters:
             query["limit"] = self.limit
         return urlencode(query)
 
-    def applied(self) -> InfestationFilters:
+    def applied(self, counts_window_days: int) -> InfestationFilters:
         """What the twin says it answered: the clamped filters and the window whose counts it read (§5.7: the
-        smallest bucket covering `days` without a status filter; the status filter counts the real days)."""
-        window = self.days if self.status != "all" else window_bucket(self.days)
+        smallest bucket covering `days` on the rollups, with or without a status filter; the real days on the
+        legacy path)."""
         return InfestationFilters(
-            days=self.days, min_repos=self.min_repos, status=self.status, limit=self.limit, counts_window_days=window
+            days=self.days,
+            min_repos=self.min_repos,
+            status=self.status,
+            limit=self.limit,
+            counts_window_days=counts_window_days,
         )
 
 
@@ -96,11 +100,12 @@ def parse_filters(params: Mapping[str, str]) -> Filters:
 
 async def index(request: Request) -> Response:
     filters = parse_filters(request.query_params)
-    items, refreshed_at = await queries.list_infestations_dated(filters.options())
+    items, refreshed_at, counts_window_days = await queries.list_infestations_dated(filters.options())
     if wants_json(request):
         # when the counts were computed, beside the items (docs/domain.md §5.7: counts may lag a takedown)
         listed = [infestation(item) for item in items]
-        return json_twin(InfestationList(items=listed, refreshed_at=iso(refreshed_at), filters=filters.applied()))
+        applied = filters.applied(counts_window_days)
+        return json_twin(InfestationList(items=listed, refreshed_at=iso(refreshed_at), filters=applied))
     context = {
         "filters": filters,
         "items": items,

@@ -141,7 +141,8 @@ def transaction_pooling() -> bool:
 
 
 def read_from_rollup() -> bool:
-    """Runtime flag, read at every call (docs/domain.md §13 "Feature flag and Cutover gates": instant rollback without restart)."""
+    """The rollup read flag's default, for a database where `tarakan flags set` never wrote it: the runtime value is
+    `app.kernel.flags.read_from_rollup()` (docs/domain.md §13 "Feature flag and Cutover gates")."""
     return _bool("INFESTATIONS_READ_FROM_ROLLUP", True)
 
 

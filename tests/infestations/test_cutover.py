@@ -8,12 +8,19 @@ import pytest
 from sqlalchemy import text
 
 from app.infestations import dirty_queue, maintenance
-from app.infestations.cutover import cutover_check
+from app.infestations.cutover import ROLLUP_INDEXES, cutover_check
 from app.kernel import db, outbox
+from app.kernel.sql import WINDOW_DAYS
 from app.reports.finding_memory import pattern_key
 from tests.infestations.support import SQLI, XSS, build_registry
 
-GATES = ["backfill coverage", "rank indexes valid", "dirty backlog drained", "recent reconcile", "shadow-compare clean"]
+GATES = [
+    "backfill coverage",
+    "rollup indexes valid",
+    "dirty backlog drained",
+    "recent reconcile",
+    "shadow-compare clean",
+]
 
 
 async def execute(sql: str, **params: object) -> None:
@@ -31,7 +38,7 @@ async def test_an_empty_registry_passes_everything_but_the_reconcile_gate() -> N
     before = await gates()
     assert {name: ok for name, (ok, _) in before.items()} == {
         "backfill coverage": True,
-        "rank indexes valid": True,
+        "rollup indexes valid": True,
         "dirty backlog drained": True,
         "recent reconcile": False,
         "shadow-compare clean": True,
@@ -99,10 +106,10 @@ async def test_a_reconcile_older_than_26_hours_fails() -> None:
     assert (await gates())["recent reconcile"] == (False, "no finished reconcile run recorded")
 
 
-@pytest.fixture
-async def invalid_rank_index() -> AsyncIterator[str]:
+@pytest.fixture(params=["infestation_patterns_rank_90d_idx", "infestation_pattern_status_windows_rank_idx"])
+async def invalid_rank_index(request: pytest.FixtureRequest) -> AsyncIterator[str]:
     """Mark one rank index invalid, as a failed CREATE INDEX CONCURRENTLY leaves it; restored afterwards."""
-    name = "infestation_patterns_rank_90d_idx"
+    name = str(request.param)
     flip = "UPDATE pg_index SET indisvalid = :valid WHERE indexrelid = CAST(:name AS regclass)"
     await execute(flip, valid=False, name=name)
     try:
@@ -112,4 +119,20 @@ async def invalid_rank_index() -> AsyncIterator[str]:
 
 
 async def test_an_invalid_rank_index_fails(invalid_rank_index: str) -> None:
-    assert (await gates())["rank indexes valid"] == (False, f"invalid {invalid_rank_index}")
+    assert (await gates())["rollup indexes valid"] == (False, f"invalid {invalid_rank_index}")
+
+
+def test_the_index_gate_checks_every_index_the_rollup_models_declare() -> None:
+    """The list comes from the models: the status-filtered lists' rank index and the ledger's are in it."""
+    assert "infestation_pattern_status_windows_rank_idx" in ROLLUP_INDEXES
+    assert "infestation_pattern_instances_ledger_idx" in ROLLUP_INDEXES
+    assert {f"infestation_patterns_rank_{w}d_idx" for w in WINDOW_DAYS} <= set(ROLLUP_INDEXES)
+    assert "infestation_dirty_keys_available_idx" not in ROLLUP_INDEXES  # the queue is not read by a public read
+
+
+async def test_a_dropped_rollup_index_fails() -> None:
+    await execute("ALTER INDEX infestation_pattern_repos_repo_idx RENAME TO gone_for_the_test_idx")
+    try:
+        assert (await gates())["rollup indexes valid"] == (False, "missing infestation_pattern_repos_repo_idx")
+    finally:
+        await execute("ALTER INDEX gone_for_the_test_idx RENAME TO infestation_pattern_repos_repo_idx")

@@ -1,5 +1,5 @@
 """Clear failures (docs/operations.md "Command line failures"): infrastructure errors are one line and a non-zero
-exit, never a traceback; `serve` refuses a missing environment and a schema behind the code."""
+exit, never a traceback; `serve` and `worker` refuse a missing environment and a schema behind the code."""
 
 from __future__ import annotations
 
@@ -140,6 +140,16 @@ async def test_serve_refuses_a_schema_behind_the_code_and_readyz_says_why(
         ready = await client.get("/readyz")
     assert ready.status_code == 503
     assert ready.json()["checks"]["schema"] == f"error: {line.removeprefix('tarakan: error: ')}"
+
+
+async def test_the_worker_refuses_a_schema_behind_the_code_with_the_same_line(
+    behind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", behind)
+    line = one_line(await tarakan("worker", "--burst", timeout=30))
+    assert (
+        line == f"tarakan: error: schema is behind: database at 0001, code needs {code_head()}; run `tarakan migrate`"
+    )
 
 
 async def test_a_schema_ahead_of_the_code_is_served_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:

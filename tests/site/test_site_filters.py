@@ -91,8 +91,17 @@ async def test_min_repos_is_clamped_to_the_domain_range(client: httpx.AsyncClien
     assert attr(one(soup(page), "select[name=min_repos] option[selected]"), "value") == str(applied)
 
 
-async def test_the_status_filter_counts_the_real_days(client: httpx.AsyncClient) -> None:
+async def test_counts_window_days_names_the_window_whose_counts_are_served(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollups serve the covering bucket's counts with or without a status filter (the real days only guard
+    the rows); the legacy aggregate counts the real days."""
     await seed_ages()
+    for status in ("open", "all"):
+        twin = (await client.get("/infestations.json", params={"days": "14", "status": status})).json()
+        assert [i["title"] for i in twin["items"]] == ["Ten days", "Fresh pattern"]
+        assert twin["filters"]["counts_window_days"] == 30
+    monkeypatch.setenv("INFESTATIONS_READ_FROM_ROLLUP", "false")
     twin = (await client.get("/infestations.json", params={"days": "14", "status": "open"})).json()
     assert [i["title"] for i in twin["items"]] == ["Ten days", "Fresh pattern"]
     assert twin["filters"]["counts_window_days"] == 14

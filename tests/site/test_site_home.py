@@ -12,7 +12,7 @@ from sqlalchemy import text as sqltext
 
 from app.accounts.models import Account
 from app.infestations.dirty_queue import drain_all
-from app.kernel import db
+from app.kernel import db, outbox
 from app.kernel.audit import record_audit
 from app.registry.service import register_repository
 from app.reports.service import submit_report
@@ -199,3 +199,34 @@ async def test_a_takedown_committed_by_another_process_leaves_the_fragment_at_th
     assert after.headers["ETag"] != etag
     assert "Quarantined pattern" not in after.text
     assert kept.title in after.text
+
+
+async def test_a_pattern_deleted_by_a_drain_alone_changes_the_version(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The version holds no count of the patterns (O(patterns) every 5 s): a refresh that only deletes a pattern
+    (nothing else refreshed, nothing audited, the queue empty again as before) still moves it, through the
+    change-feed entry written with the change that emptied the pattern."""
+    await seed_pattern("Kept pattern", repos=2, name_prefix="kept")
+    gone = await seed_pattern("Emptied pattern", repos=2, name_prefix="gone")
+    monkeypatch.setattr(home_infestations, "VERSION_TTL_SECONDS", 0.0)
+    first = await client.get("/fragments/home-infestations")
+    assert "Emptied pattern" in first.text
+    async with db.transaction() as session:  # every report of the pattern hidden, without an audit event
+        scans = await session.execute(
+            sqltext("SELECT id FROM scans WHERE repository_id = ANY(:ids)"), {"ids": [r.id for r in gone.repositories]}
+        )
+        for (scan_id,) in scans.all():
+            await session.execute(sqltext("UPDATE scans SET visibility = 'restricted' WHERE id = :id"), {"id": scan_id})
+            await outbox.mark_scan_dirty(session, scan_id, "visibility")
+    await drain_all()
+    after = await client.get("/fragments/home-infestations", headers={"If-None-Match": first.headers["ETag"]})
+    assert after.status_code == 200
+    assert "Emptied pattern" not in after.text and "Kept pattern" in after.text
+    async with db.read_session(replica=False) as session:
+        plan = "\n".join(r[0] for r in await session.execute(sqltext("EXPLAIN " + home_infestations._VERSION_SQL)))
+    # the rollup table and the feed are read at one end of an index; only the tiny queue is scanned
+    assert "Index Only Scan Backward using infestation_patterns_refreshed_at_idx" in plan
+    assert "Index Only Scan Backward using changes_seq_idx" in plan
+    scanned = {line.split(" on ")[1].split()[0] for line in plan.splitlines() if "Seq Scan on" in line}
+    assert scanned <= {"infestation_dirty_keys"}, plan
