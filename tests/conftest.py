@@ -37,6 +37,10 @@ def services() -> Iterator[dict[str, str]]:
     os.environ.setdefault("DATABASE_REPLICA_URL", os.environ["DATABASE_URL"])
     os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")
     os.environ.setdefault("BASE_URL", "http://testserver")
+    # the suite's clients share one address and a few tokens: the per-address search rate and the refused-attempt
+    # allowance would turn the crawler's and the fuzzer's probes into 429s (their own tests set them)
+    os.environ.setdefault("SEARCH_RATE_PER_MINUTE", "0")
+    os.environ.setdefault("REFUSED_PER_MINUTE", "0")
     # the worker's continuous shadow-compare stays off in the suite (its own test runs it:
     # tests/infestations/test_shadow_continuous.py); real worker processes inherit this
     os.environ.setdefault("INFESTATIONS_SHADOW_SAMPLE", "0")
