@@ -16,11 +16,10 @@ from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.config import maintainer_recheck_hours
 from app.kernel.errors import Conflict, NotFound, ServiceUnavailable, ValidationError
-from app.kernel.policy import require_good_standing
 from app.maintainers import forge
+from app.maintainers.access import NO_REPOSITORY, acting_account, listed_repository, slug
 from app.maintainers.models import REPLACEABLE_MODES, MaintainerClaim, RepositoryMaintainer
 from app.registry.models import Repository
-from app.registry.validation import validate_repo_ref
 from app.reports.models import CanonicalFinding, CanonicalFindingCheck
 from app.reports.quorum import refresh_repository_checks
 
@@ -28,7 +27,6 @@ CLAIM_LIFETIME = timedelta(days=7)
 VERIFIED_MODE = "maintainer_verified"
 RECHECK_BATCH = 100
 RECHECK_CONCURRENCY = 4  # fetches in flight at once during a recheck
-_NO_REPOSITORY = {"repository": ["not found"]}
 _NO_CLAIM = {"claim": ["not found"]}
 
 
@@ -59,50 +57,16 @@ def new_token() -> str:
     return "tarakan-verify-" + secrets.token_urlsafe(32)
 
 
-def _slug(repository: Repository) -> str:
-    return f"{repository.host}/{repository.owner}/{repository.name}"
-
-
 def _view(claim: MaintainerClaim, repository: Repository) -> ClaimView:
     return ClaimView(
         id=claim.id,
-        repository=_slug(repository),
+        repository=slug(repository),
         state=claim.state,
         token=claim.token,
         path=forge.VERIFY_PATH,
         expires_at=claim.expires_at,
         verified_at=claim.verified_at,
     )
-
-
-async def _acting(session: AsyncSession, account_id: int) -> Account:
-    """The account as stored now, in good standing (403 otherwise)."""
-    account = (await session.execute(select(Account).where(Account.id == account_id))).scalar_one_or_none()
-    if account is None:
-        raise NotFound({"account": ["not found"]})
-    require_good_standing(account)
-    return account
-
-
-async def _listed_repository(session: AsyncSession, host: str, owner: str, name: str) -> Repository:
-    """The listed repository of this reference (404 for anything else: unknown, pending, quarantined, malformed)."""
-    try:
-        host, owner, name = validate_repo_ref(host, owner, name)
-    except ValidationError:
-        raise NotFound(_NO_REPOSITORY) from None
-    repository = (
-        await session.execute(
-            select(Repository).where(
-                Repository.host == host,
-                Repository.owner == owner,
-                Repository.name == name,
-                Repository.listing_status == "listed",
-            )
-        )
-    ).scalar_one_or_none()
-    if repository is None:
-        raise NotFound(_NO_REPOSITORY)
-    return repository
 
 
 def _current(repository_id: int, account_id: int) -> list[ColumnElement[bool]]:
@@ -118,8 +82,8 @@ async def claim_repository(account_id: int, host: str, owner: str, name: str) ->
     now). An expired unverified claim is replaced by a new one (a new token). 409 when the account already
     maintains the repository."""
     async with db.transaction() as session:
-        await _acting(session, account_id)
-        repository = await _listed_repository(session, host, owner, name)
+        await acting_account(session, account_id)
+        repository = await listed_repository(session, host, owner, name)
         if (await session.execute(select(exists().where(*_current(repository.id, account_id))))).scalar():
             raise Conflict({"repository": ["you already maintain this repository"]})
         pending = MaintainerClaim.state == "pending"
@@ -174,12 +138,12 @@ async def verify_claim(account_id: int, claim_id: int) -> ClaimView:
     another token (the claim stays pending), 503 naming the forge when the forge fails, 404 for another account's
     claim. A verified claim answers as it is."""
     async with db.read_session(replica=False) as session:
-        account = await _acting(session, account_id)
+        account = await acting_account(session, account_id)
         claim, repository = await _own_claim(session, account.id, claim_id)
         if claim.state == "verified":
             return _view(claim, repository)
         if repository.listing_status != "listed":
-            raise NotFound(_NO_REPOSITORY)
+            raise NotFound(NO_REPOSITORY)
         if claim.expires_at <= db.utcnow():
             raise _token_refused("this claim has expired; claim the repository again for a new token")
         token, host, owner, name = claim.token, repository.host, repository.owner, repository.name
@@ -202,7 +166,7 @@ async def verify_claim(account_id: int, claim_id: int) -> ClaimView:
 
 async def _record_verification(account_id: int, claim_id: int) -> ClaimView:
     async with db.transaction() as session:
-        await _acting(session, account_id)  # still in good standing after the fetch
+        await acting_account(session, account_id)  # still in good standing after the fetch
         claim = (
             await session.execute(
                 select(MaintainerClaim)

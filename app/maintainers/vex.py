@@ -7,21 +7,19 @@ from datetime import datetime
 from typing import Annotated
 
 from msgspec import Meta, field
-from sqlalchemy import select
 from starlette.requests import Request
 from starlette.responses import Response
 
 from app.kernel import db
 from app.kernel.answers import UNSET, Answer, Timestamp, UnsetType, encode, iso
 from app.kernel.config import settings
-from app.kernel.errors import NotFound, ValidationError
-from app.kernel.public import LISTED
+from app.kernel.errors import NotFound
 from app.kernel.urls import finding_path, repo_path
 from app.kernel.web import document_response
+from app.maintainers.access import listed_repository_query
 from app.maintainers.statement_queries import FindingStatementRow, repository_statements, statement_events
 from app.maintainers.statement_types import VexJustification, VexStatus
 from app.registry.models import Repository
-from app.registry.validation import validate_repo_ref
 
 VEX_MEDIA_TYPE = "application/json"  # OpenVEX has no media type of its own
 CONTEXT = "https://openvex.dev/ns/v0.2.0"
@@ -127,21 +125,11 @@ def vex_document(
 
 
 async def listed_repository(host: str, owner: str, name: str) -> Repository | None:
-    try:
-        host, owner, name = validate_repo_ref(host, owner, name)
-    except ValidationError:
+    query = listed_repository_query(host, owner, name)
+    if query is None:
         return None
     async with db.read_session() as session:
-        repository = (
-            await session.execute(
-                select(Repository).where(
-                    Repository.host == host,
-                    Repository.owner == owner,
-                    Repository.name == name,
-                    Repository.listing_status == LISTED,
-                )
-            )
-        ).scalar_one_or_none()
+        repository = (await session.execute(query)).scalar_one_or_none()
         if repository is not None:
             session.expunge(repository)
     return repository

@@ -12,15 +12,14 @@ from typing import Any
 from sqlalchemy import ColumnElement, delete, exists, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.kernel.paging import Page, decode_id_cursor, encode_id_cursor, keyset_page
-from app.kernel.policy import ACTING_STATES, require_good_standing
+from app.kernel.policy import ACTING_STATES
 from app.maintainers import destinations
+from app.maintainers.access import acting_account, listed_repository, slug
 from app.maintainers.models import RepositoryMaintainer, Webhook, WebhookDelivery
 from app.registry.models import Repository
-from app.registry.validation import validate_repo_ref
 
 MAX_PER_REPOSITORY = 5
 LEASE_SECONDS = 60  # a claimed delivery's request ends within delivery.DEADLINE_SECONDS; past the lease it is retaken
@@ -37,7 +36,6 @@ DISABLE_AFTER = timedelta(hours=24)
 FANOUT_BATCH = 10_000  # change-feed entries per fan-out statement
 MAX_LOG_PAGE = 100
 DEFAULT_LOG_PAGE = 50
-_NO_REPOSITORY = {"repository": ["not found"]}
 _NO_WEBHOOK = {"webhook": ["not found"]}
 
 
@@ -85,10 +83,6 @@ class DeliveryView:
     delivered_at: datetime | None
 
 
-def _slug(repository: Repository) -> str:
-    return f"{repository.host}/{repository.owner}/{repository.name}"
-
-
 def _view(webhook: Webhook, repository: str) -> WebhookView:
     return WebhookView(
         id=webhook.id,
@@ -103,36 +97,6 @@ def _view(webhook: Webhook, repository: str) -> WebhookView:
 
 
 # --- who may --------------------------------------------------------------------------------------------------
-
-
-async def _acting(session: AsyncSession, account_id: int) -> Account:
-    account = (await session.execute(select(Account).where(Account.id == account_id))).scalar_one_or_none()
-    if account is None:
-        raise NotFound({"account": ["not found"]})
-    require_good_standing(account)
-    return account
-
-
-async def _listed_repository(
-    session: AsyncSession, host: str, owner: str, name: str, *, lock: bool = False
-) -> Repository:
-    """The listed repository of this reference; 404 for anything else (unknown, not listed, malformed)."""
-    try:
-        host, owner, name = validate_repo_ref(host, owner, name)
-    except ValidationError:
-        raise NotFound(_NO_REPOSITORY) from None
-    query = select(Repository).where(
-        Repository.host == host,
-        Repository.owner == owner,
-        Repository.name == name,
-        Repository.listing_status == "listed",
-    )
-    if lock:  # orders the registrations of one repository (the 5-webhook limit); FOR NO KEY UPDATE
-        query = query.with_for_update(key_share=True)
-    repository = (await session.execute(query)).scalar_one_or_none()
-    if repository is None:
-        raise NotFound(_NO_REPOSITORY)
-    return repository
 
 
 def _maintains(repository_id: Any, account_id: Any) -> ColumnElement[bool]:
@@ -178,8 +142,8 @@ async def register_webhook(account_id: int, host: str, owner: str, name: str, ur
     open), 409 past MAX_PER_REPOSITORY. It gets the entries committed after it (its `enqueued_seq` is the feed's
     head, read while no fan-out runs)."""
     async with db.read_session(replica=False) as session:
-        await _acting(session, account_id)
-        repository = await _listed_repository(session, host, owner, name)
+        await acting_account(session, account_id)
+        repository = await listed_repository(session, host, owner, name)
         await _require_maintainer(session, repository, account_id)
         if await _count(session, repository.id) >= MAX_PER_REPOSITORY:
             raise _too_many()
@@ -188,8 +152,8 @@ async def register_webhook(account_id: int, host: str, owner: str, name: str, ur
     except destinations.Refused as exc:
         raise ValidationError({"url": [str(exc)]}) from None
     async with db.transaction() as session:
-        await _acting(session, account_id)
-        repository = await _listed_repository(session, host, owner, name, lock=True)
+        await acting_account(session, account_id)
+        repository = await listed_repository(session, host, owner, name, lock=True)
         await _require_maintainer(session, repository, account_id)
         if await _count(session, repository.id) >= MAX_PER_REPOSITORY:
             raise _too_many()
@@ -205,7 +169,7 @@ async def register_webhook(account_id: int, host: str, owner: str, name: str, ur
         session.add(webhook)
         await session.flush()
         await session.refresh(webhook)
-        return Registered(_view(webhook, _slug(repository)), secret)
+        return Registered(_view(webhook, slug(repository)), secret)
 
 
 async def _owned(session: AsyncSession, account_id: int, webhook_id: int, *, lock: bool = False) -> tuple[Webhook, str]:
@@ -220,7 +184,7 @@ async def _owned(session: AsyncSession, account_id: int, webhook_id: int, *, loc
     row = (await session.execute(query)).one_or_none()
     if row is None:
         raise NotFound(_NO_WEBHOOK)
-    return row[0], _slug(row[1])
+    return row[0], slug(row[1])
 
 
 async def get_webhook(account_id: int, webhook_id: int) -> WebhookView:
@@ -232,7 +196,7 @@ async def get_webhook(account_id: int, webhook_id: int) -> WebhookView:
 async def list_webhooks(account_id: int, host: str, owner: str, name: str) -> list[WebhookView]:
     """The account's webhooks of a listed repository (at most MAX_PER_REPOSITORY: no paging), oldest first."""
     async with db.read_session(replica=False) as session:
-        repository = await _listed_repository(session, host, owner, name)
+        repository = await listed_repository(session, host, owner, name)
         found = (
             (
                 await session.execute(
@@ -244,7 +208,7 @@ async def list_webhooks(account_id: int, host: str, owner: str, name: str) -> li
             .scalars()
             .all()
         )
-        return [_view(w, _slug(repository)) for w in found]
+        return [_view(w, slug(repository)) for w in found]
 
 
 async def delete_webhook(account_id: int, webhook_id: int) -> None:
@@ -277,7 +241,7 @@ async def enable_webhook(account_id: int, webhook_id: int) -> WebhookView:
     failure streak starts over and its oldest undelivered entry is tried at once, then the rest in order (entries
     that came while it was disabled were queued). An enabled webhook answers as it is."""
     async with db.transaction() as session:
-        await _acting(session, account_id)
+        await acting_account(session, account_id)
         webhook, slug = await _owned(session, account_id, webhook_id, lock=True)
         if not (await session.execute(select(_maintains(webhook.repository_id, account_id)))).scalar():
             raise Forbidden({"repository": ["only a current maintainer of this repository can enable its webhooks"]})
