@@ -22,6 +22,36 @@ def is_clean(value: str, *, single_line: bool = False) -> bool:
     return (_UNCLEAN_IN_VALUE if single_line else _UNCLEAN).search(value) is None
 
 
+def optional_text(
+    body: Mapping[str, Any],
+    field: str,
+    maximum: int,
+    errors: dict[str, list[str]],
+    *,
+    trim: bool,
+    single_line: bool = False,
+) -> str | None:
+    """`body[field]`: absent or empty is None; not a string, unclean or longer than `maximum` is None with an error
+    naming the field (`trim`: stripped first; `single_line`: no tab or line break either)."""
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        errors[field] = ["must be a string"]
+        return None
+    if not is_clean(value, single_line=single_line):
+        errors[field] = [UNCLEAN_MESSAGE + (", tabs or line breaks" if single_line else "")]
+        return None
+    if trim:
+        value = value.strip()
+    if value == "":
+        return None
+    if len(value) > maximum:
+        errors[field] = [f"must be at most {maximum} characters"]
+        return None
+    return value
+
+
 def require_clean(fields: Mapping[str, str | None]) -> None:
     """A 422 naming every field whose text breaks the rule."""
     errors = {name: [UNCLEAN_MESSAGE] for name, value in fields.items() if value is not None and not is_clean(value)}

@@ -20,7 +20,7 @@ from app.kernel.intake import Budget
 from app.kernel.outbox import ring_webhooks_after_commit
 from app.kernel.policy import require_good_standing
 from app.kernel.public import LISTED, has_public_occurrence
-from app.kernel.text import UNCLEAN_MESSAGE, is_clean
+from app.kernel.text import optional_text
 from app.maintainers.models import (
     STATEMENT_VISIBILITIES,
     VEX_JUSTIFICATIONS,
@@ -66,23 +66,6 @@ class StatementInput:
 # --- the body: validated and scanned off the event loop --------------------------------------------------------
 
 
-def _text(body: Mapping[str, Any], field: str, errors: dict[str, list[str]]) -> str | None:
-    value = body.get(field)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        errors[field] = ["must be a string"]
-        return None
-    if not is_clean(value):
-        errors[field] = [UNCLEAN_MESSAGE]
-        return None
-    value = value.strip()
-    if len(value) > MAX_TEXT:
-        errors[field] = [f"must be at most {MAX_TEXT} characters"]
-        return None
-    return value or None
-
-
 def _choice(body: Mapping[str, Any], field: str, values: tuple[str, ...], errors: dict[str, list[str]]) -> str | None:
     value = body.get(field)
     if value is None or value == "":
@@ -118,8 +101,8 @@ def validate_statement(body: Mapping[str, Any]) -> StatementInput:
     elif not isinstance(status, str) or status not in VEX_STATUSES:
         errors["status"] = [f"must be one of {', '.join(VEX_STATUSES)}"]
     justification = _choice(body, "justification", VEX_JUSTIFICATIONS, errors)
-    impact = _text(body, "impact_statement", errors)
-    action = _text(body, "action_statement", errors)
+    impact = optional_text(body, "impact_statement", MAX_TEXT, errors, trim=True)
+    action = optional_text(body, "action_statement", MAX_TEXT, errors, trim=True)
     fixed_in = _commit(body, "fixed_in", errors)
     if "status" not in errors:
         if status == "not_affected":

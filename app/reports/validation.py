@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.kernel.errors import ValidationError
-from app.kernel.text import UNCLEAN_MESSAGE, first_unclean, is_clean
+from app.kernel.text import UNCLEAN_MESSAGE, first_unclean, is_clean, optional_text
 from app.reports.models import (
     CHECK_VERDICTS,
     CONFIRMATION_VERDICTS,
@@ -144,34 +144,6 @@ def document_field(document_path: str) -> str:
     """The API's name of a path inside the document: findings as the validator names them (`findings[3].title`),
     the rest under `document.`."""
     return document_path if document_path.startswith("findings[") else f"document.{document_path}".rstrip(".")
-
-
-def _optional_text(
-    body: dict[str, Any],
-    field: str,
-    maximum: int,
-    errors: dict[str, list[str]],
-    *,
-    trim: bool,
-    single_line: bool = False,
-) -> str | None:
-    value = body.get(field)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        errors[field] = ["must be a string"]
-        return None
-    if not is_clean(value, single_line=single_line):
-        errors[field] = [UNCLEAN_MESSAGE + (", tabs or line breaks" if single_line else "")]
-        return None
-    if trim:
-        value = value.strip()
-    if value == "":
-        return None
-    if len(value) > maximum:
-        errors[field] = [f"must be at most {maximum} characters"]
-        return None
-    return value
 
 
 def _enum(body: dict[str, Any], field: str, values: tuple[str, ...], default: str, errors: dict[str, list[str]]) -> str:
@@ -317,15 +289,15 @@ def validate_report(body: dict[str, Any]) -> ReportInput:
         errors["commit_sha"] = [commit_error]
     provenance = _enum(body, "provenance", PROVENANCES, "agent", errors)
     review_kind = _enum(body, "review_kind", REVIEW_KINDS, "code_review", errors)
-    model = _optional_text(body, "model", MAX_LABEL, errors, trim=True, single_line=True)
-    prompt_version = _optional_text(body, "prompt_version", MAX_LABEL, errors, trim=True, single_line=True)
+    model = optional_text(body, "model", MAX_LABEL, errors, trim=True, single_line=True)
+    prompt_version = optional_text(body, "prompt_version", MAX_LABEL, errors, trim=True, single_line=True)
     if provenance != "human" or "provenance" in errors:
         for field, value in (("model", model), ("prompt_version", prompt_version)):
             if value is None and field not in errors:
                 missing = body.get(field) is None
                 errors[field] = [(REQUIRED if missing else "can't be blank") + " unless provenance is human"]
-    run_id = _optional_text(body, "run_id", MAX_RUN_ID, errors, trim=True, single_line=True)
-    notes = _optional_text(body, "notes", MAX_NOTES, errors, trim=False)
+    run_id = optional_text(body, "run_id", MAX_RUN_ID, errors, trim=True, single_line=True)
+    notes = optional_text(body, "notes", MAX_NOTES, errors, trim=False)
     document = body.get("document")
     findings: list[FindingInput] = []
     raw_document = ""
@@ -386,7 +358,7 @@ def _verdict_body(body: dict[str, Any], verdicts: tuple[str, ...], *, commit_req
         errors["notes"] = [f"must be at most {MAX_NOTES} characters"]
     elif not is_clean(notes):
         errors["notes"] = [UNCLEAN_MESSAGE]
-    evidence = _optional_text(body, "evidence", MAX_EVIDENCE, errors, trim=False)
+    evidence = optional_text(body, "evidence", MAX_EVIDENCE, errors, trim=False)
     if errors:
         raise ValidationError(errors)
     assert isinstance(verdict, str) and isinstance(notes, str)
