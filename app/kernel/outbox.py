@@ -4,7 +4,7 @@ transaction and rung after its commit (docs/architecture.md "The kernel's rules 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from sqlalchemy import TextClause, literal
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -123,18 +123,23 @@ def _marked(rowcount: int | None, reason: str, *, ring: bool = True) -> int:
     return count
 
 
-async def ring_drain() -> None:
-    """Ring the rollup worker; a Redis outage is a warning (the dirty rows stay, the periodic sweep drains them)."""
-    from jobs.queue import ring_drain as enqueue_drain  # arq lives with the jobs; imported late, where it is used
-
+async def _ring(enqueue: Callable[[], Awaitable[None]], what: str, backstop: str) -> None:
+    """Enqueue; a Redis outage is a warning (the work waits in Postgres for `backstop`)."""
     try:
-        await enqueue_drain()
+        await enqueue()
     except Exception as exc:
         dependency = outages.dependency_of(exc)
         if dependency is None:
-            log.warning("could not ring the rollup worker (%s); the periodic sweep will pick the keys up", exc)
+            log.warning("could not ring %s (%s); %s", what, exc, backstop)
         else:  # counted, and one line per interval however many commits ring during the outage
             outages.record(dependency, exc, source="ring")
+
+
+async def ring_drain() -> None:
+    """Ring the rollup worker."""
+    from jobs.queue import ring_drain as enqueue_drain  # arq lives with the jobs; imported late, where it is used
+
+    await _ring(enqueue_drain, "the rollup worker", "the periodic sweep will pick the keys up")
 
 
 def ring_webhooks_after_commit() -> None:
@@ -145,17 +150,10 @@ def ring_webhooks_after_commit() -> None:
 
 
 async def ring_webhooks() -> None:
-    """Ring the webhook deliveries; a Redis outage is a warning (the deliveries wait in Postgres for the next run)."""
+    """Ring the webhook deliveries."""
     from jobs.queue import ring_webhooks as enqueue_webhooks  # arq lives with the jobs
 
-    try:
-        await enqueue_webhooks()
-    except Exception as exc:
-        dependency = outages.dependency_of(exc)
-        if dependency is None:
-            log.warning("could not ring the webhook deliveries (%s); the per-minute run will send them", exc)
-        else:
-            outages.record(dependency, exc, source="ring")
+    await _ring(enqueue_webhooks, "the webhook deliveries", "the per-minute run will send them")
 
 
 async def schedule_refresh_after_commit() -> None:
