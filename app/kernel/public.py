@@ -3,7 +3,7 @@ repositories, `s` scans, `f` scan_findings, `c` canonical_findings; `gs`/`gr`/`g
 
 from __future__ import annotations
 
-from typing import Any, overload
+from typing import Any
 
 from sqlalchemy import BigInteger, ColumnElement, FromClause, Text, Uuid, and_, column, or_, select
 from sqlalchemy import table as _table
@@ -29,15 +29,8 @@ pattern_instances = _table(
 R, S = repositories.alias("r"), scans.alias("s")
 
 
-@overload
-def listed_repository(r: FromClause = ...) -> ColumnElement[bool]: ...
-@overload
-def listed_repository(r: str | None) -> str: ...
-def listed_repository(r: FromClause | str | None = R) -> ColumnElement[bool] | str:
+def listed_repository(r: FromClause = R) -> ColumnElement[bool]:
     """`r.listing_status = 'listed'`: the repository half of the join set."""
-    if r is None or isinstance(r, str):  # the text form, until every caller composes (issue 23)
-        column_name = f"{r}.listing_status" if r else "listing_status"
-        return f"{column_name} = '{LISTED}'"
     return r.c.listing_status == LISTED
 
 
@@ -69,34 +62,14 @@ def public_canonical(r: FromClause = R, canonical_id: ColumnElement[Any] | None 
     return and_(listed_repository(r), has_public_occurrence(canonical_id))
 
 
-# The text forms, until every caller composes (issue 23).
-LISTED_REPOSITORY = listed_repository("r")
-PUBLIC_SCAN = f"s.visibility = '{PUBLIC}'"
-PUBLIC_JOIN = f"{PUBLIC_SCAN} AND {LISTED_REPOSITORY}"
-HAS_PUBLIC_OCCURRENCE = (
-    "EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
-    f"WHERE f.canonical_finding_id = c.id AND {PUBLIC_SCAN})"
-)
-PUBLIC_CANONICAL = f"{LISTED_REPOSITORY} AND {HAS_PUBLIC_OCCURRENCE}"
-
-
 # ---- the read-time guard (docs/domain.md §5.7 "Read-time guard") ------------------------------------------------
 # Rollup rows lag the source until their key is drained; a takedown must hold at the next request, so every public
 # read of a derived row re-checks, by primary key, that its sample's report is still in the join set.
 
 
-@overload
-def visible_scan(scan_id: ColumnElement[Any]) -> ColumnElement[bool]: ...
-@overload
-def visible_scan(scan_id: str) -> str: ...
-def visible_scan(scan_id: ColumnElement[Any] | str) -> ColumnElement[bool] | str:
+def visible_scan(scan_id: ColumnElement[Any]) -> ColumnElement[bool]:
     """The report `scan_id` is `public` on a `listed` repository, now: two primary-key probes. A hard-deleted
     report (or a NULL id) is not visible."""
-    if isinstance(scan_id, str):
-        return (
-            "EXISTS (SELECT 1 FROM scans gs JOIN repositories gr ON gr.id = gs.repository_id "
-            f"WHERE gs.id = {scan_id} AND gs.visibility = '{PUBLIC}' AND gr.listing_status = '{LISTED}')"
-        )
     gs, gr = scans.alias("gs"), repositories.alias("gr")
     return (
         select(ONE)
@@ -107,31 +80,16 @@ def visible_scan(scan_id: ColumnElement[Any] | str) -> ColumnElement[bool] | str
     )
 
 
-@overload
-def visible_occurrence(public_id: ColumnElement[Any]) -> ColumnElement[bool]: ...
-@overload
-def visible_occurrence(public_id: str) -> str: ...
-def visible_occurrence(public_id: ColumnElement[Any] | str) -> ColumnElement[bool] | str:
+def visible_occurrence(public_id: ColumnElement[Any]) -> ColumnElement[bool]:
     """The occurrence `public_id` still exists in a visible report (the unique `scan_findings.public_id` index,
     then `visible_scan`). Guards the samples of pattern and membership rows."""
-    if isinstance(public_id, str):
-        return visible_scan(f"(SELECT gf.scan_id FROM scan_findings gf WHERE gf.public_id = {public_id})")
     gf = scan_findings.alias("gf")
     return visible_scan(select(gf.c.scan_id).where(gf.c.public_id == public_id).correlate_except(gf).scalar_subquery())
 
 
-@overload
-def visible_pattern(pattern_key: ColumnElement[Any]) -> ColumnElement[bool]: ...
-@overload
-def visible_pattern(pattern_key: str) -> str: ...
-def visible_pattern(pattern_key: ColumnElement[Any] | str) -> ColumnElement[bool] | str:
+def visible_pattern(pattern_key: ColumnElement[Any]) -> ColumnElement[bool]:
     """The pattern still has a visible instance row (else its show page 404s before its refresh). `OFFSET 0`
     keeps it a per-row probe, so a ranked list still walks its rank index and stops after `limit` rows."""
-    if isinstance(pattern_key, str):
-        return (
-            "EXISTS (SELECT 1 FROM infestation_pattern_instances gi "
-            f"WHERE gi.pattern_key = {pattern_key} AND {visible_scan('gi.sample_scan_id')} OFFSET 0)"
-        )
     gi = pattern_instances.alias("gi")
     return (
         select(ONE)
@@ -142,16 +100,7 @@ def visible_pattern(pattern_key: ColumnElement[Any] | str) -> ColumnElement[bool
     )
 
 
-@overload
-def shown_pattern(pattern_key: ColumnElement[Any], sample_visible: ColumnElement[bool]) -> ColumnElement[bool]: ...
-@overload
-def shown_pattern(pattern_key: str, sample_visible: str) -> str: ...
-def shown_pattern(
-    pattern_key: ColumnElement[Any] | str, sample_visible: ColumnElement[bool] | str
-) -> ColumnElement[bool] | str:
+def shown_pattern(pattern_key: ColumnElement[Any], sample_visible: ColumnElement[bool]) -> ColumnElement[bool]:
     """The pattern is shown: its own sample is visible (`sample_visible`, computed once per row), or else one of
     its instance rows is; the instance walk then runs only for a pattern whose sample was taken down."""
-    if isinstance(pattern_key, str) and isinstance(sample_visible, str):
-        return f"({sample_visible} OR {visible_pattern(pattern_key)})"
-    assert not isinstance(pattern_key, str) and not isinstance(sample_visible, str)
     return or_(sample_visible, visible_pattern(pattern_key))

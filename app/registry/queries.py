@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, or_, select, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.elements import BindParameter
 
 from app.kernel import db
 from app.kernel.cache import TakedownKeyedCache
 from app.kernel.paging import clamp_limit
-from app.kernel.public import LISTED_REPOSITORY
+from app.kernel.public import listed_repository
+from app.kernel.sql import compiled
+from app.registry.models import Repository
 
 SEARCH_DEFAULT = 20
 SEARCH_MAX = 50
@@ -27,33 +30,56 @@ search_cache: TakedownKeyedCache[list[dict[str, Any]]] = TakedownKeyedCache(
     lambda: SEARCH_CACHE_SECONDS, maxsize=SEARCH_CACHE_SIZE
 )
 
-_REPOSITORY_COLUMNS = """
-r.id, r.host, r.owner, r.name, r.canonical_url, r.status, r.scan_count, r.open_findings_count,
-r.verified_findings_count, r.last_scanned_at, r.description, r.primary_language, r.stars_count, r.forks_count,
-r.archived, r.participation_mode, r.listing_status, r.inserted_at
-"""
+_R = Repository.__table__.alias("r")
+_REPOSITORIES = select(
+    *(
+        _R.c[name]
+        for name in (
+            "id",
+            "host",
+            "owner",
+            "name",
+            "canonical_url",
+            "status",
+            "scan_count",
+            "open_findings_count",
+            "verified_findings_count",
+            "last_scanned_at",
+            "description",
+            "primary_language",
+            "stars_count",
+            "forks_count",
+            "archived",
+            "participation_mode",
+            "listing_status",
+            "inserted_at",
+        )
+    )
+)
+_REPOSITORY = compiled(
+    _REPOSITORIES.where(
+        _R.c.host == bindparam("host"), _R.c.owner == bindparam("owner"), _R.c.name == bindparam("name")
+    )
+)
 
-_REPOSITORY = f"""
-SELECT {_REPOSITORY_COLUMNS} FROM repositories r
-WHERE r.host = :host AND r.owner = :owner AND r.name = :name
-"""
-
-_SEARCH_NAME_PREFIX = f"""
-SELECT {_REPOSITORY_COLUMNS} FROM repositories r
-WHERE {LISTED_REPOSITORY} AND r.name LIKE :prefix ESCAPE '\\'
-ORDER BY r.inserted_at DESC, r.id DESC
-LIMIT :limit
-"""
-
-_SEARCH_OTHERS = f"""
-SELECT {_REPOSITORY_COLUMNS} FROM repositories r
-WHERE {LISTED_REPOSITORY}
-  AND r.name NOT LIKE :prefix ESCAPE '\\'
-  AND (r.owner LIKE :inside ESCAPE '\\' OR r.name LIKE :inside ESCAPE '\\'
-       OR (r.owner || '/' || r.name) LIKE :inside ESCAPE '\\')
-ORDER BY r.inserted_at DESC, r.id DESC
-LIMIT :limit
-"""
+# `:prefix` and `:inside` are LIKE patterns of escaped user input (`escape_like`)
+_ESCAPE = "\\"
+_NAME_PREFIX = _R.c.name.like(bindparam("prefix"), escape=_ESCAPE)
+_INSIDE: BindParameter[str] = bindparam("inside")
+_LISTED_NEWEST_FIRST = _REPOSITORIES.where(listed_repository(_R)).order_by(_R.c.inserted_at.desc(), _R.c.id.desc())
+_SEARCH_NAME_PREFIX = compiled(_LISTED_NEWEST_FIRST.where(_NAME_PREFIX).limit(bindparam("limit")))
+_SEARCH_OTHERS = compiled(
+    _LISTED_NEWEST_FIRST.where(
+        ~_NAME_PREFIX,
+        or_(
+            _R.c.owner.like(_INSIDE, escape=_ESCAPE),
+            _R.c.name.like(_INSIDE, escape=_ESCAPE),
+            (_R.c.owner + "/" + _R.c.name).like(_INSIDE, escape=_ESCAPE),
+        ),
+    ).limit(bindparam("limit"))
+)
+# the substring pass's own statement timeout (`SET LOCAL`, with a parameter)
+_SUBSTRING_TIMEOUT = text("SELECT set_config('statement_timeout', :timeout, true)")
 
 
 def escape_like(value: str) -> str:
@@ -69,9 +95,7 @@ def normalize_query(raw: str | None) -> str:
 async def get_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
     """A repository by its coordinates, whatever its listing status (the caller applies visibility)."""
     async with db.read_session() as session:
-        row = (
-            (await session.execute(text(_REPOSITORY), {"host": host, "owner": owner, "name": name})).mappings().first()
-        )
+        row = (await session.execute(_REPOSITORY, {"host": host, "owner": owner, "name": name})).mappings().first()
     return dict(row) if row is not None else None
 
 
@@ -91,13 +115,13 @@ async def _search(query: str, limit: int) -> list[dict[str, Any]]:
     literal = escape_like(query)
     params = {"prefix": literal + "%", "inside": "%" + literal + "%", "limit": limit}
     async with db.read_session() as session:
-        found = [dict(r) for r in (await session.execute(text(_SEARCH_NAME_PREFIX), params)).mappings()]
+        found = [dict(r) for r in (await session.execute(_SEARCH_NAME_PREFIX, params)).mappings()]
         if len(found) < limit:
             params["limit"] = limit - len(found)
             try:
                 async with session.begin_nested():
-                    await session.execute(text(f"SET LOCAL statement_timeout = {SUBSTRING_TIMEOUT_MS}"))
-                    found += [dict(r) for r in (await session.execute(text(_SEARCH_OTHERS), params)).mappings()]
+                    await session.execute(_SUBSTRING_TIMEOUT, {"timeout": str(SUBSTRING_TIMEOUT_MS)})
+                    found += [dict(r) for r in (await session.execute(_SEARCH_OTHERS, params)).mappings()]
             except DBAPIError:
                 pass  # timed out: the prefix matches alone are still a useful answer
     return found

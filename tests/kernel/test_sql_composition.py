@@ -136,21 +136,9 @@ def _violations(path: Path) -> list[str]:
     return module.violations()
 
 
-# Modules not converted yet: this list only shrinks, and is empty when the conversion is done.
-NOT_YET_CONVERTED = {
-    "app/kernel/public.py",
-    "app/registry/queries.py",
-}
-
-
 def test_no_sql_is_built_by_string_formatting() -> None:
-    found = [v for path in _modules() if str(path) not in NOT_YET_CONVERTED for v in _violations(path)]
+    found = [v for path in _modules() for v in _violations(path)]
     assert not found, "SQL built by string formatting (compose it with app.kernel.sql):\n" + "\n".join(found)
-
-
-def test_the_allow_list_only_names_modules_still_to_convert() -> None:
-    clean = sorted(p for p in NOT_YET_CONVERTED if not _violations(Path(p)))
-    assert not clean, f"converted: drop them from NOT_YET_CONVERTED: {clean}"
 
 
 @pytest.mark.parametrize(
