@@ -1,9 +1,5 @@
-"""Read APIs of the infestation atlas (docs/domain.md §13 "Read APIs", docs/domain.md §5.7).
-
-The atlas reads the rollup tables the projection keeps: the ranked list walks one partial rank index per window
-(O(limit)), the show page reads one pattern row plus keyset pages of instances and memberships. The legacy online
-aggregate (app.infestations.legacy) stays the semantic reference and the flag-off path of `list_infestations`.
-"""
+"""Read APIs of the infestation atlas over the rollup tables, the legacy aggregate when the flag is off
+(docs/domain.md §5.7, §13 "Read APIs")."""
 
 from __future__ import annotations
 
@@ -25,6 +21,7 @@ from app.infestations.legacy import (
     ranked_legacy,
 )
 from app.infestations.models import (
+    WINDOWED_AGGREGATES,
     InfestationPattern,
     InfestationPatternInstance,
     InfestationPatternRepo,
@@ -116,19 +113,7 @@ R = Repository.__table__.alias("r")
 C = CanonicalFinding.__table__.alias("c")
 
 _REPRESENTATIVE = (P.c.title, P.c.severity, P.c.sample_file_path, P.c.sample_occurrence_public_id)
-_ALL_TIME = tuple(
-    P.c[name]
-    for name in (
-        "repo_count",
-        "instance_count",
-        "open_count",
-        "verified_count",
-        "fixed_count",
-        "disputed_count",
-        "last_seen_at",
-        "first_seen_at",
-    )
-)
+_ALL_TIME = tuple(P.c[name] for name in (*WINDOWED_AGGREGATES, "first_seen_at"))
 
 
 def _windowed(name: str, window: Window) -> ColumnElement[Any]:
@@ -145,57 +130,44 @@ def _sample_visible(walked: FromClause | None = None) -> FromClause:
     return select(*columns).correlate(P, *([] if walked is None else [walked])).offset(0).lateral("sv")
 
 
+def _list_row(sv: FromClause, *counts: ColumnElement[Any]) -> list[ColumnElement[Any]]:
+    """A ranked list's row: the pattern's representative fields, all-time first_seen_at and the guard's flag, then
+    `counts`."""
+    return [P.c.pattern_key, *_REPRESENTATIVE, P.c.first_seen_at, P.c.refreshed_at, sv.c.sample_visible, *counts]
+
+
+def _walk(
+    repo_count: ColumnElement[Any], last_seen_at: ColumnElement[Any], key: ColumnElement[Any], sv: FromClause
+) -> tuple[ColumnElement[bool], ...]:
+    """What a ranked list walks: `>= 2` repeats the rank index predicate so the planner proves the partial index
+    applies (min_repos is clamped to >= 2); `:since` drops a pattern whose instances left the window before the hourly
+    recompute; the guard skips a pattern with no visible instance."""
+    since = last_seen_at >= bindparam("since")
+    return repo_count >= 2, repo_count >= bindparam("min_repos"), since, shown_pattern(key, sv.c.sample_visible)
+
+
 def _ranked(window: Window) -> Select[Any]:
-    # `>= 2` repeats the rank index predicate so the planner can prove the partial index applies (min_repos is
-    # clamped to >= 2); `last_seen_at_Wd >= :since` drops a pattern whose instances left the window before the
-    # hourly recompute; the guard skips a pattern with no visible instance and drops a taken-down sample.
     sv = _sample_visible()
     repo_count, last_seen_at = _windowed("repo_count", window), _windowed("last_seen_at", window)
-    counts = ("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count")
     return (
-        select(
-            P.c.pattern_key,
-            *_REPRESENTATIVE,
-            P.c.first_seen_at,
-            P.c.refreshed_at,
-            sv.c.sample_visible,
-            *(_windowed(name, window).label(name) for name in (*counts, "last_seen_at")),
-        )
+        select(*_list_row(sv, *(_windowed(name, window).label(name) for name in WINDOWED_AGGREGATES)))
         .select_from(P.join(sv, true()))
-        .where(
-            repo_count >= 2,
-            repo_count >= bindparam("min_repos"),
-            last_seen_at >= bindparam("since"),
-            shown_pattern(P.c.pattern_key, sv.c.sample_visible),
-        )
+        .where(*_walk(repo_count, last_seen_at, P.c.pattern_key, sv))
         .order_by(repo_count.desc(), last_seen_at.desc().nulls_last(), P.c.pattern_key.asc())
         .limit(bindparam("limit"))
     )
 
 
 def _status_ranked(window: Window) -> Select[Any]:
-    # the (status, window) rows walked on their one partial rank index exactly like the unfiltered list, with the
-    # same bucket and guard; representative fields and the all-time first_seen_at from the pattern row
+    # the (status, window) rows on their one partial rank index, walked like the unfiltered list
     sv = _sample_visible(SW)
     return (
-        select(
-            P.c.pattern_key,
-            *_REPRESENTATIVE,
-            P.c.first_seen_at,
-            P.c.refreshed_at,
-            sv.c.sample_visible,
-            SW.c.repo_count,
-            SW.c.instance_count,
-            SW.c.last_seen_at,
-        )
+        select(*_list_row(sv, SW.c.repo_count, SW.c.instance_count, SW.c.last_seen_at))
         .select_from(SW.join(P, P.c.pattern_key == SW.c.pattern_key).join(sv, true()))
         .where(
             SW.c.status == bindparam("status"),
             SW.c.window_days == int(window),
-            SW.c.repo_count >= 2,
-            SW.c.repo_count >= bindparam("min_repos"),
-            SW.c.last_seen_at >= bindparam("since"),
-            shown_pattern(SW.c.pattern_key, sv.c.sample_visible),
+            *_walk(SW.c.repo_count, SW.c.last_seen_at, SW.c.pattern_key, sv),
         )
         .order_by(SW.c.repo_count.desc(), SW.c.last_seen_at.desc(), SW.c.pattern_key.asc())
         .limit(bindparam("limit"))
