@@ -73,6 +73,8 @@ def _ensure_traversable(path: Path) -> None:
 
 
 class Postgres:
+    READY: tuple[str, ...] = ("ready",)  # postmaster.pid's status line once it accepts connections
+
     def __init__(self, data_dir: str | os.PathLike[str], port: int | None = None, *, fast_unsafe: bool = False):
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
@@ -96,16 +98,13 @@ class Postgres:
             os.chown(self.data_dir, self._pw.pw_uid, self._pw.pw_gid)
         self.data_dir.chmod(0o700)
         if not (self.data_dir / "PG_VERSION").exists():
-            subprocess.run(
-                [str(self.bin / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
-                 "--encoding=UTF8", "--locale=C", *(["--no-sync"] if self.fast_unsafe else [])],
-                check=True, stdout=subprocess.DEVNULL, cwd="/", **self.run_as,
-            )  # fmt: skip
+            self._create()
         self._clear_leftover()
         args = [str(self.bin / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
                 "-h", "127.0.0.1", "-k", str(self.data_dir), "-c", "max_connections=200"]  # fmt: skip
         if self.fast_unsafe:
             args += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+        args += self._extra_args()
         with open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab") as log:
             # SIGINT = Postgres "fast shutdown" if this process dies
             self.proc = subprocess.Popen(
@@ -115,6 +114,16 @@ class Postgres:
         self._wait_ready(timeout)
         return self
 
+    def _create(self) -> None:
+        subprocess.run(
+            [str(self.bin / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
+             "--encoding=UTF8", "--locale=C", *(["--no-sync"] if self.fast_unsafe else [])],
+            check=True, stdout=subprocess.DEVNULL, cwd="/", **self.run_as,
+        )  # fmt: skip
+
+    def _extra_args(self) -> list[str]:
+        return []
+
     def _wait_ready(self, timeout: float) -> None:
         assert self.proc is not None
         deadline, pidfile = time.monotonic() + timeout, self.data_dir / "postmaster.pid"
@@ -123,7 +132,7 @@ class Postgres:
                 raise RuntimeError(f"postgres exited with {self.proc.returncode}; see {self.data_dir}.log")
             try:
                 lines = pidfile.read_text().splitlines()
-                if len(lines) >= 8 and lines[0].strip() == str(self.proc.pid) and lines[7].strip() == "ready":
+                if len(lines) >= 8 and lines[0].strip() == str(self.proc.pid) and lines[7].strip() in self.READY:
                     return
             except FileNotFoundError:
                 pass
@@ -150,6 +159,42 @@ class Postgres:
             except subprocess.TimeoutExpired:
                 self.proc.send_signal(signal.SIGQUIT)
                 self.proc.wait()
+
+
+class Standby(Postgres):
+    """A hot standby of `primary_url` (streaming replication): `pg_basebackup -R` into its own data folder, then a
+    server on its own port with `hot_standby=on`. The primary needs `wal_level=replica`, a free WAL sender and a
+    `replication` line for loopback in pg_hba.conf (initdb's defaults, with --auth=trust)."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        primary_url: str,
+        port: int | None = None,
+        *,
+        fast_unsafe: bool = False,
+        options: dict[str, str] | None = None,
+    ):
+        super().__init__(data_dir, port, fast_unsafe=fast_unsafe)
+        self.primary_url = primary_url.replace("postgresql+psycopg://", "postgresql://")
+        self.options = options or {}
+
+    READY = ("standby", "ready")  # a hot standby says "standby" once it accepts read-only connections
+
+    def _create(self) -> None:
+        # -X stream: the WAL written during the copy comes along; -R writes primary_conninfo and standby.signal.
+        # stderr kept for the error (it warns about the primary's socket files, which it skips)
+        subprocess.run(
+            [str(self.bin / "pg_basebackup"), "-d", self.primary_url, "-D", str(self.data_dir), "-R",
+             "-X", "stream", "-c", "fast", *(["--no-sync"] if self.fast_unsafe else [])],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/", **self.run_as,
+        )  # fmt: skip
+
+    def _extra_args(self) -> list[str]:
+        args = ["-c", "hot_standby=on"]
+        for name, value in self.options.items():
+            args += ["-c", f"{name}={value}"]
+        return args
 
 
 def redis_server_binary() -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -13,7 +15,7 @@ import psycopg
 import pytest
 import redis
 
-from app.devservices import Postgres, Redis
+from app.devservices import Postgres, Redis, Standby
 
 
 def _plain_url(url: str) -> str:
@@ -52,10 +54,42 @@ def services() -> Iterator[dict[str, str]]:
     from app.migrate import upgrade_to_head
 
     upgrade_to_head()
-    yield {"DATABASE_URL": os.environ["DATABASE_URL"], "REDIS_URL": os.environ["REDIS_URL"]}
+    yield {"DATABASE_URL": os.environ["DATABASE_URL"], "REDIS_URL": os.environ["REDIS_URL"], "TMP_DIR": tmp}
     for s in reversed(started):
         s.stop()
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def standby(services: dict[str, str]) -> Iterator[Standby]:
+    """A hot standby of the test primary (streaming replication, `pg_basebackup -R`, its own port and data folder
+    under the session's directory), started on first use by the tests that ask for it (about 1 s) and stopped at
+    the end of the session. Its URL is `standby.url`; `caught_up(standby)` waits until it replayed everything."""
+    server = Standby(os.path.join(services["TMP_DIR"], "standby"), services["DATABASE_URL"], fast_unsafe=True)
+    try:
+        server.start()
+    except (subprocess.CalledProcessError, RuntimeError, TimeoutError) as exc:
+        pytest.skip(f"no hot standby of {services['DATABASE_URL']}: {exc}")
+    yield server
+    server.stop()
+
+
+def caught_up(standby: Standby, timeout: float = 10.0) -> None:
+    """Wait until the standby has replayed everything the primary committed so far (the primary runs with
+    synchronous_commit=off: one synchronous commit flushes the WAL before it, so it is sent now)."""
+    with psycopg.connect(_plain_url(os.environ["DATABASE_URL"]), autocommit=True) as primary:
+        primary.execute("SET synchronous_commit = on")
+        primary.execute("SELECT pg_current_xact_id()")
+        target = primary.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
+    assert target is not None
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(_plain_url(standby.url), autocommit=True) as conn:
+        while True:
+            row = conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target[0],)).fetchone()
+            if row is not None and row[0]:
+                return
+            assert time.monotonic() < deadline, f"the standby did not replay {target[0]} within {timeout} s"
+            time.sleep(0.005)
 
 
 def truncate_all() -> None:
@@ -119,4 +153,3 @@ async def tiny_statement_timeout(monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
     db.limit_statements()
     yield
     await db.dispose_engines()
-

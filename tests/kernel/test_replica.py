@@ -1,8 +1,10 @@
 """Read-replica routing: public reads go to DATABASE_REPLICA_URL, moderator pages and the request right after a
 moderator's write read the primary.
 
-The "replica" is a second database on the test server (`replica_probe`, migrated like the primary) that holds
-different rows than the primary, as a lagging replica would: which copy a page shows says which database it read.
+Two kinds of replica: a second database on the test server (`replica_probe`, migrated like the primary) that holds
+different rows than the primary, so which copy a page shows says which database it read; and a real hot standby of
+the test primary (`standby` in tests/conftest.py: streaming replication, started on first use), whose replay the
+tests pause (`pg_wal_replay_pause()`) to make it lag on purpose.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from sqlalchemy.engine import make_url
 
 from app.accounts.models import Account
 from app.accounts.service import create_token
+from app.devservices import Standby
 from app.kernel import db
 from app.kernel.config import normalize_database_url
+from app.kernel.metrics import REPLICA_FALLBACKS
 from app.kernel.security import READ_YOUR_WRITES_COOKIE
 from app.migrate import upgrade_to_head
-from tests.conftest import _plain_url
+from tests.conftest import _plain_url, caught_up
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
 from tests.reports.support import report_body
 
@@ -191,3 +195,77 @@ async def test_refused_failed_and_cookieless_writes_do_not_pin_reads(
     assert api.status_code == 201, api.text
     assert not marked(api)
     assert await description(client) == "replica copy"
+
+
+# ---- a real hot standby -----------------------------------------------------------------------------------------
+
+
+def _on_standby(server: Standby, sql: str) -> object:
+    with psycopg.connect(_plain_url(server.url), autocommit=True) as conn:
+        row = conn.execute(sql).fetchone()
+        return None if row is None else row[0]
+
+
+@pytest.fixture
+async def real_replica(standby: Standby, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Standby]:
+    """DATABASE_REPLICA_URL -> the session's hot standby, caught up with the (freshly truncated) primary; replay is
+    resumed and the standby caught up again at the end, whatever the test did."""
+    if standby.proc is None or standby.proc.poll() is not None:
+        standby.start()
+    caught_up(standby)
+    db._replica_down_until.clear()
+    monkeypatch.setenv("DATABASE_REPLICA_URL", standby.url)
+    try:
+        yield standby
+    finally:
+        await db.dispose_engines(normalize_database_url(standby.url))
+        db._replica_down_until.clear()
+        if standby.proc is None or standby.proc.poll() is not None:
+            standby.start()
+        _on_standby(standby, "SELECT pg_wal_replay_resume()")
+        caught_up(standby)
+
+
+def pause_replay(server: Standby) -> None:
+    _on_standby(server, "SELECT pg_wal_replay_pause()")
+
+
+async def test_a_real_standby_streams_and_public_reads_use_it(client: httpx.AsyncClient, real_replica: Standby) -> None:
+    assert _on_standby(real_replica, "SELECT pg_is_in_recovery()") is True
+    primary = os.environ["DATABASE_URL"]
+    await _add_repository(primary, "widget", "first words")
+    caught_up(real_replica)  # streamed and replayed
+    assert await description(client) == "first words"
+
+    pause_replay(real_replica)
+    await _execute(primary, "UPDATE repositories SET description = 'second words' WHERE name = 'widget'")
+    await _add_repository(primary, "primary-only", "only in the primary")
+    assert await description(client) == "first words", "public reads go to the standby, which has not replayed"
+    assert await description(client, "/repos/github.com/probe/primary-only.json") is None
+    with db.primary_reads():
+        assert await description(client) == "second words"
+    async with db.read_session() as session:
+        assert (await session.execute(text("SELECT pg_is_in_recovery()"))).scalar_one() is True
+    async with db.read_session(replica=False) as session:
+        assert (await session.execute(text("SELECT pg_is_in_recovery()"))).scalar_one() is False
+
+    _on_standby(real_replica, "SELECT pg_wal_replay_resume()")
+    caught_up(real_replica)
+    assert await description(client) == "second words"
+
+
+async def test_a_stopped_standby_falls_back_to_the_primary_counted(
+    client: httpx.AsyncClient, real_replica: Standby
+) -> None:
+    primary = os.environ["DATABASE_URL"]
+    await _add_repository(primary, "widget", "primary copy")
+    caught_up(real_replica)
+    assert await description(client) == "primary copy"
+    real_replica.stop()
+    await db.dispose_engines(normalize_database_url(real_replica.url))  # the pool's connections died with it
+    before = REPLICA_FALLBACKS._value.get()
+    assert await description(client) == "primary copy"
+    assert await description(client) == "primary copy"
+    assert REPLICA_FALLBACKS._value.get() >= before + 2, "every read that went to the primary instead is counted"
+    async with db.read_session() as session:
+        assert (await session.execute(text("SELECT pg_is_in_recovery()"))).scalar_one() is False
