@@ -1,10 +1,5 @@
-"""The `tarakan` command line. Each feature registers its own subcommands; failures print one line and exit 1.
-
-Infrastructure failures (database or Redis unreachable, a wrong URL, a refused permission) are expected in
-operations: they print `tarakan: error: <what failed>: <why>` and exit 1, never a traceback (docs/operations.md
-"Command line failures"). `serve` and `worker` refuse to start without DATABASE_URL / REDIS_URL, and both
-refuse a database whose schema is behind this code's migrations (the same one line).
-"""
+"""The `tarakan` command line: each feature registers its subcommands; a failure prints one line and exits 1
+(docs/operations.md "Command line failures")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""arq worker settings and job functions (the only importer of arq besides jobs/queue.py).
-
-Several workers may run against one Postgres and one Redis: dirty keys are claimed with SKIP LOCKED, and the
-fleet-wide singletons (hourly window recompute, nightly reconcile) run under a lease and record the slot they ran
-for in `job_runs`, so each slot runs once.
-"""
+"""arq worker settings and job functions (the only importer of arq besides jobs/queue.py); several workers share one
+Postgres and one Redis (docs/scaling.md "What makes N instances safe")."""
 
 from __future__ import annotations
 

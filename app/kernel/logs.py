@@ -1,12 +1,5 @@
-"""Logs an operator can use (docs/operations.md "Logs"): one format for every process, `LOG_FORMAT=json` for one
-JSON object per line, and a request id on every line logged while a request is served.
-
-The web process logs one access line per request (`tarakan.access`: method, path, route template, status,
-duration); uvicorn's own access log is turned off in its favour. Every request is in flight for the event-loop
-watchdog (app.kernel.watchdog) while it is served. The request id comes from the client's
-`X-Request-ID` when it is a sane token (a load balancer's id then follows the request through our logs), else
-a new one; either way it is returned in `X-Request-ID`.
-"""
+"""Logs an operator can use: one format, `LOG_FORMAT=json`, an access line and a request id per request
+(docs/operations.md "Logs")."""
 
 from __future__ import annotations
 

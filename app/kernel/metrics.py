@@ -1,10 +1,5 @@
-"""Prometheus metrics (served on /metrics). Defined in one place; features import what they record.
-
-`tarakan serve --workers N` runs N processes behind one port; a scrape reaches one of them, so with N > 1 the
-processes write their samples to files in PROMETHEUS_MULTIPROC_DIR (prometheus-client's multiprocess mode) and
-/metrics answers the sum over all of them (`exposition()`). The database gauges are set at scrape time by whichever
-process answers: they report the most recent value (`multiprocess_mode="mostrecent"`), not a sum.
-"""
+"""Prometheus metrics, defined in one place, summed over `--workers` processes in multiprocess mode
+(docs/operations.md "Metrics", docs/scaling.md)."""
 
 from __future__ import annotations
 

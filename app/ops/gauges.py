@@ -1,10 +1,4 @@
-"""Gauges read from the database at scrape time (docs/operations.md "Metrics"): facts about the fleet, not about
-one process, so the web process reports them on /metrics and every instance reports the same value (alert
-rules take the max over instances).
-
-One round trip per scrape (at most every 5 s per process), on the primary (the backlog must not lag behind a replica). The dirty-keys table is tiny
-while the workers keep up; min/max(refreshed_at) read one end of `infestation_patterns_refreshed_at_idx`.
-"""
+"""Fleet gauges read from the database at scrape time (docs/operations.md "Metrics")."""
 
 from __future__ import annotations
 

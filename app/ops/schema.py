@@ -1,10 +1,5 @@
-"""Is the database's schema the one this code was written for? (docs/operations.md "Deploy and migrate")
-
-`behind`: the database lacks migrations this code needs (someone deployed without `tarakan migrate`): `serve`
-refuses to start and `/readyz` says why. `ahead`: the database carries a revision this code does not know — a
-newer release migrated it during a rolling upgrade; migrations are additive (expand first, contract a release
-later), so older code keeps serving, with a warning.
-"""
+"""Is the database's schema the one this code was written for: `behind` refuses to serve, `ahead` serves with a warning
+(docs/operations.md "Deploy and migrate")."""
 
 from __future__ import annotations
 
