@@ -1,10 +1,5 @@
-"""`/exports/manifest.json` and `/exports/{file}`: the newest bulk export, with ETag and Range.
-
-Starlette's `FileResponse` answers `Range` (one or several ranges, 206/416) and `If-Range`; we add the strong ETag
-(the file's sha256 from the manifest, the manifest's own sha256 for itself) and `If-None-Match` (304). 404 when
-no export exists; 503 with Retry-After while the newest one holds a record withdrawn since it was built
-(`app.exports.service.served_export`).
-"""
+"""`/exports/manifest.json` and `/exports/{file}`: the newest bulk export, with ETag and Range
+(docs/domain.md §13 "Bulk export", docs/operations.md "Bulk export")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Public pages of the infestation atlas: the ranked index and a pattern's show page, each with its JSON twin.
-
-Pages work without JavaScript (plain GET forms, real `?cursor=` links); htmx upgrades them by asking for
-fragments (`HX-Request`), so those responses vary on that header.
-"""
+"""The atlas's public pages, the ranked index and a pattern's show page, with their JSON twins; plain GET forms and
+links, htmx fragments on `HX-Request` (docs/domain.md §6)."""
 
 from __future__ import annotations
 

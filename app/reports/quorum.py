@@ -1,13 +1,5 @@
-"""The status quorum of docs/domain.md §1.5, recomputed from scratch every time (never incremental).
-
-Which checks count: at the canonical's `last_seen_commit_sha` (quorum is per commit), provenance human or hybrid,
-account state active, account qualified (trust_tier reviewer or platform_role moderator/admin), not
-IP-colluding, and not by a maintainer of the repository (one who is or was verified: their own code, the
-submitters' conflict rule extended; docs/domain.md "Maintainers"). Collusion is symmetric: a client_ip_hash used
-by two or more accounts on the same canonical within the last 7 days (relative to now, any commit) drops every
-check carrying that hash.
-Updates are guarded with IS DISTINCT FROM so `updated_at` moves only when a value really changes (§2.7).
-"""
+"""The status quorum, recomputed from scratch every time: which checks count and the status rule (docs/domain.md §1.5);
+updates move `updated_at` only on a real change (§2.7)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""SARIF 2.1.0 in: a pure mapping of a SARIF log onto a Scan Format v1 request body (docs/sarif.md).
-
-The mapped body then goes through the same service, validation, secret scanning and limits as any report; this
-module only decides what each result means and names every error by its JSON path in the log
-(`runs[0].results[12].locations[0]`), including the errors the Scan Format v1 validator finds in the mapped body.
-No database here.
-"""
+"""SARIF 2.1.0 in: a pure mapping of a SARIF log onto a Scan Format v1 body, every error named by its JSON path in the
+log (docs/sarif.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Reports, checks and report-level confirmations: the only writers of scans, occurrences, canonical findings and
-checks (docs/domain.md §1.2-§1.5, §1.7, §2.6, §9). Each use case validates and scans its body first, on an intake
-thread under the request's budget (`prepare_*`), then runs ONE transaction: authorize (`app.reports.policy`), write,
-assimilate, recompute quorum and repository metrics, and mark the touched infestation keys dirty
-(docs/security.md "Body budget": no lock is held across CPU work)."""
+"""Reports, checks and confirmations: the only writers of scans, occurrences, canonical findings and checks;
+bodies prepared off the loop, then one transaction each (docs/domain.md §1.2-§1.5, §2.6, §9; docs/security.md
+"Body budget")."""
 
 from __future__ import annotations
 

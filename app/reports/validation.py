@@ -1,9 +1,4 @@
-"""Scan Format v1 and check bodies (docs/domain.md §9, §1.5): pure validation, no database.
-
-Envelope errors are collected together; inside the document the first bad finding stops validation (the original
-reports `findings[i]` and nothing after it). Field names are the API's: `commit_sha`, `document.tarakan_scan_format`,
-`findings[3].file`.
-"""
+"""Scan Format v1 and check bodies: pure validation named by the API's field paths (docs/domain.md §9, §1.5)."""
 
 from __future__ import annotations
 
