@@ -43,10 +43,8 @@ class DrainResult:
     refreshed_keys: list[str] = field(default_factory=list)
 
 
-# The hot-key cap holds between refreshes too (product decision 1): a candidate whose pattern was refreshed from
-# source less than the interval ago (`infestation_patterns.updated_at` moves only with such a refresh, never with
-# the hourly decay) is not claimed but deferred to the end of its interval; the other candidates are claimed now,
-# so a storm on one key never delays the others. Without throttling (`drain_all`) nothing is deferred.
+# the hot-key cap between refreshes: a key refreshed from source within the interval is deferred, not claimed
+# (docs/domain.md §5.5 "Claim"); `drain_all` does not throttle
 _CLAIM = """
 WITH candidates AS (
   SELECT pattern_key FROM infestation_dirty_keys

@@ -63,8 +63,7 @@ def public_canonical(r: FromClause = R, canonical_id: ColumnElement[Any] | None 
 
 
 # ---- the read-time guard (docs/domain.md §5.7 "Read-time guard") ------------------------------------------------
-# Rollup rows lag the source until their key is drained; a takedown must hold at the next request, so every public
-# read of a derived row re-checks, by primary key, that its sample's report is still in the join set.
+# every public read of a derived row re-checks its sample by primary key: a takedown holds before the drain
 
 
 def visible_scan(scan_id: ColumnElement[Any]) -> ColumnElement[bool]:

@@ -21,9 +21,7 @@ QUERY_MAX_LENGTH = 100
 # The substring pass cannot use an index (no trigram index in the schema): bound it in time, and fall back to
 # the indexed prefix matches alone when it runs out, so a search never stalls a page at scale.
 SUBSTRING_TIMEOUT_MS = 250
-# Searches are cached single-flight by (query, limit) for a few seconds, and dropped at the next request after any
-# audited takedown (docs/security.md "Limits"); one entry for every viewer, since a search lists only listed
-# repositories whoever asks. Read through the module so tests can change it.
+# the anonymous search cache (docs/security.md "Limits"); read through the module so tests can change it
 SEARCH_CACHE_SECONDS = 5.0
 SEARCH_CACHE_SIZE = 512
 search_cache: TakedownKeyedCache[list[dict[str, Any]]] = TakedownKeyedCache(

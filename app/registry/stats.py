@@ -24,9 +24,8 @@ _STATS_SQL = statement(
     listed=listed_repository(Repository.__table__),
 )
 
-# Contributors: accounts with a report that anonymous visitors can see (public or public_summary) or a
-# confirmation on such a report, on a listed repository. Restricted reports are hidden, so their authors and
-# confirmers are not counted (docs/domain.md §1.2: restricted does not count for the contributor count).
+# contributors: accounts with a public or summary-only report, or a confirmation on one, on a listed repository
+# (docs/domain.md §1.2, §7.2)
 _CONTRIBUTORS_SQL = statement(
     """
     SELECT count(*) FROM (

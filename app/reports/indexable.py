@@ -16,9 +16,8 @@ from app.reports.models import CanonicalFinding, Scan, ScanFinding
 
 F = ScanFinding.__table__.alias("f")  # the occurrence
 _S, _R, _C = Scan.__table__.alias("s"), Repository.__table__.alias("r"), CanonicalFinding.__table__
-# Walks the primary key from the cursor and checks each occurrence with index lookups, so a page costs what it
-# reads whatever the table sizes. `LIMIT 1` keeps the LATERAL subqueries from being flattened into joins the
-# planner could turn into hash joins over every scan and repository on every page.
+# the primary key walked from the cursor, each occurrence checked by index lookups (`LIMIT 1`: not flattened into
+# hash joins); a page costs what it reads (docs/seo.md "Streaming")
 _INDEXABLE = (
     select(ONE)
     .select_from(_S.join(_R, _R.c.id == _S.c.repository_id))

@@ -35,9 +35,8 @@ class Bucket:
     lastmod: datetime | None
 
 
-# One pass per kind numbers the rows in key order and keeps the first key of every page. The children then read
-# a key range each (an index range scan), never `OFFSET`; and because the ranges partition the key space, a row is
-# in exactly one child even when the cached boundaries are a little stale.
+# the first key of every child page, one pass per kind (docs/seo.md "How child pages are addressed"); the ranges
+# partition the key space, so a row is in exactly one child even when the cached boundaries are a little stale
 _BUCKETS = {
     "repos": statement(
         """
