@@ -27,8 +27,9 @@ Sha = Annotated[str, Meta(pattern="^[0-9a-f]{40}$")]
 
 
 def enum(values: Iterable[str], description: str | None = None) -> Meta:
-    """`Annotated[str, enum(SEVERITIES)]`: a string out of a closed set its owner module defines."""
-    return Meta(extra_json_schema={"enum": list(values)}, description=description)
+    """`Annotated[str, enum(SEVERITIES)]`: a string out of a closed set its owner module defines (a value listed
+    twice, as when two sets are joined, once: generators refuse a repeated value)."""
+    return Meta(extra_json_schema={"enum": list(dict.fromkeys(values))}, description=description)
 
 
 def iso(value: datetime | None) -> str | None:
@@ -66,6 +67,25 @@ def answer_response(
     return Response(_encoder.encode(value), status_code=status_code, headers=headers, media_type="application/json")
 
 
+_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (str, "string"))
+
+
+def _typed_values(schema: Any) -> None:
+    """Every `enum` and `const` states its `type` (msgspec writes a `Literal` as a bare `enum`; generators need the
+    type to emit working code)."""
+    if isinstance(schema, list):
+        for item in schema:
+            _typed_values(item)
+    elif isinstance(schema, dict):
+        values = schema["enum"] if "enum" in schema else [schema["const"]] if "const" in schema else []
+        if values and "type" not in schema:
+            kinds = {next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), None) for value in values}
+            if len(kinds) == 1 and None not in kinds:
+                schema["type"] = kinds.pop()
+        for value in schema.values():
+            _typed_values(value)
+
+
 def openapi_components(types: Iterable[Any]) -> dict[str, Any]:
     """`components.schemas` of these types and every type they reach, named by class; a docstring is the
     description, on one line. A Struct's class attribute `EXAMPLES` becomes its schema's `examples`."""
@@ -74,6 +94,7 @@ def openapi_components(types: Iterable[Any]) -> dict[str, Any]:
     for schema in schemas.values():
         if "description" in schema:
             schema["description"] = " ".join(schema["description"].split())
+        _typed_values(schema)
     for kind in listed:
         if examples := getattr(kind, "EXAMPLES", None):
             schemas[kind.__name__]["examples"] = examples

@@ -10,6 +10,8 @@ from app.kernel.answers import Errors, openapi_components
 
 Schema = dict[str, Any]
 UUID: Schema = {"type": "string", "format": "uuid"}
+TEXT_BODY: Schema = {"type": "string"}  # a text body (an SVG, HTML, plain text)
+BINARY_BODY: Schema = {"type": "string", "format": "binary"}  # bytes (a gzip file)
 
 _named: dict[str, type] = {}  # the types the paths name: they and every type they reach are the components
 
@@ -69,6 +71,7 @@ def param(name: str, where: str = "path", schema: Schema | None = None, descript
 
 
 def post(
+    operation_id: str,
     summary: str,
     body: type,
     answers: Schema,
@@ -78,10 +81,11 @@ def post(
     required: bool = True,
 ) -> Schema:
     """A POST of the API (bearer token): its body as JSON (and `also` other media types); `required=False` for
-    one that takes no fields (no body, or `{}`)."""
+    one that takes no fields (no body, or `{}`). `operation_id` is the method name a generated client gets."""
     content = {"application/json": {"schema": ref(body)}} | {k: {"schema": ref(t)} for k, t in (also or {}).items()}
     return {
         "post": {
+            "operationId": operation_id,
             "summary": summary,
             "security": [{"bearer": []}],
             "parameters": params,
@@ -91,10 +95,11 @@ def post(
     }
 
 
-def get(summary: str, schema: type, params: list[Schema] | None = None) -> Schema:
+def get(operation_id: str, summary: str, schema: type, params: list[Schema] | None = None) -> Schema:
     """A public GET (a JSON twin or the feed)."""
     return {
         "get": {
+            "operationId": operation_id,
             "summary": summary,
             "parameters": params or [],
             "responses": {"200": json_answer(ref(schema), summary)} | {code: error(code) for code in TWIN_ERRORS},
@@ -102,18 +107,19 @@ def get(summary: str, schema: type, params: list[Schema] | None = None) -> Schem
     }
 
 
-def secured_get(summary: str, schema: type, params: list[Schema]) -> Schema:
+def secured_get(operation_id: str, summary: str, schema: type, params: list[Schema]) -> Schema:
     """A GET of the API that needs a bearer token."""
-    operation = get(summary, schema, params)["get"]
+    operation = get(operation_id, summary, schema, params)["get"]
     operation["security"] = [{"bearer": []}]
     operation["responses"] = {"200": operation["responses"]["200"]} | {code: error(code) for code in GET_ERRORS}
     return {"get": operation}
 
 
-def delete(summary: str, params: list[Schema]) -> Schema:
+def delete(operation_id: str, summary: str, params: list[Schema]) -> Schema:
     """A DELETE that takes no body (if one is sent: empty or `{}`): 204."""
     return {
         "delete": {
+            "operationId": operation_id,
             "summary": summary,
             "security": [{"bearer": []}],
             "parameters": params,
@@ -128,22 +134,23 @@ def gone(operation: Schema, tombstone: type) -> Schema:
     return operation
 
 
-def export_get(summary: str, content: Schema) -> Schema:
+def export_get(operation_id: str, summary: str, content: Schema) -> Schema:
     """A bulk export document (app.exports.routes): 404 before the first export, 503 while the newest one is being
     rebuilt after a takedown (plain text for the files, like feeds)."""
-    unavailable = {"description": "Rebuilding after a takedown: see `Retry-After`", "content": {"text/plain": {}}}
+    plain = {"text/plain": {"schema": TEXT_BODY}}
+    unavailable = {"description": "Rebuilding after a takedown: see `Retry-After`", "content": plain}
     answers: Schema = {
         "200": {"description": summary, "content": content},
         "206": {"description": "The requested range", "content": content},
         "304": {"description": "Not modified (If-None-Match)"},
         "404": error("404"),
-        "416": {"description": "Range not satisfiable", "content": {"text/plain": {}}},
+        "416": {"description": "Range not satisfiable", "content": plain},
         "503": error("503") if "application/json" in content else unavailable,
     }
-    return {"get": {"summary": summary, "parameters": [], "responses": answers}}
+    return {"get": {"operationId": operation_id, "summary": summary, "parameters": [], "responses": answers}}
 
 
-def document_get(summary: str, content: Schema, errors: Schema, params: list[Schema]) -> Schema:
+def document_get(operation_id: str, summary: str, content: Schema, errors: Schema, params: list[Schema]) -> Schema:
     """A public document of a listed repository (app.site.sarif, app.site.badge): ETag, 404 when not listed."""
     answers: Schema = {
         "200": {"description": summary, "content": content},
@@ -151,4 +158,4 @@ def document_get(summary: str, content: Schema, errors: Schema, params: list[Sch
         "404": {"description": "No listed repository at this address", "content": errors},
         "503": {"description": "Dependency outage: see `Retry-After`", "content": errors},
     }
-    return {"get": {"summary": summary, "parameters": params, "responses": answers}}
+    return {"get": {"operationId": operation_id, "summary": summary, "parameters": params, "responses": answers}}

@@ -138,11 +138,10 @@ class ScanFinding(Struct, kw_only=True):
 
 
 class ScanDocument(Struct, kw_only=True):
-    """Scan Format v1 (`tarakan_review_format` is accepted as an alias key; unknown keys ignored; ≤ 2,000,000
-    characters as stored)"""
+    """Scan Format v1 (unknown keys ignored; ≤ 2,000,000 characters as stored). Older clients may send the version
+    as `tarakan_review_format` instead: still read when `tarakan_scan_format` is absent, not part of this format."""
 
-    tarakan_scan_format: FormatVersion | UnsetType = UNSET
-    tarakan_review_format: FormatVersion | UnsetType = UNSET
+    tarakan_scan_format: FormatVersion
     findings: Annotated[list[ScanFinding], Meta(max_length=MAX_FINDINGS)]
 
 

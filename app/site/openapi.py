@@ -13,6 +13,8 @@ from app.feed.types import ChangePage
 from app.infestations.types import STATUS_CHOICES, InfestationList, InfestationShow, InstancePage
 from app.kernel.answers import Errors
 from app.kernel.openapi import (
+    BINARY_BODY,
+    TEXT_BODY,
     UUID,
     Schema,
     components,
@@ -54,9 +56,9 @@ from app.site.types import FindingRecord, Home, RepositoryRecord, Tombstone
 _REPO_PARAMS = [param("host"), param("owner"), param("name")]
 
 
-def _bodiless_post(summary: str, answers: Schema, params: list[Schema]) -> Schema:
+def _bodiless_post(operation_id: str, summary: str, answers: Schema, params: list[Schema]) -> Schema:
     """A POST that takes no fields (app.maintainers.routes): no body, or `{}`."""
-    return post(summary, NoBody, answers, params, required=False)
+    return post(operation_id, summary, NoBody, answers, params, required=False)
 
 
 _FEED_LIMIT = "^0*(?:[1-9][0-9]{0,2}|1000)$"  # ASCII digits, 1..1000 (app.feed.routes)
@@ -75,6 +77,7 @@ DOCUMENT: Schema = {
     },
     "paths": {
         "/api/v1/repositories": post(
+            "registerRepository",
             "Register a repository (scope repositories:write or findings:submit)",
             RepositoryRegistration,
             {
@@ -84,6 +87,7 @@ DOCUMENT: Schema = {
             [],
         ),
         "/api/v1/repos/{host}/{owner}/{name}/reports": post(
+            "submitReport",
             "Submit a report (scope findings:submit or reviews:submit)",
             ReportSubmission,
             {
@@ -102,22 +106,29 @@ DOCUMENT: Schema = {
             also={"application/sarif+json": SarifLog},
         ),
         "/api/v1/findings/{canonical_public_id}/checks": post(
+            "recordCheck",
             "Record a check of a canonical finding (scope findings:verify or reviews:verify)",
             CheckSubmission,
             {"201": json_answer(ref(Check), "Recorded")},
             [param("canonical_public_id", schema=UUID)],
         ),
         "/api/v1/reports/{scan_id}/confirmations": post(
+            "recordConfirmation",
             "Record a report-level verdict (scope findings:verify or reviews:verify)",
             ConfirmationSubmission,
             {"201": json_answer(ref(Confirmation), "Recorded")},
             [param("scan_id", schema={"type": "string", "pattern": "^[0-9]+$"})],
         ),
         "/api/v1/openapi.json": {
-            "get": {"summary": "This document", "responses": {"200": json_answer({"type": "object"}, "OpenAPI 3.1")}}
+            "get": {
+                "operationId": "getOpenapiDocument",
+                "summary": "This document",
+                "responses": {"200": json_answer({"type": "object"}, "OpenAPI 3.1")},
+            }
         },
-        "/index.json": get("The home page's twin: stats, infestations, recent reports", Home),
+        "/index.json": get("getHome", "The home page's twin: stats, infestations, recent reports", Home),
         "/infestations.json": get(
+            "listInfestations",
             "The atlas: ranked infestations (filters are clamped, never refused)",
             InfestationList,
             [
@@ -128,50 +139,61 @@ DOCUMENT: Schema = {
             ],
         ),
         "/infestations/{pattern_key}.json": get(
+            "getInfestation",
             "One infestation: counts, affected repositories, ledger",
             InfestationShow,
             [_KEY, _CURSOR, param("repos_cursor", "query")],
         ),
         "/infestations/{pattern_key}/instances.json": get(
-            "A page of an infestation's ledger", InstancePage, [_KEY, _CURSOR]
+            "listInfestationInstances", "A page of an infestation's ledger", InstancePage, [_KEY, _CURSOR]
         ),
         "/repos/{host}/{owner}/{name}.json": get(
-            "A repository's record: its reports and infestations", RepositoryRecord, _REPO_PARAMS
+            "getRepository", "A repository's record: its reports and infestations", RepositoryRecord, _REPO_PARAMS
         ),
         "/repos/{host}/{owner}/{name}/findings.sarif": document_get(
+            "getRepositorySarif",
             "A listed repository's public findings as one SARIF 2.1.0 log (docs/sarif.md)",
             {"application/sarif+json": {"schema": {"type": "object"}}},
             {"application/json": {"schema": ref(Errors)}},
             _REPO_PARAMS,
         ),
         "/repos/{host}/{owner}/{name}/badge.svg": document_get(
+            "getRepositoryBadge",
             'A listed repository\'s badge: "tarakan | N open", "clean" or "not scanned"',
-            {"image/svg+xml": {}},
-            {"text/html": {}},
+            {"image/svg+xml": {"schema": TEXT_BODY}},
+            {"text/html": {"schema": TEXT_BODY}},
             _REPO_PARAMS,
         ),
         "/findings/{ref}.json": gone(
-            get("A finding's record and its checks", FindingRecord, [param("ref", schema=UUID)]), Tombstone
+            get("getFinding", "A finding's record and its checks", FindingRecord, [param("ref", schema=UUID)]),
+            Tombstone,
         ),
         "/api/v1/changes": get(
+            "listChanges",
             "The change feed, oldest first: what became public, changed status or was withdrawn (no token)",
             ChangePage,
             [_CURSOR, param("limit", "query", {"type": "string", "pattern": _FEED_LIMIT}, "1..1000, default 100")],
         ),
-        "/search.json": get("Search repositories", Search, [param("q", "query"), param("limit", "query")]),
+        "/search.json": get(
+            "searchRepositories", "Search repositories", Search, [param("q", "query"), param("limit", "query")]
+        ),
         "/exports/manifest.json": export_get(
-            "The newest bulk export's manifest (ETag)", {"application/json": {"schema": ref(ExportManifest)}}
+            "getExportManifest",
+            "The newest bulk export's manifest (ETag)",
+            {"application/json": {"schema": ref(ExportManifest)}},
         ),
         **{
-            f"/exports/{name}": export_get(
+            f"/exports/{name}.ndjson.gz": export_get(
+                "getExport" + name.capitalize(),
                 "A file of the newest bulk export: gzipped NDJSON, one record per line (docs/schemas/); ETag is its "
                 "sha256, Range and If-Range supported",
-                {"application/gzip": {}},
+                {"application/gzip": {"schema": BINARY_BODY}},
             )
-            for name in ("repositories.ndjson.gz", "findings.ndjson.gz", "patterns.ndjson.gz")
+            for name in ("repositories", "findings", "patterns")
         },
         # maintainers (docs/domain.md §14)
         "/api/v1/repos/{host}/{owner}/{name}/claims": _bodiless_post(
+            "claimRepository",
             "Claim a listed repository: a one-time token to commit as a line of .tarakan/verify.txt on its default "
             "branch (scope repositories:maintain)",
             {
@@ -181,12 +203,14 @@ DOCUMENT: Schema = {
             _REPO_PARAMS,
         ),
         "/api/v1/claims/{claim_id}/verify": _bodiless_post(
+            "verifyClaim",
             "Verify a claim against the forge's .tarakan/verify.txt (scope repositories:maintain): 422 naming `token` "
             "when the file is missing or holds another token, 503 naming `forge` when the forge fails",
             {"200": json_answer(ref(ClaimAnswer), "Verified: the account maintains the repository")},
             [param("claim_id", schema={"type": "string", "pattern": "^[0-9]+$"})],
         ),
         "/api/v1/findings/{canonical_public_id}/statements": post(
+            "recordStatement",
             "Record a maintainer's OpenVEX statement on a public canonical finding (scope repositories:maintain; a "
             "verified maintainer of its repository): 404 for an unknown or non-public finding before 403, 422 naming "
             "the field that breaks OpenVEX's rules or carries a secret",
@@ -195,6 +219,7 @@ DOCUMENT: Schema = {
             [param("canonical_public_id", schema=UUID)],
         ),
         "/repos/{host}/{owner}/{name}/vex.json": document_get(
+            "getRepositoryVex",
             "A listed repository's current maintainer statements as one OpenVEX 0.2.0 document (404 when it has none)",
             {"application/json": {"schema": ref(VexDocument)}},
             {"application/json": {"schema": ref(Errors)}},
@@ -202,6 +227,7 @@ DOCUMENT: Schema = {
         ),
         # maintainers' webhooks (docs/domain.md §14 "Webhooks")
         "/api/v1/repos/{host}/{owner}/{name}/webhooks": post(
+            "registerWebhook",
             "Register a webhook for a repository you maintain (scope repositories:maintain): every change-feed entry "
             "about it is POSTed there, signed (X-Tarakan-Signature-256) with the secret shown once in this answer; "
             "422 naming `url` for a refused destination, 409 past 5 webhooks",
@@ -209,20 +235,29 @@ DOCUMENT: Schema = {
             {"201": json_answer(ref(NewWebhookAnswer), "Registered: the webhook and its secret (shown only here)")},
             _REPO_PARAMS,
         )
-        | secured_get("Your webhooks of a repository (scope repositories:maintain)", WebhookList, _REPO_PARAMS),
+        | secured_get(
+            "listWebhooks", "Your webhooks of a repository (scope repositories:maintain)", WebhookList, _REPO_PARAMS
+        ),
         "/api/v1/webhooks/{webhook_id}": secured_get(
+            "getWebhook",
             "One of your webhooks; `disabled_at` is set when it failed for 24 hours (scope repositories:maintain)",
             WebhookAnswer,
             [_WEBHOOK_ID],
         )
-        | delete("Delete one of your webhooks and its delivery log (scope repositories:maintain)", [_WEBHOOK_ID]),
+        | delete(
+            "deleteWebhook",
+            "Delete one of your webhooks and its delivery log (scope repositories:maintain)",
+            [_WEBHOOK_ID],
+        ),
         "/api/v1/webhooks/{webhook_id}/enable": _bodiless_post(
+            "enableWebhook",
             "Enable a disabled webhook again: the entry that failed is sent at once, then the rest in order (scope "
             "repositories:maintain; a current maintainer of its repository)",
             {"200": json_answer(ref(WebhookAnswer), "Enabled (an enabled webhook answers as it is)")},
             [_WEBHOOK_ID],
         ),
         "/api/v1/webhooks/{webhook_id}/deliveries": secured_get(
+            "listWebhookDeliveries",
             "A webhook's delivery log, newest entry first (scope repositories:maintain)",
             DeliveryPage,
             [
@@ -236,6 +271,7 @@ DOCUMENT: Schema = {
     "webhooks": {
         "change": {
             "post": {
+                "operationId": "receiveChange",
                 "summary": "One change-feed entry about the webhook's repository, in seq order, at least once",
                 "parameters": [
                     param("X-Tarakan-Event", "header", {"type": "string"}, "the entry's kind"),
