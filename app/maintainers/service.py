@@ -121,13 +121,6 @@ async def _own_claim(session: AsyncSession, account_id: int, claim_id: int) -> t
     return row[0], row[1]
 
 
-async def get_claim(account_id: int, claim_id: int) -> ClaimView:
-    """One of the account's claims (404 for anyone else's)."""
-    async with db.read_session(replica=False) as session:
-        claim, repository = await _own_claim(session, account_id, claim_id)
-        return _view(claim, repository)
-
-
 def _token_refused(detail: str) -> ValidationError:
     return ValidationError({"token": [detail]})
 
