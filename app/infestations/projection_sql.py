@@ -259,10 +259,7 @@ def _window_aggregates() -> list[Fragment]:
         parts += [
             compose("count(*) FILTER (WHERE pr.n_{w}d > 0)::int AS repo_count_{w}d", w=w),
             compose("sum(pr.n_{w}d)::int AS instance_count_{w}d", w=w),
-            *(
-                compose("sum(pr.{s}_n_{w}d)::int AS {s}_count_{w}d", s=Name(s), w=w)
-                for s in ("open", "verified", "fixed", "disputed")
-            ),
+            *(compose("sum(pr.{s}_n_{w}d)::int AS {s}_count_{w}d", s=Name(s), w=w) for s in CANONICAL_STATUSES),
             compose("max(pr.last_seen_at_{w}d) AS last_seen_at_{w}d", w=w),
         ]
     return parts
@@ -272,7 +269,7 @@ _ALL_TIME_COLUMNS = [*COUNTS, "first_seen_at", "last_seen_at"]
 _ALL_TIME_AGGREGATES = [
     Fragment("count(*)::int AS repo_count"),
     Fragment("sum(pr.n)::int AS instance_count"),
-    *(compose("sum(pr.{s}_n)::int AS {s}_count", s=Name(s)) for s in ("open", "verified", "fixed", "disputed")),
+    *(compose("sum(pr.{s}_n)::int AS {s}_count", s=Name(s)) for s in CANONICAL_STATUSES),
     Fragment("min(pr.first_seen_at) AS first_seen_at"),
     Fragment("max(pr.last_seen_at) AS last_seen_at"),
 ]
