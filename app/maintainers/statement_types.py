@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Any, ClassVar
 
-from msgspec import Meta, Struct
+from msgspec import Meta, Struct, structs
 
 from app.kernel.answers import Answer, Sha, Timestamp, Uuid, enum, iso
 from app.maintainers.models import VEX_JUSTIFICATIONS, VEX_STATUSES
@@ -93,19 +93,9 @@ def maintainer_statement(view: StatementView | None) -> MaintainerStatement | No
 
 
 def statement_answer(view: StatementView) -> StatementAnswer:
-    return StatementAnswer(
-        statement=Statement(
-            id=view.id,
-            canonical=view.canonical,
-            status=view.status,
-            justification=view.justification,
-            impact_statement=view.impact_statement,
-            action_statement=view.action_statement,
-            fixed_in=view.fixed_in,
-            author=view.author,
-            at=iso(view.at) or "",
-        )
-    )
+    current = maintainer_statement(view)
+    assert current is not None
+    return StatementAnswer(statement=Statement(id=view.id, canonical=view.canonical, **structs.asdict(current)))
 
 
 def repository_maintainers(maintainers: Iterable[Maintainer]) -> list[RepositoryMaintainerEntry]:
