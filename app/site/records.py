@@ -1,9 +1,5 @@
-"""The public record pages that compose several features: a repository (its reports and infestations) and a
-finding; each with its JSON twin (the `.json` suffix).
-
-Visibility is decided in one place (`app.kernel.visibility`, asked through the reports queries); these handlers
-only render what it allows. Unknown, hidden and malformed addresses are all the same 404.
-"""
+"""The public record pages composing several features, a repository and a finding, with their JSON twins; visibility
+is `app.kernel.visibility`'s, and unknown, hidden and malformed addresses are the same 404."""
 
 from __future__ import annotations
 
