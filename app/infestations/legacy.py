@@ -118,11 +118,12 @@ WITH rows AS (
   SELECT DISTINCT ON (c.id)
     c.id, c.public_id, f.public_id AS occurrence_public_id, c.status, c.severity, c.title, c.file_path,
     c.detections_count, c.confirmations_count, r.host, r.owner, r.name, c.repository_id,
-    s.commit_sha, s.id AS scan_id, c.updated_at
+    pr.opaque_id AS repository_uuid, s.commit_sha, s.id AS scan_id, c.updated_at
   FROM canonical_findings c
   JOIN repositories r ON r.id = c.repository_id
   JOIN scan_findings f ON f.canonical_finding_id = c.id
   JOIN scans s ON s.id = f.scan_id
+  LEFT JOIN published_repositories pr ON pr.repository_id = c.repository_id
   WHERE c.pattern_key = :key AND {public}
   ORDER BY c.id, s.inserted_at DESC, f.id DESC
 )
@@ -237,8 +238,9 @@ def _memberships(where: Slot) -> Fragment:
 
 _PATTERN_REPOS = _by_cursor(
     """
-SELECT id, repository_id, host, owner, name, status, severity, title, instance_count, open_count,
-       occurrence_public_id, updated_at
+SELECT id, repository_id,
+       (SELECT pr.opaque_id FROM published_repositories pr WHERE pr.repository_id = x.repository_id) AS repository_uuid,
+       host, owner, name, status, severity, title, instance_count, open_count, occurrence_public_id, updated_at
 FROM ({memberships}) x
 WHERE {after}
 ORDER BY updated_at DESC, id DESC

@@ -39,6 +39,7 @@ from app.infestations.rows import (
     with_repository_share,
 )
 from app.kernel import db, flags
+from app.kernel.changes import PublishedRepository
 from app.kernel.metrics import LIST_DURATION
 from app.kernel.paging import Page, Pages, after_keyset
 from app.kernel.public import shown_pattern, visible_occurrence, visible_scan
@@ -111,6 +112,8 @@ I = InfestationPatternInstance.__table__.alias("i")  # noqa: E741
 M = InfestationPatternRepo.__table__.alias("m")
 R = Repository.__table__.alias("r")
 C = CanonicalFinding.__table__.alias("c")
+# the repository's opaque id (the change feed's and the export's `repository_id`), served as `repository_uuid`
+PR = PublishedRepository.__table__.alias("pr")
 
 _REPRESENTATIVE = (P.c.title, P.c.severity, P.c.sample_file_path, P.c.sample_occurrence_public_id)
 _ALL_TIME = tuple(P.c[name] for name in (*WINDOWED_AGGREGATES, "first_seen_at"))
@@ -303,11 +306,16 @@ def _instances() -> Select[Any]:
             R.c.owner,
             R.c.name,
             I.c.repository_id,
+            PR.c.opaque_id.label("repository_uuid"),
             I.c.sample_commit_sha.label("commit_sha"),
             I.c.sample_scan_id.label("scan_id"),
             I.c.updated_at,
         )
-        .select_from(I.join(R, R.c.id == I.c.repository_id).join(C, C.c.id == I.c.canonical_finding_id))
+        .select_from(
+            I.join(R, R.c.id == I.c.repository_id)
+            .join(C, C.c.id == I.c.canonical_finding_id)
+            .outerjoin(PR, PR.c.repository_id == I.c.repository_id)
+        )
         .where(I.c.pattern_key == bindparam("key"), visible_scan(I.c.sample_scan_id))
     )
     return _newest_first(query, I.c.updated_at, I.c.canonical_finding_id)
@@ -346,6 +354,7 @@ def _pattern_repos() -> Select[Any]:
         select(
             M.c.repository_id.label("id"),
             M.c.repository_id,
+            PR.c.opaque_id.label("repository_uuid"),
             R.c.host,
             R.c.owner,
             R.c.name,
@@ -357,7 +366,7 @@ def _pattern_repos() -> Select[Any]:
             M.c.sample_occurrence_public_id.label("occurrence_public_id"),
             M.c.last_seen_at.label("updated_at"),
         )
-        .select_from(M.join(R, R.c.id == M.c.repository_id))
+        .select_from(M.join(R, R.c.id == M.c.repository_id).outerjoin(PR, PR.c.repository_id == M.c.repository_id))
         .where(M.c.pattern_key == bindparam("key"), visible_occurrence(M.c.sample_occurrence_public_id))
     )
     return _newest_first(query, M.c.last_seen_at, M.c.repository_id)

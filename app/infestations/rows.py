@@ -42,6 +42,7 @@ INSTANCE_KEYS = (
     "owner",
     "name",
     "repository_id",
+    "repository_uuid",
     "commit_sha",
     "scan_id",
     "updated_at",
@@ -94,12 +95,17 @@ def instance_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
     entry = {key: row[key] for key in INSTANCE_KEYS}
     entry["public_id"] = uuid_text(entry["public_id"])
     entry["occurrence_public_id"] = uuid_text(entry["occurrence_public_id"])
+    entry["repository_uuid"] = uuid_text(entry["repository_uuid"])
     return entry
 
 
 def membership_entry(row: Mapping[Any, Any]) -> dict[str, Any]:
     """A graph satellite (docs/domain.md §5.7 `list_pattern_repos_page`), the same on both paths."""
-    return {**row, "occurrence_public_id": uuid_text(row["occurrence_public_id"])}
+    return {
+        **row,
+        "occurrence_public_id": uuid_text(row["occurrence_public_id"]),
+        "repository_uuid": uuid_text(row["repository_uuid"]),
+    }
 
 
 def with_repository_share(item: dict[str, Any], share: Mapping[Any, Any], *, prefix: str) -> dict[str, Any]:

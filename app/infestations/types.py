@@ -100,7 +100,14 @@ class Instance(Answer):
     host: str
     owner: str
     name: str
-    repository_id: int
+    repository_id: Annotated[int, Meta(description="the repository's serial id (see repository_uuid)")]
+    repository_uuid: Annotated[
+        Uuid | None,
+        Meta(
+            description="the repository's opaque id, as the change feed and the export name it (null until the feed "
+            "has announced the repository)"
+        ),
+    ]
     commit_sha: str | None
     scan_id: int | None
     updated_at: Timestamp | None
@@ -121,6 +128,7 @@ def instance(row: Row) -> Instance:
         owner=row["owner"],
         name=row["name"],
         repository_id=row["repository_id"],
+        repository_uuid=row["repository_uuid"],
         commit_sha=row["commit_sha"],
         scan_id=row["scan_id"],
         updated_at=iso(row["updated_at"]),
@@ -131,7 +139,14 @@ class AffectedRepository(Answer):
     """A repository affected by the pattern."""
 
     id: int
-    repository_id: int
+    repository_id: Annotated[int, Meta(description="the repository's serial id (see repository_uuid)")]
+    repository_uuid: Annotated[
+        Uuid | None,
+        Meta(
+            description="the repository's opaque id, as the change feed and the export name it (null until the feed "
+            "has announced the repository)"
+        ),
+    ]
     host: str
     owner: str
     name: str
@@ -148,6 +163,7 @@ def affected_repository(row: Row) -> AffectedRepository:
     return AffectedRepository(
         id=row["id"],
         repository_id=row["repository_id"],
+        repository_uuid=row["repository_uuid"],
         host=row["host"],
         owner=row["owner"],
         name=row["name"],

@@ -381,7 +381,7 @@ async def test_pattern_repos_page_and_repository_infestations() -> None:
     assert walked == sorted(range(1, 121), key=lambda r: (r // 2, -r))
     entry = first["entries"][0]
     assert set(entry) == {
-        "id", "repository_id", "host", "owner", "name", "status", "severity", "title",
+        "id", "repository_id", "repository_uuid", "host", "owner", "name", "status", "severity", "title",
         "instance_count", "open_count", "occurrence_public_id", "updated_at",
     }  # fmt: skip
     assert (entry["id"], entry["owner"], entry["name"], entry["status"]) == (1, "owner1", "repo1", "open")

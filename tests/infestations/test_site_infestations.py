@@ -295,3 +295,28 @@ async def test_hostile_titles_render_as_text_in_html_and_svg(client: httpx.Async
     assert "/repos/github.com/evil/%22%3E%3Csvg%20onload%3Dalert%281%29%3E" in hrefs
     assert not page.select("svg svg, script:not([src])")
     assert re.search(r"<svg[^>]*onload", (await client.get("/infestations")).text) is None
+
+
+async def test_twins_name_each_repository_by_its_opaque_id_beside_the_serial_one(client: httpx.AsyncClient) -> None:
+    """`repository_uuid` is the id the change feed and the export give the repository; `repository_id` stays."""
+    from app.infestations.legacy import list_instances_legacy, list_pattern_repos_legacy
+    from app.kernel import changes
+
+    seeded = await seed_pattern("Opaque repository ids", repos=2)
+    async with db.transaction() as session:
+        await changes.sync_all(session)  # the feed announces the seeded repositories, as the services do
+    feed = (await client.get("/api/v1/changes?limit=1000")).json()["entries"]
+    opaque = {e["repository"]: e["repository_id"] for e in feed if e["kind"] == "repository.listed"}
+    serial = {f"{r.host}/{r.owner}/{r.name}": r.id for r in seeded.repositories}
+    assert len(opaque) == 2
+
+    show = (await client.get(f"/infestations/{seeded.key}.json")).json()
+    ledger = (await client.get(f"/infestations/{seeded.key}/instances.json")).json()["entries"]
+    legacy = (await list_instances_legacy(seeded.key))["entries"] + (await list_pattern_repos_legacy(seeded.key))[
+        "entries"
+    ]
+    for entries in (show["instances"]["entries"], show["repositories"]["entries"], ledger, legacy):
+        assert len(entries) >= 2
+        for entry in entries:
+            slug = f"{entry['host']}/{entry['owner']}/{entry['name']}"
+            assert (entry["repository_id"], entry["repository_uuid"]) == (serial[slug], opaque[slug])
