@@ -65,6 +65,7 @@ def normalize_database_url(url: str) -> str:
 class Settings:
     database_url: str
     database_replica_url: str | None
+    database_replica_max_lag: float
     redis_url: str
     secret_key: str
     base_url: str
@@ -100,6 +101,8 @@ def settings() -> Settings:
     return Settings(
         database_url=normalize_database_url(database_url),
         database_replica_url=normalize_database_url(replica) if replica else None,
+        # a replica further behind than this many seconds is skipped until it catches up (docs/scaling.md)
+        database_replica_max_lag=seconds("DATABASE_REPLICA_MAX_LAG", 10.0),
         redis_url=redis_url,
         secret_key=os.environ.get("SECRET_KEY", ""),
         base_url=base_url,

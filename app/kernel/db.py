@@ -10,13 +10,15 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 
+import psycopg
 from sqlalchemy import Connection, MetaData, event, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
 
 from app.kernel import aftercommit, outages
 from app.kernel.config import settings, transaction_pooling
-from app.kernel.metrics import REPLICA_FALLBACKS
+from app.kernel.metrics import REPLICA_CONFLICTS, REPLICA_FALLBACKS, REPLICA_LAG, REPLICA_SKIPS
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -39,6 +41,48 @@ _replica_down_until: dict[str, float] = {}
 _open_transactions: contextvars.ContextVar[int] = contextvars.ContextVar("open_transactions", default=0)
 # Set for the request right after a moderator's write, so it reads its own write from the primary.
 _force_primary: contextvars.ContextVar[bool] = contextvars.ContextVar("force_primary", default=False)
+# The replica's replayed takedown marker and lag are read again at most this often per process (and at once
+# whenever the primary's marker is ahead of the last one seen): docs/scaling.md "Read replicas".
+REPLICA_PROBE_SECONDS = 1.0
+# The newest takedown: every takedown is an audited action (app.kernel.audit.latest_event_id), so the newest audit
+# id orders them; one end of the primary key, read once per request on the primary.
+_TAKEDOWN_MARKER = text("SELECT coalesce(max(id), 0) FROM audit_events")
+# On the replica: its marker and its lag (0 while it has replayed all it received; else the time since its last
+# replayed transaction; 0 on a server that is not in recovery)
+_REPLICA_PROBE = text(
+    "SELECT (SELECT coalesce(max(id), 0) FROM audit_events) AS marker,"
+    " CASE WHEN NOT pg_is_in_recovery() THEN 0"
+    " WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0"
+    " ELSE coalesce(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0) END AS lag"
+)
+
+
+class ReplicaState:
+    """What this process last saw of a replica: its replayed marker, its lag, and when (monotonic)."""
+
+    __slots__ = ("lag", "marker", "probed_at")
+
+    def __init__(self) -> None:
+        self.marker = -1
+        self.lag = 0.0
+        self.probed_at = float("-inf")
+
+
+_replicas: dict[str, ReplicaState] = {}
+
+
+class RequestReads:
+    """One request's replica fence: the primary's takedown marker, read at the request's first replica read; and
+    whether a replica read of the request hit a recovery conflict (the middleware retries it on the primary)."""
+
+    __slots__ = ("conflicted", "marker")
+
+    def __init__(self) -> None:
+        self.marker: int | None = None
+        self.conflicted = False
+
+
+_request: contextvars.ContextVar[RequestReads | None] = contextvars.ContextVar("request_reads", default=None)
 
 
 def utcnow() -> datetime:
@@ -103,6 +147,17 @@ def reset_primary_reads(token: contextvars.Token[bool]) -> None:
     _force_primary.reset(token)
 
 
+@contextmanager
+def request_reads() -> Iterator[RequestReads]:
+    """One request's reads share one fence (the primary's takedown marker is read once per request, not per read)."""
+    fence = RequestReads()
+    token = _request.set(fence)
+    try:
+        yield fence
+    finally:
+        _request.reset(token)
+
+
 def reads_use_primary() -> bool:
     """True when a replica read in this context would go to the primary anyway (no replica, or forced)."""
     return settings().database_replica_url is None or _force_primary.get()
@@ -146,21 +201,53 @@ async def transaction() -> AsyncIterator[AsyncSession]:
     await aftercommit.run_steps(steps)  # reached only after the commit: an exception skips it
 
 
-async def _replica_or_primary() -> AsyncSession:
-    """A session on the replica, or on the primary (counted in `tarakan_replica_fallbacks_total`) when the replica
-    does not answer; a failed replica is left alone for REPLICA_RETRY_SECONDS so reads do not wait on it each time."""
+async def _primary_marker() -> int:
+    """The primary's newest takedown marker, once per request (every call outside a request)."""
+    fence = _request.get()
+    if fence is not None and fence.marker is not None:
+        return fence.marker
+    async with async_sessionmaker(engine(), expire_on_commit=False)() as session:
+        marker = int((await session.execute(_TAKEDOWN_MARKER)).scalar_one())
+        await session.rollback()
+    if fence is not None:
+        fence.marker = marker
+    return marker
+
+
+async def _probe(session: AsyncSession, state: ReplicaState) -> None:
+    row = (await session.execute(_REPLICA_PROBE)).one()
+    state.marker, state.lag, state.probed_at = int(row.marker), float(row.lag), time.monotonic()
+    REPLICA_LAG.set(state.lag)
+
+
+async def _replica_or_primary() -> tuple[AsyncSession, bool]:
+    """A session on the replica while it is fresh enough, else on the primary; and whether it is the replica.
+
+    Fresh enough: it has replayed the primary's newest takedown (so a takedown holds at the next request whatever
+    the lag; counted `behind_takedown` when not) and lags at most DATABASE_REPLICA_MAX_LAG (`lagging`). A replica
+    that does not answer is counted in `tarakan_replica_fallbacks_total` and left alone for REPLICA_RETRY_SECONDS
+    so reads do not wait on it each time."""
     cfg = settings()
     url = cfg.database_replica_url
     assert url is not None
     primary = async_sessionmaker(engine(), expire_on_commit=False)
     if url == cfg.database_url:  # a "replica" that is the primary has nothing to fall back to
-        return primary()
+        return primary(), False
     if time.monotonic() < _replica_down_until.get(url, 0.0):
         REPLICA_FALLBACKS.inc()
-        return primary()
+        return primary(), False
+    marker = await _primary_marker()
+    state = _replicas.setdefault(url, ReplicaState())
+    known = time.monotonic() - state.probed_at < REPLICA_PROBE_SECONDS
+    if known and state.marker >= marker and state.lag > cfg.database_replica_max_lag:
+        REPLICA_SKIPS.labels(reason="lagging").inc()
+        return primary(), False
     session = async_sessionmaker(_engine_for(url), expire_on_commit=False)()
     try:
-        await session.connection()  # the replica's first round trip, here rather than in the first query
+        if known and state.marker >= marker:
+            await session.connection()  # the replica's first round trip, here rather than in the first query
+        else:
+            await _probe(session, state)
     except Exception as exc:
         await session.close()
         if outages.dependency_of(exc) != outages.DATABASE:
@@ -168,20 +255,64 @@ async def _replica_or_primary() -> AsyncSession:
         outages.record(outages.DATABASE, exc, source="replica")
         _replica_down_until[url] = time.monotonic() + REPLICA_RETRY_SECONDS
         REPLICA_FALLBACKS.inc()
-        return primary()
-    return session
+        return primary(), False
+    if state.marker < marker or state.lag > cfg.database_replica_max_lag:
+        await session.close()
+        REPLICA_SKIPS.labels(reason="behind_takedown" if state.marker < marker else "lagging").inc()
+        return primary(), False
+    return session, True
+
+
+async def probe_replica() -> float | None:
+    """Read the replica's lag now (for /metrics): seconds, or None without a separate replica or when it does not
+    answer (which leaves the gauge as it was)."""
+    cfg = settings()
+    url = cfg.database_replica_url
+    if url is None or url == cfg.database_url:
+        return None
+    state = _replicas.setdefault(url, ReplicaState())
+    try:
+        async with async_sessionmaker(_engine_for(url), expire_on_commit=False)() as session:
+            await _probe(session, state)
+            await session.rollback()
+    except Exception as exc:
+        if outages.dependency_of(exc) != outages.DATABASE:
+            raise
+        outages.record(outages.DATABASE, exc, source="replica")
+        return None
+    return state.lag
+
+
+def forget_replicas() -> None:
+    """Forget what this process saw of its replicas (tests)."""
+    _replicas.clear()
+    _replica_down_until.clear()
+
+
+def recovery_conflict(exc: BaseException) -> bool:
+    """A hot standby canceled the statement (or ended the connection) to replay what the primary changed."""
+    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) else exc
+    return isinstance(orig, psycopg.Error) and "conflict with recovery" in str(orig)
 
 
 @asynccontextmanager
 async def read_session(*, replica: bool = True) -> AsyncIterator[AsyncSession]:
-    """A short read-only session (public reads may go to the replica, or to the primary while it is down)."""
+    """A short read-only session (public reads may go to the replica while it is fresh enough, else the primary)."""
+    on_replica = False
     if replica and not reads_use_primary():
-        opened = await _replica_or_primary()
+        opened, on_replica = await _replica_or_primary()
     else:
         opened = async_sessionmaker(engine(), expire_on_commit=False)()
     async with opened as session:
         try:
             yield session
+        except Exception as exc:
+            if on_replica and recovery_conflict(exc):
+                REPLICA_CONFLICTS.inc()
+                fence = _request.get()
+                if fence is not None:
+                    fence.conflicted = True  # the request is retried once on the primary (app.kernel.security)
+            raise
         finally:
             session.expunge_all()  # objects read here stay usable after the session ends
             await session.rollback()

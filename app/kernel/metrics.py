@@ -78,6 +78,25 @@ DEPENDENCY_FAILURES = Counter(
 REPLICA_FALLBACKS = Counter(
     "tarakan_replica_fallbacks_total", "Public reads sent to the primary because the read replica did not answer"
 )
+# Replica freshness (app.kernel.db, docs/scaling.md "Read replicas"): reads skip a replica that has not replayed the
+# newest takedown (behind_takedown) or lags more than DATABASE_REPLICA_MAX_LAG (lagging)
+REPLICA_SKIPS = Counter(
+    "tarakan_replica_skips_total",
+    "Public reads sent to the primary because the replica had not replayed the newest takedown or lagged too far",
+    ["reason"],
+)
+for _reason in ("behind_takedown", "lagging"):
+    REPLICA_SKIPS.labels(reason=_reason)
+REPLICA_LAG = Gauge(
+    "tarakan_replica_lag_seconds",
+    "Replica lag: 0 while it has replayed all it received, else seconds since its last replayed transaction",
+    multiprocess_mode=_DB_GAUGE,
+)
+REPLICA_CONFLICTS = Counter(
+    "tarakan_replica_conflicts_total",
+    "Public reads canceled on the replica by a recovery conflict (retried once on the primary when the answer had "
+    "not started, else a 503)",
+)
 WORKER_RECONNECTS = Counter(
     "tarakan_worker_reconnects_total",
     "Times the rollup worker lost a dependency and waited to reconnect",

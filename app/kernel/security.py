@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
 from starlette.responses import PlainTextResponse
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.kernel import db
 from app.kernel.asgi import HTTPMiddleware
@@ -132,10 +132,32 @@ class ReadYourWritesMiddleware(HTTPMiddleware):
 
         if _has_cookie(headers, READ_YOUR_WRITES_COOKIE):
             # the handler runs in this same context, so its replica reads see the flag
-            with db.primary_reads():
+            with db.request_reads(), db.primary_reads():
                 await self.app(scope, receive, send_with_mark if mark else send)
+        elif scope["method"] in ("GET", "HEAD"):
+            await _retry_recovery_conflict_on_primary(self.app, scope, receive, send)
         else:
-            await self.app(scope, receive, send_with_mark if mark else send)
+            with db.request_reads():
+                await self.app(scope, receive, send_with_mark if mark else send)
+
+
+async def _retry_recovery_conflict_on_primary(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """A safe request whose replica read a hot standby canceled (a recovery conflict, answered 503 by the outage
+    handler before anything was sent) runs once more with every read on the primary (docs/scaling.md)."""
+    dropped = False
+
+    async def send_unless_conflicted(message: Message) -> None:
+        nonlocal dropped
+        if message["type"] == "http.response.start" and message["status"] == 503 and fence.conflicted:
+            dropped = True
+        if not dropped:
+            await send(message)
+
+    with db.request_reads() as fence:
+        await app(scope, receive, send_unless_conflicted)
+    if dropped:
+        with db.request_reads(), db.primary_reads():
+            await app(scope, receive, send)
 
 
 def middleware() -> list[Middleware]:

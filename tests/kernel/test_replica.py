@@ -9,27 +9,39 @@ tests pause (`pg_wal_replay_pause()`) to make it lag on purpose.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import httpx
 import psycopg
 import pytest
 from bs4 import BeautifulSoup
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.accounts.service import create_token
 from app.devservices import Standby
 from app.kernel import db
 from app.kernel.config import normalize_database_url
-from app.kernel.metrics import REPLICA_FALLBACKS
+from app.kernel.metrics import REPLICA_CONFLICTS, REPLICA_FALLBACKS, REPLICA_SKIPS
 from app.kernel.security import READ_YOUR_WRITES_COOKIE
 from app.migrate import upgrade_to_head
+from app.moderation.service import change_statement_visibility
+from app.ops import gauges
 from tests.conftest import _plain_url, caught_up
+from tests.maintainers.conftest import forge  # noqa: F401 (the loopback forge fixture)
+from tests.maintainers.statement_support import bearer, published, state, verified_maintainer
+from tests.maintainers.support import Forge
+from tests.maintainers.test_statements import IMPACT
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
 from tests.reports.support import report_body
+from tests.system.test_takedowns import REASON, SURFACES, World, quarantine, restrict
 
 PROBE_DB = "replica_probe"
 WIDGET = "/repos/github.com/probe/widget.json"
@@ -80,6 +92,13 @@ async def replica(probe_database: str, monkeypatch: pytest.MonkeyPatch) -> Async
     await _execute(probe_database, "TRUNCATE repositories RESTART IDENTITY CASCADE")
     await _add_repository(probe_database, "widget", "replica copy")
     await _add_repository(probe_database, "replica-only", "only in the replica")
+    # the probe has "replayed" every takedown the primary will audit here (else reads would go to the primary)
+    await _execute(
+        probe_database,
+        "INSERT INTO audit_events (id, action, subject_type, subject_id) VALUES (1000000000, 'probe', 'probe', 'x')"
+        " ON CONFLICT DO NOTHING",
+    )
+    db.forget_replicas()
     primary = os.environ["DATABASE_URL"]
     await _add_repository(primary, "widget", "primary copy")
     await _add_repository(primary, "primary-only", "only in the primary")
@@ -202,7 +221,8 @@ async def test_refused_failed_and_cookieless_writes_do_not_pin_reads(
 
 def _on_standby(server: Standby, sql: str) -> object:
     with psycopg.connect(_plain_url(server.url), autocommit=True) as conn:
-        row = conn.execute(sql).fetchone()
+        cursor = conn.execute(sql)
+        row = cursor.fetchone() if cursor.description else None
         return None if row is None else row[0]
 
 
@@ -213,13 +233,13 @@ async def real_replica(standby: Standby, monkeypatch: pytest.MonkeyPatch) -> Asy
     if standby.proc is None or standby.proc.poll() is not None:
         standby.start()
     caught_up(standby)
-    db._replica_down_until.clear()
+    db.forget_replicas()
     monkeypatch.setenv("DATABASE_REPLICA_URL", standby.url)
     try:
         yield standby
     finally:
         await db.dispose_engines(normalize_database_url(standby.url))
-        db._replica_down_until.clear()
+        db.forget_replicas()
         if standby.proc is None or standby.proc.poll() is not None:
             standby.start()
         _on_standby(standby, "SELECT pg_wal_replay_resume()")
@@ -269,3 +289,183 @@ async def test_a_stopped_standby_falls_back_to_the_primary_counted(
     assert REPLICA_FALLBACKS._value.get() >= before + 2, "every read that went to the primary instead is counted"
     async with db.read_session() as session:
         assert (await session.execute(text("SELECT pg_is_in_recovery()"))).scalar_one() is False
+
+
+# ---- takedowns hold at the next request with a lagging standby ---------------------------------------------------
+
+
+def _skips(reason: str) -> float:
+    value: float = REPLICA_SKIPS.labels(reason=reason)._value.get()
+    return value
+
+
+async def _reads_the_standby() -> bool:
+    async with db.read_session() as session:
+        return bool((await session.execute(text("SELECT pg_is_in_recovery()"))).scalar_one())
+
+
+async def _bodies(client: httpx.AsyncClient, paths: tuple[str, ...]) -> dict[str, str]:
+    bodies = {}
+    for path in paths:
+        response = await client.get(path)
+        assert response.status_code in (200, 404), (path, response.status_code)
+        bodies[path] = response.text
+    return bodies
+
+
+def _absent(bodies: dict[str, str], marks: tuple[str, ...], what: str) -> None:
+    for path, body in bodies.items():
+        for mark in marks:
+            assert mark not in body, (what, path, mark)
+
+
+async def test_takedowns_hold_at_the_next_request_while_the_standby_has_not_replayed_them(
+    client: httpx.AsyncClient,
+    real_replica: Standby,
+    forge: Forge,  # noqa: F811 (the fixture imported above)
+) -> None:
+    world = World()
+    await world.build()
+    p = await published()
+    headers = await bearer(await verified_maintainer(forge, p.repository, handle="keeper"))
+    made = await state(client, p.canonical, headers, status="not_affected", impact_statement=IMPACT,
+                       justification="vulnerable_code_not_in_execute_path")  # fmt: skip
+    assert made.status_code == 201, made.text
+    repo = f"/repos/{p.slug}"
+    statement_surfaces = (f"/findings/{p.occurrence}", f"/findings/{p.occurrence}.json", f"{repo}.json",
+                          f"{repo}/findings.sarif", f"{repo}/vex.json", f"{repo}/reports.atom")  # fmt: skip
+    caught_up(real_replica)
+    client.cookies.clear()  # anonymous reads, no read-your-writes mark
+
+    behind = _skips("behind_takedown")
+    before = await _bodies(client, (*SURFACES, *statement_surfaces))
+    assert any(mark in body for body in before.values() for mark in world.report_marks)
+    assert any(IMPACT in before[path] for path in statement_surfaces)
+    assert _skips("behind_takedown") == behind and await _reads_the_standby(), "caught up: reads use the standby"
+
+    pause_replay(real_replica)
+    await restrict(world)  # acknowledged: committed on the primary, the standby does not replay it
+    _absent(await _bodies(client, SURFACES), world.report_marks, "restriction")
+    assert _skips("behind_takedown") > behind
+
+    hide = await change_statement_visibility(world.moderator, made.json()["statement"]["id"], "hidden", REASON, NOTES)
+    assert hide.audit_event_id
+    _absent(await _bodies(client, statement_surfaces), (IMPACT,), "statement hide")
+
+    await quarantine(world)
+    world.secret_marks = (*world.report_marks, "hushco", "vaultrepo", world.secret_scan.commit_sha)
+    _absent(await _bodies(client, SURFACES), world.secret_marks, "quarantine")
+    assert (await client.get("/repos/github.com/hushco/vaultrepo.json")).status_code == 404
+    stale = await _on_standby_async(real_replica, "SELECT listing_status FROM repositories WHERE name = 'vaultrepo'")
+    assert stale == "listed", "the standby still holds the listed repository: the reads above did not use it"
+
+    _on_standby(real_replica, "SELECT pg_wal_replay_resume()")
+    caught_up(real_replica)
+    behind = _skips("behind_takedown")
+    _absent(await _bodies(client, SURFACES), world.secret_marks, "after the replay")
+    assert _skips("behind_takedown") == behind and await _reads_the_standby(), "caught up again: back on the standby"
+
+
+async def _on_standby_async(server: Standby, sql: str) -> object:
+    async with await psycopg.AsyncConnection.connect(_plain_url(server.url), autocommit=True) as conn:
+        row = await (await conn.execute(sql)).fetchone()
+        return None if row is None else row[0]
+
+
+# ---- bounded staleness and recovery conflicts ----------------------------------------------------------------------
+
+
+def _on_primary_synchronously(*statements: str) -> None:
+    """Run on the primary with synchronous_commit on, so its WAL reaches the standby now (the suite's primary runs
+    with it off)."""
+    with psycopg.connect(_plain_url(os.environ["DATABASE_URL"]), autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = on")
+        for sql in statements:
+            conn.execute(sql)
+
+
+def _lag_on_metrics(body: str) -> float:
+    [family] = [f for f in text_string_to_metric_families(body) if f.name == "tarakan_replica_lag_seconds"]
+    return float(family.samples[0].value)
+
+
+async def test_a_standby_further_behind_than_the_bound_is_skipped_until_it_catches_up(
+    client: httpx.AsyncClient, real_replica: Standby, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_REPLICA_MAX_LAG", "0.3")
+    monkeypatch.setenv("METRICS_ALLOW", "203.0.113.7/32")  # the test client's address
+    monkeypatch.setattr(db, "REPLICA_PROBE_SECONDS", 0.0)  # every read looks again (the default: once a second)
+    await _add_repository(os.environ["DATABASE_URL"], "widget", "first words")
+    caught_up(real_replica)
+    gauges.forget_readings()
+    assert _lag_on_metrics((await client.get("/metrics")).text) == 0.0, "replayed all it received: no lag"
+    lagging = _skips("lagging")
+    assert await description(client) == "first words" and await _reads_the_standby()
+
+    pause_replay(real_replica)
+    _on_primary_synchronously("UPDATE repositories SET description = 'second words' WHERE name = 'widget'")
+    time.sleep(0.4)  # received, not replayed, for longer than the bound
+    assert await description(client) == "second words", "a replica behind its bound is skipped"
+    assert not await _reads_the_standby()
+    assert _skips("lagging") >= lagging + 2
+    gauges.forget_readings()
+    assert _lag_on_metrics((await client.get("/metrics")).text) > 0.3
+
+    _on_standby(real_replica, "SELECT pg_wal_replay_resume()")
+    caught_up(real_replica)
+    lagging = _skips("lagging")
+    assert await description(client) == "second words" and await _reads_the_standby(), "caught up: used again"
+    assert _skips("lagging") == lagging
+    gauges.forget_readings()
+    assert _lag_on_metrics((await client.get("/metrics")).text) == 0.0
+
+
+@pytest.fixture
+def quick_conflicts(real_replica: Standby) -> Iterator[Standby]:
+    """The standby cancels a conflicting query after 100 ms instead of 30 s."""
+    _on_standby(real_replica, "ALTER SYSTEM SET max_standby_streaming_delay = '100ms'")
+    _on_standby(real_replica, "SELECT pg_reload_conf()")
+    try:
+        yield real_replica
+    finally:
+        _on_standby(real_replica, "ALTER SYSTEM RESET max_standby_streaming_delay")
+        _on_standby(real_replica, "SELECT pg_reload_conf()")
+
+
+async def test_a_recovery_conflict_on_the_standby_is_retried_on_the_primary_never_a_500(
+    client: httpx.AsyncClient, quick_conflicts: Standby, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    primary = os.environ["DATABASE_URL"]
+    await _add_repository(primary, "widget", "primary copy")
+    await _add_repository(primary, "doomed", "deleted, then vacuumed away")
+    caught_up(quick_conflicts)
+    await description(client)  # warm: the replica's state is known, its pool open
+
+    original, slowed = db.read_session, list[bool]()
+
+    @asynccontextmanager
+    async def slow_first_replica_read(*, replica: bool = True) -> AsyncIterator[AsyncSession]:
+        async with original(replica=replica) as session:
+            if replica and not slowed:  # a long public read: its snapshot predates the primary's vacuum
+                slowed.append(True)
+                await session.execute(text("SELECT pg_sleep(3)"))
+            yield session
+
+    monkeypatch.setattr(db, "read_session", slow_first_replica_read)
+    conflicts = REPLICA_CONFLICTS._value.get()
+    request = asyncio.create_task(client.get(WIDGET))
+    deadline = time.monotonic() + 5
+    while (
+        _on_standby(quick_conflicts, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'") == 0
+    ):
+        assert time.monotonic() < deadline and not request.done(), "the long read did not start on the standby"
+        await asyncio.sleep(0.01)
+    await asyncio.to_thread(
+        _on_primary_synchronously, "DELETE FROM repositories WHERE name = 'doomed'", "VACUUM repositories"
+    )
+    started = time.monotonic()
+    response = await request
+    assert response.status_code == 200, response.text
+    assert response.json()["repository"]["description"] == "primary copy"
+    assert time.monotonic() - started < 2.5, "canceled by the conflict, not waited out"
+    assert REPLICA_CONFLICTS._value.get() == conflicts + 1
