@@ -4,7 +4,9 @@ server sends, and axe-core in Chromium (0 serious or critical violations) in the
 Page types: home, atlas index, show page, ledger page (`?cursor=`), repository, finding (and one with a maintainer's
 statement, the statement form and the moderators' hide forms, and its refused statement), search, login, every
 moderation page (console, repositories, accounts, audit, a refused action's form page), the 404 and 405 pages, and
-a withdrawn finding's 410 tombstone.
+a withdrawn finding's 410 tombstone. The console's pages are checked by axe once more with a row's form open (the HTML
+Nu checks holds every form), and at 1280 and 390 px their table headers keep every word on one line and their
+section navigation is a bar.
 A failure names the page and the rule.
 """
 
@@ -166,6 +168,36 @@ def serious_violations(axe: Axe, page: Page, label: str) -> list[str]:
     ]
 
 
+# A header word split over two lines (a Range over one word has one box per line it spans), and a section navigation
+# that is not a bar (a bulleted list, or its links not side by side on the first row).
+CONSOLE_LAYOUT = """() => {
+  const problems = [];
+  for (const th of document.querySelectorAll("table th")) {
+    const text = th.firstChild;
+    if (!text || text.nodeType !== Node.TEXT_NODE) continue;
+    for (const match of text.data.matchAll(/\\S+/g)) {
+      const range = document.createRange();
+      range.setStart(text, match.index);
+      range.setEnd(text, match.index + match[0].length);
+      if (range.getClientRects().length > 1) problems.push("header word split: " + match[0]);
+    }
+  }
+  const list = document.querySelector("nav.console-nav ul");
+  if (!list || getComputedStyle(list).display !== "flex") problems.push("the section navigation is not a bar");
+  else if (getComputedStyle(list.querySelector("li")).listStyleType !== "none") problems.push("bulleted navigation");
+  else {
+    const [first, second] = [...list.querySelectorAll("a")].map((a) => a.getBoundingClientRect());
+    if (Math.abs(first.top - second.top) > 1) problems.push("navigation links stacked");
+  }
+  return problems;
+}"""
+
+
+def console_layout_problems(page: Page) -> list[str]:
+    problems: list[str] = page.evaluate(CONSOLE_LAYOUT)
+    return problems
+
+
 @pytest.fixture
 def site(live_server: str) -> Site:
     return seed_site()
@@ -207,6 +239,13 @@ def test_every_page_type_has_no_serious_accessibility_violation(
     for name, path in site.pages.items():
         page.goto(live_server + (path + cursor if path == ledger else path))
         found += serious_violations(axe, page, f"{name} ({theme})")
+        if name.startswith("moderation"):  # the console again with a row's form open, at a desktop and a phone width
+            page.evaluate("document.querySelectorAll('table details').forEach((d, i) => { d.open = i === 0; })")
+            found += serious_violations(axe, page, f"{name} with a form open ({theme})")
+            for width in (1280, 390):
+                page.set_viewport_size({"width": width, "height": 900})
+                found += [f"{name} at {width} px ({theme}): {problem}" for problem in console_layout_problems(page)]
+            page.set_viewport_size({"width": 1280, "height": 720})
     for name, html in answered_pages(page, live_server, site.pages["finding with a statement"]).items():
         page.goto(live_server + "/no-such-page")  # an HTML page of the same origin: the stylesheet and scripts load
         page.set_content(html)
