@@ -11,6 +11,7 @@ from app.feed import queries
 from app.feed.types import ChangeEntry, change_entry
 from app.kernel import changes, db
 from app.kernel.answers import Answer, Uuid, as_json
+from app.kernel.openapi import UUID, Schema, param, ref
 
 
 class WebhookPayload(Answer):
@@ -30,3 +31,31 @@ async def rendered_entry(seq: int) -> dict[str, Any] | None:
     if not entries or entries[0]["seq"] != seq:
         return None
     return as_json(change_entry(entries[0]))
+
+
+# What a maintainer's webhook receives (docs/domain.md §14 "Webhooks"): the OpenAPI document's `webhooks` entry, an
+# operation of its receiver's, not ours.
+CHANGE_RECEIVER: Schema = {
+    "post": {
+        "operationId": "receiveChange",
+        "summary": "One change-feed entry about the webhook's repository, in seq order, at least once",
+        "parameters": [
+            param("X-Tarakan-Event", "header", {"type": "string"}, "the entry's kind"),
+            param("X-Tarakan-Delivery", "header", UUID, "one id per entry and webhook: deduplicate by it"),
+            param(
+                "X-Tarakan-Signature-256",
+                "header",
+                {"type": "string", "pattern": "^sha256=[0-9a-f]{64}$"},
+                "sha256= and the hex HMAC-SHA256 of the exact body bytes, keyed with the webhook's secret",
+            ),
+        ],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": ref(WebhookPayload)}}},
+        "responses": {
+            "2XX": {"description": "Delivered: the next entry follows"},
+            "default": {
+                "description": "Not delivered (also no answer within 10 s, or a redirect): sent again after "
+                "5 s, 30 s, 2 min, 10 min, 30 min, then hourly; disabled 24 hours after the first failure"
+            },
+        },
+    }
+}

@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.exports.types import ExportManifest
-from app.feed.entries import WebhookPayload
+from app.feed.entries import CHANGE_RECEIVER
 from app.feed.types import ChangePage
 from app.infestations.types import STATUS_CHOICES, InfestationList, InfestationShow, InstancePage
 from app.kernel.answers import Errors
@@ -267,33 +267,7 @@ DOCUMENT: Schema = {
             ],
         ),
     },
-    # what a maintainer's webhook receives (docs/domain.md §14 "Webhooks"): not an operation of ours, its receiver's
-    "webhooks": {
-        "change": {
-            "post": {
-                "operationId": "receiveChange",
-                "summary": "One change-feed entry about the webhook's repository, in seq order, at least once",
-                "parameters": [
-                    param("X-Tarakan-Event", "header", {"type": "string"}, "the entry's kind"),
-                    param("X-Tarakan-Delivery", "header", UUID, "one id per entry and webhook: deduplicate by it"),
-                    param(
-                        "X-Tarakan-Signature-256",
-                        "header",
-                        {"type": "string", "pattern": "^sha256=[0-9a-f]{64}$"},
-                        "sha256= and the hex HMAC-SHA256 of the exact body bytes, keyed with the webhook's secret",
-                    ),
-                ],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": ref(WebhookPayload)}}},
-                "responses": {
-                    "2XX": {"description": "Delivered: the next entry follows"},
-                    "default": {
-                        "description": "Not delivered (also no answer within 10 s, or a redirect): sent again after "
-                        "5 s, 30 s, 2 min, 10 min, 30 min, then hourly; disabled 24 hours after the first failure"
-                    },
-                },
-            }
-        }
-    },
+    "webhooks": {"change": CHANGE_RECEIVER},  # what a maintainer's webhook receives (domain §14 "Webhooks")
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an API token"}},
         "schemas": components(),
