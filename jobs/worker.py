@@ -260,7 +260,7 @@ class WorkerSettings:
     on_shutdown = shutdown
     timezone = UTC
     max_tries = MAX_TRIES
-    max_jobs = 6  # each job holds one database connection at a time; four crons may start in one minute
+    max_jobs = 4  # each job holds one database connection at a time
     redis_settings: RedisSettings | None = None
 
 
