@@ -142,6 +142,36 @@ async def audit_page(request: Request) -> Response:
     return await _list_page(request, "audit", {}, lambda cursor: queries.list_audit_events(cursor=cursor))
 
 
+async def audit_event_page(request: Request) -> Response:
+    """One audit event (`/moderation/audit/{id}`): what the markers on the public pages link to."""
+    try:
+        account = await _moderator(request)
+    except Unauthorized:
+        return RedirectResponse(f"/login?next={quote(request.url.path, safe='')}", status_code=303)
+    event_id = request.path_params["event_id"]
+    event = await queries.get_audit_event(event_id) if 0 < event_id < 2**63 else None
+    if event is None:
+        raise NotFound({"audit_event": ["not found"]}, message=f"No audit event with id {event_id}.")
+    context = {"account": account, "section": "audit", "event": event, "subject_href": await _subject_href(event)}
+    return _page(request, "moderation/audit_event.html", context)
+
+
+async def _subject_href(event: dict[str, Any]) -> str | None:
+    """Where the event's subject is seen now (None once it is gone or has no page)."""
+    kind, raw = event["subject_type"], event["subject_id"]
+    if kind == "scan" and (scan_id := ascii_int(raw)):
+        report = await queries.get_report(scan_id)
+        return repo_path(report["host"], report["owner"], report["name"]) + f"#report-{scan_id}" if report else None
+    if kind == "repository" and raw.count("/") == 2:
+        repo = await queries.get_repository(*raw.split("/"))
+        return repo_path(repo["host"], repo["owner"], repo["name"]) if repo else None
+    if kind == "statement" and (statement_id := ascii_int(raw)):
+        statement = await moderation_subject(statement_id)
+        occurrence = statement["occurrence"] if statement else None
+        return finding_path(occurrence) + "#maintainer-statement" if occurrence else None
+    return None
+
+
 async def _list_context(request: Request, page: Page[dict[str, Any]]) -> dict[str, Any]:
     here = _here(request)
     cursor = page["next_cursor"]
@@ -301,6 +331,7 @@ routes: list[BaseRoute] = [
     Route("/moderation/repositories", repositories_page, methods=["GET"], name="moderation_repositories"),
     Route("/moderation/accounts", accounts_page, methods=["GET"], name="moderation_accounts"),
     Route("/moderation/audit", audit_page, methods=["GET"], name="moderation_audit"),
+    Route("/moderation/audit/{event_id:int}", audit_event_page, methods=["GET"], name="moderation_audit_event"),
     body_route("/moderation/scans/{scan_id:int}/visibility", scan_visibility, **_FORM),
     body_route("/moderation/repos/{host}/{owner}/{name}/listing", repository_listing, **_FORM),
     body_route("/moderation/accounts/{handle}", account_change, **_FORM),
