@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import queue
 import random
 import statistics
@@ -29,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,6 +54,44 @@ LAG_TARGET_S = 1.0
 CONFIGS = ((1, 1), (1, 2), (2, 1), (2, 2))  # (web processes, workers)
 ACCOUNTS = 8  # submitters: each report locks its account's row, so one account would serialise them all
 MAX_IN_FLIGHT = 128
+BENCH_APP = "capacity-bench"  # application_name of the bench's own connections: their Postgres CPU is counted apart
+
+
+def bench_dsn(dsn: str) -> str:
+    """The bench's own connections (answer resolver, lag poller) are named, so their backends' CPU is not charged
+    to the server's Postgres share."""
+    return f"{dsn}{'&' if '?' in dsn else '?'}application_name={BENCH_APP}"
+
+
+class BenchBackends:
+    """Samples, every 0.2 s, the CPU of the Postgres backends the bench itself holds (application_name
+    `BENCH_APP`); a backend that exited keeps its last sample. `total()` is their CPU seconds so far."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = bench_dsn(dsn)
+        self.seen: dict[int, float] = {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stopped.is_set():
+                pids = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (BENCH_APP,)
+                ).fetchall()
+                for (pid,) in pids:
+                    cpu = cpu_seconds(int(pid))
+                    if cpu:
+                        self.seen[int(pid)] = max(cpu, self.seen.get(int(pid), 0.0))
+                time.sleep(0.2)
+
+    def total(self) -> float:
+        return sum(self.seen.values())
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
 
 
 @dataclass
@@ -113,15 +153,15 @@ def serve_supports_workers() -> bool:
     return "--workers" in out.stdout
 
 
-def start_web(env: dict[str, str], processes: int, procs: list[subprocess.Popen[bytes]]) -> list[str]:
-    """Base URLs that `processes` web processes answer on."""
+def start_web(env: dict[str, str], processes: int, procs: list[subprocess.Popen[bytes]], cwd: Path = ROOT) -> list[str]:
+    """Base URLs that `processes` web processes answer on (`cwd`: the source tree they run)."""
     if processes > 1 and serve_supports_workers():
-        proc, base = start_server(env, quiet=True, args=("--workers", str(processes)))
+        proc, base = start_server(env, quiet=True, args=("--workers", str(processes)), cwd=cwd)
         procs.append(proc)
         return [base]
     bases = []
     for _ in range(processes):
-        proc, base = start_server(env, quiet=True)
+        proc, base = start_server(env, quiet=True, cwd=cwd)
         procs.append(proc)
         bases.append(base)
     return bases
@@ -155,7 +195,7 @@ class Watcher:
     own (its psycopg calls block), so the sender's schedule is not disturbed."""
 
     def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
+        self.dsn = bench_dsn(dsn)
         self.answered: queue.SimpleQueue[tuple[str, float]] = queue.SimpleQueue()
         self.outstanding = 0  # answered, not yet handed to poll_lag
         self.lock = threading.Lock()
@@ -271,22 +311,9 @@ def run_config(
     seq: list[int],
 ) -> dict[str, Any]:
     procs: list[subprocess.Popen[bytes]] = []
+    bench_backends = BenchBackends(dsn)
     try:
-        bases = start_web(env, web, procs)
-        web_pids = [p.pid for p in procs]
-        for _ in range(workers):
-            procs.append(spawn("worker", env=env, quiet=True))
-        worker_pids = [p.pid for p in procs if p.pid not in web_pids]
-
-        def cpu() -> dict[str, float]:
-            return {
-                "web": sum(cpu_seconds(p, children=True) for p in web_pids),
-                "workers": sum(cpu_seconds(p) for p in worker_pids),
-                "postgres": cpu_seconds(postmaster, children=True),
-                "client": time.process_time(),
-            }
-
-        time.sleep(2)
+        bases, cpu = start_processes(env, dsn, postmaster, web, workers, procs, bench_backends)
         with psycopg.connect(dsn) as conn:
             repos = [
                 (str(h), str(o), str(n))
@@ -309,8 +336,41 @@ def run_config(
         return {"web": web, "workers": workers, "web_mode": "serve --workers" if len(bases) < web else "processes",
                 "steps": steps}  # fmt: skip
     finally:
+        bench_backends.stop()
         for proc in procs:
             stop(proc)
+
+
+def start_processes(
+    env: dict[str, str],
+    dsn: str,
+    postmaster: int,
+    web: int,
+    workers: int,
+    procs: list[subprocess.Popen[bytes]],
+    bench_backends: BenchBackends,
+    cwd: Path = ROOT,
+) -> tuple[list[str], Callable[[], dict[str, float]]]:
+    """Web processes and workers running `cwd`'s tree: their base URLs and the CPU meter of a step (seconds so far
+    by kind: web, workers, Postgres less the bench's own backends, those backends, this process)."""
+    bases = start_web(env, web, procs, cwd)
+    web_pids = [p.pid for p in procs]
+    for _ in range(workers):
+        procs.append(spawn("worker", env=env, quiet=True, cwd=cwd))
+    worker_pids = [p.pid for p in procs if p.pid not in web_pids]
+
+    def cpu() -> dict[str, float]:
+        bench_pg = bench_backends.total()
+        return {
+            "web": sum(cpu_seconds(p, children=True) for p in web_pids),
+            "workers": sum(cpu_seconds(p) for p in worker_pids),
+            "postgres": cpu_seconds(postmaster, children=True) - bench_pg,
+            "bench_postgres": bench_pg,
+            "client": time.process_time(),
+        }
+
+    time.sleep(2)
+    return bases, cpu
 
 
 def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -332,8 +392,248 @@ def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+# ---- the profile (issue 27 Deliver 1): where one accepted report's CPU goes -------------------------------------
+
+PROFILE_HEADING = "### Profile"
+# the bench's own statements (answer resolver, lag poller, backend sampler): shown, marked, never charged to the server
+BENCH_STATEMENTS = ("public_id = ANY", "i.updated_at = c.updated_at", "pg_stat_activity")
+
+
+def enable_statement_stats(services: Any) -> None:
+    """pg_stat_statements (every level, planning too) in the throw-away cluster: a restart to preload it."""
+    with psycopg.connect(services.dsn, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
+        conn.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
+        conn.execute("ALTER SYSTEM SET pg_stat_statements.max = 20000")
+    services.pg.stop()
+    services.pg.start()
+    with psycopg.connect(services.dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+
+def statement_profile(dsn: str, reports: int) -> list[dict[str, Any]]:
+    """Every statement since the last reset, per accepted report: calls and ms (execution + planning)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT toplevel, calls, total_exec_time + total_plan_time, rows, "
+            "regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
+            "WHERE query NOT LIKE '%%pg_stat_statements%%' ORDER BY 3 DESC"
+        ).fetchall()
+    return [
+        {
+            "toplevel": bool(top),
+            "calls_per_report": calls / reports,
+            "ms_per_report": ms / reports,
+            "rows_per_call": n / calls if calls else 0,
+            "bench": any(b in query for b in BENCH_STATEMENTS),
+            "query": query,
+        }
+        for top, calls, ms, n, query in rows
+    ]
+
+
+def py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy (pip, the bench's only) sampling `pid` without pausing it, as collapsed stacks."""
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen(
+        [str(spy), "record", "--pid", str(pid), "--rate", "200", "--duration", str(int(seconds)), "--nonblocking",
+         "--format", "raw", "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _frame(raw: str) -> tuple[str, str]:
+    """(`function (file)`, package) of one py-spy frame `function (path:line)`; py-spy's paths are relative to
+    their package's root (`psycopg/_cursor_base.py`, `app/reports/service.py`, `asyncio/events.py`)."""
+    func, _, where = raw.rpartition(" (")
+    path = where.rstrip(")").rsplit(":", 1)[0].removeprefix(str(ROOT) + "/")
+    parts = path.split("/")
+    package = "/".join(parts[:2]) if parts[0] in ("app", "jobs") and len(parts) > 2 else parts[0]
+    return f"{func} ({path})", package.removesuffix(".py")
+
+
+# frames every request or job passes through (the CLI, the middleware chain, the worker loop): not informative
+_WRAPPERS = ("app/cli.py", "app/kernel/asgi.py", "Middleware.", "ForwardedHeaders.", "run_worker (", "_watched.")
+
+
+def stack_profile(path: Path) -> dict[str, Any]:
+    """Collapsed stacks: the share of samples in each of our functions (inclusive) and in each package (self)."""
+    total = 0
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            n = int(count)
+            total += n
+            frames = [_frame(f) for f in stack.split(";") if " (" in f]
+            if not frames:
+                continue
+            ours = {name for name, package in frames if package.startswith(("app/", "jobs/"))}
+            for name in {name for name in ours if not any(w in name for w in _WRAPPERS)}:
+                inclusive[name] = inclusive.get(name, 0) + n
+            own[frames[-1][1]] = own.get(frames[-1][1], 0) + n
+    share = {k: v / total for k, v in inclusive.items()} if total else {}
+    return {
+        "samples": total,
+        "inclusive": dict(sorted(share.items(), key=lambda kv: -kv[1])[:30]),
+        "self_by_package": {k: v / total for k, v in sorted(own.items(), key=lambda kv: -kv[1])[:15]} if total else {},
+    }
+
+
+def profile_tree(
+    env: dict[str, str],
+    dsn: str,
+    postmaster: int,
+    tokens: list[str],
+    cwd: Path,
+    args: argparse.Namespace,
+    seq: list[int],
+) -> dict[str, Any]:
+    """1 web x 1 worker of `cwd`'s tree at `--profile` reports/s: a warm-up step, then a measured one with the
+    statement statistics reset and py-spy on the web process and the worker."""
+    procs: list[subprocess.Popen[bytes]] = []
+    bench_backends = BenchBackends(dsn)
+    try:
+        bases, cpu = start_processes(env, dsn, postmaster, 1, 1, procs, bench_backends, cwd)
+        with psycopg.connect(dsn) as conn:
+            repos = [
+                (str(h), str(o), str(n))
+                for h, o, n in conn.execute(
+                    "SELECT host, owner, name FROM repositories WHERE listing_status = 'listed' ORDER BY id LIMIT 2000"
+                ).fetchall()
+            ]
+        rate = args.profile
+        asyncio.run(run_step(bases, tokens, repos, rate, 10, dsn, seq, cpu))  # warm: pools, caches, prepared plans
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_statements_reset()")
+        out = ROOT / "bench" / "out"
+        out.mkdir(exist_ok=True)
+        spies = [py_spy(procs[0].pid, args.step_seconds, out / "capacity_web.stacks"),
+                 py_spy(procs[1].pid, args.step_seconds, out / "capacity_worker.stacks")]  # fmt: skip
+        step = asyncio.run(run_step(bases, tokens, repos, rate, args.step_seconds, dsn, seq, cpu))
+        for spy in spies:
+            spy.wait(timeout=60)
+        row = step.row()
+        print(f"  profile {cwd} @ {rate:.0f}/s: {json.dumps(row)}", flush=True)
+        return {
+            "tree": str(cwd),
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True,
+                                     text=True, check=False).stdout.strip(),
+            "step": row,
+            "statements": statement_profile(dsn, step.ok),
+            "web": stack_profile(out / "capacity_web.stacks"),
+            "worker": stack_profile(out / "capacity_worker.stacks"),
+        }  # fmt: skip
+    finally:
+        bench_backends.stop()
+        for proc in procs:
+            stop(proc)
+
+
+def run_profile(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"tier": tier_name, "rate": args.profile, "trees": []}
+    with throwaway_services("tarakan-capacity-profile-") as services:
+        enable_statement_stats(services)
+        dsn = services.dsn
+        env = services.use(REGISTRY_STATS_TTL="30", INFESTATIONS_READ_FROM_ROLLUP="true")
+        results["rows"], _ = timed_generate(dsn, tier_name)
+        backfill(None, concurrency=2)
+        vacuum_analyze(dsn)
+        tokens = make_submitters(dsn, ACCOUNTS)
+        seq = [0]
+        assert services.pg.proc is not None
+        for tree in args.trees:
+            results["trees"].append(profile_tree(env, dsn, services.pg.proc.pid, tokens, tree, args, seq))
+    results["load_average"] = os.getloadavg()
+    return results
+
+
+def render_profile(r: dict[str, Any], command: str, label: str) -> str:
+    lines = [f"{PROFILE_HEADING}: {label}", "", f"Command: `{command}`; load average at the end "
+             f"{' / '.join(f'{x:.1f}' for x in r['load_average'])}.", ""]  # fmt: skip
+    for t in r["trees"]:
+        step = t["step"]
+        cpu = step["cpu_ms_per_report"]
+        server = sum(cpu.get(k, 0) for k in ("web", "workers", "postgres"))
+        lines += [
+            f"Tree `{t['commit']}` at {r['rate']:.0f} reports/s for {step['achieved']:.1f}/s achieved, 1 web x 1 "
+            f"worker: **CPU ms per accepted report: web {cpu['web']:.1f}, worker {cpu['workers']:.1f}, Postgres "
+            f"{cpu['postgres']:.1f} (server total {server:.1f})**; the bench's own Postgres backends "
+            f"{cpu.get('bench_postgres', 0):.1f}, its client process {cpu.get('client', 0):.1f}; lag p50 / p95 "
+            f"{fmt(step['lag_p50_ms'])} / {fmt(step['lag_p95_ms'])} ms.",
+            "",
+            "| Postgres statement (top level, then nested in italics) | calls / report | ms / report | rows / call |",
+            "|---|---|---|---|",
+        ]
+        shown = [s for s in t["statements"] if s["ms_per_report"] >= 0.02][:40]
+        for s in shown:
+            query = s["query"][:150].replace("|", "\\|")
+            query = query if s["toplevel"] else f"*{query}*"
+            mark = " (bench)" if s["bench"] else ""
+            lines.append(f"| `{query}`{mark} | {s['calls_per_report']:.2f} | {s['ms_per_report']:.3f} | "
+                         f"{s['rows_per_call']:.1f} |")  # fmt: skip
+        top = [s for s in t["statements"] if s["toplevel"] and not s["bench"]]
+        lines += [
+            "",
+            f"Server statements: {sum(s['calls_per_report'] for s in top):.1f} top-level calls per report, "
+            f"{sum(s['ms_per_report'] for s in top):.2f} ms per report executing and planning them.",
+            "",
+        ]
+        for proc in ("web", "worker"):
+            p = t[proc]
+            ms = cpu["web" if proc == "web" else "workers"]
+            incl = ", ".join(f"{k} {v * 100:.0f} %" for k, v in list(p["inclusive"].items())[:18])
+            own = ", ".join(f"{k} {v * 100:.0f} %" for k, v in p["self_by_package"].items())
+            lines += [
+                f"- py-spy, {proc} ({p['samples']:,} samples, {ms:.1f} ms per report): our functions, inclusive: "
+                f"{incl}.",
+                f"- {proc}, self time by package: {own}.",
+            ]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_profile(markdown: str, label: str) -> None:
+    """Replace (or add at its end) this label's profile in the Ingest capacity section; the rest stays."""
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text()
+    section = text.index(HEADING + "\n")
+    end = text.find("\n## ", section + len(HEADING))
+    end = len(text) if end < 0 else end + 1
+    heading = f"{PROFILE_HEADING}: {label}\n"
+    start = text.find(heading, section, end)
+    if start >= 0:
+        stop_at = text.find("\n### ", start + len(heading))
+        stop_at = end if stop_at < 0 or stop_at > end else stop_at + 1
+        text = text[:start] + markdown.rstrip() + "\n\n" + text[stop_at:]
+    else:
+        text = text[:end].rstrip() + "\n\n" + markdown.rstrip() + "\n\n" + text[end:]
+    path.write_text(text)
+
+
+def kept_profiles() -> str:
+    """The profiles now in the section, kept below a new curve."""
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else ""
+    section = text.find(HEADING + "\n")
+    if section < 0:
+        return ""
+    end = text.find("\n## ", section + len(HEADING))
+    body = text[section : end if end >= 0 else len(text)]
+    first = body.find(PROFILE_HEADING + ": ")
+    return "" if first < 0 else body[first:].rstrip()
+
+
 def fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:,.0f}"
+
+
+def f1(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.1f}"
 
 
 def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
@@ -361,22 +661,24 @@ def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
     lines += [
         "",
         "| web x workers | target /s | achieved /s | lag p50 / p95 ms | request p50 / p95 ms | 429 | 503 | other "
-        "errors | CPU ms per report: web / workers / Postgres | knee |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "errors | CPU ms per report: web / workers / Postgres | bench's own: Postgres / client | knee |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in r["configs"]:
         for s in c["steps"]:
             st = s["statuses"]
             other = sum(v for k, v in st.items() if k not in ("200", "201", "429", "503")) + s["skipped"]
             cpu = s.get("cpu_ms_per_report") or {}
-            per_report = " / ".join(fmt(cpu.get(k)) for k in ("web", "workers", "postgres")) if cpu else "–"
+            per_report = " / ".join(f1(cpu.get(k)) for k in ("web", "workers", "postgres")) if cpu else "–"
+            bench = " / ".join(f1(cpu.get(k)) for k in ("bench_postgres", "client")) if cpu else "–"
             lines.append(
                 f"| {c['web']} x {c['workers']} | {s['target']:,.0f} | {s['achieved']:,.1f} | "
                 f"{fmt(s['lag_p50_ms'])} / {fmt(s['lag_p95_ms'])} | {fmt(s['request_p50_ms'])} / "
-                f"{fmt(s['request_p95_ms'])} | {st.get('429', 0)} | {st.get('503', 0)} | {other} | {per_report} | "
+                f"{fmt(s['request_p95_ms'])} | {st.get('429', 0)} | {st.get('503', 0)} | {other} | {per_report} | {bench} | "
                 f"{s['knee'] or ''} |"
             )
-    return "\n".join(lines)
+    kept = kept_profiles()
+    return "\n".join(lines) + (f"\n\n{kept}" if kept else "")
 
 
 def parse_config(raw: str) -> tuple[int, int]:
@@ -394,7 +696,22 @@ def main() -> int:
         "--configs", type=lambda v: [parse_config(x) for x in v.split(",")], default=list(CONFIGS),
         help="web x workers, e.g. 1x1,2x2",
     )  # fmt: skip
+    parser.add_argument("--profile", type=float, help="profile 1 web x 1 worker at this rate instead of the curve")
+    parser.add_argument(
+        "--trees", type=lambda v: [Path(x).resolve() for x in v.split(",")], default=[ROOT],
+        help="with --profile: source trees to profile in turn on one registry (e.g. a git worktree of the baseline)",
+    )  # fmt: skip
+    parser.add_argument("--label", default="now", help="with --profile: its subsection's name")
     args = parser.parse_args()
+    if args.profile:
+        command = " ".join(["python -m bench.capacity_bench", *sys.argv[1:]])
+        results = run_profile(args.tier, args)
+        (ROOT / "bench" / "out" / "capacity_profile.json").write_text(json.dumps(results, indent=2) + "\n")
+        markdown = render_profile(results, command, args.label)
+        print(markdown)
+        if not args.no_write:
+            write_profile(markdown, args.label)
+        return 0
     publish("capacity", run(args.tier, args), lambda r, command: render(r, command, args.step_seconds), HEADING, args)
     return 0
 
