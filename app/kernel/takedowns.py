@@ -20,6 +20,14 @@ TAKEDOWN_ACTIONS: Final = {
     "repository": ("repository.listing", "listing_status"),
     "statement": ("statement.visibility", "visibility"),
 }
+# What a marker says of each hidden state: a label and what the public does not see (words, not colour alone).
+MARK_WORDS: Final = {
+    ("scan", "restricted"): ("Restricted", "this report is hidden from the public"),
+    ("scan", "public_summary"): ("Summary only", "the public sees this report's header, not its findings"),
+    ("repository", "quarantined"): ("Quarantined", "this repository and its reports are hidden from the public"),
+    ("repository", "pending"): ("Not listed", "off the atlas, the feeds and the sitemap"),
+    ("statement", "hidden"): ("Hidden", "this statement is hidden from the public"),
+}
 MARKS_PER_PAGE_MAX: Final = 500  # subjects of one page (20 reports, 50 statements, a repository): a wide bound
 
 Subject = tuple[str, str]  # (audit subject_type, subject_id): ("scan", "42"), ("repository", "host/owner/name")
@@ -33,6 +41,8 @@ class Takedown:
     state: str
     event_id: int | None
     at: datetime | None
+    label: str = ""
+    words: str = ""
 
 
 def _latest(subjects: list[Subject]) -> Select[Any]:
@@ -55,10 +65,45 @@ async def takedowns(hidden: Iterable[tuple[Subject, str]]) -> dict[Subject, Take
         return {}
     async with db.read_session(replica=False) as session:  # privileged views read the primary
         rows = (await session.execute(_latest(sorted(states)))).all()
-    found: dict[Subject, Takedown] = {subject: Takedown(state, None, None) for subject, state in states.items()}
-    for subject_type, subject_id, event_id, at, after in rows:
-        subject = (subject_type, subject_id)
-        field = TAKEDOWN_ACTIONS[subject_type][1]
-        if (after or {}).get(field) == states[subject]:
-            found[subject] = Takedown(states[subject], int(event_id), at)
+    events = {(row[0], row[1]): row[2:] for row in rows}
+    found: dict[Subject, Takedown] = {}
+    for subject, state in states.items():
+        event_id, at, after = events.get(subject, (None, None, None))
+        if (after or {}).get(TAKEDOWN_ACTIONS[subject[0]][1]) != state:
+            event_id = at = None
+        found[subject] = Takedown(state, event_id, at, *MARK_WORDS[(subject[0], state)])
     return found
+
+
+@dataclass(frozen=True)
+class Marks:
+    """The markers of one public page for a privileged viewer; `audit_links` only for moderators (the audit event
+    pages are theirs)."""
+
+    repository: Takedown | None
+    reports: dict[int, Takedown]
+    statements: dict[int, Takedown]
+    audit_links: bool
+
+
+async def page_marks(
+    *,
+    repository: tuple[str, str] | None = None,
+    reports: Iterable[tuple[int, str]] = (),
+    statements: Iterable[tuple[int, str]] = (),
+    audit_links: bool,
+) -> Marks:
+    """The markers for a repository (`slug`, listing status), reports and statements (id, visibility): whatever of
+    them the public cannot see (a listing other than listed, a report not public, a hidden statement)."""
+    hidden: list[tuple[Subject, str]] = []
+    if repository is not None and repository[1] != "listed":
+        hidden.append((("repository", repository[0]), repository[1]))
+    hidden += [(("scan", str(i)), visibility) for i, visibility in reports if visibility != "public"]
+    hidden += [(("statement", str(i)), visibility) for i, visibility in statements if visibility == "hidden"]
+    found = await takedowns(hidden)
+    return Marks(
+        repository=found.get(("repository", repository[0])) if repository is not None else None,
+        reports={int(k[1]): v for k, v in found.items() if k[0] == "scan"},
+        statements={int(k[1]): v for k, v in found.items() if k[0] == "statement"},
+        audit_links=audit_links,
+    )
