@@ -265,3 +265,69 @@ class Redis:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+VCL = Path(__file__).resolve().parent.parent / "deploy" / "varnish" / "default.vcl"
+
+
+class Varnish:
+    """Debian's `varnishd` (packages `varnish` and `varnish-modules`, installed by ./test) on 127.0.0.1 in front of
+    one backend, with deploy/varnish/default.vcl and its two words BACKEND_HOST / BACKEND_PORT replaced: the shared
+    page cache of docs/scaling.md, for the tests. `public_port`: a second listener named `public`, which refuses
+    PURGE and BAN whatever the address (compose publishes only that one)."""
+
+    def __init__(self, work_dir: str | os.PathLike[str], backend: str, *, public_port: bool = False):
+        host, _, port = backend.rpartition(":")
+        self.backend_host, self.backend_port = host.strip("[]"), port
+        self.work_dir = Path(work_dir).resolve()
+        self.port = free_port()
+        self.public_port = free_port() if public_port else None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20) -> Varnish:
+        binary = shutil.which("varnishd") or "/usr/sbin/varnishd"
+        if not os.path.exists(binary):
+            raise RuntimeError("no varnishd: apt-get install varnish varnish-modules (./test does)")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        vcl = self.work_dir / "default.vcl"
+        vcl.write_text(
+            VCL.read_text().replace("BACKEND_HOST", self.backend_host).replace("BACKEND_PORT", self.backend_port)
+        )
+        listeners = ["-a", f"127.0.0.1:{self.port}"]
+        if self.public_port is not None:
+            listeners += ["-a", f"public=127.0.0.1:{self.public_port}"]
+        with open(self.work_dir / "varnishd.log", "ab") as log:
+            # -j none: no privilege switch (the work dir stays ours); -l: a small shared log; one thread pool
+            self.proc = subprocess.Popen(
+                [binary, "-F", "-j", "none", "-n", str(self.work_dir / "state"), "-f", str(vcl), *listeners,
+                 "-T", "127.0.0.1:0", "-s", "malloc,64m", "-l", "2m", "-p", "thread_pools=1",
+                 "-p", "thread_pool_min=10"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=pdeathsig(signal.SIGTERM),
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"varnishd exited with {self.proc.returncode}; see {self.work_dir}/varnishd.log")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"BAN / HTTP/1.1\r\nHost: varnish\r\nConnection: close\r\n\r\n")
+                    if s.recv(16).startswith(b"HTTP/1.1 200"):
+                        return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"varnishd not ready after {timeout}s; see {self.work_dir}/varnishd.log")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

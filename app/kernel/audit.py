@@ -1,4 +1,5 @@
-"""The audit log (authoritative): one row per moderation or administration action, in the action's transaction."""
+"""The audit log (authoritative): one row per moderation or administration action, in the action's transaction; and
+the shared cache's purge of what the action changed, after its commit (docs/scaling.md "Shared cache")."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.kernel.columns import Inserted
+from app.kernel.config import varnish_purge_urls
 from app.kernel.db import Base
+from app.kernel.purge import purge_after_commit
+from app.kernel.shared_cache import ATLAS_TAG, occurrence_tag, pattern_tag, repository_tag
 
 
 class AuditEvent(Inserted, Base):
@@ -59,7 +63,79 @@ async def record_audit(
     )
     session.add(event)
     await session.flush()
+    # every takedown is audited here: the pages naming what it touched leave the shared cache after the commit
+    if varnish_purge_urls():
+        purge_after_commit(await _touched_tags(session, action, subject_type, subject_id))
     return event
+
+
+# What each audited action can change on public pages, read in the action's transaction (after its change, before
+# the commit). Repository-wide actions name the repository's tag, not its occurrences': every page that shows an
+# occurrence carries its repository's tag too (app/site/records.py), and a repository may hold 10^5 of them.
+_SCAN_TAGS = text(
+    """SELECT s.repository_id, f.id AS occurrence_id, c.pattern_key,
+              EXISTS (SELECT 1 FROM infestation_patterns p WHERE p.pattern_key = c.pattern_key) AS on_atlas
+       FROM scans s
+       LEFT JOIN scan_findings f ON f.scan_id = s.id
+       LEFT JOIN canonical_findings c ON c.id = f.canonical_finding_id
+       WHERE s.id = :id"""
+)
+_STATEMENT_TAGS = text(
+    """SELECT c.repository_id, f.id AS occurrence_id, c.pattern_key,
+              EXISTS (SELECT 1 FROM infestation_patterns p WHERE p.pattern_key = c.pattern_key) AS on_atlas
+       FROM finding_statements st
+       JOIN canonical_findings c ON c.id = st.canonical_finding_id
+       LEFT JOIN scan_findings f ON f.canonical_finding_id = c.id
+       WHERE st.id = :id"""
+)
+_REPOSITORY_TAGS = text(
+    """SELECT r.id AS repository_id, NULL AS occurrence_id, c.pattern_key,
+              EXISTS (SELECT 1 FROM infestation_patterns p WHERE p.pattern_key = c.pattern_key) AS on_atlas
+       FROM repositories r
+       LEFT JOIN (SELECT DISTINCT repository_id, pattern_key FROM canonical_findings
+                  WHERE pattern_key IS NOT NULL AND pattern_key <> '') c ON c.repository_id = r.id
+       WHERE r.host = :host AND r.owner = :owner AND r.name = :name"""
+)
+# an account's changed role or state recounts the checks it recorded: those repositories' statuses may move
+_ACCOUNT_TAGS = text(
+    """SELECT DISTINCT c.repository_id, NULL AS occurrence_id, NULL AS pattern_key, false AS on_atlas
+       FROM accounts a
+       JOIN canonical_finding_checks k ON k.account_id = a.id
+       JOIN canonical_findings c ON c.id = k.canonical_finding_id
+       WHERE a.handle = :handle"""
+)
+
+
+async def _touched_tags(session: AsyncSession, action: str, subject_type: str, subject_id: str) -> set[str] | None:
+    """The shared-cache tags of the pages `action` may have changed; None: they cannot be named, purge everything."""
+    if action == "repository.delete":  # its rows are gone: its own tag, and the atlas it may have fed
+        return {repository_tag(int(subject_id)), ATLAS_TAG}
+    if subject_type == "flag":
+        return {ATLAS_TAG}  # a read-path flag: the atlas pages
+    if subject_type == "scan" and subject_id.isdigit():
+        rows = await session.execute(_SCAN_TAGS, {"id": int(subject_id)})
+    elif subject_type == "statement" and subject_id.isdigit():
+        rows = await session.execute(_STATEMENT_TAGS, {"id": int(subject_id)})
+    elif subject_type == "repository" and subject_id.count("/") == 2:
+        host, owner, name = subject_id.split("/")
+        rows = await session.execute(_REPOSITORY_TAGS, {"host": host, "owner": owner, "name": name})
+        if action != "repository.listing":  # a maintainer's end shows on the repository's own pages only
+            return {repository_tag(row.repository_id) for row in rows}
+    elif subject_type == "account":
+        rows = await session.execute(_ACCOUNT_TAGS, {"handle": subject_id})
+    else:
+        return None
+    tags: set[str] = set()
+    for row in rows:
+        if row.repository_id is not None:
+            tags.add(repository_tag(row.repository_id))
+        if row.occurrence_id is not None:
+            tags.add(occurrence_tag(row.occurrence_id))
+        if row.pattern_key:
+            tags.add(pattern_tag(row.pattern_key))
+        if row.on_atlas:
+            tags.add(ATLAS_TAG)
+    return tags
 
 
 async def latest_event_id(session: AsyncSession) -> int:

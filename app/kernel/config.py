@@ -241,3 +241,25 @@ def webhook_allow_private() -> bool:
     address, and plain http (a receiver on loopback); nothing else changes (docs/security.md "Webhook
     destinations"). Read at every check, at registration and at connect time."""
     return _bool("WEBHOOK_ALLOW_PRIVATE", False)
+
+
+def varnish_purge_urls() -> tuple[str, ...]:
+    """`VARNISH_PURGE_URLS`: the shared page caches (Varnish with xkey, deploy/varnish/default.vcl) that takedowns and
+    rollup refreshes purge, comma-separated http(s) base URLs; unset or empty: no shared cache, nothing to purge
+    (docs/scaling.md "Shared cache"). Read at every purge; checked at start by `serve` and `worker`."""
+    raw = os.environ.get("VARNISH_PURGE_URLS", "").strip()
+    urls = tuple(item.strip().rstrip("/") for item in raw.split(",") if item.strip())
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query:
+            raise ConfigError(f"VARNISH_PURGE_URLS must be comma-separated http(s) base URLs, got {url!r}")
+    return urls
+
+
+def varnish_purge_timeout() -> float:
+    """`VARNISH_PURGE_TIMEOUT` (default 1 s): one purge request's bound; a takedown waits at most a few of them
+    (`app.kernel.purge`: retries, then the purge-everything fallback) before the moderator's answer."""
+    value = seconds("VARNISH_PURGE_TIMEOUT", 1.0)
+    if value <= 0:
+        raise ConfigError("VARNISH_PURGE_TIMEOUT must be > 0")
+    return value

@@ -87,6 +87,17 @@ REPLICA_SKIPS = Counter(
 )
 for _reason in ("behind_takedown", "lagging"):
     REPLICA_SKIPS.labels(reason=_reason)
+# The shared page cache (app.kernel.purge, docs/scaling.md "Shared cache"): a purge of tags that failed on one Varnish
+# after its retries (stage tags: everything there was purged instead), and one whose fallback failed too (stage
+# everything: that cache may serve what a takedown removed until the page's s-maxage runs out)
+CACHE_PURGE_FAILURES = Counter(
+    "tarakan_cache_purge_failures_total",
+    "Shared-cache purges that failed on one cache after their retries, by stage (tags: fell back to purging "
+    "everything; everything: the fallback failed too)",
+    ["stage"],
+)
+for _stage in ("tags", "everything"):
+    CACHE_PURGE_FAILURES.labels(stage=_stage)
 REPLICA_LAG = Gauge(
     "tarakan_replica_lag_seconds",
     "Replica lag: 0 while it has replayed all it received, else seconds since its last replayed transaction",
