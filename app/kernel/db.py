@@ -73,13 +73,14 @@ _replicas: dict[str, ReplicaState] = {}
 
 class RequestReads:
     """One request's replica fence: the primary's takedown marker, read at the request's first replica read; and
-    whether a replica read of the request hit a recovery conflict (the middleware retries it on the primary)."""
+    whether a read of the request failed in a way that running it again on the primary answers (`retry`: a replica's
+    recovery conflict, or a pooled connection found dead), which the middleware does once (app.kernel.security)."""
 
-    __slots__ = ("conflicted", "marker")
+    __slots__ = ("marker", "retry")
 
     def __init__(self) -> None:
         self.marker: int | None = None
-        self.conflicted = False
+        self.retry = False
 
 
 _request: contextvars.ContextVar[RequestReads | None] = contextvars.ContextVar("request_reads", default=None)
@@ -115,7 +116,10 @@ def _engine_for(url: str) -> AsyncEngine:
             max_overflow=cfg.db_pool_size,
             # a bounded wait for a free connection; sqlalchemy.exc.TimeoutError after it is a 503 (app.kernel.outages)
             pool_timeout=cfg.db_pool_timeout,
-            pool_pre_ping=True,
+            # no pre-ping: it was one more round trip on every checkout. A pooled connection that died (a Postgres
+            # restart) fails its first statement instead; SQLAlchemy then invalidates it and every connection pooled
+            # before it, and a public read that failed so is run once more (`RequestReads.retry`)
+            pool_pre_ping=False,
             connect_args=connect_args,
         )
         if _statement_timeout > 0 and pooled:
@@ -295,27 +299,39 @@ def recovery_conflict(exc: BaseException) -> bool:
     return isinstance(orig, psycopg.Error) and "conflict with recovery" in str(orig)
 
 
+def dead_connection(exc: BaseException) -> bool:
+    """A statement failed because its connection was gone (SQLAlchemy recognised a disconnect and invalidated the
+    connection, and with it every connection pooled before it): a pooled connection that outlived a restart."""
+    return isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
+
+
 @asynccontextmanager
 async def read_session(*, replica: bool = True) -> AsyncIterator[AsyncSession]:
-    """A short read-only session (public reads may go to the replica while it is fresh enough, else the primary)."""
+    """A short read-only session (public reads may go to the replica while it is fresh enough, else the primary).
+
+    A read that hits a recovery conflict on the replica, or a pooled connection that died (no pre-ping: see
+    `_engine_for`), marks the request for one more run on the primary (app.kernel.security): after a Postgres
+    restart, a GET costs no failure; the first statement on each dead connection still fails elsewhere (writes)."""
     on_replica = False
-    if replica and not reads_use_primary():
-        opened, on_replica = await _replica_or_primary()
-    else:
-        opened = async_sessionmaker(engine(), expire_on_commit=False)()
-    async with opened as session:
-        try:
-            yield session
-        except Exception as exc:
-            if on_replica and recovery_conflict(exc):
-                REPLICA_CONFLICTS.inc()
-                fence = _request.get()
-                if fence is not None:
-                    fence.conflicted = True  # the request is retried once on the primary (app.kernel.security)
-            raise
-        finally:
-            session.expunge_all()  # objects read here stay usable after the session ends
-            await session.rollback()
+    try:
+        if replica and not reads_use_primary():
+            opened, on_replica = await _replica_or_primary()
+        else:
+            opened = async_sessionmaker(engine(), expire_on_commit=False)()
+        async with opened as session:
+            try:
+                yield session
+            finally:
+                session.expunge_all()  # objects read here stay usable after the session ends
+                await session.rollback()
+    except Exception as exc:
+        conflict = on_replica and recovery_conflict(exc)
+        if conflict:
+            REPLICA_CONFLICTS.inc()
+        fence = _request.get()
+        if fence is not None and (conflict or dead_connection(exc)):
+            fence.retry = True  # the request runs once more, on the primary (app.kernel.security)
+        raise
 
 
 async def ping(*, replica: bool = True) -> None:

@@ -142,19 +142,20 @@ class ReadYourWritesMiddleware(HTTPMiddleware):
 
 
 async def _retry_recovery_conflict_on_primary(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """A safe request whose replica read a hot standby canceled (a recovery conflict, answered 503 by the outage
-    handler before anything was sent) runs once more with every read on the primary (docs/scaling.md)."""
+    """A safe request whose read a hot standby canceled (a recovery conflict) or that found its pooled connection
+    dead (a Postgres restart), answered 503 by the outage handler before anything was sent, runs once more with
+    every read on the primary (docs/scaling.md, docs/reliability.md)."""
     dropped = False
 
-    async def send_unless_conflicted(message: Message) -> None:
+    async def send_unless_retried(message: Message) -> None:
         nonlocal dropped
-        if message["type"] == "http.response.start" and message["status"] == 503 and fence.conflicted:
+        if message["type"] == "http.response.start" and message["status"] == 503 and fence.retry:
             dropped = True
         if not dropped:
             await send(message)
 
     with db.request_reads() as fence:
-        await app(scope, receive, send_unless_conflicted)
+        await app(scope, receive, send_unless_retried)
     if dropped:
         with db.request_reads(), db.primary_reads():
             await app(scope, receive, send)
