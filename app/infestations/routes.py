@@ -4,7 +4,7 @@ links, htmx fragments on `HX-Request` (docs/domain.md §6)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +31,7 @@ from app.infestations.types import (
 from app.kernel.answers import iso
 from app.kernel.errors import BadRequest, NotFound
 from app.kernel.paging import InvalidCursor, Page
+from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.sql import WINDOW_DAYS
 from app.kernel.urls import infestation_path, twin_path
 from app.kernel.web import is_fragment_request, json_twin, page, wants_json
@@ -95,14 +96,30 @@ def parse_filters(params: Mapping[str, str]) -> Filters:
     return Filters(options.days, options.min_repos, options.status or "all", options.limit)
 
 
+def atlas_tags(items: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The shared cache's tags of an atlas list: `atlas` and each pattern it shows."""
+    return [ATLAS_TAG, *(pattern_tag(item["pattern_key"]) for item in items)]
+
+
+def _show_tags(data: Mapping[str, Any]) -> list[str]:
+    """A show or ledger page: `atlas`, its pattern and the repositories it names."""
+    rows = [*data["instances"]["entries"], *data["repositories"]["entries"]]
+    return [ATLAS_TAG, pattern_tag(data["infestation"]["pattern_key"]), *_repository_tags(rows)]
+
+
+def _repository_tags(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    return [repository_tag(row["repository_id"]) for row in rows if row.get("repository_id") is not None]
+
+
 async def index(request: Request) -> Response:
     filters = parse_filters(request.query_params)
     items, refreshed_at, counts_window_days = await queries.list_infestations_dated(filters.options())
+    tags = atlas_tags(items)
     if wants_json(request):
         # when the counts were computed, beside the items (docs/domain.md §5.7: counts may lag a takedown)
         listed = [infestation(item) for item in items]
         applied = filters.applied(counts_window_days)
-        return json_twin(InfestationList(items=listed, refreshed_at=iso(refreshed_at), filters=applied))
+        return json_twin(InfestationList(items=listed, refreshed_at=iso(refreshed_at), filters=applied), tags=tags)
     context = {
         "filters": filters,
         "items": items,
@@ -113,7 +130,7 @@ async def index(request: Request) -> Response:
     }
     json_url = twin_path(f"/infestations?{filters.query_string()}")
     name = "infestations/_results.html" if is_fragment_request(request) else "infestations/index.html"
-    return page(request, name, context, json_url=json_url, vary_hx=True)
+    return page(request, name, context, json_url=json_url, vary_hx=True, tags=tags)
 
 
 async def _infestation(raw_key: str) -> tuple[dict[str, Any], datetime | None]:
@@ -182,7 +199,8 @@ async def show(request: Request) -> Response:
                 refreshed_at=iso(data["refreshed_at"]),
                 repositories=affected_repository_page(data["repositories"]),
                 instances=instance_page(data["instances"]),
-            )
+            ),
+            tags=_show_tags(data),
         )
     return _show_page(request, data, path=infestation_path(data["infestation"]["pattern_key"]))
 
@@ -199,7 +217,8 @@ def _show_page(request: Request, data: dict[str, Any], *, path: str) -> Response
         **data,
         "graph": hub_layout(data["infestation"], data["repositories"]["entries"], cap=SATELLITE_CAP),
     }
-    return page(request, "infestations/show.html", context, json_url=_twin_of(request, path), vary_hx=True)
+    json_url = _twin_of(request, path)
+    return page(request, "infestations/show.html", context, json_url=json_url, vary_hx=True, tags=_show_tags(data))
 
 
 async def instances(request: Request) -> Response:
@@ -211,14 +230,16 @@ async def instances(request: Request) -> Response:
             rows = await queries.list_instances_page(
                 infestation["pattern_key"], limit=LEDGER_PAGE, cursor=request.query_params.get("cursor") or None
             )
-        return json_twin(instance_page(rows))
+        tags = [ATLAS_TAG, pattern_tag(infestation["pattern_key"]), *_repository_tags(rows["entries"])]
+        return json_twin(instance_page(rows), tags=tags)
     fragment = is_fragment_request(request)
     data = await _show_data(request, with_repositories=not fragment)
     path = f"{infestation_path(data['infestation']['pattern_key'])}/instances"
     if not fragment:
         return _show_page(request, data, path=path)
     json_url = _twin_of(request, path)
-    return page(request, "infestations/_ledger_fragment.html", data, json_url=json_url, vary_hx=True)
+    tags = _show_tags(data)
+    return page(request, "infestations/_ledger_fragment.html", data, json_url=json_url, vary_hx=True, tags=tags)
 
 
 routes: list[BaseRoute] = [

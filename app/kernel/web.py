@@ -4,7 +4,7 @@ kernel's rules in words": pages and twins)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterable, Mapping
+from collections.abc import AsyncIterable, Iterable, Mapping
 from typing import Any, Protocol
 
 from starlette.convertors import Convertor, register_url_convertor
@@ -15,9 +15,14 @@ from starlette.types import Send
 from app.kernel import db, outages
 from app.kernel.answers import Answer, Errors, answer_response
 from app.kernel.errors import DomainError, ServiceUnavailable
+from app.kernel.shared_cache import xkey_headers
 from app.kernel.templating import templates
 
 PUBLIC_CACHE = "public, max-age=30"
+# A page that names what it shows (xkey tags) may stay this long in the shared cache, which purges its tags at every
+# takedown; browsers still keep it `max-age` (docs/scaling.md "Shared cache"). An untagged page never promises it.
+SHARED_MAX_AGE = 300
+SHARED_CACHE = f"{PUBLIC_CACHE}, s-maxage={SHARED_MAX_AGE}"
 ERROR_CACHE = "public, max-age=5"
 PRIVATE_CACHE = "private, no-store"  # what a privileged viewer sees must never sit in a shared cache
 
@@ -72,12 +77,28 @@ def etag_matches(request: Request, etag: str) -> bool:
     return "*" in tags or etag.removeprefix("W/") in tags
 
 
+def cache_headers(cache: str, tags: Iterable[str] | None = None) -> dict[str, str]:
+    """Cache-Control, and for a public answer that names what it shows its `xkey` tags with `s-maxage`, so a shared
+    cache keeps it until a takedown purges one of the tags. A private answer (a privileged viewer's) never carries
+    tags: the shared cache stores only tagged answers."""
+    tag_list = list(tags or ())
+    if not tag_list or not cache.startswith("public") or "s-maxage" in cache:
+        return {"Cache-Control": cache}
+    return {"Cache-Control": f"{cache}, s-maxage={SHARED_MAX_AGE}", **xkey_headers(tag_list)}
+
+
 def document_response(
-    request: Request, body: bytes, media_type: str, *, cache: str = PUBLIC_CACHE, headers: Mapping[str, str] = {}
+    request: Request,
+    body: bytes,
+    media_type: str,
+    *,
+    cache: str = PUBLIC_CACHE,
+    headers: Mapping[str, str] = {},
+    tags: Iterable[str] | None = None,
 ) -> Response:
     """A whole small document with a content ETag: 304 when the client holds it already."""
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-    all_headers = {"ETag": etag, "Cache-Control": cache, **headers}
+    all_headers = {"ETag": etag, **cache_headers(cache, tags), **headers}
     if etag_matches(request, etag):
         return Response(status_code=304, headers=all_headers)
     return Response(body, media_type=media_type, headers=all_headers)
@@ -128,9 +149,11 @@ def page(
     json_url: str | None = None,
     vary_hx: bool = False,
     cache: str | None = PUBLIC_CACHE,
+    tags: Iterable[str] | None = None,
 ) -> Response:
-    """A template page. `cache=None` leaves Cache-Control to the middleware (console and login pages)."""
-    headers = {"Cache-Control": cache} if cache is not None else {}
+    """A template page. `cache=None` leaves Cache-Control to the middleware (console and login pages); `tags` name
+    what it shows for the shared cache (`cache_headers`)."""
+    headers = cache_headers(cache, tags) if cache is not None else {}
     context = {**context, "json_url": json_url}  # the layout announces it in <head> too
     if json_url is not None:
         headers["Link"] = alternate_link(json_url)
@@ -139,8 +162,10 @@ def page(
     return templates.TemplateResponse(request, name, context, status_code=status_code, headers=headers)
 
 
-def json_twin(data: Answer, *, status_code: int = 200, cache: str = PUBLIC_CACHE) -> Response:
-    return answer_response(data, status_code=status_code, headers={"Cache-Control": cache})
+def json_twin(
+    data: Answer, *, status_code: int = 200, cache: str = PUBLIC_CACHE, tags: Iterable[str] | None = None
+) -> Response:
+    return answer_response(data, status_code=status_code, headers=cache_headers(cache, tags))
 
 
 def error_response(request: Request, exc: DomainError) -> Response:

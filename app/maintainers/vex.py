@@ -14,6 +14,7 @@ from app.kernel import db
 from app.kernel.answers import UNSET, Answer, Timestamp, UnsetType, encode, iso
 from app.kernel.config import settings
 from app.kernel.errors import NotFound
+from app.kernel.shared_cache import repository_tag
 from app.kernel.urls import finding_path, repo_path
 from app.kernel.web import document_response
 from app.maintainers.access import listed_repository_query
@@ -144,4 +145,4 @@ async def vex_json(request: Request) -> Response:
     version, updated = await statement_events(repository.id)
     newest = max(row.statement.at for row in rows)
     document = vex_document(repository, rows, version=version, updated=max(newest, updated or newest))
-    return document_response(request, encode(document), VEX_MEDIA_TYPE)
+    return document_response(request, encode(document), VEX_MEDIA_TYPE, tags=[repository_tag(repository.id)])

@@ -18,6 +18,7 @@ from app.infestations.queries import (
     parse_pattern_key,
 )
 from app.kernel.db import utcnow
+from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.templating import environment
 from app.kernel.urls import finding_path
 from app.maintainers.statement_queries import repository_statements
@@ -50,6 +51,7 @@ class Feed:
     alternate_url: str
     entries: list[Entry] = field(default_factory=list)
     fallback_updated: datetime | None = None
+    tags: list[str] = field(default_factory=list)  # what it shows, for the shared cache (app.kernel.shared_cache)
 
     @property
     def updated(self) -> datetime:
@@ -116,14 +118,17 @@ async def infestations_feed() -> Feed:
         subtitle="Finding patterns spreading across listed repositories",
         self_url=f"{base}/infestations.atom",
         alternate_url=f"{base}/infestations",
+        tags=[ATLAS_TAG],
     )
     seen: set[str] = set()
     for item in await list_infestations(days=7, min_repos=2, limit=FEED_ENTRIES // 2):
         seen.add(item["pattern_key"])
+        feed.tags.append(pattern_tag(item["pattern_key"]))
         feed.entries.append(_infestation_entry(base, item, "Rising, last 7 days"))
     for item in await list_newest_infestations(limit=FEED_ENTRIES // 2):
         if item["pattern_key"] not in seen:
             seen.add(item["pattern_key"])
+            feed.tags.append(pattern_tag(item["pattern_key"]))
             feed.entries.append(_infestation_entry(base, item, "New, all time"))
     return feed
 
@@ -144,6 +149,7 @@ async def infestation_feed(raw_key: str) -> Feed | None:
         self_url=f"{base}/infestations/{key}.atom",
         alternate_url=f"{base}/infestations/{key}",
         fallback_updated=infestation.get("last_seen_at"),
+        tags=[ATLAS_TAG, pattern_tag(key)],
     )
     page = await list_instances_page(key, limit=FEED_ENTRIES)
     for entry in page["entries"]:
@@ -155,6 +161,8 @@ async def infestation_feed(raw_key: str) -> Feed | None:
             else base + repository_path(entry["host"], entry["owner"], entry["name"])
         )
         where = entry.get("file_path") or "unknown path"
+        if entry.get("repository_id") is not None:
+            feed.tags.append(repository_tag(entry["repository_id"]))
         feed.entries.append(
             Entry(
                 id=tag("instance", entry["public_id"]),
@@ -183,6 +191,7 @@ async def repository_reports_feed(host: str, owner: str, name: str) -> Feed | No
         self_url=f"{page}/reports.atom",
         alternate_url=page,
         fallback_updated=repository["updated_at"],
+        tags=[repository_tag(repository["id"])],
     )
     for report in await list_public_reports(repository["id"], limit=FEED_ENTRIES):
         review = REVIEW_STATUS_WORDS[report["review_status"]]

@@ -15,7 +15,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.kernel.errors import NotFound
-from app.kernel.web import etag_matches, streamed_document
+from app.kernel.shared_cache import ATLAS_TAG
+from app.kernel.web import cache_headers, etag_matches, streamed_document
 from app.seo import feeds
 from app.seo.settings import seo_settings
 from app.seo.sitemap import (
@@ -80,10 +81,12 @@ def _small_xml(request: Request, body: str, *, last_modified: datetime | None = 
     return Response(content, media_type=XML_TYPE, headers=headers)
 
 
-async def _streamed_xml(request: Request, body_source: AsyncIterator[str]) -> Response:
+async def _streamed_xml(
+    request: Request, body_source: AsyncIterator[str], *, tags: list[str] | None = None
+) -> Response:
     """Sent once the database answers; a failure mid-stream aborts it, never a short sitemap (docs/reliability.md)."""
     compress = _wants_gzip(request)
-    headers = {"Vary": "Accept-Encoding", "Cache-Control": SITEMAP_CACHE}
+    headers = {"Vary": "Accept-Encoding", **cache_headers(SITEMAP_CACHE, tags)}
     if compress:
         headers["Content-Encoding"] = "gzip"
     return await streamed_document(encode_stream(body_source, gzip=compress), media_type=XML_TYPE, headers=headers)
@@ -111,22 +114,23 @@ async def sitemap_child(request: Request) -> Response:
     body = await child_urlset(kind, int(page))
     if body is None:
         raise NotFound({"page": [f"there is no {kind} sitemap page {page}"]})
-    return await _streamed_xml(request, body)
+    # the sitemaps of patterns are atlas pages; those of repositories and findings name too much to tag (unshared)
+    return await _streamed_xml(request, body, tags=[ATLAS_TAG] if kind == "infestations" else None)
 
 
-def _atom(body: str) -> Response:
-    return Response(body, media_type=ATOM_TYPE, headers={"Cache-Control": FEED_CACHE})
+def _atom(feed: feeds.Feed) -> Response:
+    return Response(feeds.render(feed), media_type=ATOM_TYPE, headers=cache_headers(FEED_CACHE, feed.tags))
 
 
 async def infestations_atom(request: Request) -> Response:
-    return _atom(feeds.render(await feeds.infestations_feed()))
+    return _atom(await feeds.infestations_feed())
 
 
 async def infestation_atom(request: Request) -> Response:
     feed = await feeds.infestation_feed(request.path_params["pattern_key"])
     if feed is None:
         raise NotFound({"pattern_key": ["no such infestation"]})
-    return _atom(feeds.render(feed))
+    return _atom(feed)
 
 
 async def repository_reports_atom(request: Request) -> Response:
@@ -134,7 +138,7 @@ async def repository_reports_atom(request: Request) -> Response:
     feed = await feeds.repository_reports_feed(p["host"], p["owner"], p["name"])
     if feed is None:
         raise NotFound({"repository": ["no such public repository"]})
-    return _atom(feeds.render(feed))
+    return _atom(feed)
 
 
 routes: list[BaseRoute] = [

@@ -10,6 +10,7 @@ from starlette.routing import BaseRoute, Route
 from app.kernel import db
 from app.kernel.errors import NotFound
 from app.kernel.public import S, listed_repository
+from app.kernel.shared_cache import repository_tag
 from app.kernel.sql import statement
 from app.kernel.templating import environment
 from app.kernel.web import document_response
@@ -67,7 +68,8 @@ async def badge(request: Request) -> Response:
         message, color = "clean", COLORS["clean"]
     else:
         message, color = "not scanned", COLORS["not scanned"]
-    return document_response(request, badge_svg(message, color).encode(), SVG_TYPE)
+    tags = [repository_tag(repository["id"])]
+    return document_response(request, badge_svg(message, color).encode(), SVG_TYPE, tags=tags)
 
 
 routes: list[BaseRoute] = [

@@ -20,6 +20,7 @@ from app.kernel.answers import UNSET, iso, uuid_text
 from app.kernel.changes import withdrawn_finding
 from app.kernel.errors import NotFound
 from app.kernel.policy import Viewer, can_moderate, in_good_standing
+from app.kernel.shared_cache import occurrence_tag, repository_tag
 from app.kernel.urls import finding_path, repo_path, twin_path
 from app.kernel.visibility import repository_visible
 from app.kernel.web import ERROR_CACHE, JSON_SUFFIX, PRIVATE_CACHE, PUBLIC_CACHE, cache_for, json_twin, page, wants_json
@@ -81,6 +82,7 @@ async def repository_page(request: Request) -> Response:
     statements = await current_by_occurrences(f["public_id"] for r in reports for f in r["findings"])
     maintainers = await current_maintainers(repository["id"])
     path = repo_path(repository["host"], repository["owner"], repository["name"])
+    tags = [repository_tag(repository["id"])]  # for the shared cache; a privileged answer drops them (cache_headers)
     if as_json:
         return json_twin(
             RepositoryRecord(
@@ -90,6 +92,7 @@ async def repository_page(request: Request) -> Response:
                 maintainers=repository_maintainers(maintainers),
             ),
             cache=cache_for(viewer),
+            tags=tags,
         )
     context = {
         "repository": repository,
@@ -100,7 +103,7 @@ async def repository_page(request: Request) -> Response:
         "review_words": REVIEW_STATUS_WORDS,
         "external_url": repository["canonical_url"] if repository["canonical_url"].startswith("https://") else None,
     }
-    return page(request, "site/repository.html", context, json_url=twin_path(path), cache=cache_for(viewer))
+    return page(request, "site/repository.html", context, json_url=twin_path(path), cache=cache_for(viewer), tags=tags)
 
 
 def _record_report(report: dict[str, Any], statements: dict[str, StatementView]) -> RecordReport:
@@ -179,7 +182,7 @@ async def finding_page(request: Request) -> Response:
         raise NotFound({"finding": ["not found"]}, message="No public finding is recorded at this address.")
     statement = await current_statement(finding["canonical_id"]) if finding["canonical_id"] is not None else None
     if wants_json(request):
-        return json_twin(_finding_record(finding, statement), cache=cache_for(viewer))
+        return json_twin(_finding_record(finding, statement), cache=cache_for(viewer), tags=finding_tags(finding))
     return await render_finding(request, viewer, finding, statement)
 
 
@@ -223,7 +226,15 @@ async def render_finding(
             context["moderated"] = await statements_of(canonical_id)
             cache = PRIVATE_CACHE
     json_url = twin_path(finding_path(finding["public_id"]))
-    return page(request, "site/finding.html", context, json_url=json_url, cache=cache, status_code=status_code)
+    tags = finding_tags(finding) if status_code == 200 else None
+    return page(
+        request, "site/finding.html", context, json_url=json_url, cache=cache, status_code=status_code, tags=tags
+    )
+
+
+def finding_tags(finding: dict[str, Any]) -> list[str]:
+    """The shared cache's tags of a finding page: its repository and this occurrence (the scan_findings id)."""
+    return [repository_tag(finding["repository_id"]), occurrence_tag(finding["id"])]
 
 
 def _finding_record(f: dict[str, Any], statement: StatementView | None) -> FindingRecord:

@@ -9,13 +9,22 @@ from starlette.routing import BaseRoute, Route
 
 from app.infestations.types import infestation
 from app.kernel.answers import iso
-from app.kernel.web import etag_matches, json_twin, page, wants_json
+from app.kernel.shared_cache import ATLAS_TAG, pattern_tag
+from app.kernel.web import cache_headers, etag_matches, json_twin, page, wants_json
 from app.registry.stats import registry_stats
 from app.reports.queries import list_recent_public_reports
 from app.site import badge, home_infestations, openapi, records, sarif, statements
 from app.site.types import Home, HomeStats, RecentReport
 
 RECENT_REPORTS = 10
+# The polled fragment: browsers revalidate at every poll (a 304 while unchanged); the shared cache keeps it until a
+# takedown or a rollup refresh purges `atlas`.
+FRAGMENT_CACHE = "public, max-age=0"
+
+
+def _home_tags(fragment: home_infestations.Rendered) -> list[str]:
+    """`atlas` (every takedown that can touch the recent reports or the list purges it) and the listed patterns."""
+    return [ATLAS_TAG, *(pattern_tag(item["pattern_key"]) for item in fragment.items)]
 
 
 async def home(request: Request) -> Response:
@@ -27,7 +36,7 @@ async def home(request: Request) -> Response:
             "infestations_html": Markup(fragment.html),  # rendered by an autoescaping template
             "reports": reports,
         }
-        return page(request, "site/home.html", context, json_url="/index.json")
+        return page(request, "site/home.html", context, json_url="/index.json", tags=_home_tags(fragment))
     return json_twin(
         Home(
             stats=HomeStats(**await registry_stats()),
@@ -47,17 +56,19 @@ async def home(request: Request) -> Response:
                 )
                 for r in reports
             ],
-        )
+        ),
+        tags=_home_tags(fragment),
     )
 
 
 async def home_infestations_fragment(request: Request) -> Response:
     """Polled by every open home page: 304 on an unchanged version before any list query runs."""
     etag = await home_infestations.current_etag()
-    headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "HX-Request"}
-    if etag_matches(request, etag):
+    if etag_matches(request, etag):  # `atlas` alone: the patterns are not known without the list query
+        headers = {"ETag": etag, **cache_headers(FRAGMENT_CACHE, [ATLAS_TAG]), "Vary": "HX-Request"}
         return Response(status_code=304, headers=headers)
     fragment = await home_infestations.rendered(etag)
+    headers = {"ETag": etag, **cache_headers(FRAGMENT_CACHE, _home_tags(fragment)), "Vary": "HX-Request"}
     return Response(fragment.html, media_type="text/html; charset=utf-8", headers=headers)
 
 

@@ -17,6 +17,7 @@ from app.kernel import db
 from app.kernel.config import settings
 from app.kernel.errors import NotFound
 from app.kernel.public import listed_repository, public_join
+from app.kernel.shared_cache import occurrence_tag, repository_tag
 from app.kernel.sql import compiled, statement
 from app.kernel.urls import finding_path, infestation_path, repo_path
 from app.kernel.web import document_response
@@ -48,7 +49,8 @@ _FINDINGS = statement(
 SELECT * FROM (
   SELECT DISTINCT ON (c.id)
          c.id, c.fingerprint, c.pattern_key, c.status, c.public_id AS canonical_public_id,
-         f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end, s.commit_sha
+         f.id AS occurrence_id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end,
+         s.commit_sha
   FROM canonical_findings c
   JOIN scan_findings f ON f.canonical_finding_id = c.id
   JOIN scans s ON s.id = f.scan_id
@@ -189,7 +191,9 @@ async def findings_sarif(request: Request) -> Response:
     statements = await current_by_canonical_ids(f["id"] for f in shown)
     log = sarif_log(repository, shown, truncated=len(findings) > MAX_RESULTS, statements=statements)
     body = json.dumps(log, ensure_ascii=False, separators=(",", ":")).encode()
-    return document_response(request, body, SARIF_MEDIA_TYPE)
+    # its repository, and each occurrence it shows (up to MAX_RESULTS: a quarantine purges the repository anyway)
+    tags = [repository_tag(repository["id"]), *(occurrence_tag(f["occurrence_id"]) for f in shown)]
+    return document_response(request, body, SARIF_MEDIA_TYPE, tags=tags)
 
 
 routes: list[BaseRoute] = [

@@ -46,7 +46,7 @@ async def test_index_empty_state_headers_and_form(client: httpx.AsyncClient) -> 
         '</infestations.json?days=30&min_repos=2&status=all>; rel="alternate"; type="application/json"'
     )
     assert response.headers["Vary"] == "HX-Request, HX-History-Restore-Request"
-    assert response.headers["Cache-Control"] == "public, max-age=30"
+    assert response.headers["Cache-Control"] == "public, max-age=30, s-maxage=300"
     form = one(page, "form.filters")
     assert form is not None
     # a plain GET form (works without JS) that htmx upgrades to swap only the results

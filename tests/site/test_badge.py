@@ -44,7 +44,7 @@ async def test_badge_counts_open_public_findings_and_follows_takedowns(client: h
     await reach_quorum(second["findings"][0]["canonical_public_id"], "fixed")
     assert await badge_text(client, repo) == "tarakan: 2 open"  # the fixed one is not open
     response = await client.get(badge_url(repo))
-    assert response.headers["cache-control"] == "public, max-age=30"
+    assert response.headers["cache-control"] == "public, max-age=30, s-maxage=300"
     assert (await client.get(badge_url(repo), headers={"If-None-Match": response.headers["etag"]})).status_code == 304
 
     await moderation.change_scan_visibility(moderator, first["id"], "restricted", "takedown", NOTES)

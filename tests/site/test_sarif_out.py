@@ -68,7 +68,7 @@ async def test_public_findings_as_one_schema_valid_run(client: httpx.AsyncClient
     response = await client.get(sarif_url(repo))
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/sarif+json"
-    assert response.headers["cache-control"] == "public, max-age=30"
+    assert response.headers["cache-control"] == "public, max-age=30, s-maxage=300"
     log = response.json()
     assert_valid_sarif(log)
     (run,) = log["runs"]

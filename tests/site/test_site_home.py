@@ -121,7 +121,8 @@ async def test_fragment_etag_and_304_before_any_list_query(client: httpx.AsyncCl
     etag = first.headers["ETag"]
     assert etag.startswith('"') and not etag.startswith("W/")  # strong
     assert first.headers["Vary"] == "HX-Request"
-    assert first.headers["Cache-Control"] == "no-cache"
+    assert first.headers["Cache-Control"] == "public, max-age=0, s-maxage=300"  # browsers revalidate each poll
+    assert first.headers["xkey"].split()[0] == "atlas"
     assert "Shared pattern" in first.text
     # the poll carries the version it shows, so an unchanged atlas is a 304 and no swap
     assert json.loads(attr(one(soup(first), "#home-infestations"), "hx-headers")) == {"If-None-Match": etag}

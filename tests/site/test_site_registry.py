@@ -42,7 +42,7 @@ async def test_repository_page_shows_public_record_only(client: httpx.AsyncClien
     response = await client.get("/repos/github.com/acme/shop")
     assert response.status_code == 200
     assert response.headers["Link"] == '</repos/github.com/acme/shop.json>; rel="alternate"; type="application/json"'
-    assert response.headers["Cache-Control"] == "public, max-age=30"
+    assert response.headers["Cache-Control"] == "public, max-age=30, s-maxage=300"
     page = soup(response)
     assert text(page, "#repository-title") == "acme/shop"
     reports = page.select("article.report")
