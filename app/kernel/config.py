@@ -192,6 +192,12 @@ def forwarded_allow_ips() -> list[str]:
     return items
 
 
+def render_cache_bytes() -> int:
+    """`RENDER_CACHE_BYTES`: the bytes of rendered public pages one web process keeps (app.kernel.rendered; least
+    recently used out first; 0: no render cache). Read when the cache is first used."""
+    return _int("RENDER_CACHE_BYTES", 64 * 1024 * 1024)
+
+
 def search_rate_per_minute() -> int:
     """`SEARCH_RATE_PER_MINUTE`: searches a minute per client address (IPv4, or IPv6 /64) before 429 (0: none)."""
     return _int("SEARCH_RATE_PER_MINUTE", 120)

@@ -166,6 +166,22 @@ WEBHOOK_OLDEST_DUE_AGE = Gauge(
     multiprocess_mode=_DB_GAUGE,
 )
 
+# app.kernel.rendered: anonymous public pages rendered once per version (docs/scaling.md "Rendered once per version")
+RENDER_CACHE_REQUESTS = Counter(
+    "tarakan_render_cache_requests_total",
+    "Anonymous public page requests by render-cache outcome (hit: served from memory, miss: rendered and kept, "
+    "bypass: not kept: signed in, not a public 200, or too large)",
+    ["outcome"],
+)
+for _outcome in ("hit", "miss", "bypass"):
+    RENDER_CACHE_REQUESTS.labels(outcome=_outcome)
+RENDER_CACHE_BYTES = Gauge(
+    "tarakan_render_cache_bytes", "Bytes of rendered pages the render caches hold", multiprocess_mode="livesum"
+)
+RENDER_CACHE_EVICTIONS = Counter(
+    "tarakan_render_cache_evictions_total", "Rendered pages dropped to stay within RENDER_CACHE_BYTES"
+)
+
 # HTTP RED metrics. Labels stay bounded: the route template (never the raw path; unmatched paths share one
 # label), a known method or "other", and the status class.
 UNMATCHED_ROUTE = "unmatched"
