@@ -128,6 +128,17 @@ def _containers(raw: bytes) -> int:
     return outside.count(b"[") + outside.count(b"{")
 
 
+def require_few_containers(raw: bytes) -> None:
+    """413 when a JSON text (or a batch of them) holds more than MAX_JSON_CONTAINERS objects and arrays."""
+    if _containers(raw) > MAX_JSON_CONTAINERS:
+        raise DomainError(
+            {"body": [f"must hold at most {MAX_JSON_CONTAINERS} JSON objects and arrays"]},
+            status_code=413,
+            title="Too large",
+            message=f"The request body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays.",
+        )
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -136,13 +147,7 @@ def json_object(body: Body, budget: Budget, *, non_object_status: int = 422) -> 
     """Valid JSON without NaN or Infinity, at most MAX_JSON_CONTAINERS objects and arrays (413), nested at most
     MAX_JSON_DEPTH levels (400), an object
     (`non_object_status`: the report API's 422, the repository API's 400, each as documented)."""
-    if _containers(body.raw) > MAX_JSON_CONTAINERS:
-        raise DomainError(
-            {"body": [f"must hold at most {MAX_JSON_CONTAINERS} JSON objects and arrays"]},
-            status_code=413,
-            title="Too large",
-            message=f"The request body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays.",
-        )
+    require_few_containers(body.raw)
     budget.check()
     try:
         value = json.loads(body.raw, parse_constant=_reject_constant)
@@ -195,9 +200,13 @@ def refused_window() -> ratelimit.Window:
     )
 
 
-def counts_as_refused(exc: DomainError) -> bool:
+def refused_status(status: int) -> bool:
     """A refusal the sender pays for: a 4xx other than 401 (an unknown token is nobody's to charge) and 429."""
-    return 400 <= exc.status_code < 500 and exc.status_code not in (401, 429)
+    return 400 <= status < 500 and status not in (401, 429)
+
+
+def counts_as_refused(exc: DomainError) -> bool:
+    return refused_status(exc.status_code)
 
 
 class BodyRoute(Route):

@@ -47,13 +47,27 @@ async def require_below(window: Window, subject: str) -> None:
         raise window.refusal(rest)
 
 
-async def _incr(window: Window, subject: str) -> tuple[int, int] | None:
-    """(events this window, seconds left in it) after counting one more; None when Redis is away."""
+async def left(window: Window, subject: str) -> tuple[int, int] | None:
+    """(events `subject` may still have this window, seconds left in it), nothing counted; None: no limit, or
+    Redis is away."""
+    if window.limit <= 0:
+        return None
+    key, rest = window._key(subject, time.time())
+    try:
+        used = await (await _redis()).get(key)
+    except outages.REDIS_ERRORS as exc:
+        outages.record(outages.REDIS, exc, source="rate-limit")
+        return None
+    return max(0, window.limit - int(used or 0)), rest
+
+
+async def _incr(window: Window, subject: str, events: int = 1) -> tuple[int, int] | None:
+    """(events this window, seconds left in it) after counting `events` more; None when Redis is away."""
     key, rest = window._key(subject, time.time())
     try:
         redis = await _redis()
         async with redis.pipeline(transaction=True) as pipe:
-            pipe.incr(key)
+            pipe.incrby(key, events)
             pipe.expire(key, rest + 1)
             used, _ = await pipe.execute()
     except outages.REDIS_ERRORS as exc:
@@ -62,10 +76,10 @@ async def _incr(window: Window, subject: str) -> tuple[int, int] | None:
     return int(used), rest
 
 
-async def count(window: Window, subject: str) -> None:
-    """Count one event against `subject`'s current window."""
-    if window.limit > 0:
-        await _incr(window, subject)
+async def count(window: Window, subject: str, events: int = 1) -> None:
+    """Count `events` (one by default) against `subject`'s current window."""
+    if window.limit > 0 and events > 0:
+        await _incr(window, subject, events)
 
 
 async def take(window: Window, subject: str) -> None:

@@ -1,6 +1,6 @@
-"""Report API (bearer token): submit reports, record checks and report-level verdicts. Each route is a
-`body_route` (`app.kernel.intake`): the body is parsed, validated and scanned off the event loop before the service
-opens its transaction."""
+"""Report API (bearer token): submit reports (one, or a batch), record checks and report-level verdicts. Each route
+is a `body_route` (`app.kernel.intake`): the body is parsed, validated and scanned off the event loop before the
+service opens its transaction."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from starlette.routing import BaseRoute
 from app.accounts.service import ApiCaller, bearer_caller, refused_subject
 from app.kernel.answers import answer_response
 from app.kernel.errors import NotFound, ValidationError
-from app.kernel.intake import Body, Budget, body_route, json_object
+from app.kernel.intake import Body, Budget, body_route, json_object, refused_window
 from app.kernel.text import ascii_int
-from app.reports import sarif, service
+from app.reports import batch, sarif, service
 from app.reports.policy import SUBMIT_SCOPES, VERIFY_SCOPES, require_scope
 from app.reports.validation import ReportInput, VerdictInput
 
@@ -76,6 +76,14 @@ async def submit_report(
     return answer_response(result, status_code=201 if created else 200)
 
 
+async def submit_batch(request: Request, caller: ApiCaller, parsed: list[batch.Parsed]) -> Response:
+    """200 with one answer line per request line, in order (docs/domain.md §9 "Batches")."""
+    subject = refused_subject(caller)
+    allowance = None if subject is None else batch.Allowance(refused_window(), subject)
+    answers = await batch.store_batch(caller.account, parsed, scopes=caller.scopes, allowance=allowance)
+    return Response(batch.encode_lines(answers), media_type=batch.BATCH_MEDIA_TYPE)
+
+
 def _verdict(check: bool) -> Callable[[Body, Budget], VerdictInput]:
     def parse(body: Body, budget: Budget) -> VerdictInput:
         return service.prepare_verdict(json_object(body, budget), budget, check=check)
@@ -110,6 +118,13 @@ routes: list[BaseRoute] = [
         submit_report,
         authenticate=_caller(SUBMIT_SCOPES),
         parse=parse_report,
+        allowance=refused_subject,
+    ),
+    body_route(
+        "/api/v1/reports/batch",
+        submit_batch,
+        authenticate=_caller(SUBMIT_SCOPES),
+        parse=batch.parse_batch,
         allowance=refused_subject,
     ),
     body_route(

@@ -208,3 +208,28 @@ class SarifLog(Struct, kw_only=True):
 
     version: Annotated[str, Meta(extra_json_schema={"const": "2.1.0"})]
     runs: Annotated[list[dict[str, Any]], Meta(min_length=1)]
+
+
+# -- bulk submission (POST /api/v1/reports/batch, application/x-ndjson; docs/domain.md §9 "Batches") --
+
+
+class BatchReport(ReportSubmission, kw_only=True):
+    """One line of a batch: a report body (Scan Format v1 envelope) and the repository it is about."""
+
+    EXAMPLES: ClassVar[list[dict[str, Any]]] = [
+        {"repository": "github.com/acme/widget", **ReportSubmission.EXAMPLES[0]},
+    ]
+
+    repository: Annotated[str, Meta(description="HOST/OWNER/NAME of a registered repository")]
+
+
+class BatchLine(Answer):
+    """One line of a batch's answer, in the order of the request's lines: `report` when the line was stored (201)
+    or was a retry of a run already stored (200), else `errors` naming the field and the rule; a 429 line was not
+    tried (a limit of the request or the account) and may be sent again after `retry_after` seconds."""
+
+    line: Annotated[int, Meta(ge=1, description="the request's line, counted from 1")]
+    status: Annotated[int, Meta(description="what the single-report route would have answered for this line")]
+    report: Report | UnsetType = UNSET
+    errors: dict[str, list[str]] | UnsetType = UNSET
+    retry_after: Annotated[int, Meta(ge=1)] | UnsetType = UNSET

@@ -24,11 +24,13 @@ from tests.reports import support
 from tests.reports.support import report_body
 
 PACKAGE = "tarakan_generated_client"
-# the document names the true media types; a Python client reads the gzip files as bytes and the SVG as text
+# the document names the true media types; a Python client reads the gzip files as bytes and the SVG as text, and
+# sends and reads a batch's NDJSON as bytes
 CONFIG = """\
 content_type_overrides:
   application/gzip: application/octet-stream
   image/svg+xml: text/plain
+  application/x-ndjson: application/octet-stream
 post_hooks: []
 """
 
@@ -114,6 +116,16 @@ async def test_the_generated_client_reads_the_real_answers(client: httpx.AsyncCl
     )
     assert check.status_code == 201, check.content
     assert isinstance(check.parsed, models.Check) and check.parsed.counted is True
+
+    line = {"repository": "github.com/acme/generated", **report_body(run_id="generated-batch")}
+    types = importlib.import_module(f"{PACKAGE}.types")
+    batch = await _api(generated, "submitReportBatch").asyncio_detailed(
+        # bytes, not a file: an async client cannot stream a synchronous file
+        client=submitting,
+        body=types.File(payload=json.dumps(line).encode() + b"\n"),
+    )
+    assert batch.status_code == 200, batch.content
+    assert [json.loads(x)["status"] for x in batch.parsed.payload.read().splitlines()] == [201]
 
     badge = await _api(generated, "getRepositoryBadge").asyncio_detailed(
         "github.com", "acme", "generated", client=submitting

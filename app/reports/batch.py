@@ -1,0 +1,216 @@
+"""Bulk submission (docs/domain.md §9 "Batches"): an NDJSON body of reports, every line prepared off the loop under
+the request's one budget, then stored in its own transaction as the single route stores it, answered line by line
+in order."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.accounts.models import Account
+from app.kernel import outages, ratelimit
+from app.kernel.answers import UNSET, encode
+from app.kernel.errors import BadRequest, DomainError, RateLimited, ServiceUnavailable, ValidationError
+from app.kernel.intake import Body, Budget, json_object, refused_status, require_few_containers
+from app.kernel.refs import REF_EXAMPLE, REF_FORMAT, parse_ref
+from app.reports import service
+from app.reports.types import BatchLine
+from app.reports.validation import ReportInput
+
+BATCH_MEDIA_TYPE = "application/x-ndjson"
+MAX_BATCH_LINES = 500
+# Wall-clock seconds a batch may spend storing: lines not begun by then are answered 429, to send again. Each line
+# is a transaction of its own; this keeps one request's answer within a client's (and the hostile corpus's) patience.
+WRITE_SECONDS = 5.0
+MAX_REPOSITORY_REF = 1000  # characters of `repository` read (a longer one is refused, not echoed)
+LINE_RETRY_AFTER = 1  # seconds: a line cut by the request's own limits may be sent again at once
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A line validated and scanned off the loop, ready for its transaction."""
+
+    line: int
+    host: str
+    owner: str
+    name: str
+    report: ReportInput
+
+
+Parsed = Prepared | BatchLine  # a line to store, or its answer already (refused before any transaction)
+
+
+def _refusal(line: int, exc: DomainError) -> BatchLine:
+    """`exc` as a line's answer; a parse error about the line's JSON names `line` (the route's `body`)."""
+    errors = {("line" if field == "body" else field): messages for field, messages in exc.errors.items()}
+    retry_after = exc.retry_after if isinstance(exc, RateLimited | ServiceUnavailable) else None
+    return BatchLine(line=line, status=exc.status_code, errors=errors, retry_after=retry_after or UNSET)
+
+
+def _cut(line: int, field: str, message: str) -> BatchLine:
+    return BatchLine(line=line, status=429, errors={field: [message]}, retry_after=LINE_RETRY_AFTER)
+
+
+def _repository(document: dict[str, Any]) -> tuple[tuple[str, str, str] | None, dict[str, list[str]]]:
+    value = document.pop("repository", None)
+    if value is None:
+        return None, {"repository": [f"is required: {REF_FORMAT} (e.g. {REF_EXAMPLE})"]}
+    if not isinstance(value, str):
+        return None, {"repository": [f"must be a string: {REF_FORMAT} (e.g. {REF_EXAMPLE})"]}
+    if len(value) > MAX_REPOSITORY_REF:
+        return None, {"repository": [f"must be at most {MAX_REPOSITORY_REF} characters"]}
+    try:
+        return parse_ref(value), {}
+    except ValidationError as exc:
+        return None, exc.errors
+
+
+def prepare_line(number: int, raw: bytes, budget: Budget) -> Prepared:
+    """One line as the single route prepares its body (the same messages), plus its `repository`."""
+    raw = raw.removesuffix(b"\r")
+    if not raw.strip():
+        raise BadRequest({"body": ["is blank: send one report (a JSON object) a line"]})
+    document = json_object(Body(raw, "application/json", {}), budget)
+    ref, errors = _repository(document)
+    try:
+        report = service.prepare_report(document, budget)
+    except ValidationError as exc:
+        raise ValidationError(errors | exc.errors) from None
+    if ref is None:
+        raise ValidationError(errors)
+    return Prepared(number, *ref, report)
+
+
+def too_many_lines() -> DomainError:
+    return DomainError(
+        {"body": [f"must hold at most {MAX_BATCH_LINES} lines (one report a line): split the batch"]},
+        status_code=413,
+        title="Too large",
+        message=f"A batch holds at most {MAX_BATCH_LINES} reports.",
+    )
+
+
+def parse_batch(body: Body, budget: Budget) -> list[Parsed]:
+    """Every line of an NDJSON body, prepared (or refused) in order under the request's one budget; lines not begun
+    before it ran out are answered 429, to send again. Each line begun is held to the single route's own budget,
+    so it gets the single route's answer. Refuses the whole request (nothing written) when the body is not NDJSON,
+    holds no line, more than MAX_BATCH_LINES or more JSON objects and arrays than one body may."""
+    if body.media_type != BATCH_MEDIA_TYPE:
+        raise ValidationError(
+            {
+                "content_type": [
+                    f"must be {BATCH_MEDIA_TYPE}: one report (a JSON object) a line, got {body.media_type or 'none'}"
+                ]
+            }
+        )
+    lines = body.raw.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line
+    if not lines:
+        raise ValidationError({"body": ["must hold at least one line (one report a line)"]})
+    if len(lines) > MAX_BATCH_LINES:
+        raise too_many_lines()
+    require_few_containers(body.raw)
+    parsed: list[Parsed] = []
+    for number, raw in enumerate(lines, start=1):
+        if parsed and budget.spent() > budget.seconds:  # the first line is always read: a resubmission progresses
+            parsed.append(
+                _cut(
+                    number,
+                    "budget",
+                    f"not read: the request's processing budget ({budget.seconds:g} s) ran out before this line; "
+                    "send it again",
+                )
+            )
+            continue
+        try:
+            parsed.append(prepare_line(number, raw, Budget(budget.seconds)))
+        except DomainError as exc:
+            parsed.append(_refusal(number, exc))
+    return parsed
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """The refused-attempt allowance a batch's refused lines count against (`app.kernel.intake.refused_window`)."""
+
+    window: ratelimit.Window
+    subject: str
+
+
+async def store_batch(
+    account: Account,
+    parsed: Sequence[Parsed],
+    *,
+    scopes: frozenset[str] | None,
+    allowance: Allowance | None = None,
+) -> list[BatchLine]:
+    """Each prepared line stored in its own transaction (`service.store_report`: the account's lock, quotas and
+    writes, as the single route), in order. Refused lines count toward `allowance`; once it is spent, the lines
+    after are answered 429 untried, as are lines not begun within WRITE_SECONDS or after a dependency failed."""
+    left = None if allowance is None else await ratelimit.left(allowance.window, allowance.subject)
+    answers: list[BatchLine] = []
+    refused = 0
+    deadline = time.monotonic() + WRITE_SECONDS
+    outage: ServiceUnavailable | None = None
+    tried = False
+    for item in parsed:
+        number = item.line
+        if left is not None and refused >= left[0] and not (isinstance(item, BatchLine) and item.status == 429):
+            assert allowance is not None
+            refusal = allowance.window.refusal(left[1])
+            answers.append(
+                _refusal(
+                    number,
+                    RateLimited(
+                        {"rate_limit": ["not tried: " + refusal.errors["rate_limit"][0]]},
+                        retry_after=refusal.retry_after,
+                    ),
+                )
+            )
+            continue
+        if isinstance(item, BatchLine):
+            answer = item
+        elif outage is not None:
+            answer = _refusal(number, outage)
+        elif tried and time.monotonic() > deadline:  # the first line is always tried, as above
+            answer = _cut(
+                number,
+                "budget",
+                f"not stored: the request's write time ({WRITE_SECONDS:g} s) ran out before this line; send it again",
+            )
+        else:
+            answer, outage = await _store(account, item, scopes)
+            tried = True
+        if refused_status(answer.status):
+            refused += 1
+        answers.append(answer)
+    if allowance is not None and refused:
+        await ratelimit.count(allowance.window, allowance.subject, refused)
+    return answers
+
+
+async def _store(
+    account: Account, item: Prepared, scopes: frozenset[str] | None
+) -> tuple[BatchLine, ServiceUnavailable | None]:
+    try:
+        report, created = await service.store_report(
+            account, item.host, item.owner, item.name, item.report, scopes=scopes
+        )
+    except DomainError as exc:
+        return _refusal(item.line, exc), None
+    except outages.OUTAGE_ERRORS as exc:
+        dependency = outages.dependency_of(exc)
+        if dependency is None:
+            raise
+        outages.record(dependency, exc, source="batch")
+        outage = ServiceUnavailable({dependency: ["is unavailable: this line and the rest were not stored"]})
+        return _refusal(item.line, outage), outage
+    return BatchLine(line=item.line, status=201 if created else 200, report=report), None
+
+
+def encode_lines(answers: Sequence[BatchLine]) -> bytes:
+    """The answer body: one JSON object a line, each line ended by a newline."""
+    return b"".join(encode(answer) + b"\n" for answer in answers)
