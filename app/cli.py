@@ -19,6 +19,8 @@ from app.kernel.config import (
     search_rate_per_minute,
     server_timing,
     settings,
+    varnish_purge_timeout,
+    varnish_purge_urls,
     webhook_allow_private,
 )
 from app.kernel.errors import DomainError
@@ -99,6 +101,8 @@ def _check_limits() -> None:
     forge_raw_url_template()
     maintainer_recheck_hours()
     webhook_allow_private()
+    varnish_purge_urls()
+    varnish_purge_timeout()
 
 
 def _worker(args: argparse.Namespace) -> int:

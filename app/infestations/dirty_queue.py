@@ -13,6 +13,8 @@ from app.infestations.projection import refresh_pattern
 from app.kernel import db
 from app.kernel.config import settings
 from app.kernel.metrics import DIRTY_BACKLOG, DIRTY_OLDEST_AGE, DRAINED_KEYS, HOT_KEYS_THROTTLED
+from app.kernel.purge import purge
+from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.sql import statement
 from app.ops.leases import new_worker_id, record_job_run
 
@@ -171,10 +173,25 @@ async def drain(*, batch_size: int = 200, throttle: bool = True, worker_id: str 
         # a worker stopping (SIGTERM) hands its unfinished claims back at once instead of after the claim TTL
         await asyncio.shield(_release_claims([c.pattern_key for c in claims[settled:]], me))
         raise
+    await _purge_refreshed(claims, result.refreshed_keys)
     _, result.remaining_claimable, result.next_available_in_seconds = await dirty_backlog()
     if result.refreshed:
         await _record_progress(me, result.refreshed)
     return result
+
+
+async def _purge_refreshed(claims: list[ClaimedKey], refreshed: list[str]) -> None:
+    """The shared cache drops the atlas, the refreshed keys' pages and those of the repositories the claims named
+    (their pages list these rows), so the atlas moves within seconds there too (docs/scaling.md "Shared cache")."""
+    if not refreshed:
+        return
+    done = set(refreshed)
+    tags = {ATLAS_TAG}
+    for claim in claims:
+        if claim.pattern_key in done:
+            tags.add(pattern_tag(claim.pattern_key))
+            tags.update(repository_tag(r) for r in claim.repositories or ())
+    await purge(tags)
 
 
 # The last drain that refreshed a key, fleet-wide (`job_runs` "drain", read by the gauges as

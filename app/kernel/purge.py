@@ -41,23 +41,27 @@ class PurgeOutcome:
     failed: tuple[str, ...] = ()
 
     @property
-    def ok(self) -> bool:
-        return not self.fell_back and not self.failed
+    def state(self) -> str:
+        """`purged`, `fell_back` (somewhere everything was purged instead of the tags) or `failed` (somewhere not even
+        that worked)."""
+        return "failed" if self.failed else "fell_back" if self.fell_back else "purged"
 
     def notice(self) -> str:
         """One sentence for the moderator (console and CLI)."""
-        if self.failed:
-            return (
-                f"Shared cache: the purge failed on {len(self.failed)} of {self.caches} cache(s) "
-                f"({', '.join(self.failed)}), even when purging everything: they may serve the old pages until "
-                "their s-maxage runs out (at most 5 minutes). Operators are alerted (TarakanCachePurgeFailed)."
-            )
-        if self.fell_back:
-            return (
-                f"Shared cache: the tagged purge failed on {len(self.fell_back)} of {self.caches} cache(s) "
-                f"({', '.join(self.fell_back)}), so everything there was purged instead."
-            )
-        return f"Shared cache: purged ({self.tags} tag{'s' if self.tags != 1 else ''}, {self.caches} cache(s))."
+        caches = self.failed or self.fell_back
+        where = f" on {len(caches)} of {self.caches} cache(s) ({', '.join(caches)})" if caches else ""
+        return STATE_NOTICES[self.state].format(where=where)
+
+
+# What the moderator is told; `where` names the caches (the no-JS console's redirect carries only the state)
+STATE_NOTICES = {
+    "purged": "Shared cache: the pages showing it were purged.",
+    "fell_back": "Shared cache: the tagged purge failed{where}, so everything there was purged instead.",
+    "failed": (
+        "Shared cache: the purge failed{where}, even when purging everything: the old pages may be served there "
+        "until their s-maxage runs out (at most 5 minutes). Operators are alerted (TarakanCachePurgeFailed)."
+    ),
+}
 
 
 @contextlib.contextmanager
@@ -71,10 +75,17 @@ def collect() -> Iterator[list[PurgeOutcome]]:
         _collected.reset(token)
 
 
-def notices(outcomes: Iterable[PurgeOutcome]) -> str | None:
-    """What the moderator is told about the shared cache; None without one configured."""
+def worst_state(outcomes: Iterable[PurgeOutcome]) -> str | None:
+    """The worst state of `outcomes` (None when nothing was purged: no shared cache configured)."""
+    states = {o.state for o in outcomes}
+    return next((state for state in ("failed", "fell_back", "purged") if state in states), None)
+
+
+def notice(outcomes: Iterable[PurgeOutcome]) -> str | None:
+    """What the moderator is told about the shared cache: the worst outcome; None without a shared cache."""
     found = list(outcomes)
-    return " ".join(o.notice() for o in found) if found else None
+    state = worst_state(found)
+    return next(o.notice() for o in found if o.state == state) if state else None
 
 
 def purge_after_commit(tags: Iterable[str] | None) -> None:

@@ -9,13 +9,14 @@ from typing import Any
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES
 from app.accounts.service import require_account_by_email
+from app.kernel import purge
 from app.kernel.cli import command, group
 from app.kernel.refs import parse_ref
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
 
 
-async def _report(outcome: Any) -> int:
+async def _report(outcome: Any, purges: list[purge.PurgeOutcome]) -> int:
     from app.moderation.service import describe_backlog, pending_rollup_backlog
 
     print(
@@ -30,14 +31,24 @@ async def _report(outcome: Any) -> int:
         )
     )
     print(f"atlas: {describe_backlog(await pending_rollup_backlog())}")
+    _report_cache(purges)
     return 0
+
+
+def _report_cache(purges: list[purge.PurgeOutcome]) -> None:
+    """The shared cache's purge (done after the commit, before this line): nothing without VARNISH_PURGE_URLS."""
+    notice = purge.notice(purges)
+    if notice is not None:
+        print(f"cache: {notice}")
 
 
 async def _scan(args: argparse.Namespace) -> int:
     from app.moderation.service import change_scan_visibility
 
     actor = await require_account_by_email(args.as_email)
-    return await _report(await change_scan_visibility(actor, args.scan_id, args.visibility, args.reason, args.notes))
+    with purge.collect() as purges:
+        outcome = await change_scan_visibility(actor, args.scan_id, args.visibility, args.reason, args.notes)
+    return await _report(outcome, purges)
 
 
 async def _repo(args: argparse.Namespace) -> int:
@@ -45,20 +56,20 @@ async def _repo(args: argparse.Namespace) -> int:
 
     host, owner, name = parse_ref(args.repository)
     actor = await require_account_by_email(args.as_email)
-    return await _report(
-        await change_repository_listing(actor, host, owner, name, args.listing, args.reason, args.notes)
-    )
+    with purge.collect() as purges:
+        outcome = await change_repository_listing(actor, host, owner, name, args.listing, args.reason, args.notes)
+    return await _report(outcome, purges)
 
 
 async def _account(args: argparse.Namespace) -> int:
     from app.moderation.service import change_account
 
     actor = await require_account_by_email(args.as_email)
-    return await _report(
-        await change_account(
+    with purge.collect() as purges:
+        outcome = await change_account(
             actor, args.handle, platform_role=args.role, state=args.state, reason=args.reason, notes=args.notes
         )
-    )
+    return await _report(outcome, purges)
 
 
 async def _repos_delete(args: argparse.Namespace) -> int:
@@ -66,8 +77,10 @@ async def _repos_delete(args: argparse.Namespace) -> int:
 
     host, owner, name = parse_ref(args.repository)
     actor = await require_account_by_email(args.actor)
-    await delete_repository(host, owner, name, actor_id=actor.id, reason=args.reason, notes=args.notes)
+    with purge.collect() as purges:
+        await delete_repository(host, owner, name, actor_id=actor.id, reason=args.reason, notes=args.notes)
     print(f"deleted {host}/{owner}/{name}; its infestation patterns are queued for recount")
+    _report_cache(purges)
     return 0
 
 

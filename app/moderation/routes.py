@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import current_account
+from app.kernel import purge
 from app.kernel.errors import DomainError, Forbidden, NotFound, Unauthorized
 from app.kernel.forms import MODERATION_FORM, field, safe_local_path, with_query
 from app.kernel.intake import body_route, form_parser
@@ -67,7 +68,9 @@ async def _flash(request: Request) -> str | None:
     event = await queries.get_audit_event(recorded)
     if event is None:
         return None
-    return _recorded_message(event, await service.pending_rollup_backlog())
+    message = _recorded_message(event, await service.pending_rollup_backlog())
+    cache = request.query_params.get("cache")  # the shared cache's purge, as the action's redirect said
+    return f"{message} {purge.STATE_NOTICES[cache].format(where='')}" if cache in purge.STATE_NOTICES else message
 
 
 def _recorded_message(event: dict[str, Any], backlog: dict[str, Any]) -> str:
@@ -208,15 +211,18 @@ async def _act(
     context: dict[str, Any] = {"subject": subject, "values": values, "errors": {}, "return_to": return_to}
     try:
         require_clean(values)  # no NUL or control characters in notes and reasons (docs/security.md)
-        outcome = await action(values)
+        with purge.collect() as purges:  # the shared cache is purged after the commit, before this answer
+            outcome = await action(values)
     except DomainError as exc:
         context["errors"] = exc.errors
         status = exc.status_code
         if htmx:
             return _page(request, partial, context, status_code=status)
         return _page(request, "moderation/form_page.html", {**context, "partial": partial}, status_code=status)
+    cache = purge.worst_state(purges)
     if not htmx:
-        return RedirectResponse(with_query(return_to, recorded=str(outcome.audit_event_id)), status_code=303)
+        extra = {"cache": cache} if cache is not None else {}
+        return RedirectResponse(with_query(return_to, recorded=str(outcome.audit_event_id), **extra), status_code=303)
     event = await queries.get_audit_event(outcome.audit_event_id)
     assert event is not None
     fresh = {k: v for k, v in values.items() if k not in ("reason", "notes")}
@@ -226,7 +232,9 @@ async def _act(
     context.update(
         subject=subject,
         values=fresh,
-        flash=_recorded_message(event, await service.pending_rollup_backlog()),
+        flash=" ".join(
+            m for m in (_recorded_message(event, await service.pending_rollup_backlog()), purge.notice(purges)) if m
+        ),
     )
     return _page(request, partial, context)
 

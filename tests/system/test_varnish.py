@@ -1,0 +1,266 @@
+"""The shared page cache as a real part (docs/scaling.md "Shared cache"): Debian's varnishd with
+deploy/varnish/default.vcl in front of a live `tarakan serve` whose takedowns purge it (VARNISH_PURGE_URLS).
+Through Varnish a page is served from cache (its `X-Varnish` names two requests), a quarantine (CLI) and a
+restriction (console) each make every affected page a fresh fetch at the very next request while an unaffected page
+stays cached, a rollup drain purges the atlas, tags never reach a client, PURGE is refused on the public listener,
+and a purge that fails falls back to purging everything, counted and said."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+
+from app.accounts.models import Account
+from app.accounts.sessions import COOKIE_NAME, open_session
+from app.devservices import Varnish, free_port
+from app.infestations.dirty_queue import drain_all
+from app.kernel import db, purge
+from app.kernel.outbox import mark_dirty
+from app.reports.finding_memory import pattern_key
+from app.reports.models import Scan, ScanFinding
+from tests import factories
+from tests.harness import ARTIFACTS, spawn, stop, tarakan, wait_http
+
+TITLE = "Varnish-fenced open redirect"  # in repositories A (quarantined) and B (a report restricted)
+KEY = pattern_key(TITLE)
+OTHER_TITLE = "Varnish-kept debug endpoint"  # in C and D only: what no takedown here touches
+OTHER_KEY = pattern_key(OTHER_TITLE)
+REASON, NOTES = "takedown", "taken down by the shared cache test of every tagged page"
+
+
+@dataclass
+class Stack:
+    varnish: Varnish
+    server: str
+
+    @property
+    def cache(self) -> str:
+        return self.varnish.url
+
+
+@pytest.fixture(scope="module")
+def stack(services: dict[str, str]) -> Iterator[Stack]:
+    try:
+        port = free_port()
+        varnish = Varnish(os.path.join(services["TMP_DIR"], "varnish"), f"127.0.0.1:{port}", public_port=True)
+        varnish.start()
+    except (RuntimeError, TimeoutError) as exc:
+        pytest.fail(f"varnishd did not start (./test installs Debian's varnish and varnish-modules): {exc}")
+    base = f"http://127.0.0.1:{port}"
+    env = {"BASE_URL": base, "VARNISH_PURGE_URLS": varnish.url, "FORWARDED_ALLOW_IPS": "127.0.0.1"}
+    proc = spawn("serve", "--port", str(port), env=env, log=ARTIFACTS / "varnish-serve.log")
+    try:
+        wait_http(f"{base}/healthz")
+        yield Stack(varnish, base)
+    finally:
+        stop(proc, signal.SIGINT)
+        varnish.stop()
+
+
+@pytest.fixture
+async def web(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    await purge_everything(stack)  # the previous test's pages must not answer this one's
+    async with httpx.AsyncClient(base_url=stack.cache, timeout=10) as client:
+        yield client
+
+
+async def purge_everything(stack: Stack) -> None:
+    async with httpx.AsyncClient() as client:
+        assert (await client.request("BAN", stack.cache + "/")).status_code == 200
+
+
+def hit(response: httpx.Response) -> bool:
+    """Varnish's `X-Varnish` names this request and, on a hit, the one that stored the object."""
+    return len(response.headers["x-varnish"].split()) == 2
+
+
+async def fetch(client: httpx.AsyncClient, path: str, **headers: str) -> httpx.Response:
+    assert not client.cookies, "an anonymous visitor's client carries no cookie"
+    response = await client.get(path, headers=headers)
+    assert "xkey" not in response.headers, (path, "the tags reached the client")
+    assert response.status_code in (200, 404, 410), (path, response.status_code)
+    return response
+
+
+@dataclass
+class World:
+    moderator: Account
+    a_path: str  # quarantined by the CLI
+    a_finding: str
+    b_path: str  # its report restricted from the console
+    b_finding: str
+    b_scan: Scan
+    c_path: str  # never touched
+    c_finding: str
+
+
+async def _instance(owner: str, author: Account, title: str, path: str) -> tuple[str, Scan, ScanFinding]:
+    repo = await factories.create_repository(owner, f"{owner}-app")
+    scan = await factories.create_scan(repo, author)
+    canonical = await factories.create_canonical(repo, title, file_path=path, commit_sha=scan.commit_sha)
+    occurrence = await factories.create_occurrence(scan, canonical)
+    return f"/repos/github.com/{owner}/{owner}-app", scan, occurrence
+
+
+async def build() -> World:
+    author = await factories.create_account()
+    moderator = await factories.create_account(email="mod-varnish@example.com", platform_role="moderator")
+    a_path, _, a = await _instance("alfa", author, TITLE, "src/alfa_redirect.py")
+    b_path, b_scan, b = await _instance("bravo", author, TITLE, "src/bravo_redirect.py")
+    c_path, _, c = await _instance("charlie", author, OTHER_TITLE, "src/charlie_debug.py")
+    await _instance("delta", author, OTHER_TITLE, "src/delta_debug.py")
+    async with db.transaction() as session:
+        await mark_dirty(session, [KEY, OTHER_KEY], "test", ring=False)
+    await drain_all()  # this process has no VARNISH_PURGE_URLS yet: nothing cached, nothing purged
+    return World(
+        moderator, a_path, f"/findings/{a.public_id}", b_path, f"/findings/{b.public_id}", b_scan, c_path,
+        f"/findings/{c.public_id}",
+    )  # fmt: skip
+
+
+def atlas_pages() -> list[str]:
+    return [
+        "/",
+        "/index.json",
+        "/infestations",
+        "/infestations.json",
+        f"/infestations/{KEY}",
+        f"/infestations/{KEY}.json",
+        f"/infestations/{OTHER_KEY}",
+    ]
+
+
+async def warm(client: httpx.AsyncClient, paths: list[str]) -> dict[str, str]:
+    """Every page twice: the second answer comes from the cache, the same bytes."""
+    bodies = {}
+    for path in paths:
+        first = await fetch(client, path)
+        assert first.status_code == 200, path
+        second = await fetch(client, path)
+        assert hit(second), (path, "not served from the cache", second.headers)
+        assert second.text == first.text and int(second.headers["age"]) >= 0
+        bodies[path] = first.text
+    return bodies
+
+
+async def expect_fresh(client: httpx.AsyncClient, paths: list[str], gone: tuple[str, ...], when: str) -> None:
+    for path in paths:
+        response = await fetch(client, path)
+        assert not hit(response), (when, path, "still served from the cache")
+        for mark in gone:
+            assert mark not in response.text, (when, path, mark)
+
+
+async def expect_cached(client: httpx.AsyncClient, bodies: dict[str, str], when: str) -> None:
+    for path, body in bodies.items():
+        response = await fetch(client, path)
+        assert hit(response) and response.text == body, (when, path, "an unaffected page left the cache")
+
+
+async def test_takedowns_purge_every_affected_page_before_the_answer_and_keep_the_rest(
+    stack: Stack, web: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = await build()
+    a_pages = [world.a_path, world.a_path + ".json", world.a_finding]
+    b_pages = [world.b_path, world.b_path + ".json", world.b_finding]
+    kept = [world.c_path, world.c_path + ".json", world.c_finding]
+    before = await warm(web, [*atlas_pages(), *a_pages, *b_pages, *kept])
+    assert "alfa-app" in before[f"/infestations/{KEY}"] and "src/bravo_redirect.py" in before[world.b_finding]
+
+    # the htmx fragment is its own object (the pages say Vary), and a session never touches the cache
+    fragment = await fetch(web, "/infestations", **{"HX-Request": "true"})
+    assert not hit(fragment) and "<html" not in fragment.text and "<html" in before["/infestations"]
+    assert hit(await fetch(web, "/infestations", **{"HX-Request": "true"}))
+    moderator_cookie = f"{COOKIE_NAME}={await open_session(world.moderator.id)}"
+    for _ in range(2):
+        assert not hit(await fetch(web, world.a_path, Cookie=moderator_cookie))
+    assert hit(await fetch(web, world.a_path))
+
+    # a quarantine from the CLI: purged before the command returns, every affected page fresh at the next request
+    monkeypatch.setenv("VARNISH_PURGE_URLS", stack.cache)
+    done = await tarakan(
+        "moderate", "repo", "github.com/alfa/alfa-app", "--listing", "quarantined", "--reason", REASON,
+        "--notes", NOTES, "--as", "mod-varnish@example.com",
+    )  # fmt: skip
+    assert done.code == 0, done
+    assert "cache: Shared cache: the pages showing it were purged." in done.out
+    await expect_fresh(web, [*atlas_pages(), *a_pages], ("alfa-app", "alfa_redirect"), "after the quarantine")
+    for path in a_pages[:2]:
+        assert (await fetch(web, path)).status_code == 404, path
+    await expect_cached(web, {p: before[p] for p in [*b_pages, *kept]}, "after the quarantine")
+
+    # a restriction from the console (an htmx form posted through Varnish, which passes it): the answer says so
+    await warm(web, atlas_pages())
+    async with httpx.AsyncClient(base_url=stack.cache) as console:  # its read-your-writes cookie stays its own
+        answer = await console.post(
+            f"/moderation/scans/{world.b_scan.id}/visibility",
+            data={"visibility": "restricted", "reason": REASON, "notes": NOTES, "return_to": "/moderation"},
+            headers={"Cookie": moderator_cookie, "Origin": stack.cache, "HX-Request": "true"},
+        )
+    assert answer.status_code == 200, answer.text
+    assert "Shared cache: the pages showing it were purged." in answer.text
+    await expect_fresh(web, [*atlas_pages(), *b_pages], ("bravo_redirect",), "after the restriction")
+    await expect_cached(web, {p: before[p] for p in kept}, "after the restriction")
+
+    # the worker's drain purges what its refreshes changed: the atlas moves at once, C's pages stay cached
+    still_shown = ["/", "/index.json", "/infestations", "/infestations.json", f"/infestations/{OTHER_KEY}"]
+    await warm(web, still_shown)
+    assert await drain_all() >= 1
+    await expect_fresh(web, still_shown, (TITLE,), "after the drain")
+    await expect_cached(web, {p: before[p] for p in kept}, "after the drain")
+
+
+async def test_the_edge_rules_purge_refusals_and_forwarded_addresses(stack: Stack, web: httpx.AsyncClient) -> None:
+    # PURGE and BAN from loopback on the default listener work; on the listener named `public` they are refused
+    assert (await web.request("PURGE", "/", headers={"xkey-purge": "atlas"})).status_code == 200
+    public = f"http://127.0.0.1:{stack.varnish.public_port}/"
+    async with httpx.AsyncClient() as outside:
+        for method in ("PURGE", "BAN"):
+            refused = await outside.request(method, public, headers={"xkey-purge": "atlas"})
+            assert refused.status_code == 403, method
+        # the public listener serves pages like the other one
+        assert (await outside.get(public.rstrip("/") + "/healthz")).status_code == 200
+    # Varnish forwards X-Forwarded-For and the app trusts it: a public client named there is refused /metrics,
+    # which the same request straight from loopback may read
+    assert (await web.get("/metrics", headers={"X-Forwarded-For": "203.0.113.9"})).status_code == 404
+    assert (await web.get("/metrics")).status_code == 200
+    # an untagged answer (healthz) is never stored
+    assert not hit(await web.get("/healthz")) and not hit(await web.get("/healthz"))
+
+
+def _failures(stage: str) -> float:
+    return REGISTRY.get_sample_value("tarakan_cache_purge_failures_total", {"stage": stage}) or 0.0
+
+
+async def test_a_failed_purge_falls_back_to_everything_is_counted_and_said(
+    stack: Stack, web: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = await build()
+    await warm(web, [world.c_path, "/infestations.json"])
+    monkeypatch.setenv("VARNISH_PURGE_URLS", stack.cache)
+    tags_before, everything_before = _failures("tags"), _failures("everything")
+
+    # a tag over Varnish's request header limit (8 KiB) fails every try; the fallback purges everything
+    outcome = await purge.purge({"o:" + "9" * 9000})
+    assert outcome.state == "fell_back" and _failures("tags") == tags_before + 1
+    assert "everything there was purged instead" in outcome.notice()
+    await expect_fresh(web, [world.c_path, "/infestations.json"], (), "after the fallback")
+
+    # a cache that does not answer at all: the fallback fails too, counted, and the moderator is told
+    dead = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("VARNISH_PURGE_URLS", f"{stack.cache},{dead}")
+    outcome = await purge.purge({"atlas"})
+    assert outcome.state == "failed" and outcome.failed == (dead.removeprefix("http://"),)
+    assert _failures("tags") == tags_before + 2 and _failures("everything") == everything_before + 1
+    done = await tarakan(
+        "moderate", "scan", str(world.b_scan.id), "--visibility", "restricted", "--reason", REASON,
+        "--notes", NOTES, "--as", "mod-varnish@example.com",
+    )  # fmt: skip
+    assert done.code == 0, done
+    assert "the purge failed on 1 of 2 cache(s)" in done.out and "TarakanCachePurgeFailed" in done.out
