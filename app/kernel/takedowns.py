@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import Select, select, tuple_
+from sqlalchemy.dialects.postgresql import distinct_on
 
 from app.kernel import db
 from app.kernel.audit import AuditEvent
@@ -52,7 +53,7 @@ def _latest(subjects: list[Subject]) -> Select[Any]:
     return (
         select(e.c.subject_type, e.c.subject_id, e.c.id, e.c.inserted_at, e.c.after)
         .where(tuple_(e.c.subject_type, e.c.subject_id).in_(subjects), e.c.action.in_(actions))
-        .distinct(e.c.subject_type, e.c.subject_id)
+        .ext(distinct_on(e.c.subject_type, e.c.subject_id))
         .order_by(e.c.subject_type, e.c.subject_id, e.c.inserted_at.desc(), e.c.id.desc())
     )
 

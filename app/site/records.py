@@ -20,7 +20,9 @@ from app.kernel.answers import UNSET, iso, uuid_text
 from app.kernel.changes import withdrawn_finding
 from app.kernel.errors import NotFound
 from app.kernel.policy import Viewer, can_moderate, in_good_standing
+from app.kernel.refs import ref_slug
 from app.kernel.shared_cache import occurrence_tag, repository_tag
+from app.kernel.takedowns import Marks, page_marks
 from app.kernel.urls import finding_path, repo_path, twin_path
 from app.kernel.visibility import repository_visible
 from app.kernel.web import ERROR_CACHE, JSON_SUFFIX, PRIVATE_CACHE, PUBLIC_CACHE, cache_for, json_twin, page, wants_json
@@ -102,6 +104,7 @@ async def repository_page(request: Request) -> Response:
         "maintainers": maintainers,
         "review_words": REVIEW_STATUS_WORDS,
         "external_url": repository["canonical_url"] if repository["canonical_url"].startswith("https://") else None,
+        "marks": await _marks(request, viewer, repository, [(r["id"], r["visibility"]) for r in reports]),
     }
     return page(request, "site/repository.html", context, json_url=twin_path(path), cache=cache_for(viewer), tags=tags)
 
@@ -225,10 +228,35 @@ async def render_finding(
         if can_moderate(account):
             context["moderated"] = await statements_of(canonical_id)
             cache = PRIVATE_CACHE
+    hidden_statements = [(s.id, s.visibility) for s in context["moderated"]]
+    context["marks"] = await _marks(
+        request, viewer, finding, [(finding["scan_id"], finding["visibility"])], hidden_statements
+    )
     json_url = twin_path(finding_path(finding["public_id"]))
     tags = finding_tags(finding) if status_code == 200 else None
     return page(
         request, "site/finding.html", context, json_url=json_url, cache=cache, status_code=status_code, tags=tags
+    )
+
+
+async def _marks(
+    request: Request,
+    viewer: Viewer,
+    repository: dict[str, Any],
+    reports: list[tuple[int, str]],
+    statements: list[tuple[int, str]] | None = None,
+) -> Marks | None:
+    """A privileged viewer's markers on what the public cannot see here (docs/domain.md §8), None for the public;
+    the audit links are for moderators."""
+    if not viewer.privileged:
+        return None
+    slug = ref_slug(repository["host"], repository["owner"], repository["name"])
+    moderator = can_moderate(await current_account(request))
+    return await page_marks(
+        repository=(slug, repository["listing_status"]),
+        reports=reports,
+        statements=statements or (),
+        audit_links=moderator,
     )
 
 
