@@ -76,7 +76,7 @@ async def submit_report(
     return answer_response(result, status_code=201 if created else 200)
 
 
-async def submit_batch(request: Request, caller: ApiCaller, parsed: list[batch.Parsed]) -> Response:
+async def submit_batch(request: Request, caller: ApiCaller, parsed: batch.Batch) -> Response:
     """200 with one answer line per request line, in order (docs/domain.md §9 "Batches")."""
     subject = refused_subject(caller)
     allowance = None if subject is None else batch.Allowance(refused_window(), subject)

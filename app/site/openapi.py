@@ -45,7 +45,7 @@ from app.maintainers.webhook_types import (
     WebhookRegistration,
 )
 from app.registry.types import Repository, RepositoryRegistration, Search
-from app.reports.batch import BATCH_MEDIA_TYPE, MAX_BATCH_LINES, WRITE_SECONDS
+from app.reports.batch import BATCH_MEDIA_TYPE, BATCH_SECONDS, MAX_BATCH_LINES
 from app.reports.types import EXAMPLE_COMMIT as EXAMPLE_COMMIT  # the commit the fuzz suite seeds its examples at
 from app.reports.types import (
     BatchLine,
@@ -103,9 +103,9 @@ _BATCH = {
         "responses": {
             "200": {
                 "description": "One BatchLine per request line, in order: 201 or 200 with `report`, else `errors` "
-                "(a 429 line was not tried: the request's processing budget, its write time "
-                f"({WRITE_SECONDS:g} s), the account's limits or the refused-attempt allowance; send it again after "
-                "`retry_after` seconds). Refused lines count toward the refused-attempt allowance",
+                f"(a 429 line was not tried: the request's processing budget, its time ({BATCH_SECONDS:g} s from its "
+                "arrival), the account's limits or the refused-attempt allowance; send it again after `retry_after` "
+                "seconds). Refused lines count toward the refused-attempt allowance",
                 "content": _ndjson(BatchLine, "NDJSON: one BatchLine a line"),
             }
         }

@@ -141,15 +141,15 @@ async def test_lines_past_the_processing_budget_are_429s_to_send_again(
     assert len(await stored_runs()) == len(read)
 
 
-async def test_lines_past_the_write_time_are_429s_and_the_first_line_is_always_tried(
+async def test_lines_past_the_request_time_are_429s_and_the_first_line_is_always_tried(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(batch, "WRITE_SECONDS", 0.0)
+    monkeypatch.setattr(batch, "BATCH_SECONDS", 0.0)
     account = await factories.create_account(state="active")
     repo = await factories.create_repository()
     answers = await send(client, await token_for(account), [line(repo, run_id=f"r{i}") for i in range(3)])
     assert statuses(answers) == [201, 429, 429]
-    assert "write time" in answers[1]["errors"]["budget"][0]
+    assert "request's time" in answers[1]["errors"]["budget"][0]
     assert await stored_runs() == ["r0"]
 
 

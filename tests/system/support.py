@@ -455,6 +455,72 @@ SARIF_SHAPES = [
 ]
 
 
+# NDJSON batches (POST /api/v1/reports/batch): the skeleton is one line's valid body. Every JSON shape twice: as
+# the one line of a body, and built at a line's share of the body repeated on every line the batch holds; then the
+# shapes only a batch has (every line a distinct valid report full of findings, too many lines, blank lines).
+
+NDJSON_TYPE = "application/x-ndjson"
+
+
+def _max_lines() -> int:
+    from app.reports.batch import MAX_BATCH_LINES
+
+    return MAX_BATCH_LINES
+
+
+def _one_line(shape: Shape) -> Shape:
+    return Shape(
+        f"one line: {shape.name}",
+        lambda given, content_type: HostileBody(content_type, shape.build(given, content_type).data),
+    )
+
+
+def _every_line(shape: Shape) -> Shape:
+    def build(given: ShapeInput, content_type: str) -> HostileBody:
+        count = _max_lines()
+        share = ShapeInput(given.skeleton, given.limit // count - 1, given.max_depth)
+        return HostileBody(content_type, b"\n".join([shape.build(share, content_type).data] * count))
+
+    return Shape(f"{_max_lines()} lines: {shape.name}", build)
+
+
+def _distinct_reports(given: ShapeInput, content_type: str) -> HostileBody:
+    """As many lines as a batch holds, each a distinct valid report (its own run and commit) with as many findings
+    as its share of the body holds: the most writing one request can ask for."""
+    count = _max_lines()
+    template = _copy(given.skeleton)
+    findings = template.get("document", {}).get("findings") or [
+        {"file": "a.py", "severity": "low", "title": "t", "description": "d"}
+    ]
+    unit = len(compact_json(findings[0])) + 16
+    per_line = max(1, min(200, (given.limit // count - len(compact_json(template)) - 64) // unit))
+    lines = []
+    for i in range(count):
+        body = _copy(template)
+        body["run_id"], body["commit_sha"] = f"hostile-batch-{i}", f"{i + 1:040x}"
+        body.setdefault("document", {"tarakan_scan_format": 1})["findings"] = [
+            {**findings[0], "file": f"src/f{i}_{n}.py", "title": f"Hostile batch finding {n}"} for n in range(per_line)
+        ]
+        lines.append(compact_json(body))
+    return HostileBody(content_type, b"\n".join(lines) + b"\n")
+
+
+def ndjson_shapes() -> list[Shape]:
+    return (
+        [_one_line(shape) for shape in JSON_SHAPES]
+        + [_every_line(shape) for shape in JSON_SHAPES]
+        + [
+            Shape("every line a distinct valid report full of findings", _distinct_reports),
+            Shape(
+                "one line more than a batch holds",
+                lambda g, t: HostileBody(t, b"\n".join([compact_json(g.skeleton)] * (_max_lines() + 1))),
+            ),
+            Shape("blank lines filling the body", lambda g, t: HostileBody(t, b"\n" * g.limit)),
+            Shape("CRLF lines of open brackets", lambda g, t: HostileBody(t, b"[\r\n" * (g.limit // 3))),
+        ]
+    )
+
+
 # The site's forms: urlencoded and multipart bodies at the site's body limit
 
 
@@ -538,11 +604,13 @@ FORM_SHAPES = {
 
 def shapes_for(content_type: str) -> list[Shape]:
     """The hostile shapes of a content type: JSON ones for every JSON type (`+json` included), the SARIF ones on
-    top for SARIF, the form ones for forms. A type without shapes is a KeyError: a new kind of body must bring its
+    top for SARIF, the NDJSON ones (the JSON ones per line, and a batch's own) for NDJSON, the form ones for forms. A type without shapes is a KeyError: a new kind of body must bring its
     generators before it can be served."""
     media = content_type.split(";")[0].strip().lower()
     if media == SARIF_TYPE:
         return JSON_SHAPES + SARIF_SHAPES
+    if media == NDJSON_TYPE:
+        return ndjson_shapes()
     if media == "application/json" or media.endswith("+json"):
         return JSON_SHAPES
     return FORM_SHAPES[media]
