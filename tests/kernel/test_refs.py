@@ -14,6 +14,8 @@ def test_parse_ref_normalizes_and_resolves_host_aliases() -> None:
     assert parse_ref("/github.com/acme/widget/") == ("github.com", "acme", "widget")
     assert parse_ref(" github/Acme/Widget ") == ("github.com", "acme", "widget")
     assert parse_ref("tarakan/acme/widget") == ("tarakan.lol", "acme", "widget")
+    # only slashes are trimmed from the ends: a name's own last letters stay
+    assert parse_ref("github.com/Acme/WidgetX/") == ("github.com", "acme", "widgetx")
     assert normalize_ref(" GITHUB ", "Acme ", " Widget") == ("github.com", "acme", "widget")
 
 

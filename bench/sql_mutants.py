@@ -1,0 +1,150 @@
+"""SQL-text mutants of the SQL guards (issue 29): the public join set and read-time guard of app/kernel/public.py
+and the quorum's reviewer condition of app/kernel/policy.py are Core conditions that the feature modules compile
+into their statements at import, where a Python mutation tool's switch (flipped at test time) never reaches them.
+
+Each mutant here replaces one guard function by a broken twin (a flipped comparison, one predicate dropped, AND and
+OR swapped). As a pytest plugin (`-p bench.sql_mutants`, TARAKAN_SQL_MUTANT=NAME) it swaps the function in before
+any feature module is imported, so every statement built from it carries the mutant; bench/mutation.py runs the
+covering tests of the consumers once per mutant, and each mutant must fail them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, FromClause, and_, or_, select
+
+from app.kernel import policy, public
+from app.kernel.sql import ONE, outer
+
+# the consumers' tests that meet each guard through a real page, list or count (DB tests, a few seconds each)
+_INFESTATIONS = "tests/infestations/test_infestation_queries.py"
+_SITE_FINDING = (
+    "tests/site/test_site_registry.py::test_finding_hidden_unless_public_report_on_visible_repository"
+)
+_BADGE = "tests/site/test_badge.py::test_badge_counts_open_public_findings_and_follows_takedowns"
+_PROJECTION = "tests/infestations/test_projection.py"
+_QUORUM = "tests/reports/test_quorum.py"
+
+
+@dataclass(frozen=True)
+class SqlMutant:
+    name: str
+    module: Any  # the module whose function is replaced
+    function: str
+    twin: Callable[..., ColumnElement[bool]]
+    tests: tuple[str, ...]
+
+
+def _public_scan_flipped(s: FromClause = public.S) -> ColumnElement[bool]:
+    return s.c.visibility != public.PUBLIC
+
+
+def _listed_repository_flipped(r: FromClause = public.R) -> ColumnElement[bool]:
+    return r.c.listing_status != public.LISTED
+
+
+def _public_join_or(s: FromClause = public.S, r: FromClause = public.R) -> ColumnElement[bool]:
+    return or_(public.public_scan(s), public.listed_repository(r))
+
+
+def _visible_scan(*, scan: bool = True, listed: bool = True, keyed: bool = True) -> Callable[..., ColumnElement[bool]]:
+    def visible_scan(scan_id: ColumnElement[Any]) -> ColumnElement[bool]:
+        gs, gr = public.scans.alias("gs"), public.repositories.alias("gr")
+        conditions = [gs.c.id == scan_id] if keyed else []
+        conditions += [public.public_scan(gs)] if scan else []
+        conditions += [public.listed_repository(gr)] if listed else []
+        return (
+            select(ONE)
+            .select_from(gs.join(gr, gr.c.id == gs.c.repository_id))
+            .where(*conditions)
+            .correlate_except(gs, gr)
+            .exists()
+        )
+
+    return visible_scan
+
+
+def _has_public_occurrence_any_scan(canonical_id: ColumnElement[Any] | None = None) -> ColumnElement[bool]:
+    f, s = public.scan_findings.alias("f"), public.scans.alias("s")
+    return (
+        select(ONE)
+        .select_from(f.join(s, s.c.id == f.c.scan_id))
+        .where(f.c.canonical_finding_id == (outer("c.id") if canonical_id is None else canonical_id))
+        .correlate_except(f, s)
+        .exists()
+    )
+
+
+def _public_canonical_or(r: FromClause = public.R, canonical_id: ColumnElement[Any] | None = None) -> ColumnElement[bool]:
+    return or_(public.listed_repository(r), public.has_public_occurrence(canonical_id))
+
+
+def _visible_occurrence_flipped(public_id: ColumnElement[Any]) -> ColumnElement[bool]:
+    gf = public.scan_findings.alias("gf")
+    occurrence = select(gf.c.scan_id).where(gf.c.public_id != public_id).correlate_except(gf).limit(1)
+    return public.visible_scan(occurrence.scalar_subquery())
+
+
+def _visible_pattern_any_instance(pattern_key: ColumnElement[Any]) -> ColumnElement[bool]:
+    gi = public.pattern_instances.alias("gi")
+    return select(ONE).where(gi.c.pattern_key == pattern_key).correlate_except(gi).offset(0).exists()
+
+
+def _shown_pattern_and(pattern_key: ColumnElement[Any], sample_visible: ColumnElement[bool]) -> ColumnElement[bool]:
+    return and_(sample_visible, public.visible_pattern(pattern_key))
+
+
+def _qualified_reviewer_and(accounts: FromClause) -> ColumnElement[bool]:
+    return and_(accounts.c.trust_tier == policy.REVIEWER_TIER, accounts.c.platform_role.in_(policy.MODERATOR_ROLES))
+
+
+def _qualified_reviewer_flipped(accounts: FromClause) -> ColumnElement[bool]:
+    return or_(accounts.c.trust_tier != policy.REVIEWER_TIER, accounts.c.platform_role.in_(policy.MODERATOR_ROLES))
+
+
+MUTANTS = (
+    SqlMutant("public_scan: = becomes <>", public, "public_scan", _public_scan_flipped, (_SITE_FINDING, _BADGE)),
+    SqlMutant(
+        "listed_repository: = becomes <>", public, "listed_repository", _listed_repository_flipped, (_SITE_FINDING,)
+    ),
+    SqlMutant("public_join: AND becomes OR", public, "public_join", _public_join_or, (_SITE_FINDING, _BADGE)),
+    SqlMutant(
+        "visible_scan: no listing predicate", public, "visible_scan", _visible_scan(listed=False), (_INFESTATIONS,)
+    ),
+    SqlMutant(
+        "visible_scan: no visibility predicate", public, "visible_scan", _visible_scan(scan=False), (_INFESTATIONS,)
+    ),
+    SqlMutant("visible_scan: no key predicate", public, "visible_scan", _visible_scan(keyed=False), (_INFESTATIONS,)),
+    SqlMutant(
+        "has_public_occurrence: no visibility predicate",
+        public,
+        "has_public_occurrence",
+        _has_public_occurrence_any_scan,
+        (_PROJECTION,),
+    ),
+    SqlMutant("public_canonical: AND becomes OR", public, "public_canonical", _public_canonical_or, (_PROJECTION,)),
+    SqlMutant(
+        "visible_occurrence: = becomes <>", public, "visible_occurrence", _visible_occurrence_flipped, (_INFESTATIONS,)
+    ),
+    SqlMutant(
+        "visible_pattern: no sample guard", public, "visible_pattern", _visible_pattern_any_instance, (_INFESTATIONS,)
+    ),
+    SqlMutant("shown_pattern: OR becomes AND", public, "shown_pattern", _shown_pattern_and, (_INFESTATIONS,)),
+    SqlMutant("qualified_reviewer: OR becomes AND", policy, "qualified_reviewer", _qualified_reviewer_and, (_QUORUM,)),
+    SqlMutant(
+        "qualified_reviewer: = becomes <>", policy, "qualified_reviewer", _qualified_reviewer_flipped, (_QUORUM,)
+    ),
+)
+
+
+def _apply(name: str) -> None:
+    (mutant,) = [m for m in MUTANTS if m.name == name]
+    setattr(mutant.module, mutant.function, mutant.twin)
+
+
+if os.environ.get("TARAKAN_SQL_MUTANT"):
+    # at plugin import: before tests/conftest.py, so before any feature module compiles its statements
+    _apply(os.environ["TARAKAN_SQL_MUTANT"])
