@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
+from typing import Final
 
 import psycopg
 from sqlalchemy import Connection, MetaData, event, text
@@ -142,6 +143,22 @@ def engine() -> AsyncEngine:
     return _engine_for(settings().database_url)
 
 
+# A read's statements each commit on their own (no BEGIN, no ROLLBACK: one round trip per statement). Under READ
+# COMMITTED every statement takes its own snapshot anyway, so nothing a read sees changes; reads that need a
+# transaction block (`SET LOCAL`, a savepoint) ask for one (`read_session(transaction=True)`). Behind a transaction
+# pooler the statement cap is set per transaction, so there every read keeps its transaction.
+_AUTOCOMMIT: Final = {"isolation_level": "AUTOCOMMIT"}
+
+
+def _read_options(transaction: bool) -> dict[str, str]:
+    return {} if transaction or transaction_pooling() else _AUTOCOMMIT
+
+
+async def _open_read(session: AsyncSession, *, transaction: bool) -> None:
+    """Check out the read's connection, in autocommit unless the read needs a transaction (see `_AUTOCOMMIT`)."""
+    await session.connection(execution_options=_read_options(transaction))
+
+
 def use_primary_for_reads() -> contextvars.Token[bool]:
     """Route this context's replica reads to the primary; returns the token that `reset_primary_reads` takes."""
     return _force_primary.set(True)
@@ -211,6 +228,7 @@ async def _primary_marker() -> int:
     if fence is not None and fence.marker is not None:
         return fence.marker
     async with async_sessionmaker(engine(), expire_on_commit=False)() as session:
+        await _open_read(session, transaction=False)
         marker = int((await session.execute(_TAKEDOWN_MARKER)).scalar_one())
         await session.rollback()
     if fence is not None:
@@ -224,8 +242,9 @@ async def _probe(session: AsyncSession, state: ReplicaState) -> None:
     REPLICA_LAG.set(state.lag)
 
 
-async def _replica_or_primary() -> tuple[AsyncSession, bool]:
-    """A session on the replica while it is fresh enough, else on the primary; and whether it is the replica.
+async def _replica_or_primary(*, transaction: bool) -> tuple[AsyncSession, bool]:
+    """A session on the replica while it is fresh enough (its connection checked out, see `_open_read`), else a
+    session on the primary not yet connected; and whether it is the replica.
 
     Fresh enough: it has replayed the primary's newest takedown (so a takedown holds at the next request whatever
     the lag; counted `behind_takedown` when not) and lags at most DATABASE_REPLICA_MAX_LAG (`lagging`). A replica
@@ -248,9 +267,8 @@ async def _replica_or_primary() -> tuple[AsyncSession, bool]:
         return primary(), False
     session = async_sessionmaker(_engine_for(url), expire_on_commit=False)()
     try:
-        if known and state.marker >= marker:
-            await session.connection()  # the replica's first round trip, here rather than in the first query
-        else:
+        await _open_read(session, transaction=transaction)
+        if not (known and state.marker >= marker):
             await _probe(session, state)
     except Exception as exc:
         await session.close()
@@ -277,6 +295,7 @@ async def probe_replica() -> float | None:
     state = _replicas.setdefault(url, ReplicaState())
     try:
         async with async_sessionmaker(_engine_for(url), expire_on_commit=False)() as session:
+            await _open_read(session, transaction=False)
             await _probe(session, state)
             await session.rollback()
     except Exception as exc:
@@ -306,8 +325,10 @@ def dead_connection(exc: BaseException) -> bool:
 
 
 @asynccontextmanager
-async def read_session(*, replica: bool = True) -> AsyncIterator[AsyncSession]:
+async def read_session(*, replica: bool = True, transaction: bool = False) -> AsyncIterator[AsyncSession]:
     """A short read-only session (public reads may go to the replica while it is fresh enough, else the primary).
+    Its statements run in autocommit unless `transaction` (a read that uses `SET LOCAL` or a savepoint): see
+    `_AUTOCOMMIT`.
 
     A read that hits a recovery conflict on the replica, or a pooled connection that died (no pre-ping: see
     `_engine_for`), marks the request for one more run on the primary (app.kernel.security): after a Postgres
@@ -315,11 +336,13 @@ async def read_session(*, replica: bool = True) -> AsyncIterator[AsyncSession]:
     on_replica = False
     try:
         if replica and not reads_use_primary():
-            opened, on_replica = await _replica_or_primary()
+            opened, on_replica = await _replica_or_primary(transaction=transaction)
         else:
             opened = async_sessionmaker(engine(), expire_on_commit=False)()
         async with opened as session:
             try:
+                if not on_replica:
+                    await _open_read(session, transaction=transaction)
                 yield session
             finally:
                 session.expunge_all()  # objects read here stay usable after the session ends

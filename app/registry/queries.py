@@ -112,7 +112,8 @@ async def search_repositories(raw_query: str | None, *, limit: int = SEARCH_DEFA
 async def _search(query: str, limit: int) -> list[dict[str, Any]]:
     literal = escape_like(query)
     params = {"prefix": literal + "%", "inside": "%" + literal + "%", "limit": limit}
-    async with db.read_session() as session:
+    # a transaction: the substring pass sets its own timeout with `SET LOCAL` in a savepoint
+    async with db.read_session(transaction=True) as session:
         found = [dict(r) for r in (await session.execute(_SEARCH_NAME_PREFIX, params)).mappings()]
         if len(found) < limit:
             params["limit"] = limit - len(found)

@@ -15,6 +15,7 @@ import httpx
 import psycopg
 import pytest
 from prometheus_client import REGISTRY
+from psycopg.pq import TransactionStatus
 from sqlalchemy import text
 
 from app.kernel import db, outages
@@ -141,7 +142,7 @@ async def test_a_public_page_waiting_on_a_lock_answers_503_at_the_cap_twice(
 async def test_search_keeps_its_nested_timeout_and_the_next_read_its_cap(capped: bool) -> None:
     await factories.create_repository("acme", "widget")
     await fill_pool(1)
-    async with db.read_session() as session, session.begin_nested():
+    async with db.read_session(transaction=True) as session, session.begin_nested():
         # what search's substring pass does (app.registry.queries._search)
         await session.execute(registry_queries._SUBSTRING_TIMEOUT, {"timeout": str(SUBSTRING_MS)})
         inner = (await session.execute(text("SHOW statement_timeout"))).scalar_one()
@@ -149,3 +150,23 @@ async def test_search_keeps_its_nested_timeout_and_the_next_read_its_cap(capped:
     assert await _read_timeout(replica=True) == "200ms"  # the same pooled connection: the read's cap is back
     found = await registry_queries.search_repositories("idge")  # the substring pass finds it (no name prefix)
     assert [(r["owner"], r["name"]) for r in found] == [("acme", "widget")]
+
+
+async def _status_after_a_statement(*, transaction: bool) -> TransactionStatus:
+    async with db.read_session(transaction=transaction) as session:
+        await session.execute(text("SELECT 1"))
+        raw = (await (await session.connection()).get_raw_connection()).driver_connection
+        assert isinstance(raw, psycopg.AsyncConnection)
+        return raw.info.transaction_status
+
+
+async def test_a_read_is_one_round_trip_per_statement_where_the_pooling_allows(capped: bool) -> None:
+    # in autocommit psycopg sends no BEGIN before the statement (and nothing is left to roll back after it)
+    expected = TransactionStatus.INTRANS if capped else TransactionStatus.IDLE
+    assert await _status_after_a_statement(transaction=False) == expected
+    assert await _status_after_a_statement(transaction=True) == TransactionStatus.INTRANS
+    async with db.transaction() as session:  # writes keep their transaction
+        await session.execute(text("SELECT 1"))
+        raw = (await (await session.connection()).get_raw_connection()).driver_connection
+        assert isinstance(raw, psycopg.AsyncConnection)
+        assert raw.info.transaction_status == TransactionStatus.INTRANS
