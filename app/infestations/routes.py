@@ -4,7 +4,7 @@ links, htmx fragments on `HX-Request` (docs/domain.md §6)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +31,7 @@ from app.infestations.types import (
 from app.kernel.answers import iso
 from app.kernel.errors import BadRequest, NotFound
 from app.kernel.paging import InvalidCursor, Page
+from app.kernel.rendered import rendered_once
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.sql import WINDOW_DAYS
 from app.kernel.urls import infestation_path, twin_path
@@ -111,6 +112,16 @@ def _repository_tags(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return [repository_tag(row["repository_id"]) for row in rows if row.get("repository_id") is not None]
 
 
+def _index_key(request: Request) -> Hashable:
+    return (request.url.path, parse_filters(request.query_params))  # clamped: `days=9999` is the `days=365` page
+
+
+def _paged_key(request: Request) -> Hashable:
+    q = request.query_params
+    return (request.url.path, q.get("cursor") or None, q.get("repos_cursor") or None)
+
+
+@rendered_once(_index_key)
 async def index(request: Request) -> Response:
     filters = parse_filters(request.query_params)
     items, refreshed_at, counts_window_days = await queries.list_infestations_dated(filters.options())
@@ -190,6 +201,7 @@ async def _show_data(request: Request, *, with_repositories: bool = True) -> dic
     }
 
 
+@rendered_once(_paged_key)
 async def show(request: Request) -> Response:
     data = await _show_data(request)
     if wants_json(request):
@@ -221,6 +233,7 @@ def _show_page(request: Request, data: dict[str, Any], *, path: str) -> Response
     return page(request, "infestations/show.html", context, json_url=json_url, vary_hx=True, tags=_show_tags(data))
 
 
+@rendered_once(_paged_key)
 async def instances(request: Request) -> Response:
     """The ledger from `?cursor=`: the page of rows as JSON for the twin, rows plus the next control for htmx
     (appended in place), the whole show page (starting at the cursor) for everyone else."""

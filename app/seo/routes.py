@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from datetime import UTC, datetime
 from email.utils import format_datetime
 
@@ -15,6 +15,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.kernel.errors import NotFound
+from app.kernel.rendered import rendered_once
 from app.kernel.shared_cache import ATLAS_TAG
 from app.kernel.web import cache_headers, etag_matches, streamed_document
 from app.seo import feeds
@@ -64,6 +65,15 @@ def _wants_gzip(request: Request) -> bool:
     return accepts_gzip(request.headers.get("accept-encoding", ""))
 
 
+def _encoded(request: Request) -> Hashable:
+    """A sitemap's render-cache key: its path and whether it is sent gzipped (no parameter is read)."""
+    return (request.url.path, _wants_gzip(request))
+
+
+def _path(request: Request) -> str:
+    return request.url.path  # a feed reads no parameter
+
+
 def _small_xml(request: Request, body: str, *, last_modified: datetime | None = None) -> Response:
     """A whole small document with a content ETag (304 on If-None-Match) and gzip when accepted."""
     compress = _wants_gzip(request)
@@ -92,6 +102,7 @@ async def _streamed_xml(
     return await streamed_document(encode_stream(body_source, gzip=compress), media_type=XML_TYPE, headers=headers)
 
 
+@rendered_once(_encoded)
 async def sitemap_xml(request: Request) -> Response:
     cfg = seo_settings()
     if not await use_index():
@@ -101,10 +112,12 @@ async def sitemap_xml(request: Request) -> Response:
     return _small_xml(request, sitemapindex_xml(cfg.base_url, children), last_modified=max(times) if times else None)
 
 
+@rendered_once(_encoded)
 async def sitemap_hubs(request: Request) -> Response:
     return _small_xml(request, hubs_xml(seo_settings().base_url))
 
 
+@rendered_once(_encoded)
 async def sitemap_child(request: Request) -> Response:
     kind, page = request.path_params["kind"], request.path_params["page"]
     if kind not in KINDS:
@@ -122,10 +135,12 @@ def _atom(feed: feeds.Feed) -> Response:
     return Response(feeds.render(feed), media_type=ATOM_TYPE, headers=cache_headers(FEED_CACHE, feed.tags))
 
 
+@rendered_once(_path)
 async def infestations_atom(request: Request) -> Response:
     return _atom(await feeds.infestations_feed())
 
 
+@rendered_once(_path)
 async def infestation_atom(request: Request) -> Response:
     feed = await feeds.infestation_feed(request.path_params["pattern_key"])
     if feed is None:
@@ -133,6 +148,7 @@ async def infestation_atom(request: Request) -> Response:
     return _atom(feed)
 
 
+@rendered_once(_path)
 async def repository_reports_atom(request: Request) -> Response:
     p = request.path_params
     feed = await feeds.repository_reports_feed(p["host"], p["owner"], p["name"])

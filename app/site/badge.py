@@ -10,6 +10,7 @@ from starlette.routing import BaseRoute, Route
 from app.kernel import db
 from app.kernel.errors import NotFound
 from app.kernel.public import S, listed_repository
+from app.kernel.rendered import rendered_once
 from app.kernel.shared_cache import repository_tag
 from app.kernel.sql import statement
 from app.kernel.templating import environment
@@ -54,6 +55,7 @@ def badge_svg(message: str, color: str) -> str:
     )
 
 
+@rendered_once()
 async def badge(request: Request) -> Response:
     p = request.path_params
     repository = await public_repository(p["host"], p["owner"], p["name"])

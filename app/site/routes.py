@@ -9,6 +9,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.infestations.types import infestation
 from app.kernel.answers import iso
+from app.kernel.rendered import rendered_once
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag
 from app.kernel.web import cache_headers, etag_matches, json_twin, page, wants_json
 from app.registry.stats import registry_stats
@@ -27,6 +28,11 @@ def _home_tags(fragment: home_infestations.Rendered) -> list[str]:
     return [ATLAS_TAG, *(pattern_tag(item["pattern_key"]) for item in fragment.items)]
 
 
+def _path(request: Request) -> str:
+    return request.url.path  # the home page reads no parameter
+
+
+@rendered_once(_path)
 async def home(request: Request) -> Response:
     fragment = await home_infestations.rendered(await home_infestations.current_etag())
     reports = await list_recent_public_reports(limit=RECENT_REPORTS)
@@ -61,6 +67,7 @@ async def home(request: Request) -> Response:
     )
 
 
+@rendered_once(_path)
 async def home_infestations_fragment(request: Request) -> Response:
     """Polled by every open home page: 304 on an unchanged version before any list query runs."""
     etag = await home_infestations.current_etag()

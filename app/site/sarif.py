@@ -17,6 +17,7 @@ from app.kernel import db
 from app.kernel.config import settings
 from app.kernel.errors import NotFound
 from app.kernel.public import listed_repository, public_join
+from app.kernel.rendered import rendered_once
 from app.kernel.shared_cache import occurrence_tag, repository_tag
 from app.kernel.sql import compiled, statement
 from app.kernel.urls import finding_path, infestation_path, repo_path
@@ -183,6 +184,7 @@ def sarif_log(
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
+@rendered_once()
 async def findings_sarif(request: Request) -> Response:
     p = request.path_params
     repository = await public_repository(p["host"], p["owner"], p["name"])

@@ -12,7 +12,7 @@ from sqlalchemy import text as sqltext
 
 from app.accounts.models import Account
 from app.infestations.dirty_queue import drain_all
-from app.kernel import db, outbox
+from app.kernel import db, outbox, rendered
 from app.kernel.audit import record_audit
 from app.registry.service import register_repository
 from app.reports.service import submit_report
@@ -143,15 +143,12 @@ async def test_fragment_etag_and_304_before_any_list_query(client: httpx.AsyncCl
     assert home_infestations.stats()["renders"] == before["renders"]
 
 
-async def test_fragment_version_changes_when_the_atlas_changes(
-    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_fragment_version_changes_when_the_atlas_changes(client: httpx.AsyncClient) -> None:
     await seed_pattern("First pattern", repos=2, name_prefix="first")
     etag = (await client.get("/fragments/home-infestations")).headers["ETag"]
-    await seed_pattern("Second pattern", repos=3, name_prefix="second")
-    # within the version TTL every page keeps getting the shared cached answer
     assert (await client.get("/fragments/home-infestations", headers={"If-None-Match": etag})).status_code == 304
-    monkeypatch.setattr(home_infestations, "VERSION_TTL_SECONDS", 0.0)
+    await seed_pattern("Second pattern", repos=3, name_prefix="second")
+    # the refresh moved the version (app.kernel.rendered): the very next poll gets the new list
     changed = await client.get("/fragments/home-infestations", headers={"If-None-Match": etag})
     assert changed.status_code == 200
     assert changed.headers["ETag"] != etag
@@ -202,15 +199,12 @@ async def test_a_takedown_committed_by_another_process_leaves_the_fragment_at_th
     assert kept.title in after.text
 
 
-async def test_a_pattern_deleted_by_a_drain_alone_changes_the_version(
-    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_pattern_deleted_by_a_drain_alone_changes_the_version(client: httpx.AsyncClient) -> None:
     """The version holds no count of the patterns (O(patterns) every 5 s): a refresh that only deletes a pattern
     (nothing else refreshed, nothing audited, the queue empty again as before) still moves it, through the
     change-feed entry written with the change that emptied the pattern."""
     await seed_pattern("Kept pattern", repos=2, name_prefix="kept")
     gone = await seed_pattern("Emptied pattern", repos=2, name_prefix="gone")
-    monkeypatch.setattr(home_infestations, "VERSION_TTL_SECONDS", 0.0)
     first = await client.get("/fragments/home-infestations")
     assert "Emptied pattern" in first.text
     async with db.transaction() as session:  # every report of the pattern hidden, without an audit event
@@ -225,8 +219,12 @@ async def test_a_pattern_deleted_by_a_drain_alone_changes_the_version(
     assert after.status_code == 200
     assert "Emptied pattern" not in after.text and "Kept pattern" in after.text
     async with db.read_session(replica=False) as session:
-        plan = "\n".join(r[0] for r in await session.execute(sqltext("EXPLAIN " + home_infestations._VERSION_SQL)))
-    # the rollup table and the feed are read at one end of an index; only the tiny queue is scanned
+        plan = "\n".join(r[0] for r in await session.execute(sqltext("EXPLAIN " + rendered.VERSION_SQL.text)))
+    # the audit log, the reports, the rollup table and the feed are read at one end of an index; only the tiny queue
+    # is scanned (at most its first thousand rows)
+    assert (
+        "Index Only Scan Backward using pk_audit_events" in plan and "Index Only Scan Backward using pk_scans" in plan
+    )
     assert "Index Only Scan Backward using infestation_patterns_refreshed_at_idx" in plan
     assert "Index Only Scan Backward using changes_seq_idx" in plan
     scanned = {line.split(" on ")[1].split()[0] for line in plan.splitlines() if "Seq Scan on" in line}

@@ -1,0 +1,273 @@
+"""Rendered once per version: an anonymous public page (or twin, feed, sitemap, badge, SARIF log) is kept in this
+process's memory under the version of the data it shows and served to every visitor until the version moves
+(docs/architecture.md "The kernel's rules in words": caches; docs/scaling.md "Rendered once per version")."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+
+from sqlalchemy import text
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from app.kernel import db, flags
+from app.kernel.config import render_cache_bytes
+from app.kernel.metrics import RENDER_CACHE_BYTES, RENDER_CACHE_EVICTIONS, RENDER_CACHE_REQUESTS
+from app.kernel.security import SESSION_COOKIE_NAME
+from app.kernel.web import etag_matches, is_fragment_request
+
+# Window exits are decided when a page is read (docs/domain.md §5.5): a kept page is rendered again at least this
+# often even when nothing was written.
+BUCKET_SECONDS = 30
+# One page may take at most this share of the cache (a large sitemap streams past it, never kept).
+ENTRY_SHARE = 8
+# Every commit that can change a public page moves one of these, each one end of an index (the dirty-key count is
+# bounded, so a backlog costs no more than a thousand index entries):
+# - takedown: the newest audit id (every takedown is audited; the replica fence's marker, app.kernel.db);
+# - changes: the change feed's head (publications, status changes, withdrawals, listings, statements);
+# - reports: the newest scan (a report without findings, or on a pending repository, writes no feed entry);
+# - refreshed: the newest rollup refresh of a pattern that stays; dirty: refreshes that only delete a pattern
+#   (its row leaves the queue).
+VERSION_SQL = text(
+    "SELECT (SELECT coalesce(max(id), 0) FROM audit_events) AS takedown,"
+    " (SELECT max(seq) FROM changes) AS changes,"
+    " (SELECT max(id) FROM scans) AS reports,"
+    " (SELECT max(refreshed_at) FROM infestation_patterns) AS refreshed,"
+    " (SELECT count(*) FROM (SELECT 1 FROM infestation_dirty_keys LIMIT 1000) d) AS dirty"
+)
+_NOT_IN_304 = frozenset({b"content-type", b"content-length", b"content-encoding"})
+
+Handler = Callable[[Request], Awaitable[Response]]
+KeyOf = Callable[[Request], Hashable]
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One rendered 200: its headers (ETag included) and body."""
+
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+    etag: str
+
+    @property
+    def size(self) -> int:
+        return len(self.body) + sum(len(k) + len(v) for k, v in self.headers) + 200  # the entry's own overhead
+
+
+class RenderCache:
+    """Kept pages by key, least recently used out first once their bytes pass `max_bytes`."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Hashable, Kept] = OrderedDict()
+        self._inflight: dict[tuple[int, Hashable], asyncio.Future[Kept | None]] = {}
+        self._takedown = -1
+        self.bytes = 0
+        # observability for tests and operators
+        self.renders = 0
+        self.hits = 0
+
+    def get(self, key: Hashable) -> Kept | None:
+        kept = self._entries.get(key)
+        if kept is not None:
+            self._entries.move_to_end(key)
+        return kept
+
+    def fits(self, size: int) -> bool:
+        return size <= self.max_bytes // ENTRY_SHARE
+
+    def put(self, key: Hashable, kept: Kept) -> None:
+        if not self.fits(kept.size):
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.bytes -= old.size
+        self._entries[key] = kept
+        self.bytes += kept.size
+        while self.bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self.bytes -= evicted.size
+            RENDER_CACHE_EVICTIONS.inc()
+        RENDER_CACHE_BYTES.set(self.bytes)
+
+    def saw_takedown(self, marker: int) -> None:
+        """A newer takedown makes every kept page unreachable (their keys hold an older marker): free them now."""
+        if marker > self._takedown:
+            if self._takedown >= 0:
+                self.clear()
+            self._takedown = marker
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+        RENDER_CACHE_BYTES.set(0)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_cache: RenderCache | None = None
+
+
+def cache() -> RenderCache | None:
+    """This process's render cache (sized by RENDER_CACHE_BYTES when first used); None when it is 0."""
+    global _cache
+    if _cache is None:
+        size = render_cache_bytes()
+        if size <= 0:
+            return None
+        _cache = RenderCache(size)
+    return _cache
+
+
+def reset() -> None:
+    """Forget the cache and read RENDER_CACHE_BYTES again (tests)."""
+    global _cache
+    if _cache is not None:
+        _cache.clear()
+    _cache = None
+
+
+async def current_version() -> tuple[tuple[Any, ...], bool]:
+    """The data version where this request's reads go, in one statement; and whether it was read on the primary
+    while a replica serves public reads (the page is then read from the primary too, so a page is never older
+    than the version it is kept under)."""
+    async with db.read_session() as session:
+        row = (await session.execute(VERSION_SQL)).one()
+        on_primary = not db.reads_use_primary() and session.bind is db.engine()
+    return tuple(row), on_primary
+
+
+def _anonymous(request: Request) -> bool:
+    # a session may make the page privileged (moderator markers, the statement form): never kept, never served
+    return request.method in ("GET", "HEAD") and not request.cookies.get(SESSION_COOKIE_NAME)
+
+
+def path_and_query(request: Request) -> Hashable:
+    return (request.url.path, request.url.query)
+
+
+def answer(request: Request, kept: Kept) -> Response:
+    """The kept page, or a 304 when the client holds it (no rendering either way)."""
+    if etag_matches(request, kept.etag):
+        response = Response(status_code=304)
+        response.raw_headers = [(k, v) for k, v in kept.headers if k not in _NOT_IN_304]
+        return response
+    response = Response(kept.body)
+    response.raw_headers = [(k, v) for k, v in kept.headers if k != b"content-length"] + [
+        (b"content-length", str(len(kept.body)).encode())
+    ]
+    return response
+
+
+async def _keep(response: Response, limit: int) -> tuple[Kept | None, Response]:
+    """The response as a Kept page when it may be shared (a public 200 without cookies, small enough), and the
+    response to send now (a stream that ran past `limit` goes on streaming, not kept)."""
+    cache_control = response.headers.get("cache-control", "")
+    if response.status_code != 200 or not cache_control.startswith("public") or "set-cookie" in response.headers:
+        return None, response
+    if isinstance(response, StreamingResponse):
+        chunks: list[bytes] = []
+        size = 0
+        source = response.body_iterator.__aiter__()
+        async for chunk in source:  # an outage here is raised before any byte went out: a 503, not a short file
+            data = chunk.encode(response.charset) if isinstance(chunk, str) else bytes(chunk)
+            chunks.append(data)
+            size += len(data)
+            if size > limit:
+                response.body_iterator = _chain(chunks, source)
+                return None, response
+        body = b"".join(chunks)
+    else:
+        body = bytes(response.body)
+    etag = response.headers.get("etag") or '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    headers = [(k, v) for k, v in response.raw_headers if k != b"content-length"]
+    if "etag" not in response.headers:
+        headers.append((b"etag", etag.encode()))
+    return Kept(headers=tuple(headers), body=body, etag=etag), response
+
+
+async def _chain(head: list[bytes], rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    for chunk in head:
+        yield chunk
+    async for chunk in rest:
+        yield chunk
+
+
+def _without_validators(request: Request) -> Request:
+    """The request as the handler sees it on a miss: without If-None-Match, so it renders the 200 that is kept."""
+    scope = dict(request.scope)
+    scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"if-none-match"]
+    return Request(scope, request.receive)
+
+
+def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
+    """Serve the decorated public route from the render cache: one version read per request, the page rendered
+    once per (route, `key(request)`, fragment or not, the rollup read flag, version, time bucket) and process.
+    Signed-in requests, errors and private answers pass through untouched."""
+
+    def decorate(handler: Handler) -> Handler:
+        route = f"{handler.__module__}.{handler.__qualname__}"
+
+        @wraps(handler)
+        async def serve(request: Request) -> Response:
+            store = cache()
+            if store is None or not _anonymous(request):
+                if store is not None:
+                    RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
+                return await handler(request)
+            version, on_primary = await current_version()
+            store.saw_takedown(int(version[0]))
+            full_key = (
+                route,
+                key(request),
+                is_fragment_request(request),
+                await flags.read_from_rollup(),
+                version,
+                int(time.time() // BUCKET_SECONDS),
+            )
+            kept = store.get(full_key)
+            if kept is not None:
+                store.hits += 1
+                RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
+                return answer(request, kept)
+            flight = (id(asyncio.get_running_loop()), full_key)
+            running = store._inflight.get(flight)
+            if running is not None:  # another visitor is rendering this very page: wait for it
+                kept = await asyncio.shield(running)
+                if kept is not None:
+                    store.hits += 1
+                    RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
+                    return answer(request, kept)
+                return await handler(request)
+            future: asyncio.Future[Kept | None] = asyncio.get_running_loop().create_future()
+            store._inflight[flight] = future
+            kept = None
+            try:
+                if on_primary:
+                    with db.primary_reads():
+                        response = await handler(_without_validators(request))
+                else:
+                    response = await handler(_without_validators(request))
+                kept, response = await _keep(response, store.max_bytes // ENTRY_SHARE)
+            finally:  # waiters get the page, or None and render for themselves
+                store._inflight.pop(flight, None)
+                future.set_result(kept)
+            if kept is None:
+                RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
+                return response
+            store.renders += 1
+            store.put(full_key, kept)
+            RENDER_CACHE_REQUESTS.labels(outcome="miss").inc()
+            return answer(request, kept)
+
+        return serve
+
+    return decorate

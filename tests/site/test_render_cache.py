@@ -1,0 +1,160 @@
+"""Rendered once per version (issue 26, Deliver 2; app.kernel.rendered): anonymous public pages are served from
+memory until the data version moves; a takedown, a new report or a rollup refresh moves it at the next request;
+ETag/304 without rendering; bounded in bytes; signed-in viewers bypass it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from app.kernel import db, rendered
+from app.kernel.metrics import RENDER_CACHE_EVICTIONS, RENDER_CACHE_REQUESTS
+from app.moderation import service as moderation
+from e2e.seed import SeededPattern, seed_pattern
+from tests import factories
+from tests.moderation.support import NOTES, act_as
+
+
+@pytest.fixture(autouse=True)
+def fresh_render_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("RENDER_CACHE_BYTES", raising=False)
+    rendered.reset()
+    yield
+    rendered.reset()
+
+
+def store() -> rendered.RenderCache:
+    cache = rendered.cache()
+    assert cache is not None
+    return cache
+
+
+def requests(outcome: str) -> float:
+    return RENDER_CACHE_REQUESTS.labels(outcome=outcome)._value.get()
+
+
+async def retitle_behind_the_cache(key: str, title: str) -> None:
+    """Change what the show page reads without moving any part of the version (no audit, feed, report or refresh)."""
+    async with db.transaction() as session:
+        await session.execute(
+            text("UPDATE infestation_patterns SET title = :t WHERE pattern_key = :k"), {"t": title, "k": key}
+        )
+
+
+async def test_a_second_anonymous_request_is_served_from_memory_and_a_304_renders_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    seeded = await seed_pattern("Cached pattern", repos=2)
+    path = f"/infestations/{seeded.key}"
+    first = await client.get(path)
+    assert first.status_code == 200 and "Cached pattern" in first.text
+    etag = first.headers["ETag"]
+    renders, hits = store().renders, store().hits
+    await retitle_behind_the_cache(seeded.key, "Changed behind the cache")
+    second = await client.get(path)
+    assert second.text == first.text  # the bytes kept in memory, not a new read
+    assert (store().renders, store().hits) == (renders, hits + 1)
+    before = requests("hit")
+    not_modified = await client.get(path, headers={"If-None-Match": etag})
+    assert not_modified.status_code == 304 and not_modified.content == b""
+    assert not_modified.headers["ETag"] == etag and "xkey" in not_modified.headers
+    assert store().renders == renders and requests("hit") == before + 1
+    # a fragment (htmx) and the twin are other pages of their own
+    assert "Changed behind the cache" in (await client.get(path, headers={"HX-Request": "true"})).text
+    assert "Changed behind the cache" in (await client.get(f"{path}.json")).text
+
+
+async def test_a_signed_in_viewer_bypasses_the_cache(client: httpx.AsyncClient) -> None:
+    seeded = await seed_pattern("Bypassed pattern", repos=2)
+    path = f"/infestations/{seeded.key}"
+    assert (await client.get(path)).status_code == 200
+    renders, hits = store().renders, store().hits
+    await retitle_behind_the_cache(seeded.key, "Seen by the moderator")
+    await act_as(client, await factories.create_account(platform_role="moderator", state="active"))
+    assert "Seen by the moderator" in (await client.get(path)).text  # read now, not served from memory
+    assert (store().renders, store().hits) == (renders, hits)  # and not kept either
+
+
+def repository_ids(answer: httpx.Response) -> set[int]:
+    assert answer.status_code == 200, answer.text
+    return {entry["repository_id"] for entry in answer.json()["instances"]["entries"]}
+
+
+async def test_takedowns_change_every_affected_page_at_the_next_request(client: httpx.AsyncClient) -> None:
+    seeded = await seed_pattern("Taken down pattern", repos=3)
+    moderator = await factories.create_account(platform_role="moderator", state="active")
+    quarantined, restricted, kept = seeded.repositories
+    slug = f"/repos/{quarantined.host}/{quarantined.owner}/{quarantined.name}"
+    show, twin = f"/infestations/{seeded.key}", f"/infestations/{seeded.key}.json"
+    documents = [f"{slug}/badge.svg", f"{slug}/findings.sarif", f"{slug}/reports.atom"]
+    pages = [show, twin, f"/infestations/{seeded.key}.atom", "/infestations", "/", "/index.json", *documents]
+    for path in pages:  # kept, then served from memory
+        assert (await client.get(path)).status_code == 200, path
+    hits = store().hits
+    for path in pages:
+        assert (await client.get(path)).status_code == 200, path
+    assert store().hits == hits + len(pages)
+    assert repository_ids(await client.get(twin)) == {r.id for r in seeded.repositories}
+    assert quarantined.name in (await client.get(show)).text
+
+    await moderation.change_repository_listing(
+        moderator, quarantined.host, quarantined.owner, quarantined.name, "quarantined", "takedown", NOTES
+    )
+    renders = store().renders
+    assert repository_ids(await client.get(twin)) == {restricted.id, kept.id}
+    assert quarantined.name not in (await client.get(show)).text
+    assert quarantined.name not in (await client.get(f"/infestations/{seeded.key}.atom")).text
+    for path in documents:
+        assert (await client.get(path)).status_code == 404, path
+    for path in ("/infestations", "/", "/index.json"):  # rendered again, not served across the takedown
+        assert (await client.get(path)).status_code == 200, path
+    assert store().renders == renders + 6  # the 404s are not kept
+
+    async with db.read_session(replica=False) as session:
+        scan_id = (
+            await session.execute(text("SELECT id FROM scans WHERE repository_id = :r"), {"r": restricted.id})
+        ).scalar_one()
+    await moderation.change_scan_visibility(moderator, scan_id, "restricted", "takedown", NOTES)
+    assert repository_ids(await client.get(twin)) == {kept.id}
+    assert restricted.name not in (await client.get(show)).text
+
+
+async def seed_second(first: SeededPattern) -> SeededPattern:
+    return await seed_pattern("Second pattern", repos=3, name_prefix="second")
+
+
+async def test_a_new_report_and_a_refresh_change_the_index(client: httpx.AsyncClient) -> None:
+    first = await seed_pattern("First pattern", repos=2)
+    index = await client.get("/infestations.json")
+    assert [item["pattern_key"] for item in index.json()["items"]] == [first.key]
+    second = await seed_second(first)  # new reports, then the rollup refresh that projects them
+    keys = [item["pattern_key"] for item in (await client.get("/infestations.json")).json()["items"]]
+    assert keys == [second.key, first.key]
+    # a report alone (no refresh yet) already moves the version: the page is read again
+    renders = store().renders
+    repository = await factories.create_repository("acme", "fresh")
+    await factories.create_scan(repository, await factories.create_account())
+    await client.get("/infestations.json")
+    assert store().renders == renders + 1
+
+
+async def test_the_cache_stays_within_its_bytes(client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    await seed_pattern("Bounded pattern", repos=2)
+    assert (await client.get("/infestations.json?days=20")).status_code == 200
+    size = store().bytes  # one kept twin (every window from 20 to 31 days lists the pattern: the same size)
+    monkeypatch.setenv("RENDER_CACHE_BYTES", str(size * rendered.ENTRY_SHARE + size // 2))
+    rendered.reset()
+    evictions = RENDER_CACHE_EVICTIONS._value.get()
+    for days in range(20, 32):  # twelve pages of one size: eight fit
+        assert (await client.get(f"/infestations.json?days={days}")).status_code == 200
+    bounded = store()
+    assert bounded.bytes <= bounded.max_bytes and len(bounded) <= rendered.ENTRY_SHARE
+    assert RENDER_CACHE_EVICTIONS._value.get() - evictions >= 12 - rendered.ENTRY_SHARE
+    renders = bounded.renders
+    await client.get("/infestations.json?days=31")  # the newest is still there
+    assert bounded.renders == renders
+    await client.get("/infestations.json?days=20")  # the least recently used was dropped
+    assert bounded.renders == renders + 1
