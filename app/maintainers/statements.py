@@ -20,6 +20,8 @@ from app.kernel.intake import Budget
 from app.kernel.outbox import ring_webhooks_after_commit
 from app.kernel.policy import require_good_standing
 from app.kernel.public import LISTED, has_public_occurrence
+from app.kernel.purge import purge_after_commit
+from app.kernel.shared_cache import repository_tag
 from app.kernel.text import optional_text
 from app.maintainers.models import (
     STATEMENT_VISIBILITIES,
@@ -239,6 +241,8 @@ async def record_statement(account_id: int, canonical_public_id: str, statement:
             )
         ).scalar_one()
         await _announce(session, canonical_id, repository_id, (statement_id, statement.status), reason=None)
+        # the shared cache: the finding's and repository's pages show the new statement at the next request
+        purge_after_commit({repository_tag(repository_id)})
     view = await statement_by_id(statement_id)
     assert view is not None
     return view
