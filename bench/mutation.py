@@ -132,35 +132,53 @@ def _diff(work: Path, mutant: str) -> str:
     return "\n".join(line for line in shown.stdout.splitlines() if line.startswith(("+", "-", "#", "@@")))
 
 
+def _mutmut(work: Path, module: Module, env: dict[str, str], *names: str) -> None:
+    with (OUT / f"{work.name}.log").open("a") as log:
+        subprocess.run(
+            [*NICE, sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names],
+            cwd=work,
+            env={
+                **os.environ,
+                **env,
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "TARAKAN_MUTATION_MIGRATED": "1",
+                "TARAKAN_MUTATION_PURE": ",".join(module.pure),
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+
+
 def run_module(name: str, env: dict[str, str], *, resume: bool) -> dict[str, Any]:
+    """One module's mutmut run. `resume`: keep the work folder (its copy of the module and every result), take
+    the tests as they are now, rerun the mutants that lived (against the new tests) and run the unchecked ones."""
     module = MODULES[name]
     work = OUT / name
-    if not (resume and (work / "pyproject.toml").exists()):
-        work = snapshot(name, module)
     started = time.monotonic()
-    print(f"== {name}: mutmut run in {work.relative_to(ROOT)}", flush=True)
-    log = (OUT / f"{name}.log").open("a")
-    subprocess.run(
-        [*NICE, sys.executable, "-m", "mutmut", "run", "--max-children", "1"],
-        cwd=work,
-        env={
-            **os.environ,
-            **env,
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "TARAKAN_MUTATION_MIGRATED": "1",
-            "TARAKAN_MUTATION_PURE": ",".join(module.pure),
-        },
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        check=False,
-    )
+    earlier = 0.0  # seconds of the runs this one resumes
+    if resume and (work / "mutants").exists():
+        if (OUT / f"{name}.json").exists():
+            earlier = float(json.loads((OUT / f"{name}.json").read_text())["seconds"])
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True, ignore=ignore)
+        (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)  # which test calls what: measured again
+        known = equivalents()
+        live = [m for m, s in _statuses(work, module).items() if s not in KILLED and m not in known]
+        print(f"== {name}: resumed in {work.relative_to(ROOT)}, {len(live)} mutants to rerun", flush=True)
+        if live:
+            _mutmut(work, module, env, *live)
+    else:
+        work = snapshot(name, module)
+        print(f"== {name}: mutmut run in {work.relative_to(ROOT)}", flush=True)
+    _mutmut(work, module, env)
     statuses = _statuses(work, module)
     known = equivalents()
     survivors = {m: _diff(work, m) for m, s in statuses.items() if s not in KILLED and m not in known}
     result = {
         "module": module.path,
         "tests": list(module.tests),
-        "seconds": round(time.monotonic() - started, 1),
+        "seconds": round(earlier + time.monotonic() - started, 1),
         "statuses": statuses,
         "survivors": survivors,
     }

@@ -56,7 +56,9 @@ def test_limit_is_clamped_into_one_to_the_maximum() -> None:
 
 def test_a_cursor_is_short_unpadded_url_safe_json_and_comes_back_as_issued() -> None:
     cursor = encode_cursor(AT, 42)
-    assert "=" not in cursor
+    assert cursor == base64.urlsafe_b64encode(b'["2026-03-04T05:06:07.890123+00:00",42]').decode()
+    # whatever its length, no padding is sent
+    assert all("=" not in encode_cursor(AT, n) for n in (1, 12, 123))
     assert json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))) == [AT.isoformat(), 42]
     assert decode_cursor(cursor) == (AT, 42)
     other_zone = AT.astimezone(timezone(timedelta(hours=-5)))
@@ -99,12 +101,19 @@ def test_a_cursor_that_is_not_a_string_is_refused() -> None:
         decode_cursor(12)  # type: ignore[arg-type]
 
 
+def _spaced(size: int) -> str:
+    """A forged cursor of valid JSON padded with spaces to `size` bytes before base64."""
+    body = json.dumps([AT.isoformat(), 1])
+    return base64.urlsafe_b64encode((body[:-1] + " " * (size - len(body)) + "]").encode()).decode().rstrip("=")
+
+
 def test_the_longest_accepted_cursor_is_two_hundred_characters() -> None:
     # a real cursor is far shorter; the bound only keeps the decoder's work small
-    padded = encode_cursor(AT, 1)
-    assert len(padded) < 200
+    assert len(_spaced(150)) == 200
+    assert decode_cursor(_spaced(150)) == (AT, 1)
+    assert len(_spaced(151)) == 202
     with pytest.raises(InvalidCursor):
-        decode_cursor(padded + "A" * (201 - len(padded)))
+        decode_cursor(_spaced(151))
 
 
 def test_id_cursors_are_the_epoch_and_refuse_time_cursors() -> None:

@@ -1,0 +1,98 @@
+"""The quorum rule at its edges and the exact words a reviewer reads when a check does not count (docs/domain.md
+§1.5): the boundaries bench/mutation.py holds app/reports/quorum.py to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.accounts.models import Account
+from app.kernel import db
+from app.reports.quorum import NOT_COUNTED, THRESHOLD, Tally, meets_quorum, status_for, why_not_counted
+from app.reports.service import record_check, submit_report
+from tests import factories
+from tests.reports.support import COMMIT, DROP, check_body, report_body, reviewer
+from tests.sql import execute, rows
+
+RULE = [  # (confirmed, disputed, fixed) -> status
+    ((0, 0, 0), "open"),
+    ((1, 0, 0), "open"),
+    ((2, 0, 0), "verified"),
+    ((3, 1, 0), "verified"),
+    ((3, 2, 0), "open"),  # C - D = 1
+    ((2, 2, 0), "open"),  # a tie is open, not disputed
+    ((1, 2, 0), "disputed"),
+    ((0, 1, 0), "disputed"),
+    ((0, 0, 1), "open"),
+    ((0, 0, 2), "fixed"),
+    ((0, 1, 2), "disputed"),  # F - D = 1
+    ((0, 1, 3), "fixed"),
+    ((5, 0, 2), "fixed"),  # fixed wins over verified
+    ((3, 1, 2), "verified"),
+    ((0, 3, 4), "disputed"),
+]
+
+
+def test_the_status_rule_at_its_edges() -> None:
+    assert THRESHOLD == 2
+    for (c, d, f), status in RULE:
+        assert status_for(Tally(confirmed=c, disputed=d, fixed=f)) == status, (c, d, f)
+        assert meets_quorum(Tally(confirmed=c, disputed=d, fixed=f)) is (status in ("verified", "fixed")), (c, d, f)
+
+
+WHY = {
+    "commit": NOT_COUNTED + "checks count only at the finding's latest commit ({sha}), and this commit is an older "
+    "one (docs/domain.md §1.5)",
+    "provenance": NOT_COUNTED + 'provenance is "agent" (the default), and only human or hybrid checks count; send '
+    '"provenance": "human" when a person checked it (docs/domain.md §1.5)',
+    "state": NOT_COUNTED + "your account's state is probation; only checks by active accounts count "
+    "(docs/domain.md §1.5)",
+    "tier": NOT_COUNTED + "your account is not a qualified reviewer (trust tier reviewer, or role moderator or "
+    "admin) (docs/domain.md §1.5)",
+    "maintainer": NOT_COUNTED + "you are or were a verified maintainer of this repository, and a maintainer's "
+    "checks are recorded, never counted (docs/domain.md §1.5, §14)",
+    "address": NOT_COUNTED + "another account checked this finding from the same address (IPv4 address or IPv6 /64) "
+    "within 7 days, so every check from that address is dropped (anti-collusion, docs/domain.md §1.5); two "
+    "reviewers on one machine must connect from different addresses",
+}
+
+
+async def test_a_check_that_does_not_count_says_which_rule_in_full() -> None:
+    assert NOT_COUNTED == "recorded, not counted toward the quorum: "
+    repo = await factories.create_repository()
+    submitted = await submit_report(
+        await factories.create_account(state="active"), repo.host, repo.owner, repo.name, report_body()
+    )
+    canonical = submitted["findings"][0]["canonical_public_id"]
+
+    async def answer(account: Account, ip: str, **body: Any) -> tuple[bool, str | None]:
+        sent = {k: v for k, v in check_body(**body).items() if v is not DROP}
+        result = await record_check(account, canonical, sent, client_ip=ip)
+        return result["counted"], result["reason"]
+
+    assert await answer(await reviewer(), "192.0.2.1", provenance=DROP) == (False, WHY["provenance"])
+    assert await answer(await reviewer(state="probation"), "192.0.2.2") == (False, WHY["state"])
+    # a reviewer demoted after checking: the check stays, and no longer counts (authority revalidation)
+    demoted = await reviewer()
+    assert await answer(demoted, "192.0.2.3") == (True, None)
+    await execute("UPDATE accounts SET trust_tier = 'contributor' WHERE id = :a", a=demoted.id)
+    [check] = await rows("SELECT id FROM canonical_finding_checks WHERE account_id = :a", a=demoted.id)
+    async with db.read_session(replica=False) as session:
+        assert await why_not_counted(session, check["id"]) == WHY["tier"]
+    maintainer = await reviewer()
+    await execute(
+        "INSERT INTO repository_maintainers (repository_id, account_id) VALUES (:r, :a)", r=repo.id, a=maintainer.id
+    )
+    assert await answer(maintainer, "192.0.2.4") == (False, WHY["maintainer"])
+    assert await answer(await reviewer(), "192.0.2.5") == (True, None)
+    assert await answer(await reviewer(), "192.0.2.5") == (False, WHY["address"])
+    # a moderator is qualified whatever the tier; the rules are checked in the order above
+    moderator = await factories.create_account(platform_role="moderator")
+    assert await answer(moderator, "192.0.2.6") == (True, None)
+    newer = "b" * 40
+    await submit_report(
+        await factories.create_account(state="active"), repo.host, repo.owner, repo.name, report_body(commit_sha=newer)
+    )
+    assert await answer(await reviewer(), "192.0.2.7", commit_sha=COMMIT, provenance=DROP) == (
+        False,
+        WHY["commit"].format(sha=newer),
+    )
