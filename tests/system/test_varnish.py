@@ -7,10 +7,12 @@ and a purge that fails falls back to purging everything, counted and said."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -264,3 +266,42 @@ async def test_a_failed_purge_falls_back_to_everything_is_counted_and_said(
     )  # fmt: skip
     assert done.code == 0, done
     assert "the purge failed on 1 of 2 cache(s)" in done.out and "TarakanCachePurgeFailed" in done.out
+
+
+async def test_a_page_fetched_across_a_purge_is_not_stored(tmp_path: Path) -> None:
+    """The race the VCL closes: a fetch that began before a purge may have read the database before the takedown
+    committed, so its answer goes to its one client and is not stored. The origin here is a stand-in that answers
+    every GET slowly with a tagged page, numbered."""
+    served = 0
+
+    async def origin(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        while (await reader.readline()).strip():
+            pass
+        served += 1
+        await asyncio.sleep(0.6)
+        body = f"page {served}".encode()
+        head = (
+            "HTTP/1.1 200 OK\r\nCache-Control: public, max-age=30, s-maxage=300\r\nxkey: atlas\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(origin, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    varnish = await asyncio.to_thread(Varnish(tmp_path / "varnish", f"127.0.0.1:{port}").start)
+    try:
+        async with httpx.AsyncClient(base_url=varnish.url, timeout=10) as client:
+            in_flight = asyncio.create_task(client.get("/page"))
+            await asyncio.sleep(0.3)  # its fetch is under way when the purge arrives
+            assert (await client.request("PURGE", "/", headers={"xkey-purge": "atlas"})).status_code == 200
+            assert (await in_flight).text == "page 1"
+            again = await client.get("/page")
+            assert not hit(again) and again.text == "page 2", "an answer fetched across a purge was stored"
+            last = await client.get("/page")
+            assert hit(last) and last.text == "page 2" and "xkey" not in last.headers
+    finally:
+        varnish.stop()
+        server.close()
