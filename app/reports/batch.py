@@ -46,7 +46,7 @@ Parsed = Prepared | BatchLine  # a line to store, or its answer already (refused
 @dataclass(frozen=True)
 class Batch:
     lines: list[Parsed]
-    started: float  # time.monotonic() when the body began to be read through
+    started: float  # time.monotonic() when its lines began to be read (the body had arrived)
 
 
 def _refusal(line: int, exc: DomainError) -> BatchLine:
@@ -170,14 +170,13 @@ async def store_batch(
         number = item.line
         if left is not None and refused >= left[0] and not (isinstance(item, BatchLine) and item.status == 429):
             assert allowance is not None
-            refusal = allowance.window.refusal(left[1])
+            message = allowance.window.message.format(limit=allowance.window.limit)
             answers.append(
-                _refusal(
-                    number,
-                    RateLimited(
-                        {"rate_limit": ["not tried: " + refusal.errors["rate_limit"][0]]},
-                        retry_after=refusal.retry_after,
-                    ),
+                BatchLine(
+                    line=number,
+                    status=429,
+                    errors={"rate_limit": [f"not tried: {message}"]},
+                    retry_after=max(1, left[1]),
                 )
             )
             continue
