@@ -62,16 +62,13 @@ def _middleware() -> list[Middleware]:
     from app.kernel.addresses import ForwardedHeaders
     from app.kernel.limits import BodyLimitMiddleware, EdgeMiddleware
     from app.kernel.logs import RequestIdMiddleware
-    from app.kernel.metrics import RequestMetricsMiddleware, ServerTimingMiddleware
     from app.kernel.security import middleware
 
     # the client address first: every limit, log line and /metrics check reads the resolved one; then the request
-    # id: every line logged below it (and the access line) carries it
+    # id, metrics, Server-Timing and access line in one layer: every line logged below it carries the id
     return [
         Middleware(ForwardedHeaders),
         Middleware(RequestIdMiddleware),
-        Middleware(RequestMetricsMiddleware),
-        Middleware(ServerTimingMiddleware),
         *middleware(),
         # innermost: refusals still carry the security headers, request id and metrics (docs/security.md)
         Middleware(BodyLimitMiddleware),

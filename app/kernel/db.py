@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -113,8 +114,10 @@ def _engine_for(url: str) -> AsyncEngine:
             connect_args["options"] = f"-c statement_timeout={int(_statement_timeout * 1000)}"
         engine = create_async_engine(
             url,
-            pool_size=cfg.db_pool_size,
-            max_overflow=cfg.db_pool_size,
+            # DB_POOL_SIZE plus as many again, all kept once opened: an overflow connection was closed when given
+            # back, so 32 concurrent requests opened and closed a connection (a Postgres backend) nearly per request
+            pool_size=2 * cfg.db_pool_size,
+            max_overflow=0,
             # a bounded wait for a free connection; sqlalchemy.exc.TimeoutError after it is a 503 (app.kernel.outages)
             pool_timeout=cfg.db_pool_timeout,
             # no pre-ping: it was one more round trip on every checkout. A pooled connection that died (a Postgres
@@ -139,8 +142,25 @@ def _cap_every_transaction(engine: AsyncEngine, milliseconds: int) -> None:
         connection.exec_driver_sql("SELECT set_config('statement_timeout', %s, true)", (str(milliseconds),))
 
 
+# (DATABASE_URL, DATABASE_REPLICA_URL) as found in the environment -> as `settings()` normalizes them: read at
+# every call (tests and operators change them) without building every setting on each read of a request
+_urls: dict[tuple[str, str | None], tuple[str, str | None]] = {}
+
+
+def _database_urls() -> tuple[str, str | None]:
+    """The primary's and the replica's URL (None: no replica)."""
+    found = (os.environ.get("DATABASE_URL", ""), os.environ.get("DATABASE_REPLICA_URL") or None)
+    urls = _urls.get(found)
+    if urls is None:
+        cfg = settings()  # raises ConfigError on a missing or malformed URL
+        if len(_urls) > 16:
+            _urls.clear()
+        urls = _urls[found] = (cfg.database_url, cfg.database_replica_url)
+    return urls
+
+
 def engine() -> AsyncEngine:
-    return _engine_for(settings().database_url)
+    return _engine_for(_database_urls()[0])
 
 
 # A read's statements each commit on their own (no BEGIN, no ROLLBACK: one round trip per statement). Under READ
@@ -181,7 +201,7 @@ def request_reads() -> Iterator[RequestReads]:
 
 def reads_use_primary() -> bool:
     """True when a replica read in this context would go to the primary anyway (no replica, or forced)."""
-    return settings().database_replica_url is None or _force_primary.get()
+    return _database_urls()[1] is None or _force_primary.get()
 
 
 @contextmanager
@@ -250,12 +270,12 @@ async def _replica_or_primary(*, transaction: bool) -> tuple[AsyncSession, bool]
     the lag; counted `behind_takedown` when not) and lags at most DATABASE_REPLICA_MAX_LAG (`lagging`). A replica
     that does not answer is counted in `tarakan_replica_fallbacks_total` and left alone for REPLICA_RETRY_SECONDS
     so reads do not wait on it each time."""
-    cfg = settings()
-    url = cfg.database_replica_url
+    primary_url, url = _database_urls()
     assert url is not None
     primary = async_sessionmaker(engine(), expire_on_commit=False)
-    if url == cfg.database_url:  # a "replica" that is the primary has nothing to fall back to
+    if url == primary_url:  # a "replica" that is the primary has nothing to fall back to
         return primary(), False
+    cfg = settings()
     if time.monotonic() < _replica_down_until.get(url, 0.0):
         REPLICA_FALLBACKS.inc()
         return primary(), False

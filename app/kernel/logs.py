@@ -5,22 +5,27 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import random
 import re
 import time
-import uuid
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from starlette.datastructures import Headers, MutableHeaders
+from starlette.datastructures import MutableHeaders
 from starlette.types import Message, Receive, Scope, Send
 
 from app.kernel import watchdog
 from app.kernel.asgi import HTTPMiddleware
-from app.kernel.config import log_format
-from app.kernel.metrics import route_template
+from app.kernel.config import log_format, server_timing
+from app.kernel.metrics import observe_request, route_template
 
 REQUEST_ID_HEADER = "X-Request-ID"
+_REQUEST_ID_KEY = REQUEST_ID_HEADER.lower().encode()
+# minted request ids only correlate log lines: random per process, without a system call per request (uuid4 reads
+# os.urandom every time)
+_minted = random.Random(os.urandom(16))
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 access_log = logging.getLogger("tarakan.access")
@@ -124,6 +129,12 @@ def configure_logging(level: int = logging.INFO) -> None:
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(level)
+    # no record looks up its caller's file and line, thread or process (no format here prints them): the logging
+    # HOWTO's "Optimization", a cost on every access line (docs/benchmarks.md "Public pages against /healthz")
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "arq"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
@@ -145,31 +156,47 @@ PROCESS_LOG_CONFIG: dict[str, Any] = {
 
 
 def _incoming_id(scope: Scope) -> str:
-    given = Headers(scope=scope).get(REQUEST_ID_HEADER, "")
-    return given if _SANE_ID.match(given) else uuid.uuid4().hex
+    for name, value in scope["headers"]:
+        if name == _REQUEST_ID_KEY:  # the first one, as Headers.get reads it
+            given: str = value.decode("latin-1")
+            if _SANE_ID.match(given):
+                return given
+            break
+    return f"{_minted.getrandbits(128):032x}"
 
 
 class RequestIdMiddleware(HTTPMiddleware):
-    """Accept or mint the request id, return it in `X-Request-ID`, and log one access line per request."""
+    """Everything said about each request, in one layer (one send wrapper, one clock): accept or mint the request
+    id and return it in `X-Request-ID`; count and time the request to its last body byte (an exception counts as a
+    5xx: `tarakan_http_requests_total`, `tarakan_http_request_duration_seconds`); with SERVER_TIMING=1,
+    `Server-Timing: app;dur=<ms>`, the server's time until the response headers (the whole render for a template
+    page; off by default: it would tell anyone which requests are slow, a timing oracle); and one access line."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         rid = _incoming_id(scope)
         token = request_id.set(rid)
         started = time.perf_counter()
+        timing = server_timing()
         status = 500
 
-        async def send_with_id(message: Message) -> None:
+        async def send_observed(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = rid
+                headers = MutableHeaders(scope=message)
+                headers[REQUEST_ID_HEADER] = rid
+                if timing:
+                    headers.append("Server-Timing", f"app;dur={(time.perf_counter() - started) * 1000:.2f}")
             await send(message)
 
         try:
             with watchdog.in_flight(lambda: f"{scope['method']} {route_template(scope)}"):
-                await self.app(scope, receive, send_with_id)
+                await self.app(scope, receive, send_observed)
         finally:
-            duration_ms = round((time.perf_counter() - started) * 1000, 2)
+            elapsed = time.perf_counter() - started
+            route = route_template(scope)
+            observe_request(route, scope["method"], status, elapsed)
+            duration_ms = round(elapsed * 1000, 2)
             access_log.info(
                 "%s %s %d %.2fms",
                 scope["method"],
@@ -179,7 +206,7 @@ class RequestIdMiddleware(HTTPMiddleware):
                 extra={
                     "method": scope["method"],
                     "path": scope["path"],
-                    "route": route_template(scope),
+                    "route": route,
                     "status": status,
                     "duration_ms": duration_ms,
                 },

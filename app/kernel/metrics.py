@@ -10,7 +10,6 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -19,12 +18,10 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, make_wsgi_app
 from prometheus_client import multiprocess as prometheus_multiprocess
 from prometheus_client.exposition import ThreadingWSGIServer
-from starlette.datastructures import MutableHeaders
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from app.kernel.addresses import parse_address
-from app.kernel.asgi import HTTPMiddleware
-from app.kernel.config import metrics_allow, server_timing
+from app.kernel.config import metrics_allow
 
 LIST_DURATION = Histogram(
     "tarakan_infestations_list_seconds",
@@ -281,49 +278,33 @@ def process_exit() -> None:
         prometheus_multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
 
+# a route template (`{pattern_key:stem}` -> `{pattern_key}`) per route path, worked out once
+_templates: dict[str, str] = {}
+# the labelled children of the two RED metrics per (route, method label, status class): a dict lookup per request
+# instead of two `labels()` calls (each builds its key and takes a lock)
+_observed: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+
 def route_template(scope: Scope) -> str:
     """The template of the route that handled the request (`/infestations/{key}`), set by Starlette's router."""
     path = getattr(scope.get("route"), "path", None)
-    return _CONVERTOR.sub("}", path) if isinstance(path, str) and path else UNMATCHED_ROUTE
+    if not isinstance(path, str) or not path:
+        return UNMATCHED_ROUTE
+    template = _templates.get(path)
+    if template is None:
+        template = _templates[path] = _CONVERTOR.sub("}", path)
+    return template
 
 
-class RequestMetricsMiddleware(HTTPMiddleware):
-    """Counts every request and times it to the last body byte; an exception counts as a 5xx."""
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = time.perf_counter()
-        status = 500
-
-        async def send_observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_observed)
-        finally:
-            route = route_template(scope)
-            method = scope["method"] if scope["method"] in _METHODS else "other"
-            HTTP_REQUESTS.labels(route=route, method=method, status=f"{status // 100}xx").inc()
-            HTTP_DURATION.labels(route=route, method=method).observe(time.perf_counter() - started)
-
-
-class ServerTimingMiddleware(HTTPMiddleware):
-    """With SERVER_TIMING=1, `Server-Timing: app;dur=<ms>` on every response: the server's time until the response
-    headers (the whole render for a template page), so operators and the benchmarks see server time apart from
-    the network. Off by default: it would tell anyone which requests are slow (a timing oracle)."""
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not server_timing():
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-
-        async def send_with_timing(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                elapsed_ms = (time.perf_counter() - started) * 1000
-                MutableHeaders(scope=message).append("Server-Timing", f"app;dur={elapsed_ms:.2f}")
-            await send(message)
-
-        await self.app(scope, receive, send_with_timing)
+def observe_request(route: str, method: str, status: int, seconds: float) -> None:
+    """Count one request by route template, method ("other" beyond the known ones) and status class, and time it."""
+    label = method if method in _METHODS else "other"
+    key = (route, label, status // 100)
+    children = _observed.get(key)
+    if children is None:
+        children = _observed[key] = (
+            HTTP_REQUESTS.labels(route=route, method=label, status=f"{status // 100}xx"),
+            HTTP_DURATION.labels(route=route, method=label),
+        )
+    children[0].inc()
+    children[1].observe(seconds)
