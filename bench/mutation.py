@@ -60,11 +60,22 @@ MODULES: dict[str, Module] = {
     "policy": Module("app/kernel/policy.py", POLICY, pure=POLICY),
     "visibility": Module("app/kernel/visibility.py", POLICY, pure=POLICY),
     "public": Module("app/kernel/public.py", ("tests/kernel/test_public_mutants.py",)),
-    "quorum": Module("app/reports/quorum.py", ("tests/reports/test_quorum.py",)),
-    "secrets_scanner": Module("app/reports/secrets_scanner.py", ("tests/reports/test_report_validation.py",)),
+    "quorum": Module(
+        "app/reports/quorum.py",
+        ("tests/reports/test_quorum_mutants.py", "tests/reports/test_quorum.py", "tests/reports/test_checks.py"),
+    ),
+    "secrets_scanner": Module(
+        "app/reports/secrets_scanner.py",
+        ("tests/reports/test_secrets_mutants.py", "tests/reports/test_report_validation.py"),
+        pure=("tests/reports/test_secrets_mutants.py",),
+    ),
     "sarif": Module("app/reports/sarif.py", ("tests/reports/test_sarif_in.py", "tests/reports/test_sarif_bounds.py")),
     "validation": Module("app/reports/validation.py", ("tests/reports/test_report_validation.py",)),
-    "finding_memory": Module("app/reports/finding_memory.py", ("tests/reports/test_finding_memory.py",)),
+    "finding_memory": Module(
+        "app/reports/finding_memory.py",
+        ("tests/reports/test_finding_memory.py",),
+        pure=("tests/reports/test_finding_memory.py",),
+    ),
 }
 
 NOTES = """

@@ -19,14 +19,13 @@ from sqlalchemy import ColumnElement, FromClause, and_, or_, select
 from app.kernel import policy, public
 from app.kernel.sql import ONE, outer
 
-# the consumers' tests that meet each guard through a real page, list or count (DB tests, a few seconds each)
-_INFESTATIONS = "tests/infestations/test_infestation_queries.py"
-_SITE_FINDING = (
-    "tests/site/test_site_registry.py::test_finding_hidden_unless_public_report_on_visible_repository"
+# the consumers' tests that meet each guard through real pages: every public surface at the next request after each
+# kind of takedown, then the atlas counts after a drain (in-process, no worker); the quorum's tally and reasons
+_TAKEDOWNS = (
+    "tests/system/test_takedowns.py::test_a_takedown_holds_at_the_next_request_on_every_surface_then_counts_follow"
+    "_the_drain",
 )
-_BADGE = "tests/site/test_badge.py::test_badge_counts_open_public_findings_and_follows_takedowns"
-_PROJECTION = "tests/infestations/test_projection.py"
-_QUORUM = "tests/reports/test_quorum.py"
+_QUORUM = ("tests/reports/test_quorum.py", "tests/reports/test_quorum_mutants.py")
 
 
 @dataclass(frozen=True)
@@ -106,36 +105,36 @@ def _qualified_reviewer_flipped(accounts: FromClause) -> ColumnElement[bool]:
 
 
 MUTANTS = (
-    SqlMutant("public_scan: = becomes <>", public, "public_scan", _public_scan_flipped, (_SITE_FINDING, _BADGE)),
+    SqlMutant("public_scan: = becomes <>", public, "public_scan", _public_scan_flipped, _TAKEDOWNS),
     SqlMutant(
-        "listed_repository: = becomes <>", public, "listed_repository", _listed_repository_flipped, (_SITE_FINDING,)
+        "listed_repository: = becomes <>", public, "listed_repository", _listed_repository_flipped, _TAKEDOWNS
     ),
-    SqlMutant("public_join: AND becomes OR", public, "public_join", _public_join_or, (_SITE_FINDING, _BADGE)),
+    SqlMutant("public_join: AND becomes OR", public, "public_join", _public_join_or, _TAKEDOWNS),
     SqlMutant(
-        "visible_scan: no listing predicate", public, "visible_scan", _visible_scan(listed=False), (_INFESTATIONS,)
+        "visible_scan: no listing predicate", public, "visible_scan", _visible_scan(listed=False), _TAKEDOWNS
     ),
     SqlMutant(
-        "visible_scan: no visibility predicate", public, "visible_scan", _visible_scan(scan=False), (_INFESTATIONS,)
+        "visible_scan: no visibility predicate", public, "visible_scan", _visible_scan(scan=False), _TAKEDOWNS
     ),
-    SqlMutant("visible_scan: no key predicate", public, "visible_scan", _visible_scan(keyed=False), (_INFESTATIONS,)),
+    SqlMutant("visible_scan: no key predicate", public, "visible_scan", _visible_scan(keyed=False), _TAKEDOWNS),
     SqlMutant(
         "has_public_occurrence: no visibility predicate",
         public,
         "has_public_occurrence",
         _has_public_occurrence_any_scan,
-        (_PROJECTION,),
+        _TAKEDOWNS,
     ),
-    SqlMutant("public_canonical: AND becomes OR", public, "public_canonical", _public_canonical_or, (_PROJECTION,)),
+    SqlMutant("public_canonical: AND becomes OR", public, "public_canonical", _public_canonical_or, _TAKEDOWNS),
     SqlMutant(
-        "visible_occurrence: = becomes <>", public, "visible_occurrence", _visible_occurrence_flipped, (_INFESTATIONS,)
+        "visible_occurrence: = becomes <>", public, "visible_occurrence", _visible_occurrence_flipped, _TAKEDOWNS
     ),
     SqlMutant(
-        "visible_pattern: no sample guard", public, "visible_pattern", _visible_pattern_any_instance, (_INFESTATIONS,)
+        "visible_pattern: no sample guard", public, "visible_pattern", _visible_pattern_any_instance, _TAKEDOWNS
     ),
-    SqlMutant("shown_pattern: OR becomes AND", public, "shown_pattern", _shown_pattern_and, (_INFESTATIONS,)),
-    SqlMutant("qualified_reviewer: OR becomes AND", policy, "qualified_reviewer", _qualified_reviewer_and, (_QUORUM,)),
+    SqlMutant("shown_pattern: OR becomes AND", public, "shown_pattern", _shown_pattern_and, _TAKEDOWNS),
+    SqlMutant("qualified_reviewer: OR becomes AND", policy, "qualified_reviewer", _qualified_reviewer_and, _QUORUM),
     SqlMutant(
-        "qualified_reviewer: = becomes <>", policy, "qualified_reviewer", _qualified_reviewer_flipped, (_QUORUM,)
+        "qualified_reviewer: = becomes <>", policy, "qualified_reviewer", _qualified_reviewer_flipped, _QUORUM
     ),
 )
 
