@@ -2,6 +2,7 @@
 docs/benchmarks.md.
 
     .venv/bin/python -m bench.pages_bench --label after            # demo and Tier B, 8 s per wrk run
+    .venv/bin/python -m bench.pages_bench --baseline /tmp/base --snapshot /tmp/tier-B.dump   # and a baseline tree
     .venv/bin/python -m bench.pages_bench --tiers demo --duration 3 --no-write     # a smoke run of the script
 
 The issue's method: one `tarakan serve` (one process) on a throw-away embedded Postgres + Valkey, `wrk -t2 -c32
@@ -9,9 +10,12 @@ The issue's method: one `tarakan serve` (one process) on a throw-away embedded P
 both; share = the page's requests/s over the `/healthz` run before it. Data: `tarakan seed --demo` (the show page is
 the demo's six-repository pattern), then Tier B (bench/generate.py, rollups backfilled; the show page is the
 hottest pattern). With `deploy/varnish/default.vcl` in the tree and Debian's `varnishd` installed, every page runs
-a third time through a Varnish in front of the same server (the "through Varnish" column, the ratio to the direct
-run). wrk is installed with apt-get when missing. Each `--label` (before/after) keeps its own table; raw results
-accumulate in `bench/out/pages.json`.
+once more through a Varnish in front of the same server (app.devservices.Varnish; the "through Varnish" column, the
+ratio to the direct run). `--baseline DIR`: another source tree (e.g. `git archive` of an older commit) served
+from the same database, each of its runs right after this tree's (its own `/healthz` run first), so both trees
+see the same noise. Besides requests/s, the server process's CPU per request (user + system over the run,
+/proc): the figure the machine's other work disturbs least. wrk is installed with apt-get when missing. Each
+`--label` keeps its own table; raw results accumulate in `bench/out/pages.json`.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,8 +34,8 @@ from typing import Any
 
 import httpx
 
-from app.devservices import free_port
-from bench.common import backfill, bench_parser, timed_generate, vacuum_analyze, write_section
+from bench.common import backfill, bench_parser, cpu_seconds, timed_generate, vacuum_analyze, write_section
+from bench.generate import restore_tier, save_tier
 from bench.services import Services, throwaway_services
 from bench.wrk_bench import HOT_TITLE, parse_wrk, statuses
 from tests.harness import ROOT, start_server, stop
@@ -75,107 +78,126 @@ def is_twin(label: str) -> bool:
 
 @contextmanager
 def varnish(backend: str) -> Iterator[str | None]:
-    """Debian's varnishd with our VCL in front of `backend` (its BACKEND_HOST/BACKEND_PORT filled in): its base
-    URL, or None when the VCL or varnishd is missing."""
-    varnishd = shutil.which("varnishd") or ("/usr/sbin/varnishd" if Path("/usr/sbin/varnishd").exists() else None)
-    if not VCL.exists() or varnishd is None:
+    """Debian's varnishd with our VCL in front of `backend` (app.devservices.Varnish): its base URL, or None when
+    the VCL or varnishd is missing."""
+    if not VCL.exists() or not (shutil.which("varnishd") or Path("/usr/sbin/varnishd").exists()):
         yield None
         return
-    host, port = backend.removeprefix("http://").rsplit(":", 1)
+    from app.devservices import Varnish
+
     work = Path(tempfile.mkdtemp(prefix="tarakan-pages-varnish-"))
-    vcl = work / "default.vcl"
-    vcl.write_text(VCL.read_text().replace("BACKEND_HOST", host).replace("BACKEND_PORT", port))
-    listen = free_port()
-    proc = subprocess.Popen(
-        [varnishd, "-F", "-f", str(vcl), "-a", f"127.0.0.1:{listen}", "-n", str(work / "n"), "-s", "malloc,256m",
-         "-T", "none"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{listen}"
+    server = Varnish(work, backend.removeprefix("http://")).start()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", listen), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("varnishd did not start") from None
-                time.sleep(0.1)
-        yield base
+        yield server.url
     finally:
-        stop(proc)
+        server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def measure(tier: str, services: Services, env: dict[str, str], duration: float) -> dict[str, Any]:
+def timed_wrk(url: str, duration: float, pid: int) -> dict[str, Any]:
+    """wrk's figures, the load average before, and the server's CPU ms per request during the run."""
+    load = os.getloadavg()[0]
+    before = cpu_seconds(pid)
+    figures = wrk(url, duration)
+    used = cpu_seconds(pid) - before
+    return {"load_average": load, **figures, "cpu_ms": 1000 * used / max(1, figures["requests"])}
+
+
+def measure(
+    tier: str, services: Services, env: dict[str, str], duration: float, baseline: Path | None
+) -> dict[str, Any]:
     log = Path(services.pg.data_dir).parent / f"serve-{tier}.log"
     proc, base = start_server(env, log=log, timeout=60)
     services.procs.append(proc)
+    other: tuple[subprocess.Popen[bytes], str] | None = None
+    if baseline is not None:
+        other = start_server(env, log=log.with_suffix(".baseline.log"), cwd=baseline, timeout=60)
+        services.procs.append(other[0])
     runs: list[dict[str, Any]] = []
     with varnish(base) as cached:
         for label, path in paths(tier, base).items():
-            for _ in range(3):
-                response = httpx.get(base + path, timeout=60)
-                assert response.status_code == 200, (path, response.status_code)
-            size = len(response.content)
-            wrk(base + path, 2)  # warm-up
-            healthz = {"load_average": os.getloadavg()[0], **wrk(base + "/healthz", duration)}
+            response = httpx.get(base + path, timeout=60)
+            for server in [base] + ([other[1]] if other else []):
+                for _ in range(3):
+                    response = httpx.get(server + path, timeout=60)
+                    assert response.status_code == 200, (server, path, response.status_code)
+                wrk(server + path, 1)  # warm-up
+            row: dict[str, Any] = {"label": label, "path": path, "bytes": len(response.content)}
+            row["healthz"] = timed_wrk(base + "/healthz", duration, proc.pid)
             _, offset = statuses(log, 0)
-            page = {"load_average": os.getloadavg()[0], **wrk(base + path, duration)}
-            page["statuses"] = statuses(log, offset)[0]
-            row: dict[str, Any] = {"label": label, "path": path, "bytes": size, "healthz": healthz, "direct": page}
+            row["direct"] = {**timed_wrk(base + path, duration, proc.pid), "statuses": statuses(log, offset)[0]}
+            if other is not None:
+                row["baseline_healthz"] = timed_wrk(other[1] + "/healthz", duration, other[0].pid)
+                row["baseline"] = timed_wrk(other[1] + path, duration, other[0].pid)
             if cached is not None:
                 assert httpx.get(cached + path, timeout=60).status_code == 200
                 row["varnish"] = wrk(cached + path, duration)
             runs.append(row)
             print(json.dumps({"tier": tier, **row}), flush=True)
     stop(proc, timeout=30)
-    return {"tier": tier, "runs": runs, "varnish": any("varnish" in r for r in runs)}
+    if other is not None:
+        stop(other[0], timeout=30)
+    return {"tier": tier, "runs": runs, "varnish": any("varnish" in r for r in runs), "baseline": other is not None}
 
 
-def run_demo(duration: float) -> dict[str, Any]:
+def run_demo(duration: float, baseline: Path | None) -> dict[str, Any]:
     with throwaway_services("tarakan-pages-demo-") as services:
         env = services.use()
         subprocess.run([sys.executable, "-m", "app.cli", "seed", "--demo"], env={**os.environ, **env}, check=True,
                        cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-        return measure("demo", services, env, duration)
+        return measure("demo", services, env, duration, baseline)
 
 
-def run_tier(name: str, duration: float) -> dict[str, Any]:
+def run_tier(name: str, duration: float, baseline: Path | None, snapshot: Path | None) -> dict[str, Any]:
     with throwaway_services(f"tarakan-pages-{name}-") as services:
-        env = services.use()
-        rows, _ = timed_generate(services.dsn, name)
-        backfill(None, concurrency=3)
+        if snapshot is not None and snapshot.exists():
+            env = services.use(revision=None)
+            restore_tier(services.dsn, snapshot)  # migrated to head by restore_tier
+        else:
+            env = services.use()
+            timed_generate(services.dsn, name)
+            backfill(None, concurrency=3)
+            if snapshot is not None:
+                save_tier(services.dsn, snapshot)
         vacuum_analyze(services.dsn)
-        return {**measure(name, services, env, duration), "rows": rows}
+        return measure(name, services, env, duration, baseline)
 
 
 def _share(page: dict[str, Any], healthz: dict[str, Any]) -> float:
     return float(page["requests_per_s"]) / float(healthz["requests_per_s"])
 
 
+def _cpu(run: dict[str, Any]) -> str:
+    return f"{run['cpu_ms']:.2f}" if "cpu_ms" in run else "–"
+
+
 def render_label(label: str, result: dict[str, Any]) -> list[str]:
+    baseline = f", baseline tree `{result['baseline']}`" if result.get("baseline") else ""
     lines = [
-        f"### {label} (`{result['commit']}`, {result['when']})",
+        f"### {label} (`{result['commit']}`{baseline}, {result['when']})",
         "",
         f"Command: `{result['command']}`.",
         "",
     ]
     for tier in result["tiers"]:
-        varnish = tier["varnish"]
-        loads = [r["healthz"]["load_average"] for r in tier["runs"]] + [
-            r["direct"]["load_average"] for r in tier["runs"]
-        ]
+        runs, varnish, base = tier["runs"], tier["varnish"], tier.get("baseline", False)
+        loads = [r[k]["load_average"] for r in runs for k in ("healthz", "direct")]
+        head = "| path | bytes | requests/s | p50 / p99 ms | `/healthz` requests/s | share | server CPU ms: page / `/healthz` |"
+        rule = "|---|---:|---:|---:|---:|---:|---:|"
+        if base:
+            head += " baseline requests/s | baseline p99 ms | baseline share | baseline CPU ms: page / `/healthz` |"
+            rule += "---:|---:|---:|---:|"
+        if varnish:
+            head += " through Varnish requests/s | × direct |"
+            rule += "---:|---:|"
         lines += [
             f"**{'Demo data' if tier['tier'] == 'demo' else 'Tier ' + tier['tier']}** (1-minute load average "
-            f"{min(loads):.1f}-{max(loads):.1f} during the runs on 2 cores shared with other work):",
+            f"{min(loads):.1f}-{max(loads):.1f} during the runs, on 2 cores shared with other sessions' work):",
             "",
-            "| path | bytes | requests/s | p50 / p99 ms | `/healthz` requests/s | share of `/healthz` | target |"
-            + (" through Varnish requests/s | × direct |" if varnish else ""),
-            "|---|---:|---:|---:|---:|---:|---|" + ("---:|---:|" if varnish else ""),
+            head + " target (this tree) |",
+            rule + "---|",
         ]
-        for r in tier["runs"]:
+        for r in runs:
             d, h = r["direct"], r["healthz"]
             share = _share(d, h)
             target = TARGET_TWIN if is_twin(r["label"]) else TARGET_HTML
@@ -184,8 +206,13 @@ def render_label(label: str, result: dict[str, Any]) -> list[str]:
             line = (
                 f"| `{r['label']}` | {r['bytes']:,} | {d['requests_per_s']:,.0f}"
                 f"{f' ({failures} failed)' if failures else ''} | {d['p50_ms']:.1f} / {d['p99_ms']:.1f} | "
-                f"{h['requests_per_s']:,.0f} | {share:.1%} | ≥ {target:.0%}, p99 ≤ 50: {'met' if met else 'not met'} |"
+                f"{h['requests_per_s']:,.0f} | {share:.1%} | {_cpu(d)} / {_cpu(h)} |"
             )
+            if base:
+                b, bh = r["baseline"], r["baseline_healthz"]
+                line += (
+                    f" {b['requests_per_s']:,.0f} | {b['p99_ms']:.1f} | {_share(b, bh):.1%} | {_cpu(b)} / {_cpu(bh)} |"
+                )
             if varnish:
                 v = r.get("varnish")
                 line += (
@@ -193,7 +220,11 @@ def render_label(label: str, result: dict[str, Any]) -> list[str]:
                     if v
                     else " – | – |"
                 )
-            lines.append(line)
+            line += f" ≥ {target:.0%}, p99 ≤ 50 ms{', ≥ 5 × through Varnish' if varnish else ''}: "
+            met = met and (
+                not varnish or ("varnish" in r and r["varnish"]["requests_per_s"] >= 5 * d["requests_per_s"])
+            )
+            lines.append(line + ("met |" if met else "not met |"))
         if not varnish:
             lines += ["", "No Varnish column: `deploy/varnish/default.vcl` or `varnishd` was not there for this run."]
         lines.append("")
@@ -222,11 +253,19 @@ def main() -> int:
     parser.add_argument("--tiers", default="demo,B", help="comma-separated: demo and/or bench tiers (T, A, B)")
     parser.add_argument("--duration", type=float, default=8)
     parser.add_argument("--label", default="after", help="the table this run fills (before, after, ...)")
+    parser.add_argument("--baseline", type=Path, help="another source tree to measure beside this one")
+    parser.add_argument(
+        "--snapshot", type=Path, help="a pg_dump of the generated tier: restored if it exists, else made"
+    )
     args = parser.parse_args()
     ensure_wrk()
+    baseline = args.baseline.resolve() if args.baseline else None
     tiers = []
     for name in args.tiers.split(","):
-        tiers.append(run_demo(args.duration) if name == "demo" else run_tier(name, args.duration))
+        if name == "demo":
+            tiers.append(run_demo(args.duration, baseline))
+        else:
+            tiers.append(run_tier(name, args.duration, baseline, args.snapshot))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
@@ -235,6 +274,7 @@ def main() -> int:
     results[args.label] = {
         "command": " ".join(["python -m bench.pages_bench", *sys.argv[1:]]),
         "commit": commit.stdout.strip(),
+        "baseline": str(baseline) if baseline else None,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "tiers": tiers,
     }
