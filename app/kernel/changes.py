@@ -413,6 +413,9 @@ def _statements(scope: str, *, deleting: bool = False) -> list[TextClause]:
 
 
 _PREPARED = {scope: _statements(scope) for scope in _SCOPES}
+# A new report: nothing of it was ever published, so nothing can be withdrawn; its repository's listing, its
+# findings and its canonicals' statuses (the scan diff less its three withdrawal statements, same order)
+_NEW_SCAN = [_PREPARED["scan"][0], _PREPARED["scan"][3], _PREPARED["scan"][4]]
 _DELETING = _statements("repository", deleting=True)
 # By pattern key: only canonicals this transaction changed (`updated_at = now()`), only announced ones, only an
 # UPDATE (docs/domain.md §13 "Change feed")
@@ -455,6 +458,11 @@ async def sync_scan(session: AsyncSession, scan_id: int) -> int:
     """Announce what one report's change published, withdrew or re-statused (its repository's listing included)."""
     await session.execute(_LOCK_SCAN_REPOSITORY, {"scan_id": scan_id})
     return await _run(session, _PREPARED["scan"], {"scan_id": scan_id})
+
+
+async def sync_new_scan(session: AsyncSession, scan_id: int) -> int:
+    """`sync_scan` of a report stored in this transaction, whose repository row the caller holds locked."""
+    return await _run(session, _NEW_SCAN, {"scan_id": scan_id})
 
 
 async def sync_repository(session: AsyncSession, repository_id: int, *, deleting: bool = False) -> int:

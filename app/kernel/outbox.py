@@ -105,6 +105,18 @@ async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> i
     return _marked(result.rowcount, reason)  # type: ignore[attr-defined]
 
 
+async def mark_report_dirty(session: AsyncSession, scan_id: int, repository_id: int, keys: Iterable[str]) -> int:
+    """`mark_scan_dirty` of a report stored in this transaction, whose keys the caller knows (its assimilation)
+    and whose repository row it holds locked: what the report published is announced (`changes.sync_new_scan`)."""
+    if await changes.sync_new_scan(session, scan_id):
+        ring_webhooks_after_commit()
+    unique = sorted({k for k in keys if k})
+    if not unique:
+        return 0
+    result = await session.execute(_MARK_KEYS, {"keys": unique, "reason": "assimilate", "repository_id": repository_id})
+    return _marked(result.rowcount, "assimilate")  # type: ignore[attr-defined]
+
+
 async def mark_repository_dirty(session: AsyncSession, repository_id: int, reason: str) -> int:
     """Delist-safe repository fan-out. One INSERT ... SELECT, whatever the number of keys; the drain job
     then refreshes them in sorted batches of at most 200 per job, chaining continuation jobs. The change feed

@@ -55,15 +55,20 @@ def registry_counts_moved() -> None:
     after_commit(invalidate_registry_stats_throttled)
 
 
-async def recalculate_repository_metrics(session: AsyncSession, repository_id: int) -> tuple[str, str]:
+async def recalculate_repository_metrics(
+    session: AsyncSession, repository_id: int, *, locked_listing: str | None = None
+) -> tuple[str, str]:
     """§1.7 over public and public_summary reports: scan_count, last_scanned_at, open/verified counts, status, and
     the pending → listed promotion. Returns (listing before, listing after); a changed listing marks the
-    repository's keys dirty (delist-safe) in this same transaction."""
-    before = (
-        await session.execute(
-            text("SELECT listing_status FROM repositories WHERE id = :id FOR UPDATE"), {"id": repository_id}
-        )
-    ).scalar_one()
+    repository's keys dirty (delist-safe) in this same transaction. `locked_listing`: the listing a caller that
+    holds the row locked (FOR UPDATE) read, so it is not read again."""
+    before = locked_listing
+    if before is None:
+        before = (
+            await session.execute(
+                text("SELECT listing_status FROM repositories WHERE id = :id FOR UPDATE"), {"id": repository_id}
+            )
+        ).scalar_one()
     after = (await session.execute(text(_RECALCULATE), {"id": repository_id})).scalar_one_or_none()
     after = before if after is None else after
     if after != before:

@@ -1,26 +1,39 @@
-"""`assimilate_scan`: link a new report's occurrences to their canonical findings, in the submit transaction
-(docs/domain.md §2.6; `updated_at` moves only on a real change, §2.7)."""
+"""Assimilation: link a new report's occurrences to their canonical findings, in the submit transaction
+(docs/domain.md §2.6; `updated_at` moves only on a real change, §2.7). `assimilate_report` stores a report's
+findings already linked (the submit path); `assimilate_scan` links occurrences stored unlinked."""
 
 from __future__ import annotations
 
-from sqlalchemy import RowMapping, text
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.outbox import mark_dirty
 from app.reports.finding_memory import fingerprint, legacy_fingerprint, pattern_key
 from app.reports.models import Scan
 from app.reports.quorum import recompute_canonical_statuses
+from app.reports.validation import FindingInput
 
 _OCCURRENCES = """
 SELECT id, file_path, line_start, line_end, severity, title, description, disposition
 FROM scan_findings WHERE scan_id = :scan_id ORDER BY position, id
 """
 
-# the canonicals already known by any of the given fingerprints (v2, or v1 for the legacy upgrade): one query
-# per report, whatever its number of findings
+# the canonicals already known by any of the given fingerprints (v2, or v1 for the legacy upgrade), with how many
+# reports already carry each (this report's occurrences are not linked yet) and whether their status is the one
+# no checks give (then a report cannot move it): one query per report, whatever its number of findings
 _FIND = """
-SELECT fingerprint, id, status FROM canonical_findings
-WHERE repository_id = :repository_id AND fingerprint = ANY(CAST(:fingerprints AS text[]))
+SELECT c.fingerprint, c.id, c.public_id, c.status, c.pattern_key,
+       (SELECT count(DISTINCT f.scan_id) FROM scan_findings f WHERE f.canonical_finding_id = c.id) AS prior,
+       c.status = 'open' AND c.confirmations_count = 0 AND c.disputes_count = 0 AND c.verified_at IS NULL
+         AND NOT EXISTS (SELECT 1 FROM canonical_finding_checks ch WHERE ch.canonical_finding_id = c.id) AS unchecked
+FROM canonical_findings c
+WHERE c.repository_id = :repository_id AND c.fingerprint = ANY(CAST(:fingerprints AS text[]))
 """
 
 # legacy v1 upgrade: re-key the canonical to the v2 fingerprint and pattern key (a real change: bumps updated_at);
@@ -30,28 +43,30 @@ UPDATE canonical_findings c SET fingerprint = :fingerprint, pattern_key = :patte
 FROM (SELECT id, pattern_key FROM canonical_findings
       WHERE repository_id = :repository_id AND fingerprint = :legacy ORDER BY id LIMIT 1 FOR UPDATE) old
 WHERE c.id = old.id
-RETURNING c.id, c.status, old.pattern_key AS old_key
+RETURNING c.id, c.public_id, c.status, c.pattern_key, old.pattern_key AS old_key
 """
 
-# ON CONFLICT survives a concurrent insert of the same canonical; that path replaces only pattern_key
-# (updated_at untouched), and RETURNING re-reads the row either way. One statement for all of a report's new
-# canonicals, inserted in position order (distinct fingerprints: one row may not be touched twice).
+# One statement for all of a report's new canonicals, inserted in position order (distinct fingerprints: one row
+# may not be touched twice) with the counters their one report gives them (what `_REFRESH_COUNTERS` would count).
+# ON CONFLICT survives a concurrent insert of the same canonical; that path replaces only pattern_key (updated_at
+# untouched) and answers `inserted` false: such a canonical is then treated as known.
 _INSERT = """
 INSERT INTO canonical_findings AS c
   (repository_id, fingerprint, pattern_key, file_path, line_start, line_end, severity, title, description,
-   status, first_seen_commit_sha, last_seen_commit_sha)
+   status, first_seen_commit_sha, last_seen_commit_sha, detections_count, distinct_submitters_count,
+   distinct_models_count)
 SELECT :repository_id, n.fingerprint, n.pattern_key, n.file_path, n.line_start, n.line_end, n.severity, n.title,
-       n.description, 'open', :commit_sha, :commit_sha
+       n.description, 'open', :commit_sha, :commit_sha, 1, 1, :models
 FROM unnest(CAST(:fingerprints AS text[]), CAST(:pattern_keys AS text[]), CAST(:file_paths AS text[]),
             CAST(:line_starts AS integer[]), CAST(:line_ends AS integer[]), CAST(:severities AS text[]),
             CAST(:titles AS text[]), CAST(:descriptions AS text[]))
      WITH ORDINALITY AS n(fingerprint, pattern_key, file_path, line_start, line_end, severity, title, description, pos)
 ORDER BY n.pos
 ON CONFLICT (repository_id, fingerprint) DO UPDATE SET pattern_key = EXCLUDED.pattern_key
-RETURNING c.fingerprint, c.id, c.status
+RETURNING c.fingerprint, c.id, c.public_id, c.status, c.pattern_key, c.xmax = 0 AS inserted
 """
 
-# how many reports already carry each canonical (this report's occurrences are not linked yet)
+# how many reports already carry each canonical (a legacy upgrade's, or one a concurrent report inserted)
 _PRIOR = """
 SELECT canonical_finding_id, count(DISTINCT scan_id) FROM scan_findings
 WHERE canonical_finding_id = ANY(CAST(:ids AS bigint[])) GROUP BY canonical_finding_id
@@ -63,6 +78,23 @@ UPDATE scan_findings f SET canonical_finding_id = v.canonical_id, fingerprint = 
 FROM unnest(CAST(:ids AS bigint[]), CAST(:canonical_ids AS bigint[]), CAST(:fingerprints AS text[]),
             CAST(:dispositions AS text[])) AS v(id, canonical_id, fingerprint, disposition)
 WHERE f.id = v.id
+"""
+
+# A report's findings stored already linked, in position order (ids follow it): one statement
+_STORE = """
+INSERT INTO scan_findings
+  (scan_id, position, file_path, line_start, line_end, severity, title, description, disposition,
+   claimed_canonical_public_id, partial_fingerprints, canonical_finding_id, fingerprint)
+SELECT :scan_id, n.position, n.file_path, n.line_start, n.line_end, n.severity, n.title, n.description,
+       n.disposition, n.claimed, n.partials, n.canonical_id, n.fingerprint
+FROM unnest(CAST(:positions AS integer[]), CAST(:file_paths AS text[]), CAST(:line_starts AS integer[]),
+            CAST(:line_ends AS integer[]), CAST(:severities AS text[]), CAST(:titles AS text[]),
+            CAST(:descriptions AS text[]), CAST(:dispositions AS text[]), CAST(:claimed AS uuid[]),
+            CAST(:partials AS jsonb[]), CAST(:canonical_ids AS bigint[]), CAST(:fingerprints AS text[]))
+     WITH ORDINALITY AS n(position, file_path, line_start, line_end, severity, title, description, disposition,
+                          claimed, partials, canonical_id, fingerprint, ord)
+ORDER BY n.ord
+RETURNING id, public_id
 """
 
 # per canonical of `:ids`; a canonical without occurrences keeps its counters
@@ -110,26 +142,76 @@ async def refresh_counters_of(session: AsyncSession, canonical_ids: list[int]) -
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-async def _known(session: AsyncSession, repository_id: int, fingerprints: set[str]) -> dict[str, tuple[int, str]]:
-    rows = await session.execute(text(_FIND), {"repository_id": repository_id, "fingerprints": sorted(fingerprints)})
-    return {str(fp): (int(cid), str(status)) for fp, cid, status in rows}
+@dataclass(frozen=True)
+class Canonical:
+    id: int
+    public_id: uuid.UUID
+    status: str
+    pattern_key: str | None
+    # no checks and the status they give: its quorum needs no recount (False: not known, recount)
+    unchecked: bool = False
 
 
-async def assimilate_scan(session: AsyncSession, scan: Scan) -> set[str]:
-    """Assimilate every occurrence of `scan` in position order; returns the pattern keys touched.
+@dataclass(frozen=True)
+class Link:
+    """One occurrence's assimilation: its canonical, the v2 fingerprint and the disposition the server decided."""
 
-    A fixed number of statements per report, whatever its number of findings (a 200-finding report is one
-    request's work, docs/security.md): the known canonicals in one read, the new ones in one insert, the links in
-    one update; only a legacy v1 upgrade (old data, rare) costs a statement of its own."""
-    occurrences = (await session.execute(text(_OCCURRENCES), {"scan_id": scan.id})).mappings().all()
+    canonical: Canonical
+    fingerprint: str
+    disposition: str
+
+
+@dataclass
+class Assimilated:
+    """A report's assimilation: a link per occurrence (in order), which canonicals this transaction created (no
+    other report, check or feed entry can know them yet) and the pattern keys touched."""
+
+    links: list[Link] = field(default_factory=list)
+    created: set[int] = field(default_factory=set)
+    keys: set[str] = field(default_factory=set)
+    rekeyed: set[str] = field(default_factory=set)  # keys a v1 upgrade moved a canonical away from
+
+    @property
+    def canonical_ids(self) -> list[int]:
+        return sorted({link.canonical.id for link in self.links})
+
+    @property
+    def known_ids(self) -> list[int]:
+        return [cid for cid in self.canonical_ids if cid not in self.created]
+
+    @property
+    def checked_ids(self) -> list[int]:
+        """Known canonicals whose status a recount could move: checks exist, or a status no checks give."""
+        unchecked = {link.canonical.id for link in self.links if link.canonical.unchecked}
+        return [cid for cid in self.known_ids if cid not in unchecked]
+
+
+def _canonical(row: Any) -> Canonical:
+    return Canonical(
+        int(row.id), row.public_id, str(row.status), row.pattern_key, bool(getattr(row, "unchecked", False))
+    )
+
+
+async def _resolve(
+    session: AsyncSession,
+    repository_id: int,
+    commit_sha: str,
+    model: str | None,
+    occurrences: Sequence[Mapping[Any, Any]],
+) -> Assimilated:
+    """Every occurrence's canonical (known, upgraded from v1, or inserted now) and disposition, in position order:
+    a read, at most an insert, and a statement only for what is rare (a v1 upgrade, a concurrent insert)."""
+    out = Assimilated()
     if not occurrences:
-        return set()
+        return out
     prints = [fingerprint(o["file_path"], o["line_start"], o["title"]) for o in occurrences]
     legacies = [legacy_fingerprint(o["file_path"], o["line_start"], o["line_end"], o["title"]) for o in occurrences]
-    known = await _known(session, scan.repository_id, {*prints, *legacies})
-    resolved: dict[str, tuple[int, str]] = {}  # v2 fingerprint -> (canonical id, status)
-    new: dict[str, RowMapping] = {}  # v2 fingerprint -> its first occurrence, to insert
-    rekeyed: set[str] = set()  # keys a v1 upgrade moved a canonical away from
+    found = await session.execute(
+        text(_FIND), {"repository_id": repository_id, "fingerprints": sorted({*prints, *legacies})}
+    )
+    known: dict[str, tuple[Canonical, int | None]] = {str(r.fingerprint): (_canonical(r), int(r.prior)) for r in found}
+    resolved: dict[str, tuple[Canonical, int | None]] = {}  # v2 fingerprint -> (canonical, prior reports or None)
+    new: dict[str, Mapping[Any, Any]] = {}  # v2 fingerprint -> its first occurrence, to insert
     for occ, fp, legacy in zip(occurrences, prints, legacies, strict=True):
         if fp in resolved or fp in new:
             continue
@@ -138,7 +220,7 @@ async def assimilate_scan(session: AsyncSession, scan: Scan) -> set[str]:
             continue
         row = None
         if legacy in known:
-            params = {"repository_id": scan.repository_id, "fingerprint": fp, "legacy": legacy}
+            params = {"repository_id": repository_id, "fingerprint": fp, "legacy": legacy}
             row = (
                 await session.execute(text(_UPGRADE_LEGACY), {**params, "pattern_key": pattern_key(occ["title"])})
             ).first()
@@ -146,15 +228,16 @@ async def assimilate_scan(session: AsyncSession, scan: Scan) -> set[str]:
             new[fp] = occ
             continue
         known.pop(legacy)  # re-keyed: a later occurrence cannot upgrade it again
-        resolved[fp] = (int(row[0]), str(row[1]))
-        if row[2] and row[2] != pattern_key(occ["title"]):
-            rekeyed.add(str(row[2]))
+        resolved[fp] = (_canonical(row), None)
+        if row.old_key and row.old_key != row.pattern_key:
+            out.rekeyed.add(str(row.old_key))
     if new:
         rows = await session.execute(
             text(_INSERT),
             {
-                "repository_id": scan.repository_id,
-                "commit_sha": scan.commit_sha,
+                "repository_id": repository_id,
+                "commit_sha": commit_sha,
+                "models": 0 if model is None else 1,
                 "fingerprints": list(new),
                 "pattern_keys": [pattern_key(o["title"]) for o in new.values()],
                 "file_paths": [o["file_path"] for o in new.values()],
@@ -165,38 +248,106 @@ async def assimilate_scan(session: AsyncSession, scan: Scan) -> set[str]:
                 "descriptions": [o["description"] for o in new.values()],
             },
         )
-        resolved.update({str(fp): (int(cid), str(status)) for fp, cid, status in rows})
-    touched = sorted({cid for cid, _ in resolved.values()})
-    prior = {int(cid): int(n) for cid, n in await session.execute(text(_PRIOR), {"ids": touched})}
+        for r in rows:
+            resolved[str(r.fingerprint)] = (_canonical(r), 0 if r.inserted else None)
+            if r.inserted:
+                out.created.add(int(r.id))
+    unknown = sorted({c.id for c, prior in resolved.values() if prior is None})
+    counted: dict[int, int] = {}
+    if unknown:
+        counted = {int(cid): int(n) for cid, n in await session.execute(text(_PRIOR), {"ids": unknown})}
     # §2.6 step 4 in position order: an earlier occurrence of this report already counts as a prior report
     seen: set[int] = set()
-    dispositions: list[str] = []
     for occ, fp in zip(occurrences, prints, strict=True):
-        canonical_id, status = resolved[fp]
-        earlier = prior.get(canonical_id, 0) + (1 if canonical_id in seen else 0)
-        dispositions.append(disposition_for(earlier, status, str(occ["disposition"])))
-        seen.add(canonical_id)
+        canonical, prior = resolved[fp]
+        earlier = (counted.get(canonical.id, 0) if prior is None else prior) + (1 if canonical.id in seen else 0)
+        out.links.append(Link(canonical, fp, disposition_for(earlier, canonical.status, str(occ["disposition"]))))
+        seen.add(canonical.id)
+        if canonical.pattern_key:
+            out.keys.add(canonical.pattern_key)
+    return out
+
+
+async def _settle(session: AsyncSession, repository_id: int, assimilated: Assimilated) -> None:
+    """Once the occurrences are linked: counters of the canonicals other reports already carry (the created ones
+    were inserted with theirs) and the status of those with checks (no check can name a created one, and without
+    checks the status stays open), then the keys a v1 upgrade left."""
+    if assimilated.known_ids:
+        await refresh_counters_of(session, assimilated.known_ids)
+    if assimilated.checked_ids:
+        await recompute_canonical_statuses(session, assimilated.checked_ids)
+    # the old key of a re-keyed canonical is dirtied in this transaction, or it would keep the canonical's instance
+    # until the nightly reconcile (docs/domain.md §5.6)
+    await mark_dirty(session, assimilated.rekeyed, "assimilate", repository_id=repository_id)
+
+
+async def assimilate_report(
+    session: AsyncSession,
+    *,
+    scan_id: int,
+    repository_id: int,
+    commit_sha: str,
+    model: str | None,
+    findings: Sequence[FindingInput],
+) -> tuple[Assimilated, list[tuple[int, uuid.UUID]]]:
+    """Store a new report's findings linked to their canonicals (the submit path): the assimilation and each
+    finding's (id, public_id), in order. A fixed number of statements per report, whatever its number of
+    findings (a 200-finding report is one request's work, docs/security.md); nothing re-read that it wrote."""
+    occurrences = [
+        {
+            "file_path": f.file_path,
+            "line_start": f.line_start,
+            "line_end": f.line_end,
+            "severity": f.severity,
+            "title": f.title,
+            "description": f.description,
+            "disposition": f.disposition,
+        }
+        for f in findings
+    ]
+    assimilated = await _resolve(session, repository_id, commit_sha, model, occurrences)
+    if not findings:
+        return assimilated, []
+    links = assimilated.links
+    rows = await session.execute(
+        text(_STORE),
+        {
+            "scan_id": scan_id,
+            "positions": [f.position for f in findings],
+            "file_paths": [f.file_path for f in findings],
+            "line_starts": [f.line_start for f in findings],
+            "line_ends": [f.line_end for f in findings],
+            "severities": [f.severity for f in findings],
+            "titles": [f.title for f in findings],
+            "descriptions": [f.description for f in findings],
+            "dispositions": [link.disposition for link in links],
+            "claimed": [None if f.claimed_canonical_public_id is None else str(f.claimed_canonical_public_id)
+                        for f in findings],
+            "partials": [None if f.partial_fingerprints is None else json.dumps(f.partial_fingerprints)
+                         for f in findings],
+            "canonical_ids": [link.canonical.id for link in links],
+            "fingerprints": [link.fingerprint for link in links],
+        },
+    )  # fmt: skip
+    stored = sorted((int(r.id), r.public_id) for r in rows)  # ids follow the insert's order
+    await _settle(session, repository_id, assimilated)
+    return assimilated, stored
+
+
+async def assimilate_scan(session: AsyncSession, scan: Scan) -> set[str]:
+    """Link every occurrence of `scan` stored unlinked, in position order; returns the pattern keys touched."""
+    occurrences = (await session.execute(text(_OCCURRENCES), {"scan_id": scan.id})).mappings().all()
+    if not occurrences:
+        return set()
+    assimilated = await _resolve(session, scan.repository_id, scan.commit_sha, scan.model, occurrences)
     await session.execute(
         text(_LINK),
         {
             "ids": [o["id"] for o in occurrences],
-            "canonical_ids": [resolved[fp][0] for fp in prints],
-            "fingerprints": prints,
-            "dispositions": dispositions,
+            "canonical_ids": [link.canonical.id for link in assimilated.links],
+            "fingerprints": [link.fingerprint for link in assimilated.links],
+            "dispositions": [link.disposition for link in assimilated.links],
         },
     )
-    await refresh_counters_of(session, touched)
-    await recompute_canonical_statuses(session, touched)
-    # the old key of a re-keyed canonical is dirtied in this transaction, or it would keep the canonical's instance
-    # until the nightly reconcile (docs/domain.md §5.6)
-    await mark_dirty(session, rekeyed, "assimilate", repository_id=scan.repository_id)
-    keys = (
-        await session.execute(
-            text(
-                "SELECT DISTINCT pattern_key FROM canonical_findings "
-                "WHERE id = ANY(:ids) AND pattern_key IS NOT NULL AND pattern_key <> ''"
-            ),
-            {"ids": touched},
-        )
-    ).scalars()
-    return {str(k) for k in keys}
+    await _settle(session, scan.repository_id, assimilated)
+    return assimilated.keys

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, ParamSpec
 
-from sqlalchemy import TextClause, insert, text
+from sqlalchemy import TextClause, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -20,13 +20,14 @@ from app.kernel import db
 from app.kernel.answers import as_json
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import Budget, off_loop
-from app.kernel.outbox import mark_dirty, mark_scan_dirty
+from app.kernel.outbox import mark_dirty, mark_report_dirty, mark_scan_dirty
 from app.kernel.public import public_scan
+from app.kernel.quotas import exempt_from_quotas
 from app.kernel.sql import statement
 from app.ops.secrets import client_ip_hash
 from app.registry.metrics import recalculate_repository_metrics
-from app.reports.assimilation import assimilate_scan
-from app.reports.models import CanonicalFindingCheck, Scan, ScanConfirmation, ScanFinding
+from app.reports.assimilation import Assimilated, assimilate_report
+from app.reports.models import CanonicalFindingCheck, ScanConfirmation
 from app.reports.policy import (
     SUBMIT_SCOPES,
     VERIFY_SCOPES,
@@ -44,13 +45,16 @@ from app.reports.policy import (
     require_writable,
 )
 from app.reports.quorum import (
+    Tally,
+    meets_quorum,
     recompute_canonical_status,
     recompute_scan_verification,
     recompute_scans_at_commit,
+    tally_many,
     why_not_counted,
 )
 from app.reports.secrets_scanner import SCAN_BUDGET_SECONDS, scan_fields
-from app.reports.serializers import check_response, confirmation_response, report_response
+from app.reports.serializers import check_response, confirmation_response, report_answer, report_response
 from app.reports.types import Check, Confirmation, Report
 from app.reports.validation import ReportInput, VerdictInput, validate_check, validate_confirmation, validate_report
 
@@ -178,82 +182,118 @@ async def store_report(
 ) -> tuple[Report, bool]:
     """Store a prepared report in one transaction, saying whether it stored it (True) or found the same run already
     stored by this account: same `run_id`, repository and content, i.e. a retry after a lost answer (False; the
-    stored report, same id, nothing written). The same `run_id` with other content is still a 422."""
+    stored report, same id, nothing written). The same `run_id` with other content is still a 422.
+
+    The lean path (docs/benchmarks.md "Ingest capacity"): the report's rows are written once, linked as they are
+    inserted, and the answer is built from what the statements returned; nothing it wrote is read back."""
     require_scope(scopes, SUBMIT_SCOPES)
     async with _one_writer(account.id), db.transaction() as session:
         actor = await load_actor(session, account.id, lock=True)
         require_acting_state(actor)
         repo = require_writable(actor, await repository_by_name(session, host, owner, name), UNREGISTERED)
         require_not_paused(actor, repo)
-        if report.run_id is not None:
-            # the account row is locked (load_actor): a concurrent submission of this run has committed or not yet begun
-            taken = await session.execute(
-                text("SELECT 1 FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id"),
-                {"aid": actor.id, "run_id": report.run_id},
-            )
-            if taken.first() is not None:
-                same = await session.execute(
-                    text(_SAME_RUN),
-                    {
-                        "aid": actor.id,
-                        "run_id": report.run_id,
-                        "rid": repo.id,
-                        "sha": report.commit_sha,
-                        "model": report.model,
-                        "prompt_version": report.prompt_version,
-                        "provenance": report.provenance,
-                        "review_kind": report.review_kind,
-                        "notes": report.notes,
-                        "raw_document": report.raw_document,
-                    },
-                )
-                stored = same.scalar()
-                if stored is None:
-                    raise ValidationError(RUN_ID_TAKEN)
-                return await report_response(session, int(stored)), False
+        exempt = exempt_from_quotas(actor)
+        if report.run_id is not None and not exempt:
+            # a retry is answered before the quotas count it (the account row is locked: a concurrent submission
+            # of this run has committed or not yet begun); a quota-exempt account learns it from the insert
+            stored = await _stored_run(session, actor.id, repo.id, report)
+            if stored is not None:
+                return await report_response(session, stored), False
         await enforce_limits(session, actor, repo.id)
-        scan = Scan(
+        scan_id = (await session.execute(_INSERT_SCAN, _scan_values(actor.id, repo.id, report))).scalar()
+        if scan_id is None:  # this account stored the run already
+            stored = await _stored_run(session, actor.id, repo.id, report)
+            if stored is None:
+                raise ValidationError(RUN_ID_TAKEN)
+            return await report_response(session, stored), False
+        assimilated, findings = await assimilate_report(
+            session,
+            scan_id=int(scan_id),
             repository_id=repo.id,
-            submitted_by_id=actor.id,
             commit_sha=report.commit_sha,
             model=report.model,
-            prompt_version=report.prompt_version,
-            run_id=report.run_id,
-            provenance=report.provenance,
-            review_kind=report.review_kind,
-            notes=report.notes,
-            findings_count=len(report.findings),
-            review_status="quarantined",
-            visibility="public",
-            raw_document=report.raw_document,
+            findings=report.findings,
         )
-        # the same run_id committed by a concurrent request
-        await _insert_once(session, scan, "scans_submitter_run_id_idx", RUN_ID_TAKEN)
-        if report.findings:
-            await session.execute(
-                insert(ScanFinding),
-                [
-                    {
-                        "scan_id": scan.id,
-                        "position": f.position,
-                        "file_path": f.file_path,
-                        "line_start": f.line_start,
-                        "line_end": f.line_end,
-                        "severity": f.severity,
-                        "title": f.title,
-                        "description": f.description,
-                        "disposition": f.disposition,
-                        "claimed_canonical_public_id": f.claimed_canonical_public_id,
-                        "partial_fingerprints": f.partial_fingerprints,
-                    }
-                    for f in report.findings
-                ],
-            )
-        await assimilate_scan(session, scan)
-        await recompute_scan_verification(session, scan.id)
-        await recalculate_repository_metrics(session, repo.id)
-        await mark_scan_dirty(session, scan.id, "assimilate")
-        return await report_response(session, scan.id), True
+        verified = await _new_report_verified(session, assimilated, report.commit_sha)
+        if verified:
+            await session.execute(_VERIFY_SCAN, {"id": scan_id})
+        _before, listing = await recalculate_repository_metrics(session, repo.id, locked_listing=repo.listing_status)
+        await mark_report_dirty(session, int(scan_id), repo.id, assimilated.keys)
+        scan = {
+            "id": int(scan_id), "commit_sha": report.commit_sha, "model": report.model,
+            "prompt_version": report.prompt_version, "run_id": report.run_id, "provenance": report.provenance,
+            "review_kind": report.review_kind, "findings_count": len(report.findings),
+            "verified_at": True if verified else None, "review_status": "quarantined", "visibility": "public",
+            "host": repo.host, "owner": repo.owner, "name": repo.name, "listing_status": listing,
+        }  # fmt: skip
+        rows = [
+            {
+                "public_id": public_id,
+                "canonical_public_id": link.canonical.public_id,
+                "pattern_key": link.canonical.pattern_key,
+                "title": f.title,
+                "severity": f.severity,
+                "disposition": link.disposition,
+            }
+            for f, link, (_id, public_id) in zip(report.findings, assimilated.links, findings, strict=True)
+        ]
+        return report_answer(scan, rows), True
+
+
+# A new report's row; the same run_id stored by this account (a retry, or a concurrent request) inserts nothing
+_INSERT_SCAN = text("""
+INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, run_id, provenance,
+                   review_kind, notes, findings_count, review_status, visibility, raw_document)
+VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review_kind, :notes, :findings_count,
+        'quarantined', 'public', :raw_document)
+ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
+RETURNING id
+""")
+
+# verified_at of a new report whose every canonical meets quorum at its commit (§1.5; it has no confirmations yet)
+_VERIFY_SCAN = text("UPDATE scans SET verified_at = now() WHERE id = :id")
+
+# the stored scan of this account's run, and whether it is the same report (`_SAME_RUN`'s test)
+_STORED_RUN = text(
+    f"SELECT id, id IN ({_SAME_RUN}) AS same FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id"
+)
+
+
+def _scan_values(account_id: int, repository_id: int, report: ReportInput) -> dict[str, Any]:
+    return {
+        "aid": account_id,
+        "rid": repository_id,
+        "sha": report.commit_sha,
+        "model": report.model,
+        "prompt_version": report.prompt_version,
+        "run_id": report.run_id,
+        "provenance": report.provenance,
+        "review_kind": report.review_kind,
+        "notes": report.notes,
+        "findings_count": len(report.findings),
+        "raw_document": report.raw_document,
+    }
+
+
+async def _stored_run(session: AsyncSession, account_id: int, repository_id: int, report: ReportInput) -> int | None:
+    """The id of this account's stored report of `report.run_id` when it is the same report, None when the run is
+    not stored; the run stored with other content is a 422."""
+    row = (await session.execute(_STORED_RUN, _scan_values(account_id, repository_id, report))).first()
+    if row is None:
+        return None
+    if not row.same:
+        raise ValidationError(RUN_ID_TAKEN)
+    return int(row.id)
+
+
+async def _new_report_verified(session: AsyncSession, assimilated: Assimilated, commit_sha: str) -> bool:
+    """§1.5 last paragraph for a report stored now: every canonical meets quorum at its commit (one created now or
+    without checks does not: nothing to count); without canonicals its own confirmations, none yet."""
+    ids = assimilated.canonical_ids
+    if not ids or assimilated.created or len(assimilated.checked_ids) < len(ids):
+        return False
+    tallies = await tally_many(session, dict.fromkeys(ids, commit_sha))
+    return all(meets_quorum(tallies.get(cid, Tally())) for cid in ids)
 
 
 def _report_only(
