@@ -210,6 +210,19 @@ async def test_takedowns_purge_every_affected_page_before_the_answer_and_keep_th
     await expect_fresh(web, [*atlas_pages(), *b_pages], ("bravo_redirect",), "after the restriction")
     await expect_cached(web, {p: before[p] for p in kept}, "after the restriction")
 
+    # the console without JavaScript: the redirect after the action carries the purge's outcome to the page
+    await warm(web, [world.b_path])
+    async with httpx.AsyncClient(base_url=stack.cache) as console:
+        moved = await console.post(
+            "/moderation/repos/github.com/bravo/bravo-app/listing",
+            data={"listing_status": "quarantined", "reason": REASON, "notes": NOTES, "return_to": "/moderation"},
+            headers={"Cookie": moderator_cookie, "Origin": stack.cache},
+        )
+        assert moved.status_code == 303 and "cache=purged" in moved.headers["location"], moved.headers
+        answer = await console.get(moved.headers["location"], headers={"Cookie": moderator_cookie})
+    assert "Shared cache: the pages showing it were purged." in answer.text
+    await expect_fresh(web, [world.b_path], ("bravo-app",), "after the no-JS quarantine")
+
     # the worker's drain purges what its refreshes changed: the atlas moves at once, C's pages stay cached
     still_shown = ["/", "/index.json", "/infestations", "/infestations.json", f"/infestations/{OTHER_KEY}"]
     await warm(web, still_shown)
