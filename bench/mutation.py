@@ -73,13 +73,32 @@ MODULES: dict[str, Module] = {
     "validation": Module("app/reports/validation.py", ("tests/reports/test_report_validation.py",)),
     "finding_memory": Module(
         "app/reports/finding_memory.py",
-        ("tests/reports/test_finding_memory.py",),
-        pure=("tests/reports/test_finding_memory.py",),
+        ("tests/reports/test_finding_memory_mutants.py", "tests/reports/test_finding_memory.py"),
+        pure=("tests/reports/test_finding_memory_mutants.py", "tests/reports/test_finding_memory.py"),
     ),
 }
 
 NOTES = """
-Command: `python -m bench.mutation [--module NAME] [--resume]` (mutmut 3.8.1, see bench/mutation.py).
+Command: `python -m bench.mutation [--module NAME ...] [--resume] [--sql-only | --no-sql]` (mutmut 3.8.1, pinned in
+the test extras; one throw-away embedded Postgres + Valkey for the whole run; every process under `nice -n 10`, one
+mutant at a time). Raw results, the diff of every survivor and mutmut's own state (resumable):
+`bench/out/mutation/` (gitignored). Equivalent mutants, each with its reason: `bench/mutation_equivalents.toml`.
+
+Why mutmut 3 and not cosmic-ray: one pytest start here costs ~8 s (imports, the embedded services of
+tests/conftest.py, Alembic). mutmut 3 imports the tests once in a fork server and forks one child per mutant from it,
+runs only the tests its stats pass saw call the mutated function, and stops at the first failure; cosmic-ray starts
+a test command per mutant, days for ~1,800 mutants on two cores. bench/mutation_plugin.py takes the rest of the
+start-up cost out of each child: the run migrated its database once (no Alembic per child), and test files that never
+touch the database skip the per-test TRUNCATE. Measured on the shared machine (load 7-12 from other helpers' suites):
+0.17 mutants/s before the plugin, 0.25-0.4 after.
+
+Each module is mutated against the tests that cover it (listed in `bench/mutation.py` `MODULES`; new ones:
+`tests/kernel/test_*_mutants.py`, `tests/reports/test_*_mutants.py`), not the whole suite. mutmut mutates function
+bodies; the SQL guards of `public.py` and `policy.py` are compiled into the feature modules' statements at import,
+where a mutant switched on at test time never reaches them, so `bench/sql_mutants.py` adds SQL-text mutants (a
+flipped comparison, one predicate dropped, AND and OR swapped): each swaps one guard function for a broken twin before
+any feature module is imported and runs the consumers' own tests (every public surface after each kind of takedown;
+the quorum tests); each must fail them. Killed counts a timeout (a mutant that hung the tests).
 """
 
 KILLED = {"killed", "timeout", "caught by type check"}  # a timeout is a mutant the tests noticed (it hung)
