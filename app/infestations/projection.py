@@ -61,28 +61,62 @@ async def refresh_pattern(
     """Recompute one key's rollup rows from source in one transaction (only `repositories`' rows when given: the
     scoped refresh); returns its instances, 0 when it left the public join set and was deleted (domain.md §5.2)."""
     started = time.perf_counter()
-    scope = "key"
     try:
         async with db.transaction() as session:
             await session.execute(text(_LOCK_KEY), _lock_key_params(pattern_key))
-            if repositories is not None and await _projected(session, pattern_key):
-                scope = "repositories"
-                instances = await _refresh_scoped(session, Keys(key=pattern_key, repositories=repositories))
-            else:
-                keys = Keys(key=pattern_key)
-                synced = (await session.execute(sync_instances(keys.shape), keys.params)).mappings().one()
-                instances = int(synced["instances"])
-                if instances == 0:
-                    await _delete_projection(session, pattern_key)
-                else:
-                    await _project_from_instances(session, keys)
+            projected = repositories is not None and await _projected(session, pattern_key)
+            instances, scope = await refresh_locked(session, pattern_key, repositories if projected else None)
     except Exception:
         REFRESH_ERRORS.inc()
         raise
-    REFRESH_DURATION.labels(reason=reason).observe(time.perf_counter() - started)
+    observe_refresh(reason, scope, instances, time.perf_counter() - started)
+    return instances
+
+
+def observe_refresh(reason: str, scope: str, instances: int, seconds: float) -> None:
+    REFRESH_DURATION.labels(reason=reason).observe(seconds)
     REFRESH_INSTANCES.labels(reason=reason).observe(instances)
     REFRESH_SCOPES.labels(scope=scope).inc()
-    return instances
+
+
+def lock_order(key: str) -> tuple[bool, str]:
+    """The order several keys are locked in: their buckets as a range takes them ("other" first), then the key."""
+    return _bucket(key) != _OTHER, key
+
+
+async def lock_keys(session: AsyncSession, keys: list[str]) -> set[str]:
+    """Lock several keys as `refresh_pattern` locks one (already in `lock_order`: unnest keeps it), in one
+    statement; returns those of them that are projected now."""
+    await session.execute(
+        text(
+            "SELECT count(pg_advisory_xact_lock_shared(hashtextextended('infestations:bucket:' || b, 0))) "
+            "+ count(pg_advisory_xact_lock(hashtextextended(k, 0))) "
+            "FROM unnest(CAST(:keys AS text[]), CAST(:buckets AS text[])) AS u(k, b)"
+        ),
+        {"keys": keys, "buckets": [_bucket(k) for k in keys]},
+    )
+    found = await session.execute(
+        text("SELECT pattern_key FROM infestation_patterns WHERE pattern_key = ANY(CAST(:keys AS text[]))"),
+        {"keys": keys},
+    )
+    return {str(k) for k in found.scalars()}
+
+
+async def refresh_locked(
+    session: AsyncSession, pattern_key: str, repositories: tuple[int, ...] | None
+) -> tuple[int, str]:
+    """`refresh_pattern`'s statements for a key this transaction has locked (`lock_keys`); `repositories` only
+    when the key is projected. Returns (instances, scope)."""
+    if repositories is not None:
+        return await _refresh_scoped(session, Keys(key=pattern_key, repositories=repositories)), "repositories"
+    keys = Keys(key=pattern_key)
+    synced = (await session.execute(sync_instances(keys.shape), keys.params)).mappings().one()
+    instances = int(synced["instances"])
+    if instances == 0:
+        await _delete_projection(session, pattern_key)
+    else:
+        await _project_from_instances(session, keys)
+    return instances, "key"
 
 
 async def _projected(session: AsyncSession, key: str) -> bool:
