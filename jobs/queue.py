@@ -15,6 +15,9 @@ DRAIN_JOB = "drain_dirty_keys"
 WEBHOOKS_JOB = "deliver_webhooks"
 _COALESCE_SECONDS = 0.5
 _pools: dict[tuple[int, str], ArqRedis] = {}
+# the newest bucket each job was enqueued for from this process (per event loop): arq answers a second enqueue of
+# the same job id with nothing, so at a hundred commits a second the web's rings cost a round trip per bucket only
+_rung: dict[tuple[int, str, str], int] = {}
 
 
 async def pool() -> ArqRedis:
@@ -35,6 +38,8 @@ async def close_pools() -> None:
     loop_id = id(asyncio.get_running_loop())
     for key in [k for k in _pools if k[0] == loop_id]:
         await _pools.pop(key).aclose()
+    for rung in [r for r in _rung if r[0] == loop_id]:
+        del _rung[rung]
 
 
 async def ring_drain(*, delay_seconds: float = 0.0, redis: ArqRedis | None = None) -> None:
@@ -51,9 +56,13 @@ async def ring_webhooks(*, delay_seconds: float = 0.0, redis: ArqRedis | None = 
 
 async def _ring(job: str, delay_seconds: float, redis: ArqRedis | None) -> None:
     bucket = int((time.time() + max(0.0, delay_seconds)) / _COALESCE_SECONDS) + 1
-    redis = redis or await pool()
-    await redis.enqueue_job(
+    rung = (id(asyncio.get_running_loop()), settings().redis_url, job)
+    if redis is None and _rung.get(rung) == bucket:
+        return
+    await (redis or await pool()).enqueue_job(
         job,
         _job_id=f"{job}:{bucket}",
         _defer_until=datetime.fromtimestamp(bucket * _COALESCE_SECONDS, tz=UTC),
     )
+    if redis is None:  # only once it is enqueued: a failed ring is tried again by the next commit
+        _rung[rung] = bucket
