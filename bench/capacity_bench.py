@@ -44,8 +44,9 @@ from bench.common import (
     publish,
     timed_generate,
     vacuum_analyze,
+    write_section,
 )
-from bench.infestations_bench import poll_lag, probe_report
+from bench.infestations_bench import poll_lag
 from bench.services import throwaway_services
 from tests.harness import ROOT, spawn, start_server, stop
 
@@ -54,7 +55,22 @@ LAG_TARGET_S = 1.0
 CONFIGS = ((1, 1), (1, 2), (2, 1), (2, 2))  # (web processes, workers)
 ACCOUNTS = 8  # submitters: each report locks its account's row, so one account would serialise them all
 MAX_IN_FLIGHT = 128
+# Half the reports are on existing shared patterns (bench/generate.py's "shared pattern N", N in 2..2999, as
+# bench/infestations_bench.py's probes), taken round-robin in a fixed shuffled order rather than at random: a key
+# comes back every 5,996 reports (40 s at 150 reports/s), longer than the hot-key interval (30 s), so no key is hot
+# and no report is deferred by design (docs/domain.md §5.5); drawn at random, up to half of the shared ones could be.
+SHARED = random.Random(27).sample(range(2, 3000), 2998)
 BENCH_APP = "capacity-bench"  # application_name of the bench's own connections: their Postgres CPU is counted apart
+
+
+def capacity_report(n: int) -> dict[str, Any]:
+    """Report n: one finding; even reports on a shared pattern (round-robin over `SHARED`), odd ones fresh."""
+    shared = SHARED[n // 2 % len(SHARED)]
+    title = f"shared pattern {shared} injection in handler" if n % 2 == 0 else f"fresh finding {n} cap"
+    finding = {"file": f"cap/file_{n}.py", "severity": "high", "title": title, "description": "cap probe",
+               "line_start": 1 + n % 1000}  # fmt: skip
+    return {"commit_sha": f"{n:040x}", "model": "bench", "prompt_version": "bench/cap", "run_id": f"cap-{n}",
+            "document": {"tarakan_scan_format": 1, "findings": [finding]}}  # fmt: skip
 
 
 def bench_dsn(dsn: str) -> str:
@@ -263,7 +279,7 @@ async def run_step(
 
         async def submit(n: int) -> None:
             host, owner, name = repos[rng.randrange(len(repos))]
-            body = probe_report(n, rng, "cap")
+            body = capacity_report(n)
             url = f"{bases[n % len(bases)]}/api/v1/repos/{host}/{owner}/{name}/reports"
             started = time.perf_counter()
             try:
@@ -309,11 +325,12 @@ def run_config(
     tokens: list[str],
     args: argparse.Namespace,
     seq: list[int],
+    cwd: Path = ROOT,
 ) -> dict[str, Any]:
     procs: list[subprocess.Popen[bytes]] = []
     bench_backends = BenchBackends(dsn)
     try:
-        bases, cpu = start_processes(env, dsn, postmaster, web, workers, procs, bench_backends)
+        bases, cpu = start_processes(env, dsn, postmaster, web, workers, procs, bench_backends, cwd)
         with psycopg.connect(dsn) as conn:
             repos = [
                 (str(h), str(o), str(n))
@@ -521,8 +538,7 @@ def profile_tree(
         print(f"  profile {cwd} @ {rate:.0f}/s: {json.dumps(row)}", flush=True)
         return {
             "tree": str(cwd),
-            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True,
-                                     text=True, check=False).stdout.strip(),
+            "commit": tree_name(cwd),
             "step": row,
             "statements": statement_profile(dsn, step.ok),
             "web": stack_profile(out / "capacity_web.stacks"),
@@ -532,6 +548,12 @@ def profile_tree(
         bench_backends.stop()
         for proc in procs:
             stop(proc)
+
+
+def tree_name(cwd: Path) -> str:
+    """The tree's commit, or its directory's name when it is not a git checkout (a `git archive` copy)."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True, check=False)
+    return out.stdout.strip() if out.returncode == 0 and cwd == ROOT else cwd.name
 
 
 def run_profile(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -548,7 +570,12 @@ def run_profile(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
         assert services.pg.proc is not None
         for tree in args.trees:
             results["trees"].append(profile_tree(env, dsn, services.pg.proc.pid, tokens, tree, args, seq))
-    results["load_average"] = os.getloadavg()
+        results["load_average"] = os.getloadavg()
+        if args.curve:  # the curve of the last tree on the same registry (statement statistics stay on)
+            results["configs"] = [
+                run_config(env, dsn, services.pg.proc.pid, web, workers, tokens, args, seq, args.trees[-1])
+                for web, workers in args.configs
+            ]
     return results
 
 
@@ -702,6 +729,7 @@ def main() -> int:
         help="with --profile: source trees to profile in turn on one registry (e.g. a git worktree of the baseline)",
     )  # fmt: skip
     parser.add_argument("--label", default="now", help="with --profile: its subsection's name")
+    parser.add_argument("--curve", action="store_true", help="with --profile: then the curve of the last tree")
     args = parser.parse_args()
     if args.profile:
         command = " ".join(["python -m bench.capacity_bench", *sys.argv[1:]])
@@ -709,6 +737,11 @@ def main() -> int:
         (ROOT / "bench" / "out" / "capacity_profile.json").write_text(json.dumps(results, indent=2) + "\n")
         markdown = render_profile(results, command, args.label)
         print(markdown)
+        if results.get("configs"):
+            curve = render(results, command, args.step_seconds)
+            print(curve)
+            if not args.no_write:
+                write_section(curve, HEADING)
         if not args.no_write:
             write_profile(markdown, args.label)
         return 0
