@@ -61,6 +61,14 @@ sub vcl_recv {
     }
     # the public pages read no other cookie: without it, every anonymous visitor shares one copy
     unset req.http.Cookie;
+    # the pages vary on these two and read only "true" (app/kernel/web.py is_fragment_request): any other value is
+    # the same answer, so it must not make a copy of its own (a client could otherwise bust the cache at will)
+    if (req.http.HX-Request != "true") {
+        unset req.http.HX-Request;
+    }
+    if (req.http.HX-History-Restore-Request != "true") {
+        unset req.http.HX-History-Restore-Request;
+    }
     return (hash);
 }
 

@@ -245,6 +245,10 @@ async def test_the_edge_rules_purge_refusals_and_forwarded_addresses(stack: Stac
     # which the same request straight from loopback may read
     assert (await web.get("/metrics", headers={"X-Forwarded-For": "203.0.113.9"})).status_code == 404
     assert (await web.get("/metrics")).status_code == 200
+    # an htmx header's other values are the page's own answer: no copy of their own (no cache busting)
+    plain = await fetch(web, "/infestations")
+    odd = await fetch(web, "/infestations", **{"HX-Request": "yes", "HX-History-Restore-Request": "0"})
+    assert hit(odd) and odd.text == plain.text
     # an untagged answer (healthz) is never stored
     assert not hit(await web.get("/healthz")) and not hit(await web.get("/healthz"))
 
