@@ -195,6 +195,7 @@ async def drain(*, batch_size: int = 200, throttle: bool = True, worker_id: str 
         # a worker stopping (SIGTERM) hands its unfinished claims back at once instead of after the claim TTL
         await asyncio.shield(_release_claims([c.pattern_key for c in claims[settled:]], me))
         raise
+    await _purge_refreshed(claims, result.refreshed_keys)  # the shared cache (docs/scaling.md "Shared cache")
     _, result.remaining_claimable, result.next_available_in_seconds = await dirty_backlog()
     if result.refreshed:
         await _record_progress(me, result.refreshed)
