@@ -100,6 +100,7 @@ def public_routes(host: str, owner: str, name: str, finding: str, pattern: str) 
         Route("/moderation/repositories", (), ANY),
         Route("/moderation/accounts", (), ANY),
         Route("/moderation/audit", (), ANY),
+        Route("/moderation/audit/{}", ("1",), ANY),
         Route("/static/{}", ("app.css",), HTML),
         Route("/healthz", (), ANY),
         Route("/readyz", (), ANY),
