@@ -96,6 +96,8 @@ def purge_after_commit(tags: Iterable[str] | None) -> None:
     if not varnish_purge_urls():
         return
     wanted = None if tags is None else frozenset(tags)
+    if wanted is not None and not wanted:
+        return  # nothing shown anywhere changed (e.g. an account that recorded no checks)
     sink = _collected.get()  # captured now: the step may run in a copy of this context
 
     async def purge_step() -> None:
@@ -190,7 +192,7 @@ async def _send(client: httpx.AsyncClient, method: str, url: str, requests: list
                     )
                 done += 1
             return True
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:  # a failed try, never an error
             log.warning("shared cache %s: %s failed (try %d of %d): %s", _shown(url), method, attempt + 1, tries, exc)
             if attempt + 1 < tries:
                 await asyncio.sleep(PAUSES[min(attempt, len(PAUSES) - 1)])
