@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import select
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 from sqlalchemy import Connection, MetaData, event, text
@@ -120,16 +121,38 @@ def _engine_for(url: str) -> AsyncEngine:
             max_overflow=0,
             # a bounded wait for a free connection; sqlalchemy.exc.TimeoutError after it is a 503 (app.kernel.outages)
             pool_timeout=cfg.db_pool_timeout,
-            # no pre-ping: it was one more round trip on every checkout. A pooled connection that died (a Postgres
-            # restart) fails its first statement instead; SQLAlchemy then invalidates it and every connection pooled
-            # before it, and a public read that failed so is run once more (`RequestReads.retry`)
+            # no pre-ping (a round trip on every checkout): `_closed_by_server` looks at the socket instead
             pool_pre_ping=False,
             connect_args=connect_args,
         )
         if _statement_timeout > 0 and pooled:
             _cap_every_transaction(engine, int(_statement_timeout * 1000))
+        event.listen(engine.sync_engine, "checkout", _refuse_closed)
         _engines[key] = engine
     return engine
+
+
+def _closed_by_server(connection: psycopg.AsyncConnection[Any]) -> bool:
+    """An idle pooled connection the server has ended (a restart, `pg_terminate_backend`): its socket is readable
+    (the server's last message and the end of the stream wait there) or gone. One `poll` system call, no round
+    trip. A connection that died silently (a host gone without a word) is not seen here: its first statement
+    fails, SQLAlchemy invalidates it and every connection pooled before it, and a public read that failed so runs
+    once more (`RequestReads.retry`)."""
+    if connection.closed or connection.broken:
+        return True
+    try:
+        fd = connection.pgconn.socket
+    except psycopg.OperationalError:
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
+
+
+def _refuse_closed(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    # the pool's documented custom pessimistic check: DisconnectionError makes it open a fresh connection instead
+    if _closed_by_server(dbapi_connection.driver_connection):
+        raise sa_exc.DisconnectionError("the server closed this pooled connection")
 
 
 def _cap_every_transaction(engine: AsyncEngine, milliseconds: int) -> None:
