@@ -16,6 +16,8 @@ from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.config import maintainer_recheck_hours
 from app.kernel.errors import Conflict, NotFound, ServiceUnavailable, ValidationError
+from app.kernel.purge import purge_after_commit
+from app.kernel.shared_cache import repository_tag
 from app.maintainers import forge
 from app.maintainers.access import NO_REPOSITORY, acting_account, listed_repository, slug
 from app.maintainers.models import REPLACEABLE_MODES, MaintainerClaim, RepositoryMaintainer
@@ -210,6 +212,7 @@ async def _start_maintainership(session: AsyncSession, repository: Repository, a
         )
     )
     await session.flush()
+    purge_after_commit({repository_tag(repository.id)})  # its pages name their maintainers (shared cache)
     # the conflict rule (docs/domain.md §1.5): this account's checks on the repository stop counting at once
     checked_here = exists().where(
         CanonicalFindingCheck.account_id == account_id,
@@ -233,6 +236,7 @@ async def end_maintainership(
     maintainer.ended_reason = reason
     maintainer.ended_by_id = ended_by_id
     await session.flush()
+    purge_after_commit({repository_tag(repository.id)})  # its pages name their maintainers (shared cache)
     others = exists().where(
         RepositoryMaintainer.repository_id == repository.id, RepositoryMaintainer.ended_at.is_(None)
     )
