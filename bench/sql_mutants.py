@@ -26,6 +26,7 @@ _TAKEDOWNS = (
     "_the_drain",
 )
 _QUORUM = ("tests/reports/test_quorum.py", "tests/reports/test_quorum_mutants.py")
+_RANK_PLAN = ("tests/infestations/test_infestation_queries.py::test_ranked_list_walks_the_rank_index_of_its_window",)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,11 @@ def _visible_pattern_any_instance(pattern_key: ColumnElement[Any]) -> ColumnElem
     return select(ONE).where(gi.c.pattern_key == pattern_key).correlate_except(gi).offset(0).exists()
 
 
+def _visible_pattern_no_fence(pattern_key: ColumnElement[Any]) -> ColumnElement[bool]:
+    gi = public.pattern_instances.alias("gi")
+    return select(ONE).where(gi.c.pattern_key == pattern_key, public.visible_scan(gi.c.sample_scan_id)).exists()
+
+
 def _shown_pattern_and(pattern_key: ColumnElement[Any], sample_visible: ColumnElement[bool]) -> ColumnElement[bool]:
     return and_(sample_visible, public.visible_pattern(pattern_key))
 
@@ -130,6 +136,9 @@ MUTANTS = (
     ),
     SqlMutant(
         "visible_pattern: no sample guard", public, "visible_pattern", _visible_pattern_any_instance, _TAKEDOWNS
+    ),
+    SqlMutant(
+        "visible_pattern: no OFFSET 0 fence", public, "visible_pattern", _visible_pattern_no_fence, _RANK_PLAN
     ),
     SqlMutant("shown_pattern: OR becomes AND", public, "shown_pattern", _shown_pattern_and, _TAKEDOWNS),
     SqlMutant("qualified_reviewer: OR becomes AND", policy, "qualified_reviewer", _qualified_reviewer_and, _QUORUM),

@@ -22,6 +22,7 @@ from app.kernel.public import (
     public_join,
     public_scan,
     repositories,
+    scan_findings,
     scans,
     shown_pattern,
     visible_occurrence,
@@ -85,6 +86,12 @@ async def test_an_occurrence_is_visible_only_in_a_visible_report() -> None:
     for name, public_id in world.occurrences.items():
         assert await _value(visible_occurrence(literal(public_id, Uuid))) is (name == "shown"), name
     assert await _value(visible_occurrence(literal(uuid.uuid4(), Uuid))) is False
+    # per row of an enclosing statement (a membership list): each sample judged on its own
+    o = scan_findings.alias("o")
+    async with db.read_session() as session:
+        rows = await session.execute(select(o.c.public_id, visible_occurrence(o.c.public_id)))
+        judged: dict[uuid.UUID, bool] = {row[0]: row[1] for row in rows}
+    assert judged == {public_id: name == "shown" for name, public_id in world.occurrences.items()}
 
 
 async def test_the_join_set_is_public_reports_on_listed_repositories() -> None:
@@ -126,6 +133,17 @@ async def test_a_canonical_counts_once_public_whatever_its_listing_and_in_the_ro
     assert {names[i]: v for i, v in default.items()} == {n: n in public_anywhere for n in world.canonicals}
     assert given == default
     assert {names[i]: v for i, v in rollup.items()} == {n: n == "shown" for n in world.canonicals}
+
+
+async def test_the_rollup_condition_judges_the_canonical_it_is_given() -> None:
+    world = await _world()
+    k, r = canonicals.alias("k"), repositories.alias("r")  # not the default alias "c"
+    async with db.read_session() as session:
+        rows = await session.execute(
+            select(k.c.id, public_canonical(r, k.c.id)).join(r, r.c.id == k.c.repository_id)
+        )
+        judged: dict[int, bool] = {row[0]: row[1] for row in rows}
+    assert judged == {canonical_id: name == "shown" for name, canonical_id in world.canonicals.items()}
 
 
 async def test_a_canonical_with_a_second_public_occurrence_counts_once() -> None:
@@ -179,6 +197,11 @@ async def test_a_pattern_is_shown_while_one_instance_sample_is_visible() -> None
         assert await _value(visible_pattern(literal(key, Text))) is (key == "p-shown"), key
         assert await _value(shown_pattern(literal(key, Text), false())) is (key == "p-shown"), key
         assert await _value(shown_pattern(literal(key, Text), true())) is True, key
+    # per row of an enclosing statement (the ranked list): each key judged on its own instances
+    o = pattern_instances.alias("o")
+    async with db.read_session() as session:
+        rows = await session.execute(select(o.c.pattern_key, visible_pattern(o.c.pattern_key)).distinct())
+        assert {row[0]: row[1] for row in rows} == {"p-shown": True, "p-hidden": False}
 
 
 def db_now() -> ColumnElement[Any]:
