@@ -9,7 +9,7 @@ import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any
 
@@ -23,9 +23,9 @@ from app.kernel.metrics import RENDER_CACHE_BYTES, RENDER_CACHE_EVICTIONS, RENDE
 from app.kernel.security import SESSION_COOKIE_NAME
 from app.kernel.web import etag_matches, is_fragment_request
 
-# Window exits are decided when a page is read (docs/domain.md §5.5): a kept page is rendered again at least this
-# often even when nothing was written.
-BUCKET_SECONDS = 30
+# Window exits are decided when a page is read (docs/domain.md §5.5): a kept page older than this is rendered again
+# even when nothing was written (an age per page, not a clock slice: pages do not all expire at the same instant).
+MAX_AGE_SECONDS = 30.0
 # One page may take at most this share of the cache (a large sitemap streams past it, never kept).
 ENTRY_SHARE = 8
 # Every commit that can change a public page moves one of these, each one end of an index (the dirty-key count is
@@ -55,6 +55,7 @@ class Kept:
     headers: tuple[tuple[bytes, bytes], ...]
     body: bytes
     etag: str
+    at: float = field(default_factory=time.monotonic)  # when it was rendered
 
     @property
     def size(self) -> int:
@@ -76,8 +77,13 @@ class RenderCache:
 
     def get(self, key: Hashable) -> Kept | None:
         kept = self._entries.get(key)
-        if kept is not None:
-            self._entries.move_to_end(key)
+        if kept is None:
+            return None
+        if time.monotonic() - kept.at > MAX_AGE_SECONDS:
+            del self._entries[key]
+            self.bytes -= kept.size
+            return None
+        self._entries.move_to_end(key)
         return kept
 
     def fits(self, size: int) -> bool:
@@ -210,7 +216,8 @@ def _without_validators(request: Request) -> Request:
 
 def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
     """Serve the decorated public route from the render cache: one version read per request, the page rendered
-    once per (route, `key(request)`, fragment or not, the rollup read flag, version, time bucket) and process.
+    once per (route, `key(request)`, fragment or not, the rollup read flag, version) and process, and again once it
+    is MAX_AGE_SECONDS old.
     Signed-in requests, errors and private answers pass through untouched."""
 
     def decorate(handler: Handler) -> Handler:
@@ -231,7 +238,6 @@ def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
                 is_fragment_request(request),
                 await flags.read_from_rollup(),
                 version,
-                int(time.time() // BUCKET_SECONDS),
             )
             kept = store.get(full_key)
             if kept is not None:

@@ -34,7 +34,7 @@ def _path(request: Request) -> str:
 
 @rendered_once(_path)
 async def home(request: Request) -> Response:
-    fragment = await home_infestations.rendered(await home_infestations.current_etag())
+    fragment = await home_infestations.current()
     reports = await list_recent_public_reports(limit=RECENT_REPORTS)
     if not wants_json(request):
         context = {
@@ -69,13 +69,11 @@ async def home(request: Request) -> Response:
 
 @rendered_once(_path)
 async def home_infestations_fragment(request: Request) -> Response:
-    """Polled by every open home page: 304 on an unchanged version before any list query runs."""
-    etag = await home_infestations.current_etag()
-    if etag_matches(request, etag):  # `atlas` alone: the patterns are not known without the list query
-        headers = {"ETag": etag, **cache_headers(FRAGMENT_CACHE, [ATLAS_TAG]), "Vary": "HX-Request"}
+    """Polled by every open home page: from the render cache, a 304 while its list is unchanged."""
+    fragment = await home_infestations.current()
+    headers = {"ETag": fragment.etag, **cache_headers(FRAGMENT_CACHE, _home_tags(fragment)), "Vary": "HX-Request"}
+    if etag_matches(request, fragment.etag):
         return Response(status_code=304, headers=headers)
-    fragment = await home_infestations.rendered(etag)
-    headers = {"ETag": etag, **cache_headers(FRAGMENT_CACHE, _home_tags(fragment)), "Vary": "HX-Request"}
     return Response(fragment.html, media_type="text/html; charset=utf-8", headers=headers)
 
 

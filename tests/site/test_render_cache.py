@@ -67,6 +67,19 @@ async def test_a_second_anonymous_request_is_served_from_memory_and_a_304_render
     assert "Changed behind the cache" in (await client.get(f"{path}.json")).text
 
 
+async def test_a_kept_page_is_rendered_again_once_it_is_max_age_old(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Window exits are decided at read time: nothing written, the page is still read again after MAX_AGE_SECONDS."""
+    seeded = await seed_pattern("Aging pattern", repos=2)
+    path = f"/infestations/{seeded.key}"
+    assert (await client.get(path)).status_code == 200
+    await retitle_behind_the_cache(seeded.key, "Read again")
+    assert "Read again" not in (await client.get(path)).text
+    monkeypatch.setattr(rendered, "MAX_AGE_SECONDS", 0.0)
+    assert "Read again" in (await client.get(path)).text
+
+
 async def test_a_signed_in_viewer_bypasses_the_cache(client: httpx.AsyncClient) -> None:
     seeded = await seed_pattern("Bypassed pattern", repos=2)
     path = f"/infestations/{seeded.key}"
