@@ -33,7 +33,8 @@ def store() -> rendered.RenderCache:
 
 
 def requests(outcome: str) -> float:
-    return RENDER_CACHE_REQUESTS.labels(outcome=outcome)._value.get()
+    value: float = RENDER_CACHE_REQUESTS.labels(outcome=outcome)._value.get()
+    return value
 
 
 async def retitle_behind_the_cache(key: str, title: str) -> None:
@@ -160,7 +161,7 @@ async def test_the_cache_stays_within_its_bytes(client: httpx.AsyncClient, monke
     size = store().bytes  # one kept twin (every window from 20 to 31 days lists the pattern: the same size)
     monkeypatch.setenv("RENDER_CACHE_BYTES", str(size * rendered.ENTRY_SHARE + size // 2))
     rendered.reset()
-    evictions = RENDER_CACHE_EVICTIONS._value.get()
+    evictions: float = RENDER_CACHE_EVICTIONS._value.get()
     for days in range(20, 32):  # twelve pages of one size: eight fit
         assert (await client.get(f"/infestations.json?days={days}")).status_code == 200
     bounded = store()
