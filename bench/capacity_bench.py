@@ -607,6 +607,8 @@ def run_profile(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
 def render_profile(r: dict[str, Any], command: str, label: str) -> str:
     lines = [f"{PROFILE_HEADING}: {label}", "", f"Command: `{command}`; load average at the end "
              f"{' / '.join(f'{x:.1f}' for x in r['load_average'])}.", ""]  # fmt: skip
+    if len(r["trees"]) > 1:
+        lines += compare_trees(r["trees"])
     for t in r["trees"]:
         step = t["step"]
         cpu = step["cpu_ms_per_report"]
@@ -647,6 +649,41 @@ def render_profile(r: dict[str, Any], command: str, label: str) -> str:
             ]
         lines.append("")
     return "\n".join(lines)
+
+
+def _server_statements(t: dict[str, Any]) -> tuple[float, float]:
+    top = [s for s in t["statements"] if s["toplevel"] and not s["bench"]]
+    return sum(s["calls_per_report"] for s in top), sum(s["ms_per_report"] for s in top)
+
+
+def compare_trees(trees: list[dict[str, Any]]) -> list[str]:
+    """The trees side by side (first and last), per accepted report, with the ratio last / first."""
+    first, last = trees[0], trees[-1]
+
+    def figures(t: dict[str, Any]) -> dict[str, float]:
+        cpu = t["step"]["cpu_ms_per_report"]
+        calls, ms = _server_statements(t)
+        return {
+            "web CPU ms": cpu["web"],
+            "worker CPU ms": cpu["workers"],
+            "Postgres CPU ms": cpu["postgres"],
+            "server CPU ms (web + worker + Postgres)": cpu["web"] + cpu["workers"] + cpu["postgres"],
+            "bench's own Postgres CPU ms (apart)": cpu.get("bench_postgres", 0.0),
+            "bench client CPU ms (apart)": cpu.get("client", 0.0),
+            "server statements, top level": calls,
+            "server statements, ms executing and planning": ms,
+        }
+
+    a, b = figures(first), figures(last)
+    lines = [f"| per accepted report | `{first['commit']}` | `{last['commit']}` | ratio |", "|---|---|---|---|"]
+    for name in a:
+        ratio = f"{b[name] / a[name]:.2f}" if a[name] else "–"
+        lines.append(f"| {name} | {a[name]:.1f} | {b[name]:.1f} | {ratio} |")
+    lines.append(
+        f"| lag p50 / p95 ms | {fmt(first['step']['lag_p50_ms'])} / {fmt(first['step']['lag_p95_ms'])} | "
+        f"{fmt(last['step']['lag_p50_ms'])} / {fmt(last['step']['lag_p95_ms'])} | |"
+    )
+    return [*lines, ""]
 
 
 def write_profile(markdown: str, label: str) -> None:
@@ -696,9 +733,13 @@ def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
         "`tarakan worker` processes; the open-loop client, the servers, the workers and Postgres all share this "
         "2-core machine, which other work also shared during the run). Reports go through "
         f"`POST /api/v1/repos/.../reports` ({ACCOUNTS} submitter accounts, one finding each, half on existing "
-        f"shared patterns); each rate is held {step_seconds:.0f} s; lag = the 2xx answer to the report's canonical "
+        "shared patterns taken round-robin, so that no key comes back within the hot-key interval below ~190 "
+        "reports/s and none is deferred by design); the registry's daily export is built before the run; each rate "
+        f"is held {step_seconds:.0f} s; lag = the 2xx answer to the report's canonical "
         "in the atlas with its new `updated_at` (bench/infestations_bench.py `poll_lag`). The rate steps up x1.5 "
-        "until the rate is not achieved (< 90 %) or two steps in a row are past the knee (lag p95 > 1 s, errors).",
+        "until the rate is not achieved (< 90 %) or two steps in a row are past the knee (lag p95 > 1 s, errors). "
+        "CPU per accepted report: the server's processes, and apart from them the bench's own Postgres backends "
+        "(its answer resolver and lag poller, by application_name) and its client process.",
         "",
         f"Registry: Tier {r['tier']}: {r['rows']['repositories']:,} repositories, "
         f"{r['rows']['canonical_findings']:,} canonical findings before the run.",
@@ -755,11 +796,16 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--label", default="now", help="with --profile: its subsection's name")
     parser.add_argument("--curve", action="store_true", help="with --profile: then the curve of the last tree")
+    parser.add_argument("--rerender", metavar="COMMAND", help="with --profile: write bench/out's last results again")
     args = parser.parse_args()
     if args.profile:
-        command = " ".join(["python -m bench.capacity_bench", *sys.argv[1:]])
-        results = run_profile(args.tier, args)
-        (ROOT / "bench" / "out" / "capacity_profile.json").write_text(json.dumps(results, indent=2) + "\n")
+        command = args.rerender or " ".join(["python -m bench.capacity_bench", *sys.argv[1:]])
+        saved = ROOT / "bench" / "out" / "capacity_profile.json"
+        if args.rerender:
+            results = json.loads(saved.read_text())
+        else:
+            results = run_profile(args.tier, args)
+            saved.write_text(json.dumps(results, indent=2) + "\n")
         markdown = render_profile(results, command, args.label)
         print(markdown)
         if results.get("configs"):
