@@ -9,7 +9,7 @@ sends the same kind of reports both ways from one admin token (exempt from the r
 scanner fleet; a member's token stores 5 a minute per repository either way): one `POST /api/v1/reports/batch`,
 and the same number of reports one at a time through `POST /api/v1/repos/.../reports` (sequential: one account's
 reports queue on its row anyway). Reports go to existing repositories; half the findings are on shared patterns,
-half fresh (as bench/capacity_bench.py). Findings/s = findings stored / wall time of the sending; CPU ms per
+half fresh (as bench/capacity_bench.py); the registry's export is built before the worker starts. Findings/s = findings stored / wall time of the sending; CPU ms per
 finding of the web process, the worker (until the drain is done) and Postgres. Medians over the runs, the worst
 run beside them; the two paths alternate within a run, so machine noise falls on both.
 """
@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import functools
 import json
+import os
 import random
 import statistics
 import sys
@@ -58,6 +59,21 @@ def submitter(dsn: str) -> str:
             await db.dispose_engines()
 
     return asyncio.run(token())
+
+
+def build_first_export() -> None:
+    """The registry's daily export, built before the run (as bench/capacity_bench.py does): otherwise the worker
+    builds it in its first minute, minutes of worker and Postgres CPU charged to the first sendings."""
+    from app.exports.service import rebuild_export
+    from app.kernel import db
+
+    async def go() -> None:
+        try:
+            await rebuild_export()
+        finally:
+            await db.dispose_engines()
+
+    asyncio.run(go())
 
 
 def repositories(dsn: str, count: int = 500) -> list[str]:
@@ -114,10 +130,15 @@ def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"tier": tier_name, "runs": args.runs, "shapes": []}
     with throwaway_services("tarakan-batch-bench-") as services:
         dsn = services.dsn
-        env = services.use(REGISTRY_STATS_TTL="30", INFESTATIONS_READ_FROM_ROLLUP="true")
+        env = services.use(
+            REGISTRY_STATS_TTL="30",
+            INFESTATIONS_READ_FROM_ROLLUP="true",
+            EXPORT_DIR=str(services.pg.data_dir.parent / "exports"),
+        )
         results["rows"], _ = timed_generate(dsn, tier_name)
         backfill(None, concurrency=2)
         vacuum_analyze(dsn)
+        build_first_export()
         token = submitter(dsn)
         repos = repositories(dsn)
         web, base = services.serve(env)
@@ -180,6 +201,7 @@ def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
                     print(f"{lines}x{findings} {name}: {shape[name][-1]['findings_per_s']:.0f} findings/s", flush=True)
             results["shapes"].append(shape)
         client.close()
+    results["load_average"] = os.getloadavg()
     return results
 
 
@@ -196,7 +218,7 @@ def render(r: dict[str, Any], command: str) -> str:
         HEADING,
         "",
         f"`{command}` (tier {r['tier']}, {r['runs']} runs a shape; issue 27, Deliver 3: target >= {TARGET:.0f} "
-        "findings/s). One `tarakan serve` and one `tarakan worker` on the 2 shared cores, an admin token (no "
+        f"findings/s; load average at the end {' / '.join(f'{x:.1f}' for x in r['load_average'])}). One `tarakan serve` and one `tarakan worker` on the 2 shared cores, an admin token (no "
         "report limits). Each run sends one batch (`POST /api/v1/reports/batch`) and the same number of reports "
         "one at a time through the single route, alternating which goes first; reports to existing repositories, "
         "half the findings on shared patterns. Findings/s = findings stored / wall time of the sending (median, "
