@@ -82,6 +82,7 @@ class RenderCache:
         if time.monotonic() - kept.at > MAX_AGE_SECONDS:
             del self._entries[key]
             self.bytes -= kept.size
+            RENDER_CACHE_BYTES.set(self.bytes)
             return None
         self._entries.move_to_end(key)
         return kept
