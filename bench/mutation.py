@@ -224,9 +224,9 @@ def run_sql(env: dict[str, str], *, resume: bool) -> dict[str, Any]:
     done: dict[str, Any] = json.loads(path.read_text()) if resume and path.exists() else {}
     for mutant in [None, *MUTANTS]:
         key = mutant.name if mutant is not None else "(none)"
-        if key in done and done[key]["status"] != "error":
-            continue
-        tests = mutant.tests if mutant is not None else sorted({t for m in MUTANTS for t in m.tests})
+        tests = list(mutant.tests) if mutant is not None else sorted({t for m in MUTANTS for t in m.tests})
+        if key in done and done[key]["status"] in ("killed", "clean") and done[key]["tests"] == tests:
+            continue  # resumed: a mutant that lived, or whose tests changed, runs again
         started = time.monotonic()
         proc = subprocess.run(
             [*NICE, sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "bench.sql_mutants",
@@ -248,6 +248,18 @@ def run_sql(env: dict[str, str], *, resume: bool) -> dict[str, Any]:
         if mutant is None and status != "clean":
             raise SystemExit(f"the SQL mutants' tests fail without a mutant: {proc.stdout[-2000:]}")
     return done
+
+
+def _measured() -> set[str]:
+    """Every mutant name with a result on disk (module mutants and SQL-text mutants)."""
+    names: set[str] = set()
+    for name in MODULES:
+        path = OUT / f"{name}.json"
+        if path.exists():
+            names |= set(json.loads(path.read_text())["statuses"])
+    if (OUT / "sql.json").exists():
+        names |= set(json.loads((OUT / "sql.json").read_text()))
+    return names
 
 
 def table() -> str:
@@ -279,12 +291,22 @@ def table() -> str:
     if sql_path.exists():
         sql = {k: v for k, v in json.loads(sql_path.read_text()).items() if k != "(none)"}
         killed_sql = sum(v["status"] == "killed" for v in sql.values())
-        lines += ["", f"SQL-text mutants (bench/sql_mutants.py): {killed_sql} / {len(sql)} killed.", ""]
+        equivalent_sql = sum(v["status"] != "killed" and k in known for k, v in sql.items())
+        lines += [
+            "",
+            f"SQL-text mutants (bench/sql_mutants.py): {killed_sql} / {len(sql)} killed, {equivalent_sql} equivalent.",
+            "",
+        ]
         lines += ["| SQL mutant | status | covering tests | s |", "|---|---|---|---|"]
         lines += [
-            f"| {k} | {v['status']} | {', '.join(f'`{t}`' for t in v['tests'])} | {v['seconds']:.0f} |"
+            f"| {k} | {v['status'] + (' (equivalent)' if k in known and v['status'] != 'killed' else '')} "
+            f"| {', '.join(f'`{t}`' for t in v['tests'])} | {v['seconds']:.0f} |"
             for k, v in sorted(sql.items())
         ]
+    shown = {m: r for m, r in known.items() if m in _measured()}
+    if shown:
+        lines += ["", "Equivalent mutants (bench/mutation_equivalents.toml):", ""]
+        lines += [f"- `{m}`: {r}" for m, r in sorted(shown.items())]
     return "\n".join(lines)
 
 
