@@ -21,7 +21,7 @@ from app.kernel.changes import withdrawn_finding
 from app.kernel.errors import NotFound
 from app.kernel.policy import Viewer, can_moderate, in_good_standing
 from app.kernel.refs import ref_slug
-from app.kernel.shared_cache import occurrence_tag, repository_tag
+from app.kernel.shared_cache import occurrence_tag, pattern_tag, repository_tag
 from app.kernel.takedowns import Marks, page_marks
 from app.kernel.urls import finding_path, repo_path, twin_path
 from app.kernel.visibility import repository_visible
@@ -84,7 +84,9 @@ async def repository_page(request: Request) -> Response:
     statements = await current_by_occurrences(f["public_id"] for r in reports for f in r["findings"])
     maintainers = await current_maintainers(repository["id"])
     path = repo_path(repository["host"], repository["owner"], repository["name"])
-    tags = [repository_tag(repository["id"])]  # for the shared cache; a privileged answer drops them (cache_headers)
+    # for the shared cache (a privileged answer drops them, cache_headers): the repository, and the patterns whose
+    # spread it lists, which another repository's report moves (the drain purges the keys it refreshed)
+    tags = [repository_tag(repository["id"]), *(pattern_tag(item["pattern_key"]) for item in infestations)]
     if as_json:
         return json_twin(
             RepositoryRecord(
@@ -261,8 +263,12 @@ async def _marks(
 
 
 def finding_tags(finding: dict[str, Any]) -> list[str]:
-    """The shared cache's tags of a finding page: its repository and this occurrence (the scan_findings id)."""
-    return [repository_tag(finding["repository_id"]), occurrence_tag(finding["id"])]
+    """The shared cache's tags of a finding page: its repository, this occurrence (the scan_findings id) and its
+    pattern (the page links the pattern's infestation while it has one, which other repositories' reports change)."""
+    tags = [repository_tag(finding["repository_id"]), occurrence_tag(finding["id"])]
+    if finding.get("pattern_key"):
+        tags.append(pattern_tag(finding["pattern_key"]))
+    return tags
 
 
 def _finding_record(f: dict[str, Any], statement: StatementView | None) -> FindingRecord:
