@@ -99,6 +99,12 @@ where a mutant switched on at test time never reaches them, so `bench/sql_mutant
 flipped comparison, one predicate dropped, AND and OR swapped): each swaps one guard function for a broken twin before
 any feature module is imported and runs the consumers' own tests (every public surface after each kind of takedown;
 the quorum tests); each must fail them. Killed counts a timeout (a mutant that hung the tests).
+
+Weak assertions found on the way and fixed: the multi-instance console check (`"mod" in` a page that always says
+"Moderation"; now the signed-in `@mod (moderator)`), the OpenAPI twins (`status in (200, 404)` for seeded paths; now
+200, and 404 only for the unknown key), the secrets tests (any kind passed; the new tests name the kind), the check
+reasons (a word of each; the new quorum test reads every reason in full, including a demoted reviewer's).
+A module "not run yet" has its covering tests listed in `MODULES` and runs with `--module NAME`.
 """
 
 KILLED = {"killed", "timeout", "caught by type check"}  # a timeout is a mutant the tests noticed (it hung)
