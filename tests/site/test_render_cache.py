@@ -10,11 +10,14 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from app.devservices import Standby
 from app.kernel import db, rendered
 from app.kernel.metrics import RENDER_CACHE_EVICTIONS, RENDER_CACHE_REQUESTS
 from app.moderation import service as moderation
 from e2e.seed import SeededPattern, seed_pattern
 from tests import factories
+from tests.conftest import caught_up
+from tests.kernel.test_replica import _on_standby, _reads_the_standby, pause_replay, real_replica  # noqa: F401
 from tests.moderation.support import NOTES, act_as
 
 
@@ -172,3 +175,41 @@ async def test_the_cache_stays_within_its_bytes(client: httpx.AsyncClient, monke
     assert bounded.renders == renders
     await client.get("/infestations.json?days=20")  # the least recently used was dropped
     assert bounded.renders == renders + 1
+
+
+async def test_a_page_read_from_the_standby_is_kept_under_the_standby_version(
+    client: httpx.AsyncClient,
+    real_replica: Standby,  # noqa: F811 (the fixture imported above)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The version is read where the page is read: while the standby has not replayed a new report it keeps
+    answering the page it shows; a takedown it has not replayed sends version and page to the primary; once it
+    replays, its version is the one the primary's page was kept under."""
+    monkeypatch.setenv("DATABASE_REPLICA_MAX_LAG", "600")  # paused replay must not read as lag here
+    monkeypatch.setattr(rendered, "MAX_AGE_SECONDS", 3600.0)
+    seeded = await seed_pattern("Replicated pattern", repos=2)
+    quarantined, kept = seeded.repositories
+    moderator = await factories.create_account(platform_role="moderator", state="active")
+    twin = f"/infestations/{seeded.key}.json"
+    caught_up(real_replica)
+    assert repository_ids(await client.get(twin)) == {quarantined.id, kept.id}
+    assert await _reads_the_standby()
+    renders = store().renders
+
+    pause_replay(real_replica)
+    repository = await factories.create_repository("acme", "later")
+    await factories.create_scan(repository, moderator)  # moves the primary's version, not the standby's
+    await retitle_behind_the_cache(seeded.key, "Changed on the primary")
+    standby_page = await client.get(twin)
+    assert "Changed on the primary" not in standby_page.text and store().renders == renders
+
+    await moderation.change_repository_listing(
+        moderator, quarantined.host, quarantined.owner, quarantined.name, "quarantined", "takedown", NOTES
+    )
+    assert repository_ids(await client.get(twin)) == {kept.id}  # version and page from the primary
+    assert store().renders == renders + 1
+
+    _on_standby(real_replica, "SELECT pg_wal_replay_resume()")
+    caught_up(real_replica)
+    assert repository_ids(await client.get(twin)) == {kept.id}
+    assert await _reads_the_standby() and store().renders == renders + 1  # the standby's version is the kept one
