@@ -5,12 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import text
+
 from app.accounts.models import Account
 from app.kernel import db
-from app.reports.quorum import NOT_COUNTED, THRESHOLD, Tally, meets_quorum, status_for, why_not_counted
+from app.reports.finding_memory import pattern_key
+from app.reports.quorum import (
+    NOT_COUNTED,
+    THRESHOLD,
+    Tally,
+    meets_quorum,
+    refresh_repository_checks,
+    status_for,
+    why_not_counted,
+)
 from app.reports.service import record_check, submit_report
 from tests import factories
-from tests.reports.support import COMMIT, DROP, check_body, report_body, reviewer
+from tests.reports.support import COMMIT, DROP, check_body, finding, report_body, reviewer
 from tests.sql import execute, rows
 
 RULE = [  # (confirmed, disputed, fixed) -> status
@@ -95,4 +106,35 @@ async def test_a_check_that_does_not_count_says_which_rule_in_full() -> None:
     assert await answer(await reviewer(), "192.0.2.7", commit_sha=COMMIT, provenance=DROP) == (
         False,
         WHY["commit"].format(sha=newer),
+    )
+
+
+async def test_revalidation_counts_each_changed_finding_and_unverifies_its_report() -> None:
+    """A reviewer demoted after confirming both findings of a report: both canonicals lose quorum, the report its
+    verification, and both keys are marked for this repository only."""
+    repo = await factories.create_repository()
+    body = report_body(findings=[finding(title="First flaw", line_start=1), finding(title="Second flaw", line_start=2)])
+    submitted = await submit_report(
+        await factories.create_account(state="active"), repo.host, repo.owner, repo.name, body
+    )
+    canonicals = [f["canonical_public_id"] for f in submitted["findings"]]
+    demoted, kept = await reviewer(), await reviewer()
+    for account in (demoted, kept):
+        for canonical in canonicals:
+            await record_check(account, canonical, check_body(), client_ip=f"192.0.2.{account.id}")
+    [scan] = await rows("SELECT id, verified_at FROM scans WHERE repository_id = :r", r=repo.id)
+    assert scan["verified_at"] is not None
+    async with db.transaction() as session:
+        await session.execute(text("DELETE FROM infestation_dirty_keys"))
+        await session.execute(text("UPDATE accounts SET trust_tier = 'contributor' WHERE id = :id"), {"id": demoted.id})
+        assert await refresh_repository_checks(session, repo.id) == 2
+    statuses = await rows(
+        "SELECT status, confirmations_count FROM canonical_findings WHERE repository_id = :r", r=repo.id
+    )
+    assert [tuple(s.values()) for s in statuses] == [("open", 1), ("open", 1)]
+    [scan] = await rows("SELECT verified_at FROM scans WHERE id = :id", id=scan["id"])
+    assert scan["verified_at"] is None
+    dirty = await rows("SELECT pattern_key, reason, repository_ids FROM infestation_dirty_keys ORDER BY pattern_key")
+    assert [tuple(d.values()) for d in dirty] == sorted(
+        (pattern_key(title), "status", [repo.id]) for title in ("First flaw", "Second flaw")
     )
