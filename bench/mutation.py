@@ -274,20 +274,20 @@ def table() -> str:
     rows = []
     for name, module in MODULES.items():
         path = OUT / f"{name}.json"
-        if not path.exists():
+        statuses = _statuses(OUT / name, module)  # mutmut's own state: current even for a run stopped midway
+        if not statuses:
             rows.append(f"| `{module.path}` | not run yet | | | | |")
             continue
-        result = json.loads(path.read_text())
-        statuses: dict[str, str] = result["statuses"]
+        seconds = f"{json.loads(path.read_text())['seconds']:.0f}" if path.exists() else "-"
         total = len(statuses)
         killed = sum(s in KILLED for s in statuses.values())
         equivalent = sum(1 for m, s in statuses.items() if s not in KILLED and m in known)
-        live = total - killed - equivalent
-        scored = total - equivalent
+        unchecked = sum(s == "not checked" for s in statuses.values())
+        live = total - killed - equivalent - unchecked
+        scored = total - equivalent - unchecked
         score = f"{100 * killed / scored:.1f} %" if scored else "-"
-        rows.append(
-            f"| `{module.path}` | {killed} / {total} | {equivalent} | {live} | {score} | {result['seconds']:.0f} |"
-        )
+        note = f" ({unchecked} not checked yet)" if unchecked else ""
+        rows.append(f"| `{module.path}` | {killed} / {total}{note} | {equivalent} | {live} | {score} | {seconds} |")
     lines = [
         "| module | killed / total | equivalent | live | score (killed / non-equivalent) | run s |",
         "|---|---|---|---|---|---|",
@@ -323,18 +323,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sql-only", action="store_true", help="only the SQL-text mutants")
     parser.add_argument("--no-sql", action="store_true", help="no SQL-text mutants")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
+    parser.add_argument("--table-only", action="store_true", help="run nothing: the table from the results on disk")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     names = [] if args.sql_only else (args.module or list(MODULES))
-    with throwaway_services("tarakan-mutation-") as services:
-        env = services.use()
-        for name in names:
-            result = run_module(name, env, resume=args.resume)
-            statuses = result["statuses"]
-            killed = sum(s in KILLED for s in statuses.values())
-            print(f"   {name}: {killed} / {len(statuses)} killed, {len(result['survivors'])} to read", flush=True)
-        if not args.no_sql:
-            run_sql(env, resume=args.resume)
+    if not args.table_only:
+        with throwaway_services("tarakan-mutation-") as services:
+            env = services.use()
+            for name in names:
+                result = run_module(name, env, resume=args.resume)
+                statuses = result["statuses"]
+                killed = sum(s in KILLED for s in statuses.values())
+                print(f"   {name}: {killed} / {len(statuses)} killed, {len(result['survivors'])} to read", flush=True)
+            if not args.no_sql:
+                run_sql(env, resume=args.resume)
     text = table()
     print(text)
     if not args.no_write:
