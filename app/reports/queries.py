@@ -58,7 +58,7 @@ LIMIT :limit
 """
 
 _RECENT_REPORTS = compiled(
-    _REPORTS.add_columns(_R.c.host, _R.c.owner, _R.c.name, _R.c.listing_status)
+    _REPORTS.add_columns(_S.c.repository_id, _R.c.host, _R.c.owner, _R.c.name, _R.c.listing_status)
     .select_from(_S.join(_R, _R.c.id == _S.c.repository_id))
     .where(listed_repository(_R), _VISIBLE)
     .order_by(*_NEWEST_FIRST)

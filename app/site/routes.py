@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import Response
@@ -10,7 +13,7 @@ from starlette.routing import BaseRoute, Route
 from app.infestations.types import infestation
 from app.kernel.answers import iso
 from app.kernel.rendered import rendered_once
-from app.kernel.shared_cache import ATLAS_TAG, pattern_tag
+from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.web import cache_headers, etag_matches, json_twin, page, wants_json
 from app.registry.stats import registry_stats
 from app.reports.queries import list_recent_public_reports
@@ -23,9 +26,14 @@ RECENT_REPORTS = 10
 FRAGMENT_CACHE = "public, max-age=0"
 
 
-def _home_tags(fragment: home_infestations.Rendered) -> list[str]:
-    """`atlas` (every takedown that can touch the recent reports or the list purges it) and the listed patterns."""
-    return [ATLAS_TAG, *(pattern_tag(item["pattern_key"]) for item in fragment.items)]
+def _home_tags(fragment: home_infestations.Rendered, reports: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """`atlas`, the listed patterns, and the repository of each recent report (a report's takedown purges its
+    repository's tag, and `atlas` only when the report fed the atlas)."""
+    return [
+        ATLAS_TAG,
+        *(pattern_tag(item["pattern_key"]) for item in fragment.items),
+        *(repository_tag(report["repository_id"]) for report in reports),
+    ]
 
 
 def _path(request: Request) -> str:
@@ -42,7 +50,7 @@ async def home(request: Request) -> Response:
             "infestations_html": Markup(fragment.html),  # rendered by an autoescaping template
             "reports": reports,
         }
-        return page(request, "site/home.html", context, json_url="/index.json", tags=_home_tags(fragment))
+        return page(request, "site/home.html", context, json_url="/index.json", tags=_home_tags(fragment, reports))
     return json_twin(
         Home(
             stats=HomeStats(**await registry_stats()),
@@ -63,7 +71,7 @@ async def home(request: Request) -> Response:
                 for r in reports
             ],
         ),
-        tags=_home_tags(fragment),
+        tags=_home_tags(fragment, reports),
     )
 
 

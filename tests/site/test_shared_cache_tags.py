@@ -27,6 +27,8 @@ async def test_pages_name_what_they_show_and_privileged_answers_carry_no_tags(cl
         assert {"atlas", pattern} <= tags(await client.get(path)), path
     for path in (f"/infestations/{seeded.key}", f"/infestations/{seeded.key}.json"):
         assert tags(await client.get(path)) == {"atlas", pattern, *repositories}, path
+    for path in ("/", "/index.json"):  # the recent reports' repositories: a report off the atlas purges only those
+        assert tags(await client.get(path)) == {"atlas", pattern, *repositories}, path
     assert {"atlas", pattern} <= tags(await client.get(f"/infestations/{seeded.key}/instances.json"))
     fragment = await client.get("/fragments/home-infestations")
     assert fragment.headers["Cache-Control"] == "public, max-age=0, s-maxage=300"
