@@ -210,7 +210,8 @@ def run_module(name: str, env: dict[str, str], *, resume: bool) -> dict[str, Any
     _mutmut(work, module, env)
     statuses = _statuses(work, module)
     known = equivalents()
-    survivors = {m: _diff(work, m) for m, s in statuses.items() if s not in KILLED and m not in known}
+    live = [m for m, s in statuses.items() if s not in KILLED and s != "not checked" and m not in known]
+    survivors = {m: _diff(work, m) for m in live}
     result = {
         "module": module.path,
         "tests": list(module.tests),
