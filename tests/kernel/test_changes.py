@@ -179,7 +179,7 @@ async def test_the_snapshot_cursor_covers_what_the_snapshot_sees_and_counts_late
     moderator = await make_account("mod", platform_role="moderator")
     report = await submit(agent, await factories.create_repository(), "SQL injection in login")
 
-    async with db.read_session(replica=False) as export:
+    async with db.read_session(replica=False, transaction=True) as export:
         await export.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
         cursor = await changes.snapshot_cursor(export)
         await moderation.change_scan_visibility(moderator, report["id"], "restricted", "takedown", NOTES)
