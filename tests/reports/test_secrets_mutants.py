@@ -100,3 +100,33 @@ def test_a_field_that_cannot_be_scanned_in_time_is_refused_and_the_scan_stops() 
         "notes": ["could not be checked for secrets in time; send a smaller report"]
     }
     assert time.monotonic() - started < 0.5
+
+
+def test_secrets_are_found_in_strings_between_others() -> None:
+    # the offsets of the joined text map a match to its own string wherever it sits among many short ones
+    strings = ["a"] * 10 + [f"k {AWS}"] + ["b"] * 10
+    assert _refused({"document": {"x": strings}}) == {"document.x[10]": [_message("an AWS access key id")]}
+
+
+class _Clock:
+    """A clock that moves 0.1 s at every reading: each pattern pass costs exactly that much."""
+
+    def __init__(self) -> None:
+        self.now = -0.1
+
+    def monotonic(self) -> float:
+        self.now += 0.1
+        return self.now
+
+
+def test_one_budget_covers_the_whole_call_even_the_last_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    import app.reports.secrets_scanner as scanner
+
+    # the nine patterns over the joined strings fit in 0.95 s; judging the string found needs two more passes (the
+    # AWS pattern is the second), which 1.15 s allows and 0.95 s does not
+    monkeypatch.setattr(scanner, "time", _Clock())
+    assert _refused({"notes": f"x {AWS}"}, budget=0.95) == {
+        "notes": ["could not be checked for secrets in time; send a smaller report"]
+    }
+    monkeypatch.setattr(scanner, "time", _Clock())
+    assert _refused({"notes": f"x {AWS}"}, budget=1.15) == {"notes": [_message("an AWS access key id")]}
