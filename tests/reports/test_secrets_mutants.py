@@ -130,3 +130,22 @@ def test_one_budget_covers_the_whole_call_even_the_last_check(monkeypatch: pytes
     }
     monkeypatch.setattr(scanner, "time", _Clock())
     assert _refused({"notes": f"x {AWS}"}, budget=1.15) == {"notes": [_message("an AWS access key id")]}
+
+
+class _StoppedClock:
+    """A clock that never moves: only the regex engine's own timeout can end a search."""
+
+    def monotonic(self) -> float:
+        return 0.0
+
+
+def test_each_search_is_bounded_by_what_is_left_of_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    import app.reports.secrets_scanner as scanner
+
+    monkeypatch.setattr(scanner, "time", _StoppedClock())
+    # 1.4 MB of near-miss assignments: the credential pattern's pass takes far more than 1 ms (the engine checks
+    # its timeout while it backtracks)
+    large = ("api_key=" + " " * 15) * 60_000
+    assert _refused({"notes": large}, budget=0.001) == {
+        "notes": ["could not be checked for secrets in time; send a smaller report"]
+    }
