@@ -23,7 +23,7 @@ from app.kernel.intake import Budget, off_loop
 from app.kernel.outbox import mark_dirty, mark_report_dirty, mark_scan_dirty
 from app.kernel.public import public_scan
 from app.kernel.quotas import exempt_from_quotas
-from app.kernel.sql import statement
+from app.kernel.sql import Fragment, statement
 from app.ops.secrets import client_ip_hash
 from app.registry.metrics import recalculate_repository_metrics
 from app.reports.assimilation import Assimilated, assimilate_report
@@ -111,13 +111,13 @@ RUN_ID_TAKEN = {"run_id": ["this agent run was already submitted"]}
 
 # What makes a second submission of a run "the same report": the retry of a request whose answer was lost (an
 # outage at commit time), answered with the stored report instead of a 422 (docs/reliability.md "Retries").
-_SAME_RUN = """
+_SAME_RUN = Fragment("""
 SELECT id FROM scans
 WHERE submitted_by_id = :aid AND run_id = :run_id AND repository_id = :rid AND commit_sha = :sha
   AND model IS NOT DISTINCT FROM :model AND prompt_version IS NOT DISTINCT FROM :prompt_version
   AND provenance = :provenance AND review_kind = :review_kind AND notes IS NOT DISTINCT FROM :notes
   AND raw_document = :raw_document
-"""
+""")
 
 
 # An account's reports queue here, one at a time per process, before they take a pooled connection: queued on the
@@ -254,8 +254,9 @@ RETURNING id
 _VERIFY_SCAN = text("UPDATE scans SET verified_at = now() WHERE id = :id")
 
 # the stored scan of this account's run, and whether it is the same report (`_SAME_RUN`'s test)
-_STORED_RUN = text(
-    f"SELECT id, id IN ({_SAME_RUN}) AS same FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id"
+_STORED_RUN = statement(
+    "SELECT id, id IN ({same_run}) AS same FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id",
+    same_run=_SAME_RUN,
 )
 
 
