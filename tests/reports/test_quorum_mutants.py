@@ -15,13 +15,16 @@ from app.reports.quorum import (
     THRESHOLD,
     Tally,
     meets_quorum,
+    recompute_canonical_status,
+    recompute_scan_verification,
+    recompute_scans_at_commit,
     refresh_repository_checks,
     status_for,
     why_not_counted,
 )
-from app.reports.service import record_check, submit_report
+from app.reports.service import record_check, record_confirmation, submit_report
 from tests import factories
-from tests.reports.support import COMMIT, DROP, check_body, finding, report_body, reviewer
+from tests.reports.support import COMMIT, DROP, NOTES, check_body, finding, report_body, reviewer
 from tests.sql import execute, rows
 
 RULE = [  # (confirmed, disputed, fixed) -> status
@@ -138,3 +141,48 @@ async def test_revalidation_counts_each_changed_finding_and_unverifies_its_repor
     assert [tuple(d.values()) for d in dirty] == sorted(
         (pattern_key(title), "status", [repo.id]) for title in ("First flaw", "Second flaw")
     )
+
+
+async def test_a_report_without_findings_counts_its_disputes_against_its_confirmations() -> None:
+    repo = await factories.create_repository()
+    submitter = await factories.create_account(state="active")
+    scan_id = int((await submit_report(submitter, repo.host, repo.owner, repo.name, report_body(findings=[])))["id"])
+
+    async def confirm(verdict: str) -> bool:
+        answer = await record_confirmation(
+            await reviewer(), scan_id, {"verdict": verdict, "provenance": "human", "notes": NOTES}
+        )
+        return bool(answer["verified"])
+
+    async def counts() -> tuple[int, int, bool]:
+        [row] = await rows(
+            "SELECT confirmations_count, disputes_count, verified_at FROM scans WHERE id = :id", id=scan_id
+        )
+        return row["confirmations_count"], row["disputes_count"], row["verified_at"] is not None
+
+    assert [await confirm("disputed"), await confirm("disputed")] == [False, False]
+    assert await counts() == (0, 2, False)
+    assert [await confirm("confirmed") for _ in range(3)] == [False, False, False]  # C - D = 1
+    assert await counts() == (3, 2, False)
+    assert await confirm("confirmed") is True
+    assert await counts() == (4, 2, True)
+
+
+async def test_recomputing_the_reports_at_a_commit_says_how_many_changed() -> None:
+    repo = await factories.create_repository()
+    for _ in range(2):  # two reports of the same finding at the same commit
+        await submit_report(
+            await factories.create_account(state="active"), repo.host, repo.owner, repo.name, report_body()
+        )
+    [canonical] = await rows("SELECT id, public_id FROM canonical_findings WHERE repository_id = :r", r=repo.id)
+    demoted = await reviewer()
+    for account in (demoted, await reviewer()):
+        await record_check(account, str(canonical["public_id"]), check_body(), client_ip=f"192.0.2.{account.id}")
+    verified = await rows("SELECT verified_at FROM scans WHERE repository_id = :r", r=repo.id)
+    assert [s["verified_at"] is not None for s in verified] == [True, True]
+    async with db.transaction() as session:
+        await session.execute(text("UPDATE accounts SET trust_tier = 'contributor' WHERE id = :id"), {"id": demoted.id})
+        assert await recompute_canonical_status(session, canonical["id"]) is True
+        assert await recompute_scans_at_commit(session, canonical["id"], COMMIT) == 2
+        assert await recompute_scans_at_commit(session, canonical["id"], COMMIT) == 0
+        assert await recompute_scan_verification(session, 10**12) is False  # no such report: nothing changed
