@@ -200,7 +200,8 @@ def run_module(name: str, env: dict[str, str], *, resume: bool) -> dict[str, Any
         shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True, ignore=ignore)
         (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)  # which test calls what: measured again
         known = equivalents()
-        live = [m for m, s in _statuses(work, module).items() if s not in KILLED and m not in known]
+        # the ones that lived first (against the new tests); the plain run below then takes the unchecked ones
+        live = [m for m, s in _statuses(work, module).items() if s not in KILLED | {"not checked"} and m not in known]
         print(f"== {name}: resumed in {work.relative_to(ROOT)}, {len(live)} mutants to rerun", flush=True)
         if live:
             _mutmut(work, module, env, *live)
