@@ -16,6 +16,7 @@ from app.reports.quorum import (
     Tally,
     meets_quorum,
     recompute_canonical_status,
+    recompute_canonical_statuses,
     recompute_scan_verification,
     recompute_scans_at_commit,
     refresh_repository_checks,
@@ -186,3 +187,25 @@ async def test_recomputing_the_reports_at_a_commit_says_how_many_changed() -> No
         assert await recompute_scans_at_commit(session, canonical["id"], COMMIT) == 2
         assert await recompute_scans_at_commit(session, canonical["id"], COMMIT) == 0
         assert await recompute_scan_verification(session, 10**12) is False  # no such report: nothing changed
+
+
+async def test_a_batch_recompute_goes_on_past_an_unchanged_finding() -> None:
+    repo = await factories.create_repository()
+    body = report_body(findings=[finding(title="Kept flaw", line_start=1), finding(title="Lost flaw", line_start=2)])
+    submitted = await submit_report(
+        await factories.create_account(state="active"), repo.host, repo.owner, repo.name, body
+    )
+    kept, lost = (f["canonical_public_id"] for f in submitted["findings"])
+    demoted = await reviewer()
+    await record_check(demoted, lost, check_body(), client_ip="192.0.2.1")
+    await record_check(await reviewer(), lost, check_body(), client_ip="192.0.2.2")
+    found = await rows("SELECT id, public_id FROM canonical_findings WHERE repository_id = :r", r=repo.id)
+    ids = {str(r["public_id"]): r["id"] for r in found}
+    async with db.transaction() as session:
+        await session.execute(text("UPDATE accounts SET trust_tier = 'contributor' WHERE id = :id"), {"id": demoted.id})
+        # the unchanged finding first: the one after it is still recomputed
+        assert await recompute_canonical_statuses(session, [ids[kept], ids[lost]]) == {ids[lost]}
+    statuses = await rows(
+        "SELECT title, status FROM canonical_findings WHERE repository_id = :r ORDER BY id", r=repo.id
+    )
+    assert [tuple(s.values()) for s in statuses] == [("Kept flaw", "open"), ("Lost flaw", "open")]
