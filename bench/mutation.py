@@ -104,7 +104,10 @@ Weak assertions found on the way and fixed: the multi-instance console check (`"
 "Moderation"; now the signed-in `@mod (moderator)`), the OpenAPI twins (`status in (200, 404)` for seeded paths; now
 200, and 404 only for the unknown key), the secrets tests (any kind passed; the new tests name the kind), the check
 reasons (a word of each; the new quorum test reads every reason in full, including a demoted reviewer's).
-A module "not run yet" has its covering tests listed in `MODULES` and runs with `--module NAME`.
+A module "not run yet" has its covering tests listed in `MODULES` and runs with `--module NAME` (sarif.py and
+validation.py were not reached in the first session; the SQL-free parts of app/infestations/queries.py and
+projection.py are not in `MODULES` yet). "run s": wall seconds of the runs that finished, on a machine shared with
+six other helpers (load 5-12); a stopped run's time is not kept. `--table-only` rewrites this section from disk.
 """
 
 KILLED = {"killed", "timeout", "caught by type check"}  # a timeout is a mutant the tests noticed (it hung)
