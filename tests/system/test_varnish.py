@@ -195,7 +195,11 @@ async def test_takedowns_purge_every_affected_page_before_the_answer_and_keep_th
     await expect_fresh(web, [*atlas_pages(), *a_pages], ("alfa-app", "alfa_redirect"), "after the quarantine")
     for path in a_pages[:2]:
         assert (await fetch(web, path)).status_code == 404, path
-    await expect_cached(web, {p: before[p] for p in [*b_pages, *kept]}, "after the quarantine")
+    # B's pages name the pattern A shared (they show its spread, which the quarantine changed): fresh too, B still
+    # shown; C's pages share nothing with A and stay cached
+    await expect_fresh(web, b_pages, (), "after the quarantine")
+    assert "src/bravo_redirect.py" in (await fetch(web, world.b_finding)).text
+    await expect_cached(web, {p: before[p] for p in kept}, "after the quarantine")
 
     # a restriction from the console (an htmx form posted through Varnish, which passes it): the answer says so
     await warm(web, atlas_pages())
