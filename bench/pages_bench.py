@@ -192,7 +192,7 @@ def render_label(label: str, result: dict[str, Any]) -> list[str]:
             rule += "---:|---:|"
         lines += [
             f"**{'Demo data' if tier['tier'] == 'demo' else 'Tier ' + tier['tier']}** (1-minute load average "
-            f"{min(loads):.1f}-{max(loads):.1f} during the runs, on 2 cores shared with other sessions' work):",
+            f"{min(loads):.1f}-{max(loads):.1f} during the runs, on 2 cores; the bench's own wrk, server and Postgres count in it):",
             "",
             head + " target (this tree) |",
             rule + "---|",
