@@ -182,6 +182,7 @@ async def drain(*, batch_size: int = 200, throttle: bool = True, worker_id: str 
     """Claim up to `batch_size` dirty keys, refresh each (sorted), delete only what was refreshed."""
     me = worker_id or new_worker_id()
     result = DrainResult()
+    await _hand_back_unreleased()
     claims = await claim_dirty_keys(me, batch_size, throttle=throttle)
     settled = 0
     try:
@@ -194,6 +195,15 @@ async def drain(*, batch_size: int = 200, throttle: bool = True, worker_id: str 
     except asyncio.CancelledError:
         # a worker stopping (SIGTERM) hands its unfinished claims back at once instead of after the claim TTL
         await asyncio.shield(_release_claims([c.pattern_key for c in claims[settled:]], me))
+        raise
+    except Exception:
+        # the database went away mid-drain (an outage): hand the unfinished claims back now, or, while it is still
+        # away, at this process's next drain, instead of leaving them to the claim TTL (minutes)
+        unfinished = [c.pattern_key for c in claims[settled:]]
+        try:
+            await _release_claims(unfinished, me)
+        except Exception:
+            _unreleased.append((me, unfinished))
         raise
     await _purge_refreshed(claims, result.refreshed_keys)  # the shared cache (docs/scaling.md "Shared cache")
     _, result.remaining_claimable, result.next_available_in_seconds = await dirty_backlog()
@@ -233,6 +243,17 @@ async def _record_progress(me: str, refreshed: int) -> None:
         await record_job_run("drain", me, started_at=db.utcnow(), slot=None, result={"refreshed": refreshed})
     except Exception as exc:  # the refreshes are done; a missed record only ages the alert's signal
         log.warning("recording the drain's progress failed: %s", exc)
+
+
+# Claims a failed drain of this process could not hand back (the database was away): released by its next drain.
+_unreleased: list[tuple[str, list[str]]] = []
+
+
+async def _hand_back_unreleased() -> None:
+    while _unreleased:
+        me, keys = _unreleased[0]
+        await _release_claims(keys, me)
+        _unreleased.pop(0)
 
 
 async def _release_claims(keys: list[str], me: str) -> None:
