@@ -48,6 +48,17 @@ def _wait_gone(pid: int, names: tuple[str, ...], timeout: float) -> None:
         time.sleep(0.02)
 
 
+def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, then SIGKILL after 10 s: a server this module started."""
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def pg_bin_dir() -> Path:
     if os.environ.get("PG_BIN_DIR"):
         return Path(os.environ["PG_BIN_DIR"])
@@ -258,13 +269,7 @@ class Redis:
             time.sleep(0.01)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        _terminate(self.proc)
 
 
 VCL = Path(__file__).resolve().parent.parent / "deploy" / "varnish" / "default.vcl"
@@ -324,10 +329,4 @@ class Varnish:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        _terminate(self.proc)
