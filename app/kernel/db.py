@@ -39,6 +39,7 @@ class Base(DeclarativeBase):
 _engines: dict[tuple[int, str], AsyncEngine] = {}
 CONNECT_TIMEOUT = 5  # seconds to open a connection (libpq connect_timeout): a silent host fails, then 503s
 REPLICA_RETRY_SECONDS = 5.0  # after a replica failure, public reads use the primary this long before trying again
+CLIENT_CHECK_MS = 1000
 _statement_timeout = 0.0  # seconds; 0 = no cap (see limit_statements)
 _replica_down_until: dict[str, float] = {}
 _open_transactions: contextvars.ContextVar[int] = contextvars.ContextVar("open_transactions", default=0)
@@ -110,9 +111,13 @@ def _engine_for(url: str) -> AsyncEngine:
         # prepare_threshold=None keeps us compatible with PgBouncer in transaction mode
         connect_args: dict[str, object] = {"prepare_threshold": None, "connect_timeout": CONNECT_TIMEOUT}
         pooled = transaction_pooling()
-        if _statement_timeout > 0 and not pooled:
-            # a startup option, no extra round trip (a transaction pooler refuses it: see below)
-            connect_args["options"] = f"-c statement_timeout={int(_statement_timeout * 1000)}"
+        if not pooled:  # startup options, no extra round trip (a transaction pooler refuses them: see below)
+            # a process killed mid-statement (OOM, SIGKILL) leaves its backend running the statement, holding its
+            # locks, until it next writes to the socket; checked every second, it stops at once (docs/scaling.md)
+            options = [f"-c client_connection_check_interval={CLIENT_CHECK_MS}"]
+            if _statement_timeout > 0:
+                options.append(f"-c statement_timeout={int(_statement_timeout * 1000)}")
+            connect_args["options"] = " ".join(options)
         engine = create_async_engine(
             url,
             # DB_POOL_SIZE plus as many again, all kept once opened: an overflow connection was closed when given
