@@ -100,8 +100,18 @@ def truncate_all() -> None:
                 "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
             )
         ]
-        if tables:
-            conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+        if not tables:
+            return
+        # a process of the previous test (a worker finishing a refresh) may still hold locks for a moment: TRUNCATE
+        # takes its locks table by table, so it can deadlock with such a transaction; the loser is retried
+        for attempt in range(5):
+            try:
+                conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+                return
+            except psycopg.errors.DeadlockDetected:
+                if attempt == 4:
+                    raise
+                time.sleep(0.5)
 
 
 def reset_rate_counters() -> None:
