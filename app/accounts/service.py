@@ -10,14 +10,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, text, update
+from sqlalchemy import ColumnElement, LargeBinary, bindparam, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, TOKEN_SCOPES, TRUST_TIERS, Account, ApiToken
 from app.accounts.passwords import hash_password_bounded
 from app.kernel import db
 from app.kernel.errors import Forbidden, NotFound, Unauthorized, ValidationError
-from app.kernel.policy import has_moderator_role, is_locked_out
+from app.kernel.policy import LOCKED_OUT_STATES, has_moderator_role, is_locked_out
 
 EMAIL_RE = re.compile(
     r"^[a-z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$"
@@ -39,10 +39,28 @@ PASSWORD_MAX = 1024  # argon2 hashes any length; a cap keeps hashing cost bounde
 TOKEN_PREFIX = "tk_"
 TOKEN_RE = re.compile(r"^tk_[A-Za-z0-9_-]{40}$")
 
-# One atomic statement: concurrent requests with the same token write at most once per 5 minutes, no read first.
-_TOUCH_TOKEN = text(
-    "UPDATE api_tokens SET last_used_at = now() "
-    "WHERE id = :id AND (last_used_at IS NULL OR last_used_at < now() - interval '5 minutes')"
+# The bearer check in one statement: the token and its account, and, as a data-modifying CTE of the same statement,
+# the last-used write of a token that passes (not revoked, its account not locked out), at most once per 5 minutes:
+# the UPDATE re-checks the age on the row it locks, so concurrent requests with the same token write it once.
+_DIGEST = bindparam("digest", type_=LargeBinary)
+_TOUCH_TOKEN = (
+    update(ApiToken)
+    .where(
+        ApiToken.token_hash == _DIGEST,
+        ApiToken.revoked_at.is_(None),
+        or_(ApiToken.last_used_at.is_(None), ApiToken.last_used_at < func.now() - text("interval '5 minutes'")),
+        Account.id == ApiToken.account_id,
+        Account.state.not_in(LOCKED_OUT_STATES),
+    )
+    .values(last_used_at=func.now())
+    .returning(ApiToken.id)
+    .cte("touched")
+)
+_BEARER = (
+    select(ApiToken.id, ApiToken.scopes, ApiToken.revoked_at, Account)
+    .join(Account, Account.id == ApiToken.account_id)
+    .where(ApiToken.token_hash == _DIGEST)
+    .add_cte(_TOUCH_TOKEN)
 )
 
 
@@ -248,24 +266,18 @@ class ApiCaller:
 
 async def bearer_caller(authorization_header: str | None) -> ApiCaller:
     """The caller of a bearer token. Unauthorized for a missing, malformed, unknown or revoked token; Forbidden
-    when the account is suspended or banned."""
+    when the account is suspended or banned. One statement in autocommit (the lookup, and the throttled last-used
+    write of a token that passes): the check runs on every API request (docs/benchmarks.md "Ingest capacity")."""
     secret = _bearer_secret(authorization_header)
-    async with db.transaction() as session:
-        row = (
-            await session.execute(
-                select(ApiToken.id, ApiToken.scopes, ApiToken.revoked_at, Account)
-                .join(Account, Account.id == ApiToken.account_id)
-                .where(ApiToken.token_hash == _token_digest(secret))
-            )
-        ).one_or_none()
-        if row is None:
-            raise Unauthorized({"authorization": ["is not a valid API token"]})
-        token_id, scopes, revoked_at, account = row
-        if revoked_at is not None:
-            raise Unauthorized({"authorization": ["this API token has been revoked"]})
-        if is_locked_out(account):
-            raise Forbidden({"account": [f"is {account.state}"]})
-        await session.execute(_TOUCH_TOKEN, {"id": token_id})
+    async with db.statement_session() as session:
+        row = (await session.execute(_BEARER, {"digest": _token_digest(secret)})).one_or_none()
+    if row is None:
+        raise Unauthorized({"authorization": ["is not a valid API token"]})
+    token_id, scopes, revoked_at, account = row
+    if revoked_at is not None:
+        raise Unauthorized({"authorization": ["this API token has been revoked"]})
+    if is_locked_out(account):
+        raise Forbidden({"account": [f"is {account.state}"]})
     return ApiCaller(account, frozenset(scopes), int(token_id))
 
 

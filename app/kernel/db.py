@@ -270,6 +270,25 @@ async def transaction() -> AsyncIterator[AsyncSession]:
     await aftercommit.run_steps(steps)  # reached only after the commit: an exception skips it
 
 
+@asynccontextmanager
+async def statement_session() -> AsyncIterator[AsyncSession]:
+    """A session on the primary for a single write statement that needs no transaction block around it (one
+    statement is atomic on its own): in autocommit, so it costs one round trip, not BEGIN + statement + COMMIT.
+    Behind a transaction pooler (see `_AUTOCOMMIT`) it is an ordinary `transaction()`. Nothing runs after commit
+    here: a write that schedules after-commit steps uses `transaction()`."""
+    if transaction_pooling():
+        async with transaction() as session:
+            yield session
+        return
+    async with async_sessionmaker(engine(), expire_on_commit=False)() as session:
+        await session.connection(execution_options=_AUTOCOMMIT)
+        try:
+            yield session
+        finally:
+            session.expunge_all()  # objects read here stay usable after the session ends
+            await session.rollback()  # ends the session's (autocommit) connection use; nothing to undo
+
+
 async def _primary_marker() -> int:
     """The primary's newest takedown marker, once per request (every call outside a request)."""
     fence = _request.get()

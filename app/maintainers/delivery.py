@@ -177,17 +177,24 @@ async def run(render: Render, *, seconds: float = RUN_SECONDS, lanes: int = LANE
     deadline = loop.time() + seconds
     outcomes: Counter[str] = Counter()
 
-    async def lane() -> None:
-        while loop.time() < deadline:
-            claimed = await webhooks.claim_due()
-            if claimed is None:
-                return
+    async def lane(claimed: webhooks.Claimed | None) -> None:
+        while claimed is not None:
             outcomes[await attempt(claimed, render)] += 1
+            if loop.time() >= deadline:
+                return
+            claimed = await webhooks.claim_due()
 
+    # one claim first: with nothing due (most runs, rung after every report) the run costs one claim, not `lanes`
+    first = await webhooks.claim_due()
     try:
         async with asyncio.TaskGroup() as group:
-            for _ in range(lanes):
-                group.create_task(lane())
+            if first is not None:
+                group.create_task(lane(first))
+                for _ in range(lanes - 1):  # the other lanes while heads are due (one per webhook at most)
+                    claimed = await webhooks.claim_due()
+                    if claimed is None:
+                        break
+                    group.create_task(lane(claimed))
     except BaseExceptionGroup as failures:  # one lane's error (a database outage) is the run's
         raise failures.exceptions[0] from None
     left = await webhooks.backlog()

@@ -374,8 +374,9 @@ RETURNING d.id, d.webhook_id, d.seq, d.kind, d.delivery, d.attempts, w.url, w.se
 
 
 async def claim_due(*, lease_seconds: float = LEASE_SECONDS) -> Claimed | None:
-    """Lease the most overdue head for one attempt (None when nothing is due)."""
-    async with db.transaction() as session:
+    """Lease the most overdue head for one attempt (None when nothing is due). One statement in autocommit: the
+    lanes poll it after every fan-out, webhook or not."""
+    async with db.statement_session() as session:
         row = (await session.execute(_CLAIM, {"lease": lease_seconds})).first()
     if row is None:
         return None

@@ -94,6 +94,7 @@ async def test_revoked_token_is_unauthorized_and_others_keep_working() -> None:
     with pytest.raises(Unauthorized) as info:
         await authenticate_bearer(f"Bearer {revoked}")
     assert info.value.errors == {"authorization": ["this API token has been revoked"]}
+    assert (await token_row(revoked))[1] is None  # a refused token is not "used"
     assert (await authenticate_bearer(f"Bearer {kept}"))[0].id == account.id
 
 
