@@ -113,12 +113,12 @@ def _repository_tags(rows: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def _index_key(request: Request) -> Hashable:
-    return (request.url.path, parse_filters(request.query_params))  # clamped: `days=9999` is the `days=365` page
+    return (request.scope["path"], parse_filters(request.query_params))  # clamped: `days=9999` is the `days=365` page
 
 
 def _paged_key(request: Request) -> Hashable:
     q = request.query_params
-    return (request.url.path, q.get("cursor") or None, q.get("repos_cursor") or None)
+    return (request.scope["path"], q.get("cursor") or None, q.get("repos_cursor") or None)
 
 
 @rendered_once(_index_key)

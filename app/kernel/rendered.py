@@ -74,6 +74,7 @@ class RenderCache:
         # observability for tests and operators
         self.renders = 0
         self.hits = 0
+        self.version_reads = 0  # shared_version() reads that went to the database
 
     def get(self, key: Hashable) -> Kept | None:
         kept = self._entries.get(key)
@@ -152,13 +153,66 @@ async def current_version() -> tuple[tuple[Any, ...], bool]:
     return tuple(row), on_primary
 
 
+class _SharedReads:
+    """One event loop's version reads for one routing (replica allowed or primary forced): the read running now, and
+    the one queued to start when it ends, which every request arriving meanwhile joins."""
+
+    __slots__ = ("queued", "running")
+
+    def __init__(self) -> None:
+        self.running: asyncio.Future[tuple[tuple[Any, ...], bool] | None] | None = None
+        self.queued: asyncio.Future[tuple[tuple[Any, ...], bool] | None] | None = None
+
+
+_shared: dict[tuple[int, bool], _SharedReads] = {}
+
+
+async def shared_version() -> tuple[tuple[Any, ...], bool]:
+    """`current_version()`, shared by the requests that wait for it together: a request joins only a read that
+    starts after it arrived (the queued one), never the one already running, whose snapshot may predate a takedown
+    committed just before this request came in; so a kept page is still never served across a takedown, at the very
+    next request (docs/scaling.md "Rendered once per version"). Under load one read answers every request that came
+    in during the one before it, instead of one read each."""
+    loop = asyncio.get_running_loop()
+    reads = _shared.get((id(loop), db.reads_use_primary()))
+    if reads is None:
+        if len(_shared) > 16:  # event loops of tests that ended
+            _shared.clear()
+        reads = _shared[(id(loop), db.reads_use_primary())] = _SharedReads()
+    if reads.queued is not None:  # starts once the running read ends: after this request arrived
+        shared = await asyncio.shield(reads.queued)
+        # None: the read failed or its request went away; read for this request (its own outage and retry handling)
+        return shared if shared is not None else await current_version()
+    mine: asyncio.Future[tuple[tuple[Any, ...], bool] | None] = loop.create_future()
+    try:
+        if reads.running is not None:
+            reads.queued = mine
+            await asyncio.wait([reads.running])
+            reads.queued = None
+        reads.running = mine
+        found = await current_version()
+        mine.set_result(found)
+    finally:
+        if reads.queued is mine:
+            reads.queued = None
+        if reads.running is mine:
+            reads.running = None
+        if not mine.done():  # failed or cancelled: the joiners read for themselves
+            mine.set_result(None)
+    store = _cache
+    if store is not None:
+        store.version_reads += 1
+    return found
+
+
 def _anonymous(request: Request) -> bool:
     # a session may make the page privileged (moderator markers, the statement form): never kept, never served
     return request.method in ("GET", "HEAD") and not request.cookies.get(SESSION_COOKIE_NAME)
 
 
 def path_and_query(request: Request) -> Hashable:
-    return (request.url.path, request.url.query)
+    scope = request.scope  # not request.url: building the URL object cost more than the rest of the key
+    return (scope["path"], scope["query_string"])
 
 
 def answer(request: Request, kept: Kept) -> Response:
@@ -231,7 +285,7 @@ def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
                 if store is not None:
                     RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
                 return await handler(request)
-            version, on_primary = await current_version()
+            version, on_primary = await shared_version()
             store.saw_takedown(int(version[0]))
             full_key = (
                 route,

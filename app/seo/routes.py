@@ -67,11 +67,12 @@ def _wants_gzip(request: Request) -> bool:
 
 def _encoded(request: Request) -> Hashable:
     """A sitemap's render-cache key: its path and whether it is sent gzipped (no parameter is read)."""
-    return (request.url.path, _wants_gzip(request))
+    return (request.scope["path"], _wants_gzip(request))
 
 
 def _path(request: Request) -> str:
-    return request.url.path  # a feed reads no parameter
+    path: str = request.scope["path"]  # a feed reads no parameter
+    return path
 
 
 def _small_xml(request: Request, body: str, *, last_modified: datetime | None = None) -> Response:

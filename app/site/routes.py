@@ -37,7 +37,8 @@ def _home_tags(fragment: home_infestations.Rendered, reports: Sequence[Mapping[s
 
 
 def _path(request: Request) -> str:
-    return request.url.path  # the home page reads no parameter
+    path: str = request.scope["path"]  # the home page reads no parameter (the scope's path: no URL object built)
+    return path
 
 
 @rendered_once(_path)

@@ -4,6 +4,7 @@ ETag/304 without rendering; bounded in bytes; signed-in viewers bypass it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import httpx
@@ -213,3 +214,47 @@ async def test_a_page_read_from_the_standby_is_kept_under_the_standby_version(
     caught_up(real_replica)
     assert repository_ids(await client.get(twin)) == {kept.id}
     assert await _reads_the_standby() and store().renders == renders + 1  # the standby's version is the kept one
+
+
+async def test_a_version_read_is_shared_only_by_requests_that_arrived_before_it_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One version read answers every request that came in while the one before it ran (rendered.shared_version),
+    but a request never joins the read already running: its snapshot may predate a takedown committed before the
+    request arrived. The running read is held in Postgres (a transaction advisory lock taken after its snapshot)."""
+    seeded = await seed_pattern("Shared read pattern", repos=2)
+    moderator = await factories.create_account(platform_role="moderator", state="active")
+    lock = 262626
+    held = rendered.VERSION_SQL.text + f", pg_advisory_xact_lock_shared({lock}) AS held"
+    monkeypatch.setattr(rendered, "VERSION_SQL", text(held))
+    reads = store().version_reads
+    engine = db.engine()
+    async with engine.connect() as blocker:
+        await blocker.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock})
+        await blocker.commit()
+        first = asyncio.create_task(rendered.shared_version())
+        while not (  # the first read has its snapshot and waits on the lock
+            await blocker.execute(
+                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :k AND NOT granted"),
+                {"k": lock},
+            )
+        ).scalar_one():
+            await blocker.commit()
+            await asyncio.sleep(0.01)
+        await blocker.commit()
+        quarantined = seeded.repositories[0]
+        await moderation.change_repository_listing(
+            moderator, quarantined.host, quarantined.owner, quarantined.name, "quarantined", "takedown", NOTES
+        )
+        async with db.read_session(replica=False) as session:
+            marker = int((await session.execute(text("SELECT max(id) FROM audit_events"))).scalar_one())
+        after = [asyncio.create_task(rendered.shared_version()) for _ in range(3)]
+        await asyncio.sleep(0)  # they arrive while the first read still waits
+        assert not first.done()
+        await blocker.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock})
+        await blocker.commit()
+    (old, _), *later = [await task for task in (first, *after)]
+    assert old[0] < marker  # the first read's snapshot is from before the takedown
+    assert all(version[0] >= marker for version, _ in later)  # the later requests never got it
+    assert len({version for version, _ in later}) == 1
+    assert store().version_reads == reads + 2  # the three later requests shared one read
