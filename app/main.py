@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -121,6 +122,11 @@ async def routing_error(request: Request, exc: Exception) -> Response:
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     db.limit_statements()  # the server's statements are capped (DB_STATEMENT_TIMEOUT, docs/reliability.md)
     watchdog.start()  # event-loop lag on /metrics, and a line naming the route of any stall
+    # The ~140,000 objects of the imported code live as long as the process: out of the collector's sight, a full
+    # collection no longer walks them (it stopped every request for 80-250 ms a few times a minute under load,
+    # the public pages' p99: docs/benchmarks.md "Public pages")
+    gc.collect()
+    gc.freeze()
     yield
     await watchdog.stop()
     from jobs.queue import close_pools
