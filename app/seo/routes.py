@@ -75,12 +75,14 @@ def _path(request: Request) -> str:
     return path
 
 
-def _small_xml(request: Request, body: str, *, last_modified: datetime | None = None) -> Response:
+def _small_xml(
+    request: Request, body: str, *, last_modified: datetime | None = None, tags: list[str] | None = None
+) -> Response:
     """A whole small document with a content ETag (304 on If-None-Match) and gzip when accepted."""
     compress = _wants_gzip(request)
     digest = hashlib.sha256(body.encode()).hexdigest()[:32]
     etag = f'"{digest}-gz"' if compress else f'"{digest}"'  # a strong ETag names one representation
-    headers = {"ETag": etag, "Vary": "Accept-Encoding", "Cache-Control": SITEMAP_CACHE}
+    headers = {"ETag": etag, "Vary": "Accept-Encoding", **cache_headers(SITEMAP_CACHE, tags)}
     if last_modified is not None:
         headers["Last-Modified"] = format_datetime(last_modified.astimezone(UTC), usegmt=True)
     if etag_matches(request, etag):
@@ -110,7 +112,11 @@ async def sitemap_xml(request: Request) -> Response:
         return await _streamed_xml(request, single_urlset(cfg.base_url, cfg.max_urls))
     children = await index_children()
     times = [c.lastmod for c in children if c.lastmod is not None]
-    return _small_xml(request, sitemapindex_xml(cfg.base_url, children), last_modified=max(times) if times else None)
+    # the index names no repository or finding, only its child sitemaps and their lastmod: tagged `atlas`, so a
+    # shared cache keeps it and every drain batch of the worker purges it (the one small urlset above names
+    # repositories and findings: untagged, never stored there)
+    index = sitemapindex_xml(cfg.base_url, children)
+    return _small_xml(request, index, last_modified=max(times) if times else None, tags=[ATLAS_TAG])
 
 
 @rendered_once(_encoded)

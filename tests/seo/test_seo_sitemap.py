@@ -260,6 +260,9 @@ async def test_threshold_switches_to_a_sitemap_index_at_20000_listed(client: htt
     lastmods = index.xpath("//s:sitemap/s:lastmod/text()", namespaces=N)
     assert lastmods == ["2026-03-08", "2026-03-15"]
     assert response.headers["last-modified"] == "Sun, 15 Mar 2026 09:20:00 GMT"
+    # it names no repository, only its children: a shared cache keeps it, and an atlas purge reaches it
+    assert response.headers["xkey"] == "atlas" and "s-maxage" in response.headers["cache-control"]
+    assert "xkey" not in (await client.get("/sitemap/repos/1.xml", headers=IDENTITY)).headers
 
 
 async def test_children_cover_every_public_url_exactly_once(client: httpx.AsyncClient) -> None:
