@@ -14,7 +14,9 @@ once more through a Varnish in front of the same server (app.devservices.Varnish
 ratio to the direct run). `--baseline DIR`: another source tree (e.g. `git archive` of an older commit) served
 from the same database, each of its runs right after this tree's (its own `/healthz` run first), so both trees
 see the same noise. Besides requests/s, the server process's CPU per request (user + system over the run,
-/proc): the figure the machine's other work disturbs least. wrk is installed with apt-get when missing. Each
+/proc): the figure the machine's other work disturbs least; wrk's 95th percentile comes from its Lua `done` hook.
+`--plain`: the baseline is this tree with uvloop and httptools hidden (uvicorn then runs its pure-Python h11 on
+asyncio's loop), at the demo. wrk is installed with apt-get when missing. Each
 `--label` keeps its own table; raw results accumulate in `bench/out/pages.json`.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,9 +54,24 @@ def ensure_wrk() -> None:
         subprocess.run(["apt-get", "install", "-y", "-q", "wrk"], check=True, stdout=subprocess.DEVNULL)
 
 
+# wrk's --latency prints 50/75/90/99 %; its Lua `done` hook gives the 95th too
+P95_SCRIPT = (
+    'done = function(summary, latency, requests) io.write(string.format("p95_us %d\\n", latency:percentile(95))) end\n'
+)
+# `--plain`: this tree again with uvicorn's defaults when neither is installed (pure-Python h11, asyncio's loop)
+PLAIN_SITE = "import sys\nsys.modules['uvloop'] = None\nsys.modules['httptools'] = None\n"
+
+
 def wrk(url: str, duration: float, connections: int = 32, threads: int = 2) -> dict[str, Any]:
-    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "--timeout", "10s", "--latency", url]
-    return parse_wrk(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+        script.write(P95_SCRIPT)
+        script.flush()
+        command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "--timeout", "10s", "--latency"]
+        out = subprocess.run([*command, "-s", script.name, url], check=True, capture_output=True, text=True).stdout
+    figures = parse_wrk(out)
+    p95 = re.search(r"^p95_us (\d+)$", out, flags=re.MULTILINE)
+    figures["p95_ms"] = int(p95.group(1)) / 1000 if p95 else float("nan")
+    return figures
 
 
 def paths(tier: str, base: str) -> dict[str, str]:
@@ -104,13 +122,20 @@ def timed_wrk(url: str, duration: float, pid: int) -> dict[str, Any]:
 
 
 def measure(
-    tier: str, services: Services, env: dict[str, str], duration: float, baseline: Path | None
+    tier: str, services: Services, env: dict[str, str], duration: float, baseline: Path | None, plain: bool = False
 ) -> dict[str, Any]:
     log = Path(services.pg.data_dir).parent / f"serve-{tier}.log"
     proc, base = start_server(env, log=log, timeout=60)
     services.procs.append(proc)
     other: tuple[subprocess.Popen[bytes], str] | None = None
-    if baseline is not None:
+    if plain:  # a sitecustomize on PYTHONPATH hides both packages from uvicorn's "auto" choice
+        site = Path(services.pg.data_dir).parent / "plain-site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(PLAIN_SITE)
+        plain_env = {**env, "PYTHONPATH": str(site)}
+        other = start_server(plain_env, log=log.with_suffix(".plain.log"), timeout=60)
+        services.procs.append(other[0])
+    elif baseline is not None:
         other = start_server(env, log=log.with_suffix(".baseline.log"), cwd=baseline, timeout=60)
         services.procs.append(other[0])
     runs: list[dict[str, Any]] = []
@@ -140,12 +165,12 @@ def measure(
     return {"tier": tier, "runs": runs, "varnish": any("varnish" in r for r in runs), "baseline": other is not None}
 
 
-def run_demo(duration: float, baseline: Path | None) -> dict[str, Any]:
+def run_demo(duration: float, baseline: Path | None, plain: bool = False) -> dict[str, Any]:
     with throwaway_services("tarakan-pages-demo-") as services:
         env = services.use()
         subprocess.run([sys.executable, "-m", "app.cli", "seed", "--demo"], env={**os.environ, **env}, check=True,
                        cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-        return measure("demo", services, env, duration, baseline)
+        return measure("demo", services, env, duration, baseline, plain)
 
 
 def run_tier(name: str, duration: float, baseline: Path | None, snapshot: Path | None) -> dict[str, Any]:
@@ -167,12 +192,18 @@ def _share(page: dict[str, Any], healthz: dict[str, Any]) -> float:
     return float(page["requests_per_s"]) / float(healthz["requests_per_s"])
 
 
+def _p95(run: dict[str, Any]) -> str:
+    return f"{run['p95_ms']:.1f}" if "p95_ms" in run else "–"  # older runs did not ask wrk for it
+
+
 def _cpu(run: dict[str, Any]) -> str:
     return f"{run['cpu_ms']:.2f}" if "cpu_ms" in run else "–"
 
 
 def render_label(label: str, result: dict[str, Any]) -> list[str]:
     baseline = f", baseline tree `{result['baseline']}`" if result.get("baseline") else ""
+    if result.get("plain"):
+        baseline = ", baseline: the same tree without uvloop and httptools (h11, asyncio)"
     lines = [
         f"### {label} (`{result['commit']}`{baseline}, {result['when']})",
         "",
@@ -182,7 +213,7 @@ def render_label(label: str, result: dict[str, Any]) -> list[str]:
     for tier in result["tiers"]:
         runs, varnish, base = tier["runs"], tier["varnish"], tier.get("baseline", False)
         loads = [r[k]["load_average"] for r in runs for k in ("healthz", "direct")]
-        head = "| path | bytes | requests/s | p50 / p99 ms | `/healthz` requests/s | share | server CPU ms: page / `/healthz` |"
+        head = "| path | bytes | requests/s | p50 / p95 / p99 ms | `/healthz` requests/s | share | server CPU ms: page / `/healthz` |"
         rule = "|---|---:|---:|---:|---:|---:|---:|"
         if base:
             head += " baseline requests/s | baseline p99 ms | baseline share | baseline CPU ms: page / `/healthz` |"
@@ -205,7 +236,7 @@ def render_label(label: str, result: dict[str, Any]) -> list[str]:
             failures = d["socket_errors"] + d["non_2xx"]
             line = (
                 f"| `{r['label']}` | {r['bytes']:,} | {d['requests_per_s']:,.0f}"
-                f"{f' ({failures} failed)' if failures else ''} | {d['p50_ms']:.1f} / {d['p99_ms']:.1f} | "
+                f"{f' ({failures} failed)' if failures else ''} | {d['p50_ms']:.1f} / {_p95(d)} / {d['p99_ms']:.1f} | "
                 f"{h['requests_per_s']:,.0f} | {share:.1%} | {_cpu(d)} / {_cpu(h)} |"
             )
             if base:
@@ -255,6 +286,9 @@ def main() -> int:
     parser.add_argument("--label", default="after", help="the table this run fills (before, after, ...)")
     parser.add_argument("--baseline", type=Path, help="another source tree to measure beside this one")
     parser.add_argument(
+        "--plain", action="store_true", help="as the baseline, this tree without uvloop and httptools (demo only)"
+    )
+    parser.add_argument(
         "--snapshot", type=Path, help="a pg_dump of the generated tier: restored if it exists, else made"
     )
     args = parser.parse_args()
@@ -263,7 +297,7 @@ def main() -> int:
     tiers = []
     for name in args.tiers.split(","):
         if name == "demo":
-            tiers.append(run_demo(args.duration, baseline))
+            tiers.append(run_demo(args.duration, baseline, args.plain))
         else:
             tiers.append(run_tier(name, args.duration, baseline, args.snapshot))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
@@ -275,6 +309,7 @@ def main() -> int:
         "command": " ".join(["python -m bench.pages_bench", *sys.argv[1:]]),
         "commit": commit.stdout.strip(),
         "baseline": str(baseline) if baseline else None,
+        "plain": args.plain,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "tiers": tiers,
     }
