@@ -22,7 +22,9 @@ from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import Budget, off_loop
 from app.kernel.outbox import mark_dirty, mark_report_dirty, mark_scan_dirty
 from app.kernel.public import public_scan
+from app.kernel.purge import purge_after_commit
 from app.kernel.quotas import exempt_from_quotas
+from app.kernel.shared_cache import ATLAS_TAG, repository_tag
 from app.kernel.sql import Fragment, statement
 from app.ops.secrets import client_ip_hash
 from app.registry.metrics import recalculate_repository_metrics
@@ -218,7 +220,8 @@ async def store_report(
         if verified:
             await session.execute(_VERIFY_SCAN, {"id": scan_id})
         _before, listing = await recalculate_repository_metrics(session, repo.id, locked_listing=repo.listing_status)
-        await mark_report_dirty(session, int(scan_id), repo.id, assimilated.keys)
+        if not await mark_report_dirty(session, int(scan_id), repo.id, assimilated.keys):
+            purge_after_commit(_unrolled_report_tags(repo.id, listing))
         scan = {
             "id": int(scan_id), "commit_sha": report.commit_sha, "model": report.model,
             "prompt_version": report.prompt_version, "run_id": report.run_id, "provenance": report.provenance,
@@ -238,6 +241,13 @@ async def store_report(
             for f, link, (_id, public_id) in zip(report.findings, assimilated.links, findings, strict=True)
         ]
         return report_answer(scan, rows), True
+
+
+def _unrolled_report_tags(repository_id: int, listing: str) -> set[str]:
+    """The shared-cache tags of a report that dirtied no pattern key (no findings, or none that feeds the atlas), so
+    no drain purges for it: its repository's pages list it, and the home page (tagged `atlas`) lists the reports
+    of listed repositories (docs/scaling.md "Shared cache")."""
+    return {repository_tag(repository_id), ATLAS_TAG} if listing == "listed" else {repository_tag(repository_id)}
 
 
 # A new report's row; the same run_id stored by this account (a retry, or a concurrent request) inserts nothing

@@ -26,8 +26,10 @@ from app.kernel import db, purge
 from app.kernel.outbox import mark_dirty
 from app.reports.finding_memory import pattern_key
 from app.reports.models import Scan, ScanFinding
+from app.reports.service import submit_report
 from tests import factories
 from tests.harness import ARTIFACTS, spawn, stop, tarakan, wait_http
+from tests.reports.support import report_body
 
 TITLE = "Varnish-fenced open redirect"  # in repositories A (quarantined) and B (a report restricted)
 KEY = pattern_key(TITLE)
@@ -255,6 +257,22 @@ async def test_the_edge_rules_purge_refusals_and_forwarded_addresses(stack: Stac
     assert hit(odd) and odd.text == plain.text
     # an untagged answer (healthz) is never stored
     assert not hit(await web.get("/healthz")) and not hit(await web.get("/healthz"))
+
+
+async def test_a_report_that_dirties_no_pattern_purges_its_repository_and_the_home_page(
+    web: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, stack: Stack
+) -> None:
+    # no drain follows a report without findings: the report path purges its repository's pages and, the
+    # repository being listed, the home page that lists recent reports; another repository's page stays cached
+    author = await factories.create_account()
+    (echo, _, _), (foxtrot, _, _) = [await _instance(o, author, OTHER_TITLE, f"src/{o}.py") for o in ("echo", "fox")]
+    pages = [echo, echo + ".json", "/", "/index.json"]
+    before = await warm(web, [*pages, foxtrot])
+    monkeypatch.setenv("VARNISH_PURGE_URLS", stack.cache)
+    await submit_report(author, "github.com", "echo", "echo-app", report_body(findings=[], commit_sha="e" * 40))
+    await expect_fresh(web, pages, (), "after a report without findings")
+    assert "e" * 40 in (await fetch(web, echo + ".json")).text
+    await expect_cached(web, {foxtrot: before[foxtrot]}, "after a report on another repository")
 
 
 def _failures(stage: str) -> float:
