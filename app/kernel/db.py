@@ -40,6 +40,7 @@ _engines: dict[tuple[int, str], AsyncEngine] = {}
 CONNECT_TIMEOUT = 5  # seconds to open a connection (libpq connect_timeout): a silent host fails, then 503s
 REPLICA_RETRY_SECONDS = 5.0  # after a replica failure, public reads use the primary this long before trying again
 CLIENT_CHECK_MS = 1000
+PREPARE_AFTER = 5  # uses of a statement on a connection before psycopg prepares it (its default; direct connections)
 _statement_timeout = 0.0  # seconds; 0 = no cap (see limit_statements)
 _replica_down_until: dict[str, float] = {}
 _open_transactions: contextvars.ContextVar[int] = contextvars.ContextVar("open_transactions", default=0)
@@ -108,13 +109,21 @@ def _engine_for(url: str) -> AsyncEngine:
     engine = _engines.get(key)
     if engine is None:
         cfg = settings()
-        # prepare_threshold=None keeps us compatible with PgBouncer in transaction mode
-        connect_args: dict[str, object] = {"prepare_threshold": None, "connect_timeout": CONNECT_TIMEOUT}
         pooled = transaction_pooling()
+        # Behind PgBouncer in transaction mode nothing is prepared (a prepared statement lives on one server
+        # connection). On a direct connection psycopg prepares a statement from its PREPARE_AFTER-th use: Postgres
+        # then skips parsing and analysing it each time (docs/benchmarks.md "Ingest capacity").
+        connect_args: dict[str, object] = {
+            "prepare_threshold": None if pooled else PREPARE_AFTER,
+            "connect_timeout": CONNECT_TIMEOUT,
+        }
         if not pooled:  # startup options, no extra round trip (a transaction pooler refuses them: see below)
             # a process killed mid-statement (OOM, SIGKILL) leaves its backend running the statement, holding its
-            # locks, until it next writes to the socket; checked every second, it stops at once (docs/scaling.md)
-            options = [f"-c client_connection_check_interval={CLIENT_CHECK_MS}"]
+            # locks, until it next writes to the socket; checked every second, it stops at once (docs/scaling.md).
+            # A prepared statement is still planned for its parameters each time (force_custom_plan): a generic
+            # plan, chosen once for every pattern key, would serve a 12,000-instance key as it serves a 1-instance
+            # one (docs/benchmarks.md "Ingest capacity").
+            options = [f"-c client_connection_check_interval={CLIENT_CHECK_MS}", "-c plan_cache_mode=force_custom_plan"]
             if _statement_timeout > 0:
                 options.append(f"-c statement_timeout={int(_statement_timeout * 1000)}")
             connect_args["options"] = " ".join(options)
