@@ -335,6 +335,12 @@ def test_errors_of_the_mapped_finding_name_the_result_it_came_from() -> None:
     assert the_error(log(skipped, skipped, result(), rules=rules))[0] == "runs[0].results[2].message"
     # a string of the finding that no rule of its own reads: the result
     assert the_error(log(skipped, result(partialFingerprints={"k": "v\x00"})))[0] == "runs[0].results[1]"
+    assert the_error(log(skipped, result(partialFingerprints={"k]": "v\x00"})))[0] == "runs[0].results[1]"
+
+
+def test_a_mapped_document_over_the_stored_documents_limit_is_refused_as_the_document() -> None:
+    long = [result(f"f{n}.py", message={"text": "m" * 10_000}) for n in range(200)]  # 2,000,000 of messages
+    assert the_error(log(*long)) == ("document", "must be at most 2000000 characters")
 
 
 def test_errors_of_the_mapped_envelope_name_the_tool_or_the_guid() -> None:
@@ -509,6 +515,7 @@ def test_paths_through_chains_of_relative_bases() -> None:
     )
     assert path("a.py", "SRC", {"SRC": {"uri": "src/", "uriBaseId": 3}}) == "src/a.py"
     assert path("a.py", "SRC", {"SRC": {"uri": "/", "uriBaseId": "PKG"}, "PKG": {"uri": "pkg/"}}) == "pkg/a.py"
+    assert path("a.py", "SRC", {"SRC": {"uri": "/"}}) == "a.py"  # a base of "/" adds no leading slash
     assert path("a.py", "SRC", {"SRC": {"uriBaseId": "PKG"}, "PKG": {"uri": "pkg/"}}) == "a.py"  # %SRCROOT%-like
     assert path("a.py", "NONE", {"SRC": {"uri": "src/"}}) == "a.py"
     assert path("a.py", None, {"SRC": {"uri": "src/"}}) == "a.py"
