@@ -16,6 +16,7 @@ from typing import Any, Final
 import psycopg
 from sqlalchemy import Connection, MetaData, event, text
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
 
@@ -142,6 +143,7 @@ def _engine_for(url: str) -> AsyncEngine:
         if _statement_timeout > 0 and pooled:
             _cap_every_transaction(engine, int(_statement_timeout * 1000))
         event.listen(engine.sync_engine, "checkout", _refuse_closed)
+        event.listen(engine.sync_engine, "handle_error", _drop_stale_prepared)
         _engines[key] = engine
     return engine
 
@@ -167,6 +169,17 @@ def _refuse_closed(dbapi_connection: Any, record: Any, proxy: Any) -> None:
     # the pool's documented custom pessimistic check: DisconnectionError makes it open a fresh connection instead
     if _closed_by_server(dbapi_connection.driver_connection):
         raise sa_exc.DisconnectionError("the server closed this pooled connection")
+
+
+def _drop_stale_prepared(context: ExceptionContext) -> None:
+    """A schema change made while the process serves (a migration) that moves a prepared statement's result type
+    fails that statement on every connection that prepared it, for good: count it as a lost connection, so the pool
+    drops its connections (a public read that failed so runs once more: `RequestReads.retry`)."""
+    error = context.original_exception
+    if isinstance(error, psycopg.errors.FeatureNotSupported) and "cached plan must not change result type" in str(
+        error
+    ):
+        context.is_disconnect = True
 
 
 def _cap_every_transaction(engine: AsyncEngine, milliseconds: int) -> None:
