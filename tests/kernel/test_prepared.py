@@ -12,6 +12,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
 from app.kernel import db
+from tests.sql import scalar
 
 PROBE = text("SELECT v FROM prepared_probe WHERE id = :id")
 
@@ -30,6 +31,8 @@ async def test_a_result_type_changed_under_a_prepared_statement_fails_once_then_
         try:
             other.execute("INSERT INTO prepared_probe VALUES (1, 7)")
             assert await _probe(db.PREPARE_AFTER + 1) == 7
+            # still planned for its parameters each time: no generic plan for a skewed pattern key
+            assert await scalar("SHOW plan_cache_mode") == "force_custom_plan"
             other.execute("ALTER TABLE prepared_probe ALTER COLUMN v TYPE text")
             with pytest.raises(sa_exc.DBAPIError, match="cached plan must not change result type") as failed:
                 await _probe(1)
