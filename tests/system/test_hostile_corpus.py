@@ -4,7 +4,8 @@ size limits (tests/system/support.py: deep JSON at and past the depth bound, man
 cases, the body limit and one byte over; self-referential and deep SARIF bases, huge shared rule texts, far too
 many results, message templates; forms with many or huge fields and multipart files). Each one is sent to one real
 `tarakan serve` while a second client polls `/healthz` every 50 ms: the hostile request is answered (any status but
-a 5xx, never a dropped connection) within 10 s, and `/healthz` never waits more than 0.5 s.
+a 5xx, never a dropped connection) within 10 s, and `/healthz` never waits more than 0.5 s (a shape that breaks only
+this bound is sent once more: a loaded machine's scheduling delay does not repeat on cue, a held event loop does).
 
 Nothing here names a route: a route added to the document (or a POST form added to the router) is in the corpus
 by construction, and a content type without shape generators fails the test until it gets some. The API is called
@@ -148,6 +149,16 @@ def problems_of(probe: Probe) -> list[str]:
     return found
 
 
+def only_waited(probe: Probe) -> bool:
+    """The one problem is /healthz's wait: answered, no 5xx, in time, no poll failed."""
+    return (
+        probe.response is not None
+        and (probe.status or 0) < 500
+        and probe.seconds <= ANSWER_WITHIN
+        and not probe.healthz_problems
+    )
+
+
 async def test_every_body_route_survives_every_hostile_shape_with_healthz_live() -> None:
     moderator = await factories.create_account(platform_role="moderator")
     token = await create_token(moderator.id, list(TOKEN_SCOPES))
@@ -194,6 +205,15 @@ async def test_every_body_route_survives_every_hostile_shape_with_healthz_live()
             else:
                 headers = {"Authorization": f"Bearer {token}"}
             probe = send_while_polling(server.base, path, body, headers, method=case.method.upper(), timeout=GIVE_UP)
+            if problems_of(probe) and only_waited(probe):
+                # /healthz late and nothing else: sent once more, since a busy machine's scheduling delay does not
+                # repeat on cue while a shape that holds the event loop does so every time
+                server.settle()
+                if case.form:
+                    headers = headers | {"Cookie": f"{COOKIE_NAME}={await open_session(moderator.id)}"}
+                probe = send_while_polling(
+                    server.base, path, body, headers, method=case.method.upper(), timeout=GIVE_UP
+                )
             results.append((case, shape, probe))
             if problems_of(probe):
                 server.settle()
