@@ -173,7 +173,7 @@ def test_security_severity_bands_at_their_edges() -> None:
 
 
 def test_an_unusable_score_leaves_the_level() -> None:
-    for score in [True, "high", "1" * 33, float("inf"), float("nan"), "nan", 10.01, -0.5, None, [9]]:
+    for score in [True, "high", "1" * 33, "9." + "0" * 31, float("inf"), float("nan"), "nan", 10.01, -0.5, None, [9]]:
         found = one(log(result(level="error", properties={"security-severity": score})))
         assert found["severity"] == "high", score
 
@@ -230,6 +230,9 @@ def test_the_rule_by_index_in_its_component_else_by_id() -> None:
     assert titled({"ruleId": "E0", "rule": {"id": "D0"}}) == "pack 0"  # ruleId first
     assert titled({"rule": {"index": 1, "toolComponent": {"index": 1}}}) == "the message"  # a string: no rule
     assert titled({"ruleId": 7}) == "the message"
+    assert titled({"ruleId": ["R1"]}) == "the message"
+    # a rule found by index without an id of its own: the result's ruleId names it
+    assert titled({"rule": {"index": 2, "toolComponent": {"index": 1}}, "ruleId": "F9", "message": {}}) == "F9"
     assert titled({"ruleId": "nowhere"}) == "the message"
 
 
@@ -257,6 +260,7 @@ def test_titles() -> None:
     assert title({}, message={}) == "R1"
     assert one(log(result(message={}, ruleId=None), rules=[]))["title"] == "SARIF result"
     assert title({"name": "n" * 20_000})[:3] == "R1 "  # a name is read only so far: cut like a title
+    assert title({"name": " " * 10_001 + "named"}) == "the message"  # read only so far: blank
 
 
 def test_a_title_over_200_characters_is_cut_with_an_ellipsis() -> None:
@@ -304,9 +308,17 @@ def test_a_message_from_the_rules_message_strings() -> None:
     assert message({"text": "own", "id": "default"}) == "own"
     assert message({"id": "other"}) == "R1"  # no message: the title, the rule id
     assert message({"id": 0}) == "R1"
+    assert message({"id": ["default"]}) == "R1"
     many = {"id": "R1", "messageStrings": {"m": {"text": " ".join(f"{{{n}}}" for n in range(22))}}}
     text = one(log(result(message={"id": "m", "arguments": [f"a{n}" for n in range(22)]}), rules=[many]))["title"]
     assert text == " ".join(f"a{n}" for n in range(20)) + " {20} {21}"  # 20 arguments at most
+
+
+def test_a_template_as_long_as_a_text_is_read_is_cut_like_a_description() -> None:
+    rule = {"id": "R1", "shortDescription": {"text": "T"}, "messageStrings": {"m": {"text": "x" * 10_001}}}
+    report = mapped(log(result(message={"id": "m"}), rules=[rule]))
+    assert report.body["document"]["findings"][0]["description"] == "x" * 9_999 + "…"
+    assert report.truncated == {"titles": 0, "descriptions": 1}
 
 
 def test_a_template_repeating_an_argument_is_bounded() -> None:
@@ -516,6 +528,7 @@ def test_paths_through_chains_of_relative_bases() -> None:
     assert path("a.py", "SRC", {"SRC": {"uri": "src/", "uriBaseId": 3}}) == "src/a.py"
     assert path("a.py", "SRC", {"SRC": {"uri": "/", "uriBaseId": "PKG"}, "PKG": {"uri": "pkg/"}}) == "pkg/a.py"
     assert path("a.py", "SRC", {"SRC": {"uri": "/"}}) == "a.py"  # a base of "/" adds no leading slash
+    assert path("a.py", "SRC", {"SRC": {"uri": "X"}}) == "X/a.py"
     assert path("a.py", "SRC", {"SRC": {"uriBaseId": "PKG"}, "PKG": {"uri": "pkg/"}}) == "a.py"  # %SRCROOT%-like
     assert path("a.py", "NONE", {"SRC": {"uri": "src/"}}) == "a.py"
     assert path("a.py", None, {"SRC": {"uri": "src/"}}) == "a.py"
@@ -576,9 +589,17 @@ def test_absolute_file_uris_under_the_named_checkout_root() -> None:
         URI,
         "lies outside the checkout root /w/repo (source_root)",
     )
-    where, message = the_error(log(result("https://h/a.py")), source_root="/w/repo")
-    assert where == URI and "?source_root=/abs/path on the API, --source-root DIR on the CLI" in message
-    assert the_error(log(result("file:///w/repo/a.py")), source_root="")[1].startswith("must be relative")
+    assert the_error(log(result("file:///w/Y/a.py")), source_root="/w/X/") == (
+        URI,
+        "lies outside the checkout root /w/X (source_root)",
+    )
+    unrooted = (
+        URI,
+        "must be relative to the repository: no originalUriBaseIds entry is a prefix of it; name the checkout root "
+        "it lies under (?source_root=/abs/path on the API, --source-root DIR on the CLI)",
+    )
+    assert the_error(log(result("https://h/a.py")), source_root="/w/repo") == unrooted  # not a file: URI
+    assert the_error(log(result("file:///w/repo/a.py")), source_root="") == unrooted
 
 
 def test_the_checkout_root_itself() -> None:
