@@ -4,6 +4,7 @@ links, htmx fragments on `HX-Request` (docs/domain.md §6)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -112,8 +114,19 @@ def _repository_tags(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return [repository_tag(row["repository_id"]) for row in rows if row.get("repository_id") is not None]
 
 
+# query strings up to this long keep their parsed filters (a bounded memo: a hostile long query is parsed each time)
+_MEMO_QUERY_BYTES = 256
+
+
+@functools.lru_cache(maxsize=1024)
+def _filters_of(query_string: bytes) -> Filters:
+    return parse_filters(QueryParams(query_string))
+
+
 def _index_key(request: Request) -> Hashable:
-    return (request.scope["path"], parse_filters(request.query_params))  # clamped: `days=9999` is the `days=365` page
+    query: bytes = request.scope["query_string"]
+    filters = _filters_of(query) if len(query) <= _MEMO_QUERY_BYTES else parse_filters(request.query_params)
+    return (request.scope["path"], filters)  # clamped: `days=9999` is the `days=365` page
 
 
 def _paged_key(request: Request) -> Hashable:

@@ -174,11 +174,12 @@ async def shared_version() -> tuple[tuple[Any, ...], bool]:
     next request (docs/scaling.md "Rendered once per version"). Under load one read answers every request that came
     in during the one before it, instead of one read each."""
     loop = asyncio.get_running_loop()
-    reads = _shared.get((id(loop), db.reads_use_primary()))
+    group = (id(loop), db.reads_use_primary())
+    reads = _shared.get(group)
     if reads is None:
         if len(_shared) > 16:  # event loops of tests that ended
             _shared.clear()
-        reads = _shared[(id(loop), db.reads_use_primary())] = _SharedReads()
+        reads = _shared[group] = _SharedReads()
     if reads.queued is not None:  # starts once the running read ends: after this request arrived
         shared = await asyncio.shield(reads.queued)
         # None: the read failed or its request went away; read for this request (its own outage and retry handling)
