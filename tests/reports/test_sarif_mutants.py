@@ -395,6 +395,9 @@ def test_every_run_is_the_same_tool() -> None:
     sarif["runs"] += [copy.deepcopy(sarif["runs"][0]), copy.deepcopy(sarif["runs"][0])]
     sarif["runs"][1]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] = "second.py"
     assert [f["file"] for f in findings(sarif)] == ["app.py", "second.py", "app.py"]
+    second = copy.deepcopy(sarif)
+    second["runs"][1]["tool"]["driver"]["name"] = "other"
+    assert the_error(second)[0] == "runs[1].tool.driver.name"
     sarif["runs"][2]["tool"]["driver"]["name"] = "other"
     assert the_error(sarif) == (
         "runs[2].tool.driver.name",
@@ -517,7 +520,7 @@ def test_the_budget_is_checked_for_every_result() -> None:
 
 
 def test_paths_through_chains_of_relative_bases() -> None:
-    def path(uri: str, base: str | None, bases: dict[str, Any]) -> str:
+    def path(uri: str, base: Any, bases: dict[str, Any]) -> str:
         location = {"uri": uri} | ({"uriBaseId": base} if base else {})
         return file_of({"artifactLocation": location}, originalUriBaseIds=bases)
 
@@ -529,6 +532,9 @@ def test_paths_through_chains_of_relative_bases() -> None:
     assert path("a.py", "SRC", {"SRC": {"uri": "/", "uriBaseId": "PKG"}, "PKG": {"uri": "pkg/"}}) == "pkg/a.py"
     assert path("a.py", "SRC", {"SRC": {"uri": "/"}}) == "a.py"  # a base of "/" adds no leading slash
     assert path("a.py", "SRC", {"SRC": {"uri": "X"}}) == "X/a.py"
+    assert path("a.py#L3", None, {}) == "a.py"  # a fragment is no part of the path
+    unhashable: Any = ["SRC"]
+    assert path("a.py", unhashable, {"SRC": {"uri": "src/"}}) == "a.py"
     assert path("a.py", "SRC", {"SRC": {"uriBaseId": "PKG"}, "PKG": {"uri": "pkg/"}}) == "a.py"  # %SRCROOT%-like
     assert path("a.py", "NONE", {"SRC": {"uri": "src/"}}) == "a.py"
     assert path("a.py", None, {"SRC": {"uri": "src/"}}) == "a.py"
