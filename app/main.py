@@ -13,8 +13,9 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Mount
+from starlette.routing import BaseRoute, Match, Mount, Route, Router
 from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from app.kernel import db, metrics, outages, urls, watchdog
 from app.kernel.errors import BadRequest, DomainError, NotFound
@@ -136,6 +137,42 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     metrics.process_exit()  # serve --workers N: this process's live samples leave the sum
 
 
+class RememberedRoutes:
+    """Starlette's router tries its routes in order, a regex each: a tenth of a cached page's CPU. The route an
+    ordered scan picked for a path and method is remembered (a bounded table: routes match on the path and method
+    alone), so the next request for it goes straight there; anything else (a 404, a 405, a redirect, a mount, a
+    root path) takes the router's own scan, unchanged."""
+
+    SIZE = 4096
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.known: dict[tuple[str, str], Route] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("root_path"):
+            await self.router.app(scope, receive, send)
+            return
+        key = (scope["path"], scope["method"])
+        route = self.known.get(key)
+        if route is None:
+            for candidate in self.router.routes:  # the router's rule: the first full match wins
+                if candidate.matches(scope)[0] is Match.FULL:
+                    if type(candidate) is Route:
+                        if len(self.known) >= self.SIZE:
+                            self.known.clear()
+                        route = self.known[key] = candidate
+                    break
+        if route is None:
+            await self.router.app(scope, receive, send)
+            return
+        _, child_scope = route.matches(scope)  # this request's own path parameters
+        scope.setdefault("router", self.router)
+        scope["route"] = route
+        scope.update(child_scope)
+        await route.handle(scope, receive, send)
+
+
 def create_app() -> Starlette:
     app = Starlette(
         routes=_routes(),
@@ -150,6 +187,7 @@ def create_app() -> Starlette:
         lifespan=lifespan,
     )
     urls.install(app.router)  # path_for builds any named route
+    app.router.middleware_stack = RememberedRoutes(app.router)
     return app
 
 
