@@ -273,7 +273,8 @@ def render(results: dict[str, Any]) -> str:
         "load average is given with each table.",
         "",
     ]
-    for label in ("before", "after", *sorted(set(results) - {"before", "after"})):
+    later = sorted(set(results) - {"before", "after"}, key=lambda label: str(results[label]["when"]))
+    for label in ("before", "after", *later):
         if label in results:
             lines += render_label(label, results[label])
     return "\n".join(lines).rstrip() + "\n"
