@@ -130,6 +130,29 @@ def test_a_suppression_under_review_or_rejected_keeps_the_result() -> None:
         assert (len(report.body["document"]["findings"]), report.skipped["suppressed"]) == (int(kept), 1 - kept)
 
 
+def test_a_skipped_result_is_not_read_further() -> None:
+    outside = result("../../etc/passwd")
+    report = mapped(log(outside | {"suppressions": [{}]}, outside | {"kind": "pass"}, result("a.py")))
+    assert (
+        report.skipped["suppressed"],
+        report.skipped["not_a_problem"],
+        len(report.body["document"]["findings"]),
+    ) == (
+        1,
+        1,
+        1,
+    )
+
+
+def test_a_run_without_results_is_a_clean_scan() -> None:
+    sarif = log(result())
+    del sarif["runs"][0]["results"]
+    report = mapped(sarif)
+    assert (report.results, report.body["document"]["findings"]) == (0, [])
+    sarif["runs"].append(log(result())["runs"][0])
+    assert [f["file"] for f in findings(sarif)] == ["app.py"]
+
+
 def test_a_location_without_a_file_is_skipped_as_no_location() -> None:
     blank = result("  ")
     logical = result(None, locations=[{"logicalLocations": [{"name": "f"}]}])
@@ -290,9 +313,10 @@ def test_descriptions() -> None:
     assert len(long) == 10_000 and long.endswith("h…")
 
 
-def test_a_description_cut_is_counted() -> None:
-    report = mapped(log(result(), result("b.py", message={"text": "m" * 10_001})))
-    assert report.truncated == {"titles": 1, "descriptions": 1}
+def test_every_cut_is_counted() -> None:
+    long = {"text": "m" * 10_001}
+    report = mapped(log(result(), result("b.py", message=long), result("c.py", message=long), result("d.py")))
+    assert report.truncated == {"titles": 2, "descriptions": 2}
     assert report.truncated["descriptions"] == report.summary().truncated.descriptions
 
 
@@ -611,6 +635,7 @@ def test_absolute_file_uris_under_the_named_checkout_root() -> None:
 def test_the_checkout_root_itself() -> None:
     assert normalize_source_root(None) is None and normalize_source_root("") is None
     assert normalize_source_root("/w/repo") == "/w/repo/" and normalize_source_root("/") == "/"
+    assert normalize_source_root("/w/X") == "/w/X/"
     assert normalize_source_root("/" + "d" * (MAX_URI - 1)) == "/" + "d" * (MAX_URI - 1) + "/"
     for bad in ("w/repo", "/" + "d" * MAX_URI, "/w/\x00"):
         with pytest.raises(ValidationError) as info:
