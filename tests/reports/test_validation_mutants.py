@@ -182,6 +182,7 @@ def test_an_unclean_string_elsewhere_in_the_document_is_named_after_the_findings
     }
     assert document_field("findings[2].title") == "findings[2].title"
     assert document_field("meta.k") == "document.meta.k"
+    assert document_field("meta.X") == "document.meta.X"
     assert document_field("") == "document"
 
 
@@ -255,7 +256,7 @@ def test_accepted_findings_at_every_edge() -> None:
                     description="d" * 10_000,
                     disposition="not_reproduced",
                     existing_finding_id=f" {claimed} ",
-                    partial_fingerprints={"k" * 100: "v" * 500} | {f"k{n}": "" for n in range(19)},
+                    partial_fingerprints={"k" * 100: "v" * 500, "a": "v"} | {f"k{n}": "" for n in range(18)},
                 ),
                 finding(
                     file="/".join("a" * 64), line_start=1, line_end=DROP, disposition=None, partial_fingerprints={}
@@ -300,7 +301,7 @@ def test_check_and_confirmation_bodies() -> None:
             "verdict": "disputed",
             "provenance": "human",
             "notes": f" {notes} ",
-            "evidence": "e",
+            "evidence": " e\n",
         }
     )
     assert (check.commit_sha, check.verdict, check.provenance, check.notes, check.evidence) == (
@@ -308,7 +309,7 @@ def test_check_and_confirmation_bodies() -> None:
         "disputed",
         "human",
         notes,
-        "e",
+        " e\n",  # evidence kept as written
     )
     confirmation = validate_confirmation({"verdict": "confirmed", "notes": notes, "commit_sha": "ignored"})
     assert (confirmation.commit_sha, confirmation.verdict, confirmation.provenance, confirmation.evidence) == (
