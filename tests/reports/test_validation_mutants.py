@@ -109,7 +109,11 @@ def test_every_envelope_error_at_once_each_with_its_exact_message() -> None:
         "provenance": ["must be one of agent, human, hybrid"],
         "model": ["is required unless provenance is human"],
     }
-    assert errors_of(report_body(model="a\tb")) == {"model": [UNCLEAN_MESSAGE + ", tabs or line breaks"]}
+    assert errors_of(report_body(model="a\tb", prompt_version="v\n1", run_id="r\r1", notes="two\nlines")) == {
+        "model": [UNCLEAN_MESSAGE + ", tabs or line breaks"],
+        "prompt_version": [UNCLEAN_MESSAGE + ", tabs or line breaks"],
+        "run_id": [UNCLEAN_MESSAGE + ", tabs or line breaks"],
+    }  # one line each; the notes may hold several
     assert errors_of(report_body(model="m" * 101)) == {"model": ["must be at most 100 characters"]}
     assert validate_report(report_body(model="m" * 100, run_id="r" * 200, notes="n" * 2000)).model == "m" * 100
     assert errors_of(report_body(run_id="r" * 201)) == {"run_id": ["must be at most 200 characters"]}
