@@ -69,7 +69,7 @@ def test_a_list_says_its_oldest_refresh() -> None:
 
 
 def test_the_bucket_of_a_key_is_its_first_two_hex_digits_else_other() -> None:
-    assert [_bucket(k) for k in (KEY, "00", "ff" + "f" * 62, "9a")] == ["ab", "00", "ff", "9a"]
+    assert [_bucket(k) for k in (KEY, "00", "ff" + "f" * 62, "9a", "abz")] == ["ab", "00", "ff", "9a", "ab"]
     for other in ("", "a", "f", "g0" + "0" * 62, "0g", "AB" + "0" * 62, "a-", "zz"):
         assert _bucket(other) == "other", other
     assert _lock_key_params(KEY) == {"key": KEY, "bucket": "ab"}
