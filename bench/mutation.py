@@ -112,7 +112,7 @@ MODULES: dict[str, Module] = {
 }
 
 NOTES = """
-Command: `python -m bench.mutation [--module NAME ...] [--resume] [--sql-only | --no-sql]` (mutmut 3.8.1, pinned in
+Command: `python -m bench.mutation [--module NAME ...] [--resume] [--sql-only | --no-sql] [--table-only]` (mutmut 3.8.1, pinned in
 the test extras; one throw-away embedded Postgres + Valkey for the whole run; every process under `nice -n 10`, one
 mutant at a time). Raw results, the diff of every survivor and mutmut's own state (resumable):
 `bench/out/mutation/` (gitignored). Equivalent mutants, each with its reason: `bench/mutation_equivalents.toml`.
@@ -131,16 +131,29 @@ bodies; the SQL guards of `public.py` and `policy.py` are compiled into the feat
 where a mutant switched on at test time never reaches them, so `bench/sql_mutants.py` adds SQL-text mutants (a
 flipped comparison, one predicate dropped, AND and OR swapped): each swaps one guard function for a broken twin before
 any feature module is imported and runs the consumers' own tests (every public surface after each kind of takedown;
-the quorum tests); each must fail them. Killed counts a timeout (a mutant that hung the tests).
+the quorum tests); each must fail them. Killed counts a timeout (a mutant that hung the tests). `app/reports/sarif.py`
+runs against its pure tests only (tests/reports/test_sarif_mutants.py): the API and CLI tests of SARIF start Bandit
+and the CLI, ~40 s for each mutant that lives. Of `app/infestations/queries.py` and `projection.py` only the SQL-free
+functions count (`Module.functions`: `parse_pattern_key`, `guarded_map`, `_oldest`; `_bucket`, `_lock_key_params`,
+`lock_order`, `key_ranges`, `_buckets`), handed to `mutmut run` as mutmut's own mutant-name patterns
+(`app.infestations.projection.x_key_ranges__mutmut_*`): mutmut still generates the other functions' mutants, which
+are never run nor counted. Those compose statements at import (out of a test-time mutant's reach, like the guards)
+or run them against the database.
 
 Weak assertions found on the way and fixed: the multi-instance console check (`"mod" in` a page that always says
 "Moderation"; now the signed-in `@mod (moderator)`), the OpenAPI twins (`status in (200, 404)` for seeded paths; now
 200, and 404 only for the unknown key), the secrets tests (any kind passed; the new tests name the kind), the check
-reasons (a word of each; the new quorum test reads every reason in full, including a demoted reviewer's).
-A module "not run yet" has its covering tests listed in `MODULES` and runs with `--module NAME` (sarif.py and
-validation.py were not reached in the first session; the SQL-free parts of app/infestations/queries.py and
-projection.py are not in `MODULES` yet). "run s": wall seconds of the runs that finished, on a machine shared with
-six other helpers (load 5-12); a stopped run's time is not kept. `--table-only` rewrites this section from disk.
+reasons (a word of each; the new quorum test reads every reason in full, including a demoted reviewer's), the
+Scan Format v1 and SARIF errors (a word of each message, or a path only: a mutant adding text to a message passed
+them; tests/reports/test_validation_mutants.py and test_sarif_mutants.py compare every message whole).
+
+"run s": wall seconds of the runs that finished (a stopped run's time is not kept), every process under `nice -n 10`
+with one mutant at a time. sarif, validation and the two infestation modules: one run of the four (2026-12-01) plus
+the `--resume` reruns of their survivors against the sharpened tests, on the two cores shared with two other
+helpers' test suites and benchmarks (1-minute load average 2.9-8.0 over the run, p10-p90 of 30 s samples, median
+4.5): 0.9 mutants/s for sarif against its pure tests, 0.37 for validation, whose live mutants also run the database
+tests of test_report_validation.py. The other nine modules: the session before, shared with six other helpers
+(load 5-12). `--table-only` rewrites this section from disk.
 """
 
 KILLED = {"killed", "timeout", "caught by type check"}  # a timeout is a mutant the tests noticed (it hung)
