@@ -118,9 +118,12 @@ upserted AS (
   RETURNING 1
 ),
 removed AS (
-  DELETE FROM infestation_pattern_instances i
-  WHERE {keys_i}
-    AND NOT EXISTS (SELECT 1 FROM src WHERE src.canonical_finding_id = i.canonical_finding_id)
+  -- a set difference, not NOT EXISTS against the CTE: an anti-join is planned from the instance table's statistics,
+  -- and a key grown since they were taken was joined as a nested loop over the CTE, quadratic (docs/domain.md §5.2)
+  DELETE FROM infestation_pattern_instances d
+  USING (SELECT i.canonical_finding_id FROM infestation_pattern_instances i WHERE {keys_i}
+         EXCEPT SELECT canonical_finding_id FROM src) gone
+  WHERE d.canonical_finding_id = gone.canonical_finding_id
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM src) AS instances, (SELECT count(*) FROM upserted) AS written,

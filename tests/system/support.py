@@ -16,10 +16,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
+from sqlalchemy import text
 
+from app.kernel import db
 from app.registry.models import Repository
+from app.reports.finding_memory import pattern_key
 from jobs import queue
-from tests.sql import scalar
+from tests.sql import execute, scalar
 
 PASSWORD = "correct horse battery staple"
 WORKER_ENV = {"INFESTATIONS_CLAIM_SECONDS": "3", "INFESTATIONS_HOT_KEY_INTERVAL": "1"}
@@ -747,3 +750,43 @@ def fill_path(template: str, values: dict[str, str], default: str | None = None)
         return values.get(name, default or "")
 
     return re.sub(r"\{(\w+)(?::\w+)?\}", value, template)
+
+
+# --- one big pattern ---------------------------------------------------------------------------------------------
+
+BIG_TITLE = "Server-side request forgery in webhook fetcher"
+BIG_KEY = pattern_key(BIG_TITLE)
+BIG_REPOSITORIES = 20
+# 12,000 instances: a refresh takes ~0.5 s, long enough to be caught in the middle (the claim is polled every
+# 10 ms), short enough that the full shadow comparison afterwards stays within a few seconds
+BIG_PER_REPOSITORY = 600
+
+
+async def build_big_pattern(account_id: int) -> None:
+    """BIG_REPOSITORIES listed repositories, one public report each, BIG_PER_REPOSITORY canonicals of one pattern
+    per repository with one occurrence each, written in SQL (the ORM would take minutes)."""
+    params = {"key": BIG_KEY, "title": BIG_TITLE, "account": account_id}
+    statements = [
+        """INSERT INTO repositories (host, owner, name, canonical_url, listing_status)
+           SELECT 'github.com', 'big', 'repo' || g, 'https://github.com/big/repo' || g, 'listed'
+           FROM generate_series(1, :repos) g""",
+        """INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, visibility)
+           SELECT r.id, :account, substr(md5(r.id::text) || md5(r.name), 1, 40), 'gpt-test', 'review/v1', 'public'
+           FROM repositories r WHERE r.owner = 'big'""",
+        """INSERT INTO canonical_findings (repository_id, fingerprint, pattern_key, file_path, line_start, line_end,
+             severity, title, description, status, first_seen_commit_sha, last_seen_commit_sha, detections_count)
+           SELECT s.repository_id, md5(s.repository_id || ':' || n), :key, 'src/fetch' || n || '.py', 1, 1, 'high',
+             :title, 'fetches any URL', 'open', s.commit_sha, s.commit_sha, 1
+           FROM scans s JOIN repositories r ON r.id = s.repository_id, generate_series(1, :per_repo) n
+           WHERE r.owner = 'big'""",
+        """INSERT INTO scan_findings (scan_id, position, file_path, line_start, line_end, severity, title, description,
+             canonical_finding_id, fingerprint, disposition)
+           SELECT s.id, row_number() OVER (PARTITION BY s.id ORDER BY c.id) - 1, c.file_path, 1, 1, 'high', c.title,
+             c.description, c.id, c.fingerprint, 'new'
+           FROM canonical_findings c JOIN scans s ON s.repository_id = c.repository_id
+           WHERE c.pattern_key = :key""",
+    ]
+    async with db.transaction() as session:
+        for sql in statements:
+            await session.execute(text(sql), {**params, "repos": BIG_REPOSITORIES, "per_repo": BIG_PER_REPOSITORY})
+    await execute("ANALYZE repositories, scans, canonical_findings, scan_findings")
