@@ -14,7 +14,7 @@ from app.kernel.columns import Inserted
 from app.kernel.config import varnish_purge_urls
 from app.kernel.db import Base
 from app.kernel.purge import purge_after_commit
-from app.kernel.shared_cache import ATLAS_TAG, occurrence_tag, pattern_tag, repository_tag
+from app.kernel.shared_cache import ATLAS_TAG, SITEMAP_TAG, occurrence_tag, pattern_tag, repository_tag
 
 
 class AuditEvent(Inserted, Base):
@@ -108,8 +108,8 @@ _ACCOUNT_TAGS = text(
 
 async def _touched_tags(session: AsyncSession, action: str, subject_type: str, subject_id: str) -> set[str] | None:
     """The shared-cache tags of the pages `action` may have changed; None: they cannot be named, purge everything."""
-    if action == "repository.delete":  # its rows are gone: its own tag, and the atlas it may have fed
-        return {repository_tag(int(subject_id)), ATLAS_TAG}
+    if action == "repository.delete":  # its rows are gone: its own tag, the atlas it may have fed, the sitemaps
+        return {repository_tag(int(subject_id)), ATLAS_TAG, SITEMAP_TAG}
     if subject_type == "flag":
         return {ATLAS_TAG}  # a read-path flag: the atlas pages
     if subject_type == "scan" and subject_id.isdigit():
@@ -128,7 +128,7 @@ async def _touched_tags(session: AsyncSession, action: str, subject_type: str, s
     tags: set[str] = set()
     for row in rows:
         if row.repository_id is not None:
-            tags.add(repository_tag(row.repository_id))
+            tags.update((repository_tag(row.repository_id), SITEMAP_TAG))
         if row.occurrence_id is not None:
             tags.add(occurrence_tag(row.occurrence_id))
         if row.pattern_key:

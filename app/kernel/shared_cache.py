@@ -10,6 +10,10 @@ XKEY_HEADER = "xkey"
 # The atlas pages (index, home fragment, show pages, ledgers, their twins): a rollup refresh or a takedown of any
 # finding on the atlas purges it. Repository pages do not carry it, so a takedown does not empty them all.
 ATLAS_TAG = "atlas"
+# The sitemaps that name repositories and findings (their pages and the one small urlset): every takedown that touches
+# a repository's pages purges them, so a taken-down name leaves them at the next request; a new report does not (a
+# new URL reaches crawlers within s-maxage, docs/scaling.md "Shared cache").
+SITEMAP_TAG = "sitemap"
 
 
 def pattern_tag(pattern_key: str) -> str:

@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.kernel.errors import NotFound
 from app.kernel.rendered import rendered_once
-from app.kernel.shared_cache import ATLAS_TAG
+from app.kernel.shared_cache import ATLAS_TAG, SITEMAP_TAG
 from app.kernel.web import cache_headers, etag_matches, streamed_document
 from app.seo import feeds
 from app.seo.settings import seo_settings
@@ -108,13 +108,12 @@ async def _streamed_xml(
 @rendered_once(_encoded)
 async def sitemap_xml(request: Request) -> Response:
     cfg = seo_settings()
-    if not await use_index():
-        return await _streamed_xml(request, single_urlset(cfg.base_url, cfg.max_urls))
+    if not await use_index():  # names repositories, findings and patterns
+        return await _streamed_xml(request, single_urlset(cfg.base_url, cfg.max_urls), tags=[ATLAS_TAG, SITEMAP_TAG])
     children = await index_children()
     times = [c.lastmod for c in children if c.lastmod is not None]
     # the index names no repository or finding, only its child sitemaps and their lastmod: tagged `atlas`, so a
-    # shared cache keeps it and every drain batch of the worker purges it (the one small urlset above names
-    # repositories and findings: untagged, never stored there)
+    # shared cache keeps it and every drain batch of the worker purges it
     index = sitemapindex_xml(cfg.base_url, children)
     return _small_xml(request, index, last_modified=max(times) if times else None, tags=[ATLAS_TAG])
 
@@ -134,8 +133,8 @@ async def sitemap_child(request: Request) -> Response:
     body = await child_urlset(kind, int(page))
     if body is None:
         raise NotFound({"page": [f"there is no {kind} sitemap page {page}"]})
-    # the sitemaps of patterns are atlas pages; those of repositories and findings name too much to tag (unshared)
-    return await _streamed_xml(request, body, tags=[ATLAS_TAG] if kind == "infestations" else None)
+    # the sitemaps of patterns are atlas pages; those of repositories and findings go with every takedown
+    return await _streamed_xml(request, body, tags=[ATLAS_TAG if kind == "infestations" else SITEMAP_TAG])
 
 
 def _atom(feed: feeds.Feed) -> Response:

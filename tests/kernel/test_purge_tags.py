@@ -11,7 +11,7 @@ from app.infestations.dirty_queue import drain_all
 from app.kernel import db, purge
 from app.kernel.audit import _touched_tags
 from app.kernel.outbox import mark_dirty
-from app.kernel.shared_cache import ATLAS_TAG, occurrence_tag, pattern_tag, repository_tag
+from app.kernel.shared_cache import ATLAS_TAG, SITEMAP_TAG, occurrence_tag, pattern_tag, repository_tag
 from app.maintainers.models import FindingStatement
 from app.reports.finding_memory import pattern_key
 from app.reports.models import CanonicalFindingCheck
@@ -44,6 +44,7 @@ async def test_a_report_names_its_repository_occurrences_patterns_and_the_atlas_
     author, repos, ids = await _world()
     key = pattern_key(TITLE)
     assert await _tags("scan.visibility", "scan", str(ids["scan0"])) == {
+        SITEMAP_TAG,  # every action naming a repository's pages: its name may leave a sitemap
         repository_tag(repos[0]),
         occurrence_tag(ids["occurrence0"]),
         pattern_tag(key),
@@ -53,6 +54,7 @@ async def test_a_report_names_its_repository_occurrences_patterns_and_the_atlas_
     repo = await factories.create_repository("purge-lone", "app")
     scan, _canonical, occurrence = await factories.create_instance(repo, author, LONE)
     assert await _tags("scan.visibility", "scan", str(scan.id)) == {
+        SITEMAP_TAG,
         repository_tag(repo.id),
         occurrence_tag(occurrence.id),
         pattern_tag(pattern_key(LONE)),
@@ -63,13 +65,18 @@ async def test_repository_actions_name_the_repository_not_its_occurrences() -> N
     _author, repos, _ids = await _world()
     slug = "github.com/purge0/app"
     assert await _tags("repository.listing", "repository", slug) == {
+        SITEMAP_TAG,
         repository_tag(repos[0]),
         pattern_tag(pattern_key(TITLE)),
         ATLAS_TAG,
     }
     assert await _tags("repository.maintainer_end", "repository", slug) == {repository_tag(repos[0])}
     # a hard delete audits after its rows are gone: the repository's tag and the atlas it may have fed
-    assert await _tags("repository.delete", "repository", str(repos[0])) == {repository_tag(repos[0]), ATLAS_TAG}
+    assert await _tags("repository.delete", "repository", str(repos[0])) == {
+        repository_tag(repos[0]),
+        ATLAS_TAG,
+        SITEMAP_TAG,
+    }
 
 
 async def test_statements_accounts_flags_and_unknown_actions() -> None:
@@ -78,6 +85,7 @@ async def test_statements_accounts_flags_and_unknown_actions() -> None:
         FindingStatement(canonical_finding_id=ids["canonical1"], author_id=author.id, status="under_investigation")
     )
     assert await _tags("statement.visibility", "statement", str(statement.id)) == {
+        SITEMAP_TAG,
         repository_tag(repos[1]),
         occurrence_tag(ids["occurrence1"]),
         pattern_tag(pattern_key(TITLE)),
@@ -90,7 +98,7 @@ async def test_statements_accounts_flags_and_unknown_actions() -> None:
             verdict="confirmed", notes="checked by hand",
         )
     )  # fmt: skip
-    assert await _tags("account.change", "account", reviewer.handle) == {repository_tag(repos[1])}
+    assert await _tags("account.change", "account", reviewer.handle) == {repository_tag(repos[1]), SITEMAP_TAG}
     assert await _tags("account.change", "account", author.handle) == set()
     assert await _tags("flag.set", "flag", "infestations.read_from_rollup") == {ATLAS_TAG}
     assert await _tags("something.new", "widget", "7") is None  # purge everything

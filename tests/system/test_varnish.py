@@ -174,8 +174,10 @@ async def test_takedowns_purge_every_affected_page_before_the_answer_and_keep_th
     a_pages = [world.a_path, world.a_path + ".json", world.a_finding]
     b_pages = [world.b_path, world.b_path + ".json", world.b_finding]
     kept = [world.c_path, world.c_path + ".json", world.c_finding]
-    before = await warm(web, [*atlas_pages(), *a_pages, *b_pages, *kept])
+    sitemap = "/sitemap/repos/1.xml"  # tagged `sitemap` alone: every takedown naming a repository purges it
+    before = await warm(web, [*atlas_pages(), *a_pages, *b_pages, *kept, sitemap])
     assert "alfa-app" in before[f"/infestations/{KEY}"] and "src/bravo_redirect.py" in before[world.b_finding]
+    assert "alfa-app" in before[sitemap]
 
     # the htmx fragment is its own object (the pages say Vary), and a session never touches the cache
     fragment = await fetch(web, "/infestations", **{"HX-Request": "true"})
@@ -194,7 +196,7 @@ async def test_takedowns_purge_every_affected_page_before_the_answer_and_keep_th
     )  # fmt: skip
     assert done.code == 0, done
     assert "cache: Shared cache: the pages showing it were purged." in done.out
-    await expect_fresh(web, [*atlas_pages(), *a_pages], ("alfa-app", "alfa_redirect"), "after the quarantine")
+    await expect_fresh(web, [*atlas_pages(), *a_pages, sitemap], ("alfa-app", "alfa_redirect"), "after the quarantine")
     for path in a_pages[:2]:
         assert (await fetch(web, path)).status_code == 404, path
     # B's pages name the pattern A shared (they show its spread, which the quarantine changed): fresh too, B still
