@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import msgspec
 import psycopg
+import uvloop
+from psycopg import sql
 
 from bench.common import (
     backfill,
@@ -260,6 +262,62 @@ class Watcher:
         return self.lags, len(self.pending)
 
 
+IDLE_SECONDS = 2.0  # a kept connection idle longer is not reused: uvicorn closes idle ones after 5 s
+
+
+class Client:
+    """The bench's keep-alive HTTP/1.1 client for its report POSTs: one request a connection at a time, at most
+    `limit` connections. Not httpx: httpx cost 4-6 ms of CPU a request on the two cores the servers are measured on
+    (about as much as the web process's own share at 150 reports/s); this costs a few hundred microseconds. It speaks
+    only what `tarakan serve` answers here (Content-Length bodies)."""
+
+    def __init__(self, limit: int, timeout: float = 30) -> None:
+        self.idle: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]]] = {}
+        self.limit = asyncio.Semaphore(limit)
+        self.timeout = timeout
+
+    async def post(self, base: str, path: str, body: bytes, token: str) -> tuple[int, bytes]:
+        """(status, body) of one POST; raises OSError, asyncio.IncompleteReadError, TimeoutError or ValueError."""
+        host, _, port = base.removeprefix("http://").partition(":")
+        where = (host, int(port or 80))
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        async with self.limit:
+            pool = self.idle.setdefault(where, [])
+            while pool and pool[-1][2] < time.monotonic() - IDLE_SECONDS:  # the server may have closed it
+                pool.pop()[1].close()
+            reader, writer, _ = pool.pop() if pool else (*await asyncio.open_connection(*where), 0.0)
+            try:
+                async with asyncio.timeout(self.timeout):
+                    writer.write(head + body)
+                    status, length, keep = self._head(await reader.readuntil(b"\r\n\r\n"))
+                    answer = await reader.readexactly(length)
+            except BaseException:
+                writer.close()
+                raise
+            if keep:
+                pool.append((reader, writer, time.monotonic()))
+            else:
+                writer.close()
+            return status, answer
+
+    @staticmethod
+    def _head(raw: bytes) -> tuple[int, int, bool]:
+        lines = raw.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+        if "content-length" not in headers:
+            raise ValueError("an answer without Content-Length")
+        return status, int(headers["content-length"]), headers.get("connection", "").lower() != "close"
+
+    def close(self) -> None:
+        for pool in self.idle.values():
+            for _, writer, _ in pool:
+                writer.close()
+
+
 async def run_step(
     bases: list[str],
     tokens: list[str],
@@ -275,28 +333,24 @@ async def run_step(
     watcher = Watcher(dsn)
     rng = random.Random(int(rate * 1000))
     in_flight: set[asyncio.Task[None]] = set()
-    limits = httpx.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT)
-
-    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+    client = Client(MAX_IN_FLIGHT)
+    try:
 
         async def submit(n: int) -> None:
             host, owner, name = repos[rng.randrange(len(repos))]
-            body = capacity_report(n)
-            url = f"{bases[n % len(bases)]}/api/v1/repos/{host}/{owner}/{name}/reports"
+            body = msgspec.json.encode(capacity_report(n))
+            path = f"/api/v1/repos/{host}/{owner}/{name}/reports"
             started = time.perf_counter()
             try:
-                response = await client.post(
-                    url, json=body, headers={"Authorization": f"Bearer {tokens[n % len(tokens)]}"}
-                )
-                status = str(response.status_code)
-            except httpx.HTTPError as exc:
-                status = type(exc).__name__
-                response = None
+                code, answer = await client.post(bases[n % len(bases)], path, body, tokens[n % len(tokens)])
+                status = str(code)
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError) as exc:
+                status, code, answer = type(exc).__name__, 0, b""
             answered = time.perf_counter()
             step.statuses[status] = step.statuses.get(status, 0) + 1
-            if response is not None and response.status_code in (200, 201):
+            if code in (200, 201):
                 step.latencies.append(answered - started)
-                watcher.answer(response.json()["findings"][0]["public_id"], answered)
+                watcher.answer(msgspec.json.decode(answer)["findings"][0]["public_id"], answered)
 
         start = time.perf_counter()
         k = 0
@@ -313,6 +367,8 @@ async def run_step(
         if in_flight:
             await asyncio.wait(in_flight)
         step.seconds = max(seconds, time.perf_counter() - start)  # the answers of the last sends count too
+    finally:
+        client.close()
     step.lags, step.unreflected = await asyncio.to_thread(watcher.finish)
     step.cpu = {k: v - cpu_before[k] for k, v in cpu().items()}
     return step
@@ -343,7 +399,7 @@ def run_config(
         steps = []
         rate = args.start_rate
         while rate <= args.max_rate:
-            step = asyncio.run(run_step(bases, tokens, repos, rate, args.step_seconds, dsn, seq, cpu))
+            step = uvloop.run(run_step(bases, tokens, repos, rate, args.step_seconds, dsn, seq, cpu))
             row = step.row()
             steps.append(row)
             print(f"  {web} web x {workers} workers @ {rate:.0f}/s: {json.dumps(row)}", flush=True)
@@ -410,6 +466,8 @@ def build_first_export() -> None:
 def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"tier": tier_name, "configs": []}
     with throwaway_services("tarakan-capacity-bench-") as services:
+        configure_postgres(services, server_options(args))
+        results["shared_buffers"] = args.shared_buffers
         dsn = services.dsn
         env = services.use(
             REGISTRY_STATS_TTL="30",
@@ -438,17 +496,32 @@ PROFILE_HEADING = "### Profile"
 BENCH_STATEMENTS = ("public_id = ANY", "i.updated_at = c.updated_at", "pg_stat_activity")
 
 
-def enable_statement_stats(services: Any) -> None:
-    """pg_stat_statements (every level, planning too) in the throw-away cluster: a restart to preload it."""
+STATEMENT_STATS = {
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track": "all",
+    "pg_stat_statements.max": "20000",
+    "pg_stat_statements.track_planning": "on",
+}
+
+
+def configure_postgres(services: Any, options: dict[str, str]) -> None:
+    """Server settings of the throw-away cluster (ALTER SYSTEM, then a restart); with `STATEMENT_STATS`,
+    pg_stat_statements (every level, planning too) is created too."""
+    if not options:
+        return
     with psycopg.connect(services.dsn, autocommit=True) as conn:
-        conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-        conn.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
-        conn.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
-        conn.execute("ALTER SYSTEM SET pg_stat_statements.max = 20000")
+        for name, value in options.items():
+            setting = sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(*name.split(".")), sql.Literal(value))
+            conn.execute(setting)
     services.pg.stop()
     services.pg.start()
-    with psycopg.connect(services.dsn, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    if "shared_preload_libraries" in options:
+        with psycopg.connect(services.dsn, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+
+def server_options(args: argparse.Namespace) -> dict[str, str]:
+    return {"shared_buffers": args.shared_buffers} if args.shared_buffers else {}
 
 
 def statement_profile(dsn: str, reports: int) -> list[dict[str, Any]]:
@@ -546,14 +619,14 @@ def profile_tree(
                 ).fetchall()
             ]
         rate = args.profile
-        asyncio.run(run_step(bases, tokens, repos, rate, 10, dsn, seq, cpu))  # warm: pools, caches, prepared plans
+        uvloop.run(run_step(bases, tokens, repos, rate, 10, dsn, seq, cpu))  # warm: pools, caches, prepared plans
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_stat_statements_reset()")
         out = ROOT / "bench" / "out"
         out.mkdir(exist_ok=True)
         spies = [py_spy(procs[0].pid, args.step_seconds, out / "capacity_web.stacks"),
                  py_spy(procs[1].pid, args.step_seconds, out / "capacity_worker.stacks")]  # fmt: skip
-        step = asyncio.run(run_step(bases, tokens, repos, rate, args.step_seconds, dsn, seq, cpu))
+        step = uvloop.run(run_step(bases, tokens, repos, rate, args.step_seconds, dsn, seq, cpu))
         for spy in spies:
             spy.wait(timeout=60)
         row = step.row()
@@ -581,7 +654,8 @@ def tree_name(cwd: Path) -> str:
 def run_profile(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"tier": tier_name, "rate": args.profile, "trees": []}
     with throwaway_services("tarakan-capacity-profile-") as services:
-        enable_statement_stats(services)
+        configure_postgres(services, {**STATEMENT_STATS, **server_options(args)})
+        results["shared_buffers"] = args.shared_buffers
         dsn = services.dsn
         env = services.use(
             REGISTRY_STATS_TTL="30",
@@ -795,6 +869,10 @@ def main() -> int:
     parser.add_argument(
         "--trees", type=lambda v: [Path(x).resolve() for x in v.split(",")], default=[ROOT],
         help="with --profile: source trees to profile in turn on one registry (e.g. a git worktree of the baseline)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--shared-buffers", metavar="SIZE",
+        help="Postgres shared_buffers of the run (e.g. 2GB); default: Postgres's own (128MB)",
     )  # fmt: skip
     parser.add_argument("--label", default="now", help="with --profile: its subsection's name")
     parser.add_argument("--curve", action="store_true", help="with --profile: then the curve of the last tree")
