@@ -413,9 +413,6 @@ def _statements(scope: str, *, deleting: bool = False) -> list[TextClause]:
 
 
 _PREPARED = {scope: _statements(scope) for scope in _SCOPES}
-# A new report: nothing of it was ever published, so nothing can be withdrawn; its repository's listing, its
-# findings and its canonicals' statuses (the scan diff less its three withdrawal statements, same order)
-_NEW_SCAN = [_PREPARED["scan"][0], _PREPARED["scan"][3], _PREPARED["scan"][4]]
 _DELETING = _statements("repository", deleting=True)
 # By pattern key: only canonicals this transaction changed (`updated_at = now()`), only announced ones, only an
 # UPDATE (docs/domain.md §13 "Change feed")
@@ -431,6 +428,63 @@ WITH up AS (
 INSERT INTO changes (kind, canonical, status) SELECT {kind}, public_id, status FROM up ORDER BY canonical_id
 """,
     kind=literal(STATUS),
+)
+
+
+# A new report (`:scan_id`): nothing of it was ever published, so nothing can be withdrawn; the scan diff less its
+# three withdrawal statements (its repository's listing, its findings, its canonicals' statuses), as CTEs of one
+# statement (the report's last: app.kernel.outbox `settle_new_report`). `:listed` is the repository's listing as the
+# transaction left it (a new report is public, so its findings are public exactly when it is listed). No CTE reads
+# what a sibling writes (they all see the statement's one snapshot): the findings' repository key is the row the
+# first CTE inserted or the one that was there; a canonical is announced when its findings are published now
+# (`:listed`) or were before. One INSERT writes the entries in the scan diff's order (listing, findings by id,
+# statuses by canonical), so their ids, and the commit-order numbering at commit, follow it as before.
+NEW_SCAN_ENTRIES = compose(
+    """
+listed_repository AS (
+  INSERT INTO published_repositories AS p (repository_id, listed)
+  SELECT CAST(:repository_id AS bigint), TRUE WHERE CAST(:listed AS boolean)
+  ON CONFLICT (repository_id) DO UPDATE SET listed = TRUE WHERE NOT p.listed
+  RETURNING p.repository_id, p.opaque_id
+), repository_key AS (
+  SELECT coalesce((SELECT opaque_id FROM listed_repository),
+                  (SELECT opaque_id FROM published_repositories WHERE repository_id = :repository_id)) AS opaque_id
+), published AS (
+  INSERT INTO published_findings (scan_finding_id, public_id, scan_id, repository_id, canonical_id)
+  SELECT f.id, f.public_id, f.scan_id, :repository_id, f.canonical_finding_id FROM scan_findings f
+  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL AND CAST(:listed AS boolean)
+  ORDER BY f.id
+  ON CONFLICT (scan_finding_id) DO NOTHING
+  RETURNING scan_finding_id, public_id, canonical_id
+), statuses AS (
+  INSERT INTO published_canonicals AS pc (canonical_id, public_id, repository_id, status)
+  SELECT c.id, c.public_id, c.repository_id, c.status FROM canonical_findings c
+  WHERE c.id IN (SELECT canonical_finding_id FROM scan_findings WHERE scan_id = :scan_id)
+    AND (CAST(:listed AS boolean) OR {announced})
+  ORDER BY c.id
+  ON CONFLICT (canonical_id) DO UPDATE SET status = EXCLUDED.status WHERE pc.status <> EXCLUDED.status
+  RETURNING pc.canonical_id, pc.public_id, pc.status
+), entries AS (
+  INSERT INTO changes (kind, finding, canonical, repository_id, repository_key, pattern_key, status)
+  SELECT kind, finding, canonical, repository_id, repository_key, pattern_key, status FROM (
+    SELECT 1 AS step, repository_id AS n, {listed_kind} AS kind, CAST(NULL AS uuid) AS finding,
+           CAST(NULL AS uuid) AS canonical, repository_id, opaque_id AS repository_key,
+           CAST(NULL AS text) AS pattern_key, CAST(NULL AS text) AS status
+    FROM listed_repository
+    UNION ALL
+    SELECT 2, i.scan_finding_id, {published_kind}, i.public_id, c.public_id, CAST(:repository_id AS bigint),
+           (SELECT opaque_id FROM repository_key), NULLIF(c.pattern_key, ''), NULL
+    FROM published i JOIN canonical_findings c ON c.id = i.canonical_id
+    UNION ALL
+    SELECT 3, canonical_id, {status_kind}, NULL, public_id, NULL, NULL, NULL, status FROM statuses
+  ) e
+  ORDER BY step, n
+  RETURNING id
+)""",
+    announced=_announced(outer("c.id"), probe=True),
+    listed_kind=literal(LISTED_KIND),
+    published_kind=literal(PUBLISHED),
+    status_kind=literal(STATUS),
 )
 
 
@@ -458,11 +512,6 @@ async def sync_scan(session: AsyncSession, scan_id: int) -> int:
     """Announce what one report's change published, withdrew or re-statused (its repository's listing included)."""
     await session.execute(_LOCK_SCAN_REPOSITORY, {"scan_id": scan_id})
     return await _run(session, _PREPARED["scan"], {"scan_id": scan_id})
-
-
-async def sync_new_scan(session: AsyncSession, scan_id: int) -> int:
-    """`sync_scan` of a report stored in this transaction, whose repository row the caller holds locked."""
-    return await _run(session, _NEW_SCAN, {"scan_id": scan_id})
 
 
 async def sync_repository(session: AsyncSession, repository_id: int, *, deleting: bool = False) -> int:

@@ -75,6 +75,61 @@ _MARK_REPOSITORY = _upsert_dirty(
 )
 
 
+# A new report's last statement (`settle_new_report`): `{recount}` (the repository's metrics, or nothing), the change
+# feed's entries for the report (`changes.NEW_SCAN_ENTRIES`) and its keys marked dirty, as sibling CTEs: none reads
+# what another writes (one snapshot), each only what earlier statements of the transaction wrote.
+_SETTLE_NEW_REPORT = """
+WITH {recount}{entries}, dirty AS (
+{mark} RETURNING d.pattern_key
+)
+SELECT {listing} AS listing, (SELECT count(*) FROM entries) AS entries, (SELECT count(*) FROM dirty) AS dirty
+"""
+_MARK_REPORT_KEYS = compose(
+    _UPSERT_DIRTY,
+    source=Fragment("SELECT unnest(CAST(:keys AS text[])), ARRAY[CAST(:repository_id AS bigint)]"),
+    max_scoped=literal(MAX_SCOPED_REPOSITORIES),
+)
+_settle_statements: dict[Fragment | None, TextClause] = {}
+
+
+def _settle_statement(recount: Fragment | None) -> TextClause:
+    found = _settle_statements.get(recount)
+    if found is None:
+        found = _settle_statements[recount] = statement(
+            _SETTLE_NEW_REPORT,
+            recount=Fragment("") if recount is None else compose("recount AS ({recount}), ", recount=recount),
+            entries=changes.NEW_SCAN_ENTRIES,
+            mark=_MARK_REPORT_KEYS,
+            listing=Fragment("CAST(NULL AS text)")
+            if recount is None
+            else Fragment("(SELECT listing_status FROM recount)"),
+        )
+    return found
+
+
+async def settle_new_report(
+    session: AsyncSession,
+    scan_id: int,
+    repository_id: int,
+    keys: Iterable[str],
+    *,
+    listed: bool,
+    recount: Fragment | None = None,
+) -> tuple[int, str | None]:
+    """A report stored in this transaction (whose repository row the caller holds locked): what it published is
+    announced on the change feed (`changes.NEW_SCAN_ENTRIES`) and its keys (the caller's assimilation knows them)
+    marked dirty, in one statement, with the repository's `recount` (a data-modifying statement that reads
+    none of the rows this one writes and returns the listing it set, or nothing when nothing moved) riding along.
+    `listed`: the repository's listing once the report is stored (a recount that rides here must leave it as it
+    is). Returns how many keys were marked and what the recount returned."""
+    unique = sorted({k for k in keys if k})
+    params = {"scan_id": scan_id, "repository_id": repository_id, "listed": listed, "keys": unique}
+    row = (await session.execute(_settle_statement(recount), {**params, "reason": "assimilate"})).one()
+    if row.entries:
+        ring_webhooks_after_commit()
+    return _marked(row.dirty, "assimilate"), row.listing
+
+
 async def mark_dirty(
     session: AsyncSession,
     keys: Iterable[str | None],
@@ -103,18 +158,6 @@ async def mark_scan_dirty(session: AsyncSession, scan_id: int, reason: str) -> i
         ring_webhooks_after_commit()
     result = await session.execute(_MARK_SCAN, {"scan_id": scan_id, "reason": reason})
     return _marked(result.rowcount, reason)  # type: ignore[attr-defined]
-
-
-async def mark_report_dirty(session: AsyncSession, scan_id: int, repository_id: int, keys: Iterable[str]) -> int:
-    """`mark_scan_dirty` of a report stored in this transaction, whose keys the caller knows (its assimilation)
-    and whose repository row it holds locked: what the report published is announced (`changes.sync_new_scan`)."""
-    if await changes.sync_new_scan(session, scan_id):
-        ring_webhooks_after_commit()
-    unique = sorted({k for k in keys if k})
-    if not unique:
-        return 0
-    result = await session.execute(_MARK_KEYS, {"keys": unique, "reason": "assimilate", "repository_id": repository_id})
-    return _marked(result.rowcount, "assimilate")  # type: ignore[attr-defined]
 
 
 async def mark_repository_dirty(session: AsyncSession, repository_id: int, reason: str) -> int:

@@ -3,23 +3,25 @@ its transaction; the reports' tables are only read here."""
 
 from __future__ import annotations
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.aftercommit import after_commit
 from app.kernel.outbox import mark_repository_dirty
+from app.kernel.sql import Fragment
 from app.registry.stats import invalidate_registry_stats, invalidate_registry_stats_throttled
 
-_RECALCULATE = """
+# Returns the listing it set, only when a count or the listing moved. Also a CTE of the report's last statement
+# (app.reports.service), which its sibling CTEs never read: they read no repository row.
+RECALCULATE = Fragment("""
 WITH visible AS (
   SELECT id, inserted_at FROM scans
-  WHERE repository_id = :id AND visibility IN ('public', 'public_summary')
+  WHERE repository_id = :repository_id AND visibility IN ('public', 'public_summary')
 ), scan_stats AS (
   SELECT count(*) AS scans, max(inserted_at) AS last_scanned FROM visible
 ), canonical_stats AS (
   SELECT count(*) FILTER (WHERE c.status <> 'fixed') AS open, count(*) FILTER (WHERE c.status = 'verified') AS verified
   FROM canonical_findings c
-  WHERE c.repository_id = :id
+  WHERE c.repository_id = :repository_id
     AND EXISTS (SELECT 1 FROM scan_findings f JOIN visible v ON v.id = f.scan_id WHERE f.canonical_finding_id = c.id)
 ), target AS (
   SELECT scans, last_scanned, open, verified,
@@ -32,13 +34,15 @@ UPDATE repositories r SET
   listing_status = CASE WHEN r.listing_status = 'pending' AND t.scans > 0 THEN 'listed' ELSE r.listing_status END,
   updated_at = now()
 FROM target t
-WHERE r.id = :id
+WHERE r.id = :repository_id
   AND (r.scan_count, r.last_scanned_at, r.open_findings_count, r.verified_findings_count, r.status,
        r.listing_status)
       IS DISTINCT FROM (t.scans, t.last_scanned, t.open, t.verified, t.status,
                         CASE WHEN r.listing_status = 'pending' AND t.scans > 0 THEN 'listed' ELSE r.listing_status END)
 RETURNING r.listing_status
-"""
+""")
+_RECALCULATE = RECALCULATE.statement()
+_LOCK_LISTING = Fragment("SELECT listing_status FROM repositories WHERE id = :repository_id FOR UPDATE").statement()
 
 
 def registry_changed() -> None:
@@ -64,12 +68,8 @@ async def recalculate_repository_metrics(
     holds the row locked (FOR UPDATE) read, so it is not read again."""
     before = locked_listing
     if before is None:
-        before = (
-            await session.execute(
-                text("SELECT listing_status FROM repositories WHERE id = :id FOR UPDATE"), {"id": repository_id}
-            )
-        ).scalar_one()
-    after = (await session.execute(text(_RECALCULATE), {"id": repository_id})).scalar_one_or_none()
+        before = (await session.execute(_LOCK_LISTING, {"repository_id": repository_id})).scalar_one()
+    after = (await session.execute(_RECALCULATE, {"repository_id": repository_id})).scalar_one_or_none()
     after = before if after is None else after
     if after != before:
         await mark_repository_dirty(session, repository_id, "listing_change")

@@ -14,7 +14,7 @@ from app.kernel.errors import Forbidden, NotFound, RateLimited
 from app.kernel.policy import can_verify, has_moderator_role, require_good_standing
 from app.kernel.quotas import DailyQuota, exempt_from_quotas, require_within_quota
 from app.kernel.refs import normalize_ref
-from app.kernel.sql import compiled
+from app.kernel.sql import Fragment, compiled
 from app.kernel.visibility import report_writable, repository_writable
 from app.registry.models import Repository
 
@@ -63,6 +63,46 @@ _ACTOR = select(*(_A.c[name] for name in ("id", "handle", "platform_role", "trus
     _A.c.id == bindparam("id")
 )
 _LOAD_ACTOR = {False: compiled(_ACTOR), True: compiled(_ACTOR.with_for_update())}
+
+
+# A report's first statement: its account row locked, then (the LATERAL join runs after it, so locks are taken in
+# the order they always were) the repository it names, locked; and the report transaction's plan mode (docs/scaling.md
+# "Transaction pooling": `plan_cache_mode`). The repository is read in this statement's snapshot, taken before any
+# wait on the account lock: a repository registered during that wait answers "not registered", as it would have a
+# moment earlier.
+_SUBMITTER = text("""
+WITH actor AS (
+  SELECT id, handle, platform_role, trust_tier, state FROM accounts WHERE id = :aid FOR UPDATE
+)
+SELECT a.id, a.handle, a.platform_role, a.trust_tier, a.state,
+       r.id AS rid, r.host, r.owner, r.name, r.listing_status, r.participation_mode, r.submitted_by_id,
+       set_config('plan_cache_mode', :plans, true) AS plans
+FROM actor a
+LEFT JOIN LATERAL (
+  SELECT id, host, owner, name, listing_status, participation_mode, submitted_by_id FROM repositories
+  WHERE host = :host AND owner = :owner AND name = :name AND a.id IS NOT NULL
+  FOR UPDATE
+) r ON TRUE
+""")
+
+# The report transaction's statements are keyed by ids (account, repository, scan, canonicals), never by a pattern
+# key, so a generic plan made once per connection serves them all; every other transaction keeps the engine's
+# force_custom_plan (app.kernel.db). `set_config(..., true)` is SET LOCAL: it ends with the transaction.
+REPORT_PLANS = "auto"
+
+
+async def load_submitter(
+    session: AsyncSession, account_id: int, host: str, owner: str, name: str
+) -> tuple[Actor, RepositoryRow | None]:
+    """The submitting account (locked) and the repository it names (locked, under its normalized reference), in one
+    statement that also lets the rest of the transaction use generic plans (`REPORT_PLANS`)."""
+    host, owner, name = normalize_ref(host, owner, name)
+    params = {"aid": account_id, "host": host, "owner": owner, "name": name, "plans": REPORT_PLANS}
+    row = (await session.execute(_SUBMITTER, params)).first()
+    if row is None:
+        raise Forbidden({"account": ["does not exist"]})
+    actor = Actor(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]))
+    return actor, None if row.rid is None else _repository(row[5:12])
 
 
 async def load_actor(session: AsyncSession, account_id: int, *, lock: bool) -> Actor:
@@ -137,22 +177,18 @@ def require_not_paused(actor: Actor, repo: RepositoryRow) -> None:
 # --- §9 rate limits --------------------------------------------------------------------------------------
 
 
-async def enforce_limits(session: AsyncSession, actor: Actor, repository_id: int) -> None:
-    """§9 limits counted from stored reports (rolling minute and day; the account row is locked by the caller,
-    so concurrent submissions by one account are counted one after another)."""
+# An account's stored reports in the rolling minute, the rolling minute on one repository, and the rolling day
+RECENT_REPORTS = Fragment(
+    "SELECT count(*) FILTER (WHERE inserted_at > now() - interval '1 minute') AS per_minute,"
+    " count(*) FILTER (WHERE inserted_at > now() - interval '1 minute' AND repository_id = :rid) AS per_repo_minute,"
+    " count(*) AS per_day FROM scans WHERE submitted_by_id = :aid AND inserted_at > now() - interval '1 day'"
+)
+
+
+def require_within_limits(actor: Actor, per_minute: int, per_repo_minute: int, per_day: int) -> None:
+    """§9 limits of `RECENT_REPORTS`' counts (read after the account row was locked), the daily quota first."""
     if exempt_from_quotas(actor):
         return
-    row = (
-        await session.execute(
-            text(
-                "SELECT count(*) FILTER (WHERE inserted_at > now() - interval '1 minute'),"
-                " count(*) FILTER (WHERE inserted_at > now() - interval '1 minute' AND repository_id = :rid),"
-                " count(*) FROM scans WHERE submitted_by_id = :aid AND inserted_at > now() - interval '1 day'"
-            ),
-            {"aid": actor.id, "rid": repository_id},
-        )
-    ).one()
-    per_minute, per_repo_minute, per_day = int(row[0]), int(row[1]), int(row[2])
     require_within_quota(actor, REPORTS_PER_DAY, per_day)
     if per_minute >= PER_MINUTE_LIMIT:
         raise RateLimited(

@@ -20,30 +20,31 @@ from app.kernel import db
 from app.kernel.answers import as_json
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import Budget, off_loop
-from app.kernel.outbox import mark_dirty, mark_report_dirty, mark_scan_dirty
+from app.kernel.outbox import mark_dirty, mark_scan_dirty, settle_new_report
 from app.kernel.public import public_scan
 from app.kernel.purge import purge_after_commit
 from app.kernel.quotas import exempt_from_quotas
 from app.kernel.shared_cache import ATLAS_TAG, repository_tag
 from app.kernel.sql import Fragment, statement
 from app.ops.secrets import client_ip_hash
-from app.registry.metrics import recalculate_repository_metrics
+from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, registry_counts_moved
 from app.reports.assimilation import Assimilated, assimilate_report
 from app.reports.models import CanonicalFindingCheck, ScanConfirmation
 from app.reports.policy import (
+    RECENT_REPORTS,
     SUBMIT_SCOPES,
     VERIFY_SCOPES,
     Actor,
     RepositoryRow,
-    enforce_limits,
     load_actor,
+    load_submitter,
     repository_by_id,
-    repository_by_name,
     require_acting_state,
     require_not_paused,
     require_report_writable,
     require_scope,
     require_verifier,
+    require_within_limits,
     require_writable,
 )
 from app.reports.quorum import (
@@ -190,19 +191,24 @@ async def store_report(
     inserted, and the answer is built from what the statements returned; nothing it wrote is read back."""
     require_scope(scopes, SUBMIT_SCOPES)
     async with _one_writer(account.id), db.transaction() as session:
-        actor = await load_actor(session, account.id, lock=True)
+        actor, found = await load_submitter(session, account.id, host, owner, name)
         require_acting_state(actor)
-        repo = require_writable(actor, await repository_by_name(session, host, owner, name), UNREGISTERED)
+        repo = require_writable(actor, found, UNREGISTERED)
         require_not_paused(actor, repo)
-        exempt = exempt_from_quotas(actor)
-        if report.run_id is not None and not exempt:
-            # a retry is answered before the quotas count it (the account row is locked: a concurrent submission
-            # of this run has committed or not yet begun); a quota-exempt account learns it from the insert
-            stored = await _stored_run(session, actor.id, repo.id, report)
-            if stored is not None:
-                return await report_response(session, stored), False
-        await enforce_limits(session, actor, repo.id)
-        scan_id = (await session.execute(_INSERT_SCAN, _scan_values(actor.id, repo.id, report))).scalar()
+        values = _scan_values(actor.id, repo.id, report)
+        if exempt_from_quotas(actor):  # no quota to count: a stored run is learnt from the insert
+            scan_id = (await session.execute(_INSERT_SCAN, values)).scalar()
+        else:
+            # the stored run, the §9 counts and the insert, one snapshot taken after the account row was locked (a
+            # concurrent submission by this account has committed or not yet begun): a retry is answered before
+            # the quotas count it, and a refused report's insert goes with the transaction's rollback
+            row = (await session.execute(_COUNTED_INSERT_SCAN, values)).one()
+            if row.stored_id is not None:
+                if not row.same:
+                    raise ValidationError(RUN_ID_TAKEN)
+                return await report_response(session, int(row.stored_id)), False
+            require_within_limits(actor, int(row.per_minute), int(row.per_repo_minute), int(row.per_day))
+            scan_id = row.scan_id
         if scan_id is None:  # this account stored the run already
             stored = await _stored_run(session, actor.id, repo.id, report)
             if stored is None:
@@ -219,8 +225,17 @@ async def store_report(
         verified = await _new_report_verified(session, assimilated, report.commit_sha)
         if verified:
             await session.execute(_VERIFY_SCAN, {"id": scan_id})
-        _before, listing = await recalculate_repository_metrics(session, repo.id, locked_listing=repo.listing_status)
-        if not await mark_report_dirty(session, int(scan_id), repo.id, assimilated.keys):
+        listing = repo.listing_status
+        recount: Fragment | None = RECALCULATE
+        if listing == "pending":  # the report lists it: the recount's own statement announces the repository first
+            _before, listing = await recalculate_repository_metrics(session, repo.id, locked_listing=listing)
+            recount = None
+        else:  # a recount leaves any other listing as it is: it rides in the report's last statement
+            registry_counts_moved()
+        marked, _set = await settle_new_report(
+            session, int(scan_id), repo.id, assimilated.keys, listed=listing == "listed", recount=recount
+        )
+        if not marked:
             purge_after_commit(_unrolled_report_tags(repo.id, listing))
         scan = {
             "id": int(scan_id), "commit_sha": report.commit_sha, "model": report.model,
@@ -251,7 +266,7 @@ def _unrolled_report_tags(repository_id: int, listing: str) -> set[str]:
 
 
 # A new report's row; the same run_id stored by this account (a retry, or a concurrent request) inserts nothing
-_INSERT_SCAN = text("""
+_INSERT_SCAN_SQL = Fragment("""
 INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, run_id, provenance,
                    review_kind, notes, findings_count, review_status, visibility, raw_document)
 VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review_kind, :notes, :findings_count,
@@ -259,6 +274,22 @@ VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review
 ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
 RETURNING id
 """)
+_INSERT_SCAN = _INSERT_SCAN_SQL.statement()
+
+# `_INSERT_SCAN` with what a quota-counted account's report must know first, in the snapshot the insert reads: the
+# stored report of its run (and whether it is the same report: `_SAME_RUN`) and its §9 counts (before this insert)
+_COUNTED_INSERT_SCAN = statement(
+    """
+WITH stored AS (
+  SELECT id, id IN ({same_run}) AS same FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id
+), recent AS ({recent}), inserted AS ({insert})
+SELECT (SELECT id FROM inserted) AS scan_id, s.id AS stored_id, s.same, r.per_minute, r.per_repo_minute, r.per_day
+FROM recent r LEFT JOIN stored s ON TRUE
+""",
+    same_run=_SAME_RUN,
+    recent=RECENT_REPORTS,
+    insert=_INSERT_SCAN_SQL,
+)
 
 # verified_at of a new report whose every canonical meets quorum at its commit (§1.5; it has no confirmations yet)
 _VERIFY_SCAN = text("UPDATE scans SET verified_at = now() WHERE id = :id")

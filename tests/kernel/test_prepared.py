@@ -5,13 +5,19 @@ drops the pool's connections, and runs again at the next try instead of failing 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel import db
+from app.reports.policy import REPORT_PLANS, load_submitter
+from app.reports.service import submit_report
+from tests import factories
+from tests.reports.support import finding, report_body
 from tests.sql import scalar
 
 PROBE = text("SELECT v FROM prepared_probe WHERE id = :id")
@@ -41,3 +47,36 @@ async def test_a_result_type_changed_under_a_prepared_statement_fails_once_then_
         finally:
             await db.dispose_engines()
             other.execute("DROP TABLE prepared_probe")
+
+
+async def test_a_report_transaction_plans_generically_and_the_next_transaction_does_not() -> None:
+    """The report transaction's first statement lets the rest of it use generic plans (its statements are keyed by
+    ids, app.reports.policy `REPORT_PLANS`); SET LOCAL ends with it, so the next transaction on the same connection
+    (an atlas read keyed by a pattern key, say) is planned for its parameters again."""
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository("acme", "plans")
+    async with db.engine().connect() as connection:
+        async with connection.begin():
+            actor, found = await load_submitter(
+                AsyncSession(bind=connection), account.id, "GitHub.com", "Acme", "plans"
+            )
+            assert (actor.id, found and found.id) == (account.id, repo.id)
+            assert (await connection.execute(text("SHOW plan_cache_mode"))).scalar() == REPORT_PLANS == "auto"
+        async with connection.begin():
+            assert (await connection.execute(text("SHOW plan_cache_mode"))).scalar() == "force_custom_plan"
+
+    # and through the service: the connection the report used is back to custom plans once it committed
+    used: list[Any] = []
+
+    def remember(conn: Any, *_: Any) -> None:
+        used.append(conn.connection.driver_connection)
+
+    event.listen(db.engine().sync_engine, "after_cursor_execute", remember)
+    try:
+        await submit_report(account, repo.host, repo.owner, repo.name, report_body([finding()]))
+    finally:
+        event.remove(db.engine().sync_engine, "after_cursor_execute", remember)
+    [connection_used] = set(used)  # one transaction, one connection
+    cursor = await connection_used.execute("SHOW plan_cache_mode")
+    assert await cursor.fetchone() == ("force_custom_plan",)
+    await connection_used.rollback()
