@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import literal, text
 
-from app.infestations.projection import lock_keys, lock_order, observe_refresh, refresh_locked, refresh_pattern
+from app.infestations.projection import lock_keys, lock_order, observe_refresh, refresh_locked_batch, refresh_pattern
 from app.kernel import db
 from app.kernel.config import settings
 from app.kernel.metrics import DIRTY_BACKLOG, DIRTY_OLDEST_AGE, DRAINED_KEYS, HOT_KEYS_THROTTLED
@@ -284,19 +284,18 @@ async def _drain_one(claim: ClaimedKey, me: str, throttle: bool, result: DrainRe
 
 
 async def _drain_batch(claims: list[ClaimedKey], me: str, throttle: bool, result: DrainResult) -> bool:
-    """Refresh several claimed keys and settle them in one transaction (docs/domain.md §5.5): the same statements
-    per key as `refresh_pattern`, their locks taken in one statement, the settle in one or two. False, with nothing
-    written, when any of it fails: the caller then drains them one at a time."""
+    """Refresh several claimed keys and settle them in one transaction (docs/domain.md §5.5): their locks taken in
+    one statement, then `refresh_pattern`'s statements each run once over all of them (`refresh_locked_batch`), the
+    settle in one or two. False, with nothing written, when any of it fails: the caller then drains them one at a
+    time."""
     ordered = sorted(claims, key=lambda c: lock_order(c.pattern_key))
-    refreshed: list[tuple[ClaimedKey, str, int, float]] = []
     try:
         async with db.transaction() as session:
             projected = await lock_keys(session, [c.pattern_key for c in ordered])
-            for claim in ordered:
-                started = time.monotonic()
-                scoped = claim.repositories if claim.pattern_key in projected else None
-                instances, scope = await refresh_locked(session, claim.pattern_key, scoped)
-                refreshed.append((claim, scope, instances, started))
+            started = time.monotonic()
+            refreshed = await refresh_locked_batch(
+                session, [(c.pattern_key, c.repositories) for c in ordered], projected
+            )
             done = await session.execute(
                 text(_COMPLETE_MANY),
                 {"keys": [c.pattern_key for c in ordered], "versions": [c.version for c in ordered], "me": me},
@@ -304,20 +303,16 @@ async def _drain_batch(claims: list[ClaimedKey], me: str, throttle: bool, result
             deleted = {str(k) for k in done.scalars()}
             now = time.monotonic()
             # re-dirtied during the refresh: handed back, `hot_key_interval` after its refresh started when throttling
-            interval = settings().hot_key_interval_seconds if throttle else 0.0
-            again = {
-                c.pattern_key: max(0.0, interval - (now - t))
-                for c, _, _, t in refreshed
-                if c.pattern_key not in deleted
-            }
+            delay = max(0.0, (settings().hot_key_interval_seconds if throttle else 0.0) - (now - started))
+            again = [c.pattern_key for c in ordered if c.pattern_key not in deleted]
             if again:
-                await session.execute(
-                    text(_RELEASE_MANY), {"keys": list(again), "delays": list(again.values()), "me": me}
-                )
+                await session.execute(text(_RELEASE_MANY), {"keys": again, "delays": [delay] * len(again), "me": me})
     except Exception as exc:  # the one-at-a-time drain logs and counts the key that fails
         log.info("a batch of %d keys failed (%s); refreshing them one at a time", len(claims), exc)
         return False
-    for claim, scope, instances, started in refreshed:
+    for claim in ordered:
+        instances, scope = refreshed[claim.pattern_key]
+        # the batch's statements refresh every key at once: each key's refresh took the batch's time
         observe_refresh(claim.reason, scope, instances, now - started)
         result.refreshed += 1
         result.refreshed_keys.append(claim.pattern_key)
@@ -325,7 +320,7 @@ async def _drain_batch(claims: list[ClaimedKey], me: str, throttle: bool, result
             DRAINED_KEYS.inc()
             continue
         result.released += 1
-        if again[claim.pattern_key] > 0:
+        if delay > 0:
             HOT_KEYS_THROTTLED.inc()
     return True
 

@@ -10,8 +10,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.infestations.projection_sql import (
-    DELETE_PROJECTION,
     Keys,
+    delete_projection,
     delete_stale_memberships,
     delete_stale_patterns,
     delete_stale_patterns_and_memberships,
@@ -50,9 +50,9 @@ def _lock_key_params(key: str) -> dict[str, str]:
 _RANGE_WORK_MEM = "SET LOCAL work_mem = '128MB'"
 
 
-async def _delete_projection(session: AsyncSession, key: str) -> None:
-    for delete in DELETE_PROJECTION:
-        await session.execute(delete, {"key": key})
+async def _delete_projection(session: AsyncSession, keys: Keys) -> None:
+    for delete in delete_projection(keys.shape):
+        await session.execute(delete, keys.params)
 
 
 async def refresh_pattern(
@@ -113,10 +113,41 @@ async def refresh_locked(
     synced = (await session.execute(sync_instances(keys.shape), keys.params)).mappings().one()
     instances = int(synced["instances"])
     if instances == 0:
-        await _delete_projection(session, pattern_key)
+        await _delete_projection(session, Keys(key=pattern_key))
     else:
         await _project_from_instances(session, keys)
     return instances, "key"
+
+
+async def refresh_locked_batch(
+    session: AsyncSession, claims: list[tuple[str, tuple[int, ...] | None]], projected: set[str]
+) -> dict[str, tuple[int, str]]:
+    """`refresh_locked` for every key of a batch this transaction has locked (`lock_keys`), set-based: each step is
+    one statement over the batch's keys (two where whole and scoped keys meet), not one per key. A claim's
+    repositories are its scope only when the key is `projected`, as for one key. Returns each key's (instances,
+    scope). The same rows as refreshing the keys one by one (docs/domain.md §5.5 "Refresh")."""
+    whole = tuple(key for key, repositories in claims if repositories is None or key not in projected)
+    scoped = [(key, repositories) for key, repositories in claims if repositories is not None and key in projected]
+    pairs = tuple((key, repository) for key, repositories in scoped for repository in repositories)
+    # the source sync and the memberships: whole keys over all their rows, scoped keys over their pairs
+    parts = [part for part in (Keys(keys=whole), Keys(pairs=pairs)) if part.keys or part.pairs]
+    for part in parts:
+        await session.execute(sync_instances(part.shape), part.params)
+    for part in parts:
+        await session.execute(upsert_memberships(part.shape), part.params)
+        await session.execute(delete_stale_memberships(part.shape), part.params)
+    # the key-wide aggregates over every key of the batch; a key without a row returned has no instances left
+    every = Keys(keys=tuple(key for key, _ in claims))
+    written = await session.execute(upsert_patterns_returning(every.shape), every.params)
+    instances = {str(key): int(count) for count, key in written}
+    emptied = tuple(key for key, _ in claims if key not in instances)
+    if emptied:
+        await _delete_projection(session, Keys(keys=emptied))
+    if instances:
+        alive = Keys(keys=tuple(instances))
+        await session.execute(sync_status_windows(alive.shape), alive.params)
+    scopes = {key: "repositories" for key, _ in scoped}
+    return {key: (instances.get(key, 0), scopes.get(key, "key")) for key, _ in claims}
 
 
 async def _projected(session: AsyncSession, key: str) -> bool:
@@ -135,7 +166,7 @@ async def _refresh_scoped(session: AsyncSession, scoped: Keys) -> int:
     patterns = await session.execute(upsert_patterns_returning(key.shape), key.params)
     instances = patterns.scalar()
     if instances is None:  # the scope's rows were the key's last ones
-        await _delete_projection(session, scoped.key)
+        await _delete_projection(session, Keys(key=scoped.key))
         return 0
     await session.execute(sync_status_windows(key.shape), key.params)
     return int(instances)
@@ -170,7 +201,7 @@ async def recompute_windows(pattern_key: str) -> None:
             )
         ).scalar_one()
         if not has_instances:
-            await _delete_projection(session, pattern_key)
+            await _delete_projection(session, Keys(key=pattern_key))
             return
     await refresh_pattern(pattern_key, reason="window_decay")
 

@@ -1,12 +1,25 @@
 """The projection's statements (docs/domain.md §5.2-§5.6), each written once over a set of keys (`Keys`: one key,
-its rows in some repositories, or a key range) and built once per shape."""
+its rows in some repositories, several keys, several keys' rows in some repositories each, or a key range) and built
+once per shape."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
 
-from sqlalchemy import ARRAY, BigInteger, ColumnElement, TextClause, and_, any_, bindparam, cast, column, literal
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    ColumnElement,
+    Text,
+    TextClause,
+    and_,
+    any_,
+    bindparam,
+    cast,
+    column,
+    literal,
+)
 from sqlalchemy import table as _table
 
 from app.infestations.models import COUNTS, UNKNOWN_TITLE, WINDOWED_AGGREGATES, status_rank
@@ -22,18 +35,25 @@ _REPRESENTATIVE_ORDER = compose(
 
 @dataclass(frozen=True)
 class Keys:
-    """The rows a statement projects: one `key` (only its rows in `repositories` when given), or every key in
-    `[lo, hi)` (`hi` None: no upper bound)."""
+    """The rows a statement projects: one `key` (only its rows in `repositories` when given), several `keys` (a
+    drain's batch), the (key, repository) `pairs` of several scoped keys, or every key in `[lo, hi)` (`hi` None: no
+    upper bound)."""
 
     key: str | None = None
     lo: str = ""
     hi: str | None = None
     repositories: tuple[int, ...] | None = None
+    keys: tuple[str, ...] = ()
+    pairs: tuple[tuple[str, int], ...] = ()
 
     @property
     def shape(self) -> str:
         if self.key is not None:
             return "key" if self.repositories is None else "key_repositories"
+        if self.keys:
+            return "keys"
+        if self.pairs:
+            return "pairs"
         return "range" if self.hi is not None else "open_range"
 
     @property
@@ -42,13 +62,27 @@ class Keys:
             if self.repositories is None:
                 return {"key": self.key}
             return {"key": self.key, "repositories": list(self.repositories)}
+        if self.keys:
+            return {"keys": list(self.keys)}
+        if self.pairs:
+            return {"pair_keys": [k for k, _ in self.pairs], "pair_repositories": [r for _, r in self.pairs]}
         return {"lo": self.lo} if self.hi is None else {"lo": self.lo, "hi": self.hi}
 
 
 _KEYED = _table("keyed", column("pattern_key"), column("repository_id"))  # any rollup table, by its alias
 
 
-def _keys(shape: str, alias: str) -> ColumnElement[bool]:
+# Scoped keys' (key, repository) pairs: rows are found by their keys and repositories, as one scoped key's are
+# (`key_repositories`), and the exact pairs are a filter. A semi-join on the pairs is planned as an index probe per
+# pair, and no instance index leads with both columns: a probe by key walked all of a hot key's instances, once per
+# pair of it (docs/domain.md §5.5 "Refresh").
+_PAIRS = """({a}.pattern_key = ANY(CAST(:pair_keys AS text[]))
+  AND {a}.repository_id = ANY(CAST(:pair_repositories AS bigint[]))
+  AND ({a}.pattern_key, {a}.repository_id) = ANY(ARRAY(
+    SELECT ROW(k, r) FROM unnest(CAST(:pair_keys AS text[]), CAST(:pair_repositories AS bigint[])) AS s(k, r))))"""
+
+
+def _keys(shape: str, alias: str) -> ColumnElement[bool] | Fragment:
     """The rows of `Keys` of this shape in the table aliased `alias`."""
     rows = _KEYED.alias(alias)
     if shape == "key":
@@ -56,6 +90,10 @@ def _keys(shape: str, alias: str) -> ColumnElement[bool]:
     if shape == "key_repositories":
         repositories = any_(cast(bindparam("repositories"), ARRAY(BigInteger)))
         return and_(rows.c.pattern_key == bindparam("key"), rows.c.repository_id == repositories)
+    if shape == "keys":
+        return rows.c.pattern_key == any_(cast(bindparam("keys"), ARRAY(Text)))
+    if shape == "pairs":
+        return compose(_PAIRS, a=Name(alias))
     lo = rows.c.pattern_key >= bindparam("lo")
     return and_(lo, rows.c.pattern_key < bindparam("hi")) if shape == "range" else lo
 
@@ -409,15 +447,16 @@ upserted AS (
     IS DISTINCT FROM (EXCLUDED.repo_count, EXCLUDED.instance_count, EXCLUDED.last_seen_at)
   RETURNING 1
 )
+-- emptied rows: a set difference against the CTE, not NOT EXISTS (an anti-join over a CTE is planned blind, §5.2)
 DELETE FROM infestation_pattern_status_windows sw
-WHERE {keys_sw}
-  AND NOT EXISTS (SELECT 1 FROM agg WHERE agg.pattern_key = sw.pattern_key AND agg.status = sw.status
-                                      AND agg.window_days = sw.window_days)
+USING (SELECT s.pattern_key, s.status, s.window_days FROM infestation_pattern_status_windows s WHERE {keys_s}
+       EXCEPT SELECT pattern_key, status, window_days FROM agg) gone
+WHERE sw.pattern_key = gone.pattern_key AND sw.status = gone.status AND sw.window_days = gone.window_days
 """,
         per_repository=per_repository,
         keys_i=_keys(shape, "i"),
         rows=rows,
-        keys_sw=_keys(shape, "sw"),
+        keys_s=_keys(shape, "s"),
     )
 
 
@@ -433,11 +472,17 @@ _PROJECTION_TABLES = (
 )
 
 
-DELETE_PROJECTION = [
-    statement("DELETE FROM {table} WHERE pattern_key = :key", table=Name(table)) for table in _PROJECTION_TABLES
-]
+@cache
+def delete_projection(shape: str) -> tuple[TextClause, ...]:
+    """Every row of the keys (`key` or `keys`), table by table: the keys left without instances."""
+    return tuple(
+        statement("DELETE FROM {table} d WHERE {keys}", table=Name(table), keys=_keys(shape, "d"))
+        for table in _PROJECTION_TABLES
+    )
 
 
 @cache
 def upsert_patterns_returning(shape: str) -> TextClause:
-    return statement("{upsert} RETURNING p.instance_count", upsert=_upsert_patterns_sql(shape))
+    """`upsert_patterns` returning each written key's instances (first) and key: a key of the set without a row
+    returned has no instances left."""
+    return statement("{upsert} RETURNING p.instance_count, p.pattern_key", upsert=_upsert_patterns_sql(shape))

@@ -1,20 +1,25 @@
 """The drain refreshes and settles several keys in one transaction (issue 27, docs/domain.md §5.5): a key re-dirtied
-while its batch waits is handed back, not deleted, and the others of the batch are done."""
+while its batch waits is handed back, not deleted, and the others of the batch are done; the batch's set-based
+statements leave every key as its own refresh would."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from app.accounts.models import Account
-from app.infestations import dirty_queue
-from app.kernel import db
+from app.infestations import dirty_queue, projection
+from app.kernel import db, outbox
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
+from tests.infestations.support import snapshot
 from tests.infestations.test_drain import dirty, mark, repo_count
+from tests.sql import execute, rows
 
 FIRST, SECOND = sorted(
     ["Hard-coded credentials in settings", "Open redirect after login"], key=lambda title: pattern_key(title)
@@ -56,3 +61,106 @@ async def test_a_batch_hands_back_the_key_redirtied_while_it_waited_and_settles_
     assert await repo_count(pattern_key(SECOND)) == 1
     assert await dirty_queue.drain_all() == 1
     assert await repo_count(pattern_key(FIRST)) == 2
+
+
+# A batch of every kind of key, each refreshed by the batch's set-based statements (issue 27, third pass); the
+# reference is each key's own `refresh_pattern` with the same scope, from the same projection.
+SCOPED, OTHER_SCOPED, WHOLE, NEW, EMPTIED, UNTOUCHED = (
+    f"Batch parity pattern {n} in handler" for n in ("scoped", "other", "whole", "new", "emptied", "untouched")
+)
+PROJECTION = ("infestation_pattern_instances", "infestation_pattern_repos", "infestation_patterns")
+PROJECTION_TABLES = (*PROJECTION, "infestation_pattern_status_windows")
+
+
+def refresh_metrics() -> tuple[float, ...]:
+    sample = REGISTRY.get_sample_value
+    return (
+        sample("tarakan_infestations_refreshes_total", {"scope": "key"}) or 0.0,
+        sample("tarakan_infestations_refreshes_total", {"scope": "repositories"}) or 0.0,
+        sample("tarakan_infestations_refresh_instances_sum", {"reason": "status"}) or 0.0,
+        sample("tarakan_infestations_refresh_instances_count", {"reason": "status"}) or 0.0,
+    )
+
+
+async def test_a_batch_refreshes_every_key_to_what_its_own_refresh_gives(
+    reporter: Account, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b, c = [await f.create_repository() for _ in range(3)]
+    canonical: dict[tuple[str, int], int] = {}
+    for title, repos in (
+        (SCOPED, (a, b, c)),
+        (OTHER_SCOPED, (b, c)),
+        (WHOLE, (a, b)),
+        (EMPTIED, (b,)),
+        (UNTOUCHED, (a, c)),
+    ):
+        for repo in repos:
+            canonical[title, repo.id] = (await f.create_instance(repo, reporter, title))[1].id
+    for title in (SCOPED, OTHER_SCOPED, WHOLE, EMPTIED, UNTOUCHED):
+        await projection.refresh_pattern(pattern_key(title))
+    new_a = (await f.create_instance(a, reporter, NEW))[1].id
+    await f.create_instance(c, reporter, NEW, status="verified")
+    await f.create_instance(c, reporter, OTHER_SCOPED, status="disputed")
+
+    async def change(title: str, repo: int, status: str) -> None:
+        await execute(
+            "UPDATE canonical_findings SET status = :s, updated_at = now() WHERE id = :id",
+            s=status,
+            id=canonical[title, repo],
+        )
+
+    # changes a mark names, and changes outside every scope: a scoped refresh leaves those stale, so a batch that
+    # refreshed another key's repository (a key of one pair with the repository of another) would differ here
+    await change(SCOPED, a.id, "fixed")
+    await change(SCOPED, c.id, "verified")  # unmarked: SCOPED is scoped to a only, OTHER_SCOPED to c
+    await change(WHOLE, b.id, "disputed")
+    await change(UNTOUCHED, a.id, "fixed")  # unmarked, and its key not dirty
+    await execute(
+        "UPDATE scans SET visibility = 'restricted' WHERE id IN "
+        "(SELECT scan_id FROM scan_findings WHERE canonical_finding_id = :id)",
+        id=canonical[EMPTIED, b.id],
+    )
+    marks = {SCOPED: a.id, OTHER_SCOPED: c.id, WHOLE: None, NEW: a.id, EMPTIED: b.id}
+    async with db.transaction() as session:
+        for title, named in marks.items():
+            await outbox.mark_dirty(session, [pattern_key(title)], "status", repository_id=named)
+    # the batch's claims are those rows: the same scopes for the reference
+    claims = {r["pattern_key"]: r["repository_ids"] for r in await rows("SELECT * FROM infestation_dirty_keys")}
+    assert len(claims) == 5 and claims[pattern_key(NEW)] == [a.id] and claims[pattern_key(WHOLE)] is None
+    async with db.transaction() as session:
+        for table in PROJECTION_TABLES:
+            await session.execute(text(f"CREATE TABLE saved_{table} AS TABLE {table}"))
+
+    before = refresh_metrics()
+    for key in sorted(claims):
+        scope = claims[key]
+        await projection.refresh_pattern(key, reason="status", repositories=None if scope is None else tuple(scope))
+    each = await snapshot()
+    each_metrics = [after - was for after, was in zip(refresh_metrics(), before, strict=True)]
+    async with db.transaction() as session:
+        for table in PROJECTION_TABLES:
+            await session.execute(text(f"DELETE FROM {table}"))
+            await session.execute(text(f"INSERT INTO {table} SELECT * FROM saved_{table}"))
+
+    before = refresh_metrics()
+    with caplog.at_level(logging.INFO, logger="app.infestations.dirty_queue"):
+        result = await dirty_queue.drain(throttle=False, worker_id="worker-1")
+    assert "one at a time" not in caplog.text  # the batch ran, not its fallback
+    assert (result.refreshed, result.released, result.failed) == (5, 0, 0)
+    assert await rows("SELECT * FROM infestation_dirty_keys") == []
+    batched = await snapshot()
+    assert batched == each
+    # per key, as its own refresh observes them: its scope and its instances
+    assert [after - was for after, was in zip(refresh_metrics(), before, strict=True)] == each_metrics
+    assert each_metrics[:2] == [2, 3]  # WHOLE and NEW whole, the three projected ones scoped
+    patterns = {p["pattern_key"]: p for p in batched["infestation_patterns"]}
+    assert pattern_key(EMPTIED) not in patterns and pattern_key(NEW) in patterns
+    assert not [s for s in batched["infestation_pattern_status_windows"] if s["pattern_key"] == pattern_key(EMPTIED)]
+    instances = {i["canonical_finding_id"]: i["status"] for i in batched["infestation_pattern_instances"]}
+    assert (instances[canonical[SCOPED, a.id]], instances[canonical[SCOPED, c.id]]) == ("fixed", "open")
+    assert (instances[canonical[WHOLE, b.id]], instances[canonical[UNTOUCHED, a.id]], instances[new_a]) == (
+        "disputed",
+        "open",
+        "open",
+    )
+    assert patterns[pattern_key(OTHER_SCOPED)]["disputed_count"] == 1
