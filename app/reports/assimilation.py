@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.outbox import mark_dirty
+from app.kernel.sql import Fragment
 from app.reports.finding_memory import fingerprint, legacy_fingerprint, pattern_key
 from app.reports.models import Scan
 from app.reports.quorum import recompute_canonical_statuses
@@ -27,14 +28,15 @@ FROM scan_findings WHERE scan_id = :scan_id ORDER BY position, id
 # the canonicals already known by any of the given fingerprints (v2, or v1 for the legacy upgrade), with how many
 # reports already carry each (this report's occurrences are not linked yet) and whether their status is the one
 # no checks give (then a report cannot move it): one query per report, whatever its number of findings
-_FIND = """
+FIND_KNOWN = Fragment("""
 SELECT c.fingerprint, c.id, c.public_id, c.status, c.pattern_key,
        (SELECT count(DISTINCT f.scan_id) FROM scan_findings f WHERE f.canonical_finding_id = c.id) AS prior,
        c.status = 'open' AND c.confirmations_count = 0 AND c.disputes_count = 0 AND c.verified_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM canonical_finding_checks ch WHERE ch.canonical_finding_id = c.id) AS unchecked
 FROM canonical_findings c
 WHERE c.repository_id = :repository_id AND c.fingerprint = ANY(CAST(:fingerprints AS text[]))
-"""
+""")
+_FIND = FIND_KNOWN.statement()
 
 # legacy v1 upgrade: re-key the canonical to the v2 fingerprint and pattern key (a real change: bumps updated_at);
 # returns the key it had, which must be recounted too
@@ -192,24 +194,52 @@ def _canonical(row: Any) -> Canonical:
     )
 
 
+@dataclass(frozen=True)
+class Prints:
+    """A report's findings' v2 and v1 fingerprints, in position order, and what `FIND_KNOWN` looks up."""
+
+    v2: list[str]
+    legacy: list[str]
+
+    @property
+    def wanted(self) -> list[str]:
+        return sorted({*self.v2, *self.legacy})
+
+
+def prints_of(findings: Sequence[FindingInput]) -> Prints:
+    """The fingerprints of a report's findings (computed once, before its transaction)."""
+    return Prints(
+        [fingerprint(f.file_path, f.line_start, f.title) for f in findings],
+        [legacy_fingerprint(f.file_path, f.line_start, f.line_end, f.title) for f in findings],
+    )
+
+
 async def _resolve(
     session: AsyncSession,
     repository_id: int,
     commit_sha: str,
     model: str | None,
     occurrences: Sequence[Mapping[Any, Any]],
+    *,
+    prints_found: tuple[Prints, Iterable[Any]] | None = None,
 ) -> Assimilated:
     """Every occurrence's canonical (known, upgraded from v1, or inserted now) and disposition, in position order:
-    a read, at most an insert, and a statement only for what is rare (a v1 upgrade, a concurrent insert)."""
+    a read, at most an insert, and a statement only for what is rare (a v1 upgrade, a concurrent insert).
+    `prints_found`: the occurrences' fingerprints and the `FIND_KNOWN` rows a caller read for them already."""
     out = Assimilated()
     if not occurrences:
         return out
-    prints = [fingerprint(o["file_path"], o["line_start"], o["title"]) for o in occurrences]
-    legacies = [legacy_fingerprint(o["file_path"], o["line_start"], o["line_end"], o["title"]) for o in occurrences]
-    found = await session.execute(
-        text(_FIND), {"repository_id": repository_id, "fingerprints": sorted({*prints, *legacies})}
-    )
-    known: dict[str, tuple[Canonical, int | None]] = {str(r.fingerprint): (_canonical(r), int(r.prior)) for r in found}
+    if prints_found is None:
+        computed = Prints(
+            [fingerprint(o["file_path"], o["line_start"], o["title"]) for o in occurrences],
+            [legacy_fingerprint(o["file_path"], o["line_start"], o["line_end"], o["title"]) for o in occurrences],
+        )
+        found = await session.execute(_FIND, {"repository_id": repository_id, "fingerprints": computed.wanted})
+        prints_found = (computed, found)
+    prints, legacies = prints_found[0].v2, prints_found[0].legacy
+    known: dict[str, tuple[Canonical, int | None]] = {
+        str(r.fingerprint): (_canonical(r), int(r.prior)) for r in prints_found[1]
+    }
     resolved: dict[str, tuple[Canonical, int | None]] = {}  # v2 fingerprint -> (canonical, prior reports or None)
     new: dict[str, Mapping[Any, Any]] = {}  # v2 fingerprint -> its first occurrence, to insert
     for occ, fp, legacy in zip(occurrences, prints, legacies, strict=True):
@@ -289,10 +319,12 @@ async def assimilate_report(
     commit_sha: str,
     model: str | None,
     findings: Sequence[FindingInput],
+    prints_found: tuple[Prints, Iterable[Any]] | None = None,
 ) -> tuple[Assimilated, list[tuple[int, uuid.UUID]]]:
     """Store a new report's findings linked to their canonicals (the submit path): the assimilation and each
     finding's (id, public_id), in order. A fixed number of statements per report, whatever its number of
-    findings (a 200-finding report is one request's work, docs/security.md); nothing re-read that it wrote."""
+    findings (a 200-finding report is one request's work, docs/security.md); nothing re-read that it wrote.
+    `prints_found`: `prints_of(findings)` and the `FIND_KNOWN` rows the caller read with its scan's insert."""
     occurrences = [
         {
             "file_path": f.file_path,
@@ -305,7 +337,7 @@ async def assimilate_report(
         }
         for f in findings
     ]
-    assimilated = await _resolve(session, repository_id, commit_sha, model, occurrences)
+    assimilated = await _resolve(session, repository_id, commit_sha, model, occurrences, prints_found=prints_found)
     if not findings:
         return assimilated, []
     links = assimilated.links

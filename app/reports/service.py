@@ -28,7 +28,7 @@ from app.kernel.shared_cache import ATLAS_TAG, repository_tag
 from app.kernel.sql import Fragment, statement
 from app.ops.secrets import client_ip_hash
 from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, registry_counts_moved
-from app.reports.assimilation import Assimilated, assimilate_report
+from app.reports.assimilation import FIND_KNOWN, Assimilated, assimilate_report, prints_of
 from app.reports.models import CanonicalFindingCheck, ScanConfirmation
 from app.reports.policy import (
     RECENT_REPORTS,
@@ -195,20 +195,24 @@ async def store_report(
         require_acting_state(actor)
         repo = require_writable(actor, found, UNREGISTERED)
         require_not_paused(actor, repo)
-        values = _scan_values(actor.id, repo.id, report)
+        prints = prints_of(report.findings)
+        values = {**_scan_values(actor.id, repo.id, report), "repository_id": repo.id, "fingerprints": prints.wanted}
+        # the insert and the canonicals known by the findings' fingerprints (the repository row is locked: no other
+        # report adds any meanwhile), one row per canonical found, or one without
         if exempt_from_quotas(actor):  # no quota to count: a stored run is learnt from the insert
-            scan_id = (await session.execute(_INSERT_SCAN, values)).scalar()
+            inserted = (await session.execute(_INSERT_SCAN_FINDING, values)).all()
         else:
-            # the stored run, the §9 counts and the insert, one snapshot taken after the account row was locked (a
+            # the stored run and the §9 counts too, one snapshot taken after the account row was locked (a
             # concurrent submission by this account has committed or not yet begun): a retry is answered before
             # the quotas count it, and a refused report's insert goes with the transaction's rollback
-            row = (await session.execute(_COUNTED_INSERT_SCAN, values)).one()
-            if row.stored_id is not None:
-                if not row.same:
+            inserted = (await session.execute(_COUNTED_INSERT_SCAN, values)).all()
+            first = inserted[0]
+            if first.stored_id is not None:
+                if not first.same:
                     raise ValidationError(RUN_ID_TAKEN)
-                return await report_response(session, int(row.stored_id)), False
-            require_within_limits(actor, int(row.per_minute), int(row.per_repo_minute), int(row.per_day))
-            scan_id = row.scan_id
+                return await report_response(session, int(first.stored_id)), False
+            require_within_limits(actor, int(first.per_minute), int(first.per_repo_minute), int(first.per_day))
+        scan_id = inserted[0].scan_id
         if scan_id is None:  # this account stored the run already
             stored = await _stored_run(session, actor.id, repo.id, report)
             if stored is None:
@@ -221,6 +225,7 @@ async def store_report(
             commit_sha=report.commit_sha,
             model=report.model,
             findings=report.findings,
+            prints_found=(prints, [r for r in inserted if r.id is not None]),
         )
         verified = await _new_report_verified(session, assimilated, report.commit_sha)
         if verified:
@@ -274,21 +279,32 @@ VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review
 ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
 RETURNING id
 """)
-_INSERT_SCAN = _INSERT_SCAN_SQL.statement()
 
-# `_INSERT_SCAN` with what a quota-counted account's report must know first, in the snapshot the insert reads: the
-# stored report of its run (and whether it is the same report: `_SAME_RUN`) and its §9 counts (before this insert)
+# `_INSERT_SCAN_FINDING` with what a quota-counted account's report must know first, in the snapshot the insert
+# reads: the stored report of its run (and whether it is the same report: `_SAME_RUN`) and its §9 counts (before
+# this insert)
 _COUNTED_INSERT_SCAN = statement(
     """
 WITH stored AS (
   SELECT id, id IN ({same_run}) AS same FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id
-), recent AS ({recent}), inserted AS ({insert})
-SELECT (SELECT id FROM inserted) AS scan_id, s.id AS stored_id, s.same, r.per_minute, r.per_repo_minute, r.per_day
-FROM recent r LEFT JOIN stored s ON TRUE
+), recent AS ({recent}), inserted AS ({insert}), known AS ({known})
+SELECT (SELECT id FROM inserted) AS scan_id, s.id AS stored_id, s.same, r.per_minute, r.per_repo_minute, r.per_day,
+       k.*
+FROM recent r LEFT JOIN stored s ON TRUE LEFT JOIN known k ON TRUE
 """,
     same_run=_SAME_RUN,
     recent=RECENT_REPORTS,
     insert=_INSERT_SCAN_SQL,
+    known=FIND_KNOWN,
+)
+# A new report's row (`_INSERT_SCAN_SQL`) and the canonicals known by the report's fingerprints (`FIND_KNOWN`), for a quota-exempt account
+_INSERT_SCAN_FINDING = statement(
+    """
+WITH inserted AS ({insert}), known AS ({known})
+SELECT i.scan_id, k.* FROM (SELECT (SELECT id FROM inserted) AS scan_id) i LEFT JOIN known k ON TRUE
+""",
+    insert=_INSERT_SCAN_SQL,
+    known=FIND_KNOWN,
 )
 
 # verified_at of a new report whose every canonical meets quorum at its commit (§1.5; it has no confirmations yet)
