@@ -134,6 +134,11 @@ ON CONFLICT (id) DO NOTHING
 _FANOUT_SHARED = text("SELECT seq FROM webhook_fanout WHERE id = 1 FOR SHARE")
 _FANOUT_LOCKED = text("SELECT seq FROM webhook_fanout WHERE id = 1 FOR UPDATE")
 _FEED_HEAD = text("SELECT coalesce(max(seq), 0) FROM changes")
+# the fan-out's head, and whether any webhook exists to fan out to (read under the cursor's lock, which a
+# registration takes too: a webhook committed before it is seen)
+_FEED_HEAD_LISTENED = text(
+    "SELECT coalesce(max(seq), 0) AS head, EXISTS (SELECT 1 FROM webhooks) AS listened FROM changes"
+)
 
 
 async def register_webhook(account_id: int, host: str, owner: str, name: str, url: str) -> Registered:
@@ -320,8 +325,12 @@ async def fan_out(*, batch: int = FANOUT_BATCH) -> int:
         async with db.transaction() as session:
             await session.execute(_ENSURE_FANOUT)
             after = int((await session.execute(_FANOUT_LOCKED)).scalar_one())
-            head = int((await session.execute(_FEED_HEAD)).scalar_one())  # read under the lock: fresh
+            feed = (await session.execute(_FEED_HEAD_LISTENED)).one()  # read under the lock: fresh
+            head = int(feed.head)
             if head <= after:
+                return made
+            if not feed.listened:  # no webhook (a run is rung after every report): nothing to read, the cursor moves
+                await session.execute(_MOVE_FANOUT, {"seq": head})
                 return made
             upto = min(head, after + batch)
             inserted = (

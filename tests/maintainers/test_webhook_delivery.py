@@ -39,6 +39,7 @@ from tests.maintainers.statement_support import bearer, published, state, verifi
 from tests.maintainers.support import Forge
 from tests.maintainers.webhook_support import Receiver, maintainer, webhooks_url
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
+from tests.reports.test_report_cost import counted_statements
 from tests.sql import execute, one, rows, scalar
 
 PUBLIC = ipaddress.ip_address("93.184.216.34")
@@ -169,6 +170,18 @@ async def test_fails_twice_then_succeeds_every_entry_once_in_order_and_signed(
     withdrawn = [item.json["entry"] for item in receiver.delivered()[5:]]
     assert [e["kind"] for e in withdrawn] == ["finding.withdrawn", "finding.withdrawn"]
     assert {e["finding"] for e in withdrawn} == theirs and {e["reason"] for e in withdrawn} == {"moderation"}
+
+
+async def test_with_no_webhook_registered_the_fan_out_moves_its_cursor_without_reading_the_entries() -> None:
+    agent = await make_account("agent")
+    assert await webhooks.fan_out() == 0  # the cursor, at the feed's head
+    for title in ("Nobody listens", "Nobody listens either"):
+        await submit(agent, await factories.create_repository(), title)
+    with counted_statements() as sent:
+        assert await webhooks.fan_out(batch=1) == 0  # more entries than a batch: still one transaction
+    assert [s for s in sent if "WITH entries" in s] == []  # a run rung after every report reads none of them
+    assert len(sent) == 4, sent  # the cursor's row ensured and locked, the head, the move
+    assert await scalar("SELECT seq FROM webhook_fanout") == max(await seqs())
 
 
 async def test_the_fan_out_routes_entries_by_repository_from_registration_on_while_the_owner_maintains_it(
