@@ -4,7 +4,8 @@ transaction and rung after its commit (docs/architecture.md "The kernel's rules 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 from sqlalchemy import TextClause, literal
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -12,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.kernel import changes, db, outages
 from app.kernel.aftercommit import after_commit
 from app.kernel.public import has_public_occurrence
-from app.kernel.sql import Fragment, compose, statement
+from app.kernel.sql import Fragment, compose, join, statement
 
 log = logging.getLogger(__name__)
 
@@ -89,15 +90,21 @@ _MARK_REPORT_KEYS = compose(
     source=Fragment("SELECT unnest(CAST(:keys AS text[])), ARRAY[CAST(:repository_id AS bigint)]"),
     max_scoped=literal(MAX_SCOPED_REPOSITORIES),
 )
-_settle_statements: dict[Fragment | None, TextClause] = {}
+_settle_statements: dict[tuple[Fragment | None, Fragment | None], TextClause] = {}
 
 
-def _settle_statement(recount: Fragment | None) -> TextClause:
-    found = _settle_statements.get(recount)
+def _settle_statement(recount: Fragment | None, riding: Fragment | None) -> TextClause:
+    found = _settle_statements.get((recount, riding))
     if found is None:
-        found = _settle_statements[recount] = statement(
+        found = _settle_statements[recount, riding] = statement(
             _SETTLE_NEW_REPORT,
-            recount=Fragment("") if recount is None else compose("recount AS ({recount}), ", recount=recount),
+            recount=join(
+                "",
+                [
+                    Fragment("") if recount is None else compose("recount AS ({recount}), ", recount=recount),
+                    Fragment("") if riding is None else compose("riding AS ({riding}), ", riding=riding),
+                ],
+            ),
             entries=changes.NEW_SCAN_ENTRIES,
             mark=_MARK_REPORT_KEYS,
             listing=Fragment("CAST(NULL AS text)")
@@ -115,16 +122,20 @@ async def settle_new_report(
     *,
     listed: bool,
     recount: Fragment | None = None,
+    riding: tuple[Fragment, Mapping[str, Any]] | None = None,
 ) -> tuple[int, str | None]:
     """A report stored in this transaction (whose repository row the caller holds locked): what it published is
     announced on the change feed (`changes.NEW_SCAN_ENTRIES`) and its keys (the caller's assimilation knows them)
     marked dirty, in one statement, with the repository's `recount` (a data-modifying statement that reads
     none of the rows this one writes and returns the listing it set, or nothing when nothing moved) riding along.
     `listed`: the repository's listing once the report is stored (a recount that rides here must leave it as it
-    is). Returns how many keys were marked and what the recount returned."""
+    is). `riding`: one more data-modifying statement with its parameters, under the same rule, whose result is not
+    read. Returns how many keys were marked and what the recount returned."""
     unique = sorted({k for k in keys if k})
     params = {"scan_id": scan_id, "repository_id": repository_id, "listed": listed, "keys": unique}
-    row = (await session.execute(_settle_statement(recount), {**params, "reason": "assimilate"})).one()
+    rider, rider_params = (None, {}) if riding is None else riding
+    settle = _settle_statement(recount, rider)
+    row = (await session.execute(settle, {**rider_params, **params, "reason": "assimilate"})).one()
     if row.entries:
         ring_webhooks_after_commit()
     return _marked(row.dirty, "assimilate"), row.listing

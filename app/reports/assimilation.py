@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.outbox import mark_dirty
-from app.kernel.sql import Fragment
+from app.kernel.sql import Fragment, compose, statement
 from app.reports.finding_memory import fingerprint, legacy_fingerprint, pattern_key
 from app.reports.models import Scan
 from app.reports.quorum import recompute_canonical_statuses
@@ -52,21 +52,22 @@ RETURNING c.id, c.public_id, c.status, c.pattern_key, old.pattern_key AS old_key
 # may not be touched twice) with the counters their one report gives them (what `_REFRESH_COUNTERS` would count).
 # ON CONFLICT survives a concurrent insert of the same canonical; that path replaces only pattern_key (updated_at
 # untouched) and answers `inserted` false: such a canonical is then treated as known.
-_INSERT = """
+_INSERT_SQL = Fragment("""
 INSERT INTO canonical_findings AS c
   (repository_id, fingerprint, pattern_key, file_path, line_start, line_end, severity, title, description,
    status, first_seen_commit_sha, last_seen_commit_sha, detections_count, distinct_submitters_count,
    distinct_models_count)
 SELECT :repository_id, n.fingerprint, n.pattern_key, n.file_path, n.line_start, n.line_end, n.severity, n.title,
        n.description, 'open', :commit_sha, :commit_sha, 1, 1, :models
-FROM unnest(CAST(:fingerprints AS text[]), CAST(:pattern_keys AS text[]), CAST(:file_paths AS text[]),
-            CAST(:line_starts AS integer[]), CAST(:line_ends AS integer[]), CAST(:severities AS text[]),
-            CAST(:titles AS text[]), CAST(:descriptions AS text[]))
+FROM unnest(CAST(:new_fingerprints AS text[]), CAST(:new_pattern_keys AS text[]), CAST(:new_file_paths AS text[]),
+            CAST(:new_line_starts AS integer[]), CAST(:new_line_ends AS integer[]), CAST(:new_severities AS text[]),
+            CAST(:new_titles AS text[]), CAST(:new_descriptions AS text[]))
      WITH ORDINALITY AS n(fingerprint, pattern_key, file_path, line_start, line_end, severity, title, description, pos)
 ORDER BY n.pos
 ON CONFLICT (repository_id, fingerprint) DO UPDATE SET pattern_key = EXCLUDED.pattern_key
 RETURNING c.fingerprint, c.id, c.public_id, c.status, c.pattern_key, c.xmax = 0 AS inserted
-"""
+""")
+_INSERT = _INSERT_SQL.statement()
 
 # how many reports already carry each canonical (a legacy upgrade's, or one a concurrent report inserted)
 _PRIOR = """
@@ -83,24 +84,48 @@ WHERE f.id = v.id
 """
 
 # A report's findings stored already linked, in position order (ids follow it): one statement
-_STORE = """
+_STORE_TEMPLATE = """
 INSERT INTO scan_findings
   (scan_id, position, file_path, line_start, line_end, severity, title, description, disposition,
    claimed_canonical_public_id, partial_fingerprints, canonical_finding_id, fingerprint)
 SELECT :scan_id, n.position, n.file_path, n.line_start, n.line_end, n.severity, n.title, n.description,
-       n.disposition, n.claimed, n.partials, n.canonical_id, n.fingerprint
+       n.disposition, n.claimed, n.partials, {canonical_id}, n.fingerprint
 FROM unnest(CAST(:positions AS integer[]), CAST(:file_paths AS text[]), CAST(:line_starts AS integer[]),
             CAST(:line_ends AS integer[]), CAST(:severities AS text[]), CAST(:titles AS text[]),
             CAST(:descriptions AS text[]), CAST(:dispositions AS text[]), CAST(:claimed AS uuid[]),
             CAST(:partials AS jsonb[]), CAST(:canonical_ids AS bigint[]), CAST(:fingerprints AS text[]))
      WITH ORDINALITY AS n(position, file_path, line_start, line_end, severity, title, description, disposition,
                           claimed, partials, canonical_id, fingerprint, ord)
+{new}
 ORDER BY n.ord
 RETURNING id, public_id
 """
+_STORE = statement(_STORE_TEMPLATE, canonical_id=Fragment("n.canonical_id"), new=Fragment(""))
+# The new canonicals and the findings in one statement, the findings' dispositions decided as if every new
+# canonical were inserted now (no report carries it yet): the findings go in only if so. A concurrent insert of one
+# of them (`inserted` false) stores no finding, and the caller decides again and stores them (`_STORE`). The
+# findings read the new canonicals' ids from the insert's RETURNING rows, never from the table.
+_INSERT_AND_STORE = statement(
+    """
+WITH new AS ({insert}), stored AS ({store})
+SELECT 'canonical' AS what, fingerprint, id, public_id, status, pattern_key, inserted FROM new
+UNION ALL
+SELECT 'finding', NULL, id, public_id, NULL, NULL, NULL FROM stored
+""",
+    insert=_INSERT_SQL,
+    store=compose(
+        _STORE_TEMPLATE,
+        canonical_id=Fragment("coalesce(n.canonical_id, new.id)"),
+        new=Fragment(
+            "LEFT JOIN new ON n.canonical_id IS NULL AND new.fingerprint = n.fingerprint "
+            "WHERE NOT EXISTS (SELECT 1 FROM new WHERE NOT new.inserted)"
+        ),
+    ),
+)
 
-# per canonical of `:ids`; a canonical without occurrences keeps its counters
-_REFRESH_COUNTERS = """
+# per canonical of `:ids`; a canonical without occurrences keeps its counters. Also a CTE of a new report's last
+# statement (`Assimilated.counters_due`): no sibling there reads a counter
+REFRESH_COUNTERS = Fragment("""
 WITH occ AS (
   SELECT f.canonical_finding_id AS canonical_id, f.id, f.scan_id, s.submitted_by_id, s.model, s.commit_sha,
          s.inserted_at
@@ -121,7 +146,8 @@ WHERE c.id = stats.canonical_id
   AND (c.detections_count, c.distinct_submitters_count, c.distinct_models_count,
        c.first_seen_commit_sha, c.last_seen_commit_sha)
       IS DISTINCT FROM (stats.detections, stats.submitters, stats.models, stats.first_commit, stats.last_commit)
-"""
+""")
+_REFRESH_COUNTERS = REFRESH_COUNTERS.statement()
 
 
 def disposition_for(prior_scans: int, canonical_status: str, sent: str) -> str:
@@ -140,7 +166,7 @@ async def refresh_canonical_counters(session: AsyncSession, canonical_id: int) -
 
 async def refresh_counters_of(session: AsyncSession, canonical_ids: list[int]) -> int:
     """`refresh_canonical_counters` of many canonicals in one statement; returns how many changed."""
-    result = await session.execute(text(_REFRESH_COUNTERS), {"ids": canonical_ids})
+    result = await session.execute(_REFRESH_COUNTERS, {"ids": canonical_ids})
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
@@ -172,6 +198,10 @@ class Assimilated:
     created: set[int] = field(default_factory=set)
     keys: set[str] = field(default_factory=set)
     rekeyed: set[str] = field(default_factory=set)  # keys a v1 upgrade moved a canonical away from
+    # the findings' (id, public_id) in order when `_resolve` stored them with the new canonicals (else None)
+    stored: list[tuple[int, uuid.UUID]] | None = None
+    # known canonicals whose counters the caller refreshes (`REFRESH_COUNTERS`, ids `:ids`) in its last statement
+    counters_due: list[int] = field(default_factory=list)
 
     @property
     def canonical_ids(self) -> list[int]:
@@ -222,10 +252,13 @@ async def _resolve(
     occurrences: Sequence[Mapping[Any, Any]],
     *,
     prints_found: tuple[Prints, Iterable[Any]] | None = None,
+    store: Mapping[str, Any] | None = None,
 ) -> Assimilated:
     """Every occurrence's canonical (known, upgraded from v1, or inserted now) and disposition, in position order:
     a read, at most an insert, and a statement only for what is rare (a v1 upgrade, a concurrent insert).
-    `prints_found`: the occurrences' fingerprints and the `FIND_KNOWN` rows a caller read for them already."""
+    `prints_found`: the occurrences' fingerprints and the `FIND_KNOWN` rows a caller read for them already.
+    `store`: `_STORE`'s per-finding parameters (the occurrences are a new report's findings, not stored yet): when
+    canonicals are inserted, the findings go in with them (`_INSERT_AND_STORE`, `Assimilated.stored`)."""
     out = Assimilated()
     if not occurrences:
         return out
@@ -261,23 +294,31 @@ async def _resolve(
         resolved[fp] = (_canonical(row), None)
         if row.old_key and row.old_key != row.pattern_key:
             out.rekeyed.add(str(row.old_key))
+    planned: list[str] | None = None  # the dispositions the findings were stored with, if they were
     if new:
-        rows = await session.execute(
-            text(_INSERT),
-            {
-                "repository_id": repository_id,
-                "commit_sha": commit_sha,
-                "models": 0 if model is None else 1,
-                "fingerprints": list(new),
-                "pattern_keys": [pattern_key(o["title"]) for o in new.values()],
-                "file_paths": [o["file_path"] for o in new.values()],
-                "line_starts": [o["line_start"] for o in new.values()],
-                "line_ends": [o["line_end"] for o in new.values()],
-                "severities": [o["severity"] for o in new.values()],
-                "titles": [o["title"] for o in new.values()],
-                "descriptions": [o["description"] for o in new.values()],
-            },
-        )
+        params = {
+            "repository_id": repository_id,
+            "commit_sha": commit_sha,
+            "models": 0 if model is None else 1,
+            "new_fingerprints": list(new),
+            "new_pattern_keys": [pattern_key(o["title"]) for o in new.values()],
+            "new_file_paths": [o["file_path"] for o in new.values()],
+            "new_line_starts": [o["line_start"] for o in new.values()],
+            "new_line_ends": [o["line_end"] for o in new.values()],
+            "new_severities": [o["severity"] for o in new.values()],
+            "new_titles": [o["title"] for o in new.values()],
+            "new_descriptions": [o["description"] for o in new.values()],
+        }
+        if store is not None and all(prior is not None for _c, prior in resolved.values()):
+            planned = _dispositions(occurrences, prints, resolved)
+            ids = [resolved[fp][0].id if fp in resolved else None for fp in prints]
+            more = {"dispositions": planned, "canonical_ids": ids, "fingerprints": prints}
+            rows = list(await session.execute(_INSERT_AND_STORE, {**params, **store, **more}))
+            findings = [r for r in rows if r.what == "finding"]
+            out.stored = sorted((int(r.id), r.public_id) for r in findings) if findings else None
+            rows = [r for r in rows if r.what == "canonical"]
+        else:
+            rows = list(await session.execute(_INSERT, params))
         for r in rows:
             resolved[str(r.fingerprint)] = (_canonical(r), 0 if r.inserted else None)
             if r.inserted:
@@ -295,14 +336,40 @@ async def _resolve(
         seen.add(canonical.id)
         if canonical.pattern_key:
             out.keys.add(canonical.pattern_key)
+    if out.stored is not None and planned != [link.disposition for link in out.links]:
+        raise AssertionError("findings stored with dispositions other than those decided")  # never: a bug
     return out
 
 
-async def _settle(session: AsyncSession, repository_id: int, assimilated: Assimilated) -> None:
+def _dispositions(
+    occurrences: Sequence[Mapping[Any, Any]], prints: list[str], known: Mapping[str, tuple[Canonical, int | None]]
+) -> list[str]:
+    """§2.6 step 4 as the loop in `_resolve` decides it, before the new canonicals exist: an occurrence whose
+    fingerprint is not `known` has a canonical inserted now (open, no report yet). Fingerprints stand for canonicals
+    here: `known` holds one canonical per fingerprint (no v1 upgrade: its count is not known yet)."""
+    decided: list[str] = []
+    seen: set[str] = set()
+    for occ, fp in zip(occurrences, prints, strict=True):
+        canonical, prior = known.get(fp, (None, 0))
+        earlier = (prior or 0) + (1 if fp in seen else 0)
+        decided.append(
+            disposition_for(earlier, "open" if canonical is None else canonical.status, str(occ["disposition"]))
+        )
+        seen.add(fp)
+    return decided
+
+
+async def _settle(
+    session: AsyncSession, repository_id: int, assimilated: Assimilated, *, defer_counters: bool = False
+) -> None:
     """Once the occurrences are linked: counters of the canonicals other reports already carry (the created ones
     were inserted with theirs) and the status of those with checks (no check can name a created one, and without
-    checks the status stays open), then the keys a v1 upgrade left."""
-    if assimilated.known_ids:
+    checks the status stays open), then the keys a v1 upgrade left. `defer_counters`: the counters are left to the
+    caller (`counters_due`) when nothing here reads them after (no status to recompute: it reads the last seen
+    commit; no v1 upgrade)."""
+    if defer_counters and not assimilated.checked_ids and not assimilated.rekeyed:
+        assimilated.counters_due = assimilated.known_ids
+    elif assimilated.known_ids:
         await refresh_counters_of(session, assimilated.known_ids)
     if assimilated.checked_ids:
         await recompute_canonical_statuses(session, assimilated.checked_ids)
@@ -320,11 +387,13 @@ async def assimilate_report(
     model: str | None,
     findings: Sequence[FindingInput],
     prints_found: tuple[Prints, Iterable[Any]] | None = None,
+    defer_counters: bool = False,
 ) -> tuple[Assimilated, list[tuple[int, uuid.UUID]]]:
     """Store a new report's findings linked to their canonicals (the submit path): the assimilation and each
     finding's (id, public_id), in order. A fixed number of statements per report, whatever its number of
     findings (a 200-finding report is one request's work, docs/security.md); nothing re-read that it wrote.
-    `prints_found`: `prints_of(findings)` and the `FIND_KNOWN` rows the caller read with its scan's insert."""
+    `prints_found`: `prints_of(findings)` and the `FIND_KNOWN` rows the caller read with its scan's insert.
+    `defer_counters`: the known canonicals' counters may be left to the caller (`Assimilated.counters_due`)."""
     occurrences = [
         {
             "file_path": f.file_path,
@@ -337,32 +406,39 @@ async def assimilate_report(
         }
         for f in findings
     ]
-    assimilated = await _resolve(session, repository_id, commit_sha, model, occurrences, prints_found=prints_found)
+    store = {
+        "scan_id": scan_id,
+        "positions": [f.position for f in findings],
+        "file_paths": [f.file_path for f in findings],
+        "line_starts": [f.line_start for f in findings],
+        "line_ends": [f.line_end for f in findings],
+        "severities": [f.severity for f in findings],
+        "titles": [f.title for f in findings],
+        "descriptions": [f.description for f in findings],
+        "claimed": [None if f.claimed_canonical_public_id is None else str(f.claimed_canonical_public_id)
+                    for f in findings],
+        "partials": [None if f.partial_fingerprints is None else json.dumps(f.partial_fingerprints)
+                     for f in findings],
+    }  # fmt: skip
+    assimilated = await _resolve(
+        session, repository_id, commit_sha, model, occurrences, prints_found=prints_found, store=store
+    )
     if not findings:
         return assimilated, []
-    links = assimilated.links
-    rows = await session.execute(
-        text(_STORE),
-        {
-            "scan_id": scan_id,
-            "positions": [f.position for f in findings],
-            "file_paths": [f.file_path for f in findings],
-            "line_starts": [f.line_start for f in findings],
-            "line_ends": [f.line_end for f in findings],
-            "severities": [f.severity for f in findings],
-            "titles": [f.title for f in findings],
-            "descriptions": [f.description for f in findings],
-            "dispositions": [link.disposition for link in links],
-            "claimed": [None if f.claimed_canonical_public_id is None else str(f.claimed_canonical_public_id)
-                        for f in findings],
-            "partials": [None if f.partial_fingerprints is None else json.dumps(f.partial_fingerprints)
-                         for f in findings],
-            "canonical_ids": [link.canonical.id for link in links],
-            "fingerprints": [link.fingerprint for link in links],
-        },
-    )  # fmt: skip
-    stored = sorted((int(r.id), r.public_id) for r in rows)  # ids follow the insert's order
-    await _settle(session, repository_id, assimilated)
+    stored = assimilated.stored
+    if stored is None:  # no canonical was inserted, or one was inserted concurrently: stored apart
+        links = assimilated.links
+        rows = await session.execute(
+            _STORE,
+            {
+                **store,
+                "dispositions": [link.disposition for link in links],
+                "canonical_ids": [link.canonical.id for link in links],
+                "fingerprints": [link.fingerprint for link in links],
+            },
+        )
+        stored = sorted((int(r.id), r.public_id) for r in rows)  # ids follow the insert's order
+    await _settle(session, repository_id, assimilated, defer_counters=defer_counters)
     return assimilated, stored
 
 

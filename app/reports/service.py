@@ -28,7 +28,7 @@ from app.kernel.shared_cache import ATLAS_TAG, repository_tag
 from app.kernel.sql import Fragment, statement
 from app.ops.secrets import client_ip_hash
 from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, registry_counts_moved
-from app.reports.assimilation import FIND_KNOWN, Assimilated, assimilate_report, prints_of
+from app.reports.assimilation import FIND_KNOWN, REFRESH_COUNTERS, Assimilated, assimilate_report, prints_of
 from app.reports.models import CanonicalFindingCheck, ScanConfirmation
 from app.reports.policy import (
     RECENT_REPORTS,
@@ -226,6 +226,7 @@ async def store_report(
             model=report.model,
             findings=report.findings,
             prints_found=(prints, [r for r in inserted if r.id is not None]),
+            defer_counters=True,
         )
         verified = await _new_report_verified(session, assimilated, report.commit_sha)
         if verified:
@@ -237,9 +238,11 @@ async def store_report(
             recount = None
         else:  # a recount leaves any other listing as it is: it rides in the report's last statement
             registry_counts_moved()
+        due = assimilated.counters_due  # the known canonicals' counters ride in the last statement too
         marked, _set = await settle_new_report(
-            session, int(scan_id), repo.id, assimilated.keys, listed=listing == "listed", recount=recount
-        )
+            session, int(scan_id), repo.id, assimilated.keys, listed=listing == "listed", recount=recount,
+            riding=(REFRESH_COUNTERS, {"ids": due}) if due else None,
+        )  # fmt: skip
         if not marked:
             purge_after_commit(_unrolled_report_tags(repo.id, listing))
         scan = {
