@@ -190,12 +190,12 @@ async def store_report(
     The lean path (docs/benchmarks.md "Ingest capacity"): the report's rows are written once, linked as they are
     inserted, and the answer is built from what the statements returned; nothing it wrote is read back."""
     require_scope(scopes, SUBMIT_SCOPES)
+    prints = prints_of(report.findings)  # CPU work, before any lock is taken
     async with _one_writer(account.id), db.transaction() as session:
         actor, found = await load_submitter(session, account.id, host, owner, name)
         require_acting_state(actor)
         repo = require_writable(actor, found, UNREGISTERED)
         require_not_paused(actor, repo)
-        prints = prints_of(report.findings)
         values = {**_scan_values(actor.id, repo.id, report), "repository_id": repo.id, "fingerprints": prints.wanted}
         # the insert and the canonicals known by the findings' fingerprints (the repository row is locked: no other
         # report adds any meanwhile), one row per canonical found, or one without
