@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from sqlalchemy import literal, text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.infestations.projection import lock_keys, lock_order, observe_refresh, refresh_locked_batch, refresh_pattern
 from app.kernel import db
@@ -119,8 +120,9 @@ FROM infestation_dirty_keys
 
 
 async def claim_dirty_keys(worker_id: str, batch_size: int, *, throttle: bool = True) -> list[ClaimedKey]:
-    """Claim up to `batch_size` available keys in a short transaction (SKIP LOCKED: workers never collide); when
-    throttling, keys refreshed less than the hot-key interval ago are deferred instead (product decision 1)."""
+    """Claim up to `batch_size` available keys in one statement, committed at once (SKIP LOCKED: workers never
+    collide); when throttling, keys refreshed less than the hot-key interval ago are deferred instead (product
+    decision 1). Its own commit, not the batch's: a writer re-marking a claimed key must not wait for the refresh."""
     cfg = settings()
     params = {
         "me": worker_id,
@@ -128,7 +130,7 @@ async def claim_dirty_keys(worker_id: str, batch_size: int, *, throttle: bool = 
         "claim_seconds": cfg.claim_seconds,
         "interval": cfg.hot_key_interval_seconds if throttle else 0,
     }
-    async with db.transaction() as session:
+    async with db.statement_session() as session:  # one statement: autocommit, no BEGIN and COMMIT round trips
         rows = (await session.execute(text(_CLAIM), params)).all()
     return sorted(
         (
@@ -168,9 +170,16 @@ async def settle_failed(claim: ClaimedKey, worker_id: str) -> None:
         await session.execute(_RELEASE_FAILED, {"key": claim.pattern_key, "me": worker_id})
 
 
-async def dirty_backlog() -> tuple[int, int, float | None]:
-    """(backlog, claimable now, seconds until the next waiting key becomes claimable); also sets the gauges."""
-    async with db.read_session(replica=False) as session:
+Backlog = tuple[int, int, float | None]
+
+
+async def dirty_backlog(session: AsyncSession | None = None) -> Backlog:
+    """(backlog, claimable now, seconds until the next waiting key becomes claimable); also sets the gauges. In
+    `session` when given (the drain's last batch: read after its settle, without a session of its own)."""
+    if session is None:
+        async with db.read_session(replica=False) as own:
+            row = (await own.execute(text(_BACKLOG))).one()
+    else:
         row = (await session.execute(text(_BACKLOG))).one()
     DIRTY_BACKLOG.set(row.backlog)
     DIRTY_OLDEST_AGE.set(float(row.oldest_age or 0))
@@ -185,10 +194,12 @@ async def drain(*, batch_size: int = 200, throttle: bool = True, worker_id: str 
     await _hand_back_unreleased()
     claims = await claim_dirty_keys(me, batch_size, throttle=throttle)
     settled = 0
+    backlog: Backlog | bool | None = None
     try:
         for start in range(0, len(claims), REFRESH_BATCH):
             batch = claims[start : start + REFRESH_BATCH]
-            if len(batch) == 1 or not await _drain_batch(batch, me, throttle, result):
+            last = start + REFRESH_BATCH >= len(claims)
+            if len(batch) == 1 or not (backlog := await _drain_batch(batch, me, throttle, result, backlog=last)):
                 for claim in batch:  # one at a time: a failing key backs off alone
                     await _drain_one(claim, me, throttle, result)
             settled += len(batch)
@@ -206,7 +217,9 @@ async def drain(*, batch_size: int = 200, throttle: bool = True, worker_id: str 
             _unreleased.append((me, unfinished))
         raise
     await _purge_refreshed(claims, result.refreshed_keys)  # the shared cache (docs/scaling.md "Shared cache")
-    _, result.remaining_claimable, result.next_available_in_seconds = await dirty_backlog()
+    if not isinstance(backlog, tuple):  # read in the last batch's transaction unless that batch went one by one
+        backlog = await dirty_backlog()
+    _, result.remaining_claimable, result.next_available_in_seconds = backlog
     if result.refreshed:
         await _record_progress(me, result.refreshed)
     return result
@@ -283,10 +296,13 @@ async def _drain_one(claim: ClaimedKey, me: str, throttle: bool, result: DrainRe
         result.released += 1
 
 
-async def _drain_batch(claims: list[ClaimedKey], me: str, throttle: bool, result: DrainResult) -> bool:
+async def _drain_batch(
+    claims: list[ClaimedKey], me: str, throttle: bool, result: DrainResult, *, backlog: bool = False
+) -> Backlog | bool:
     """Refresh several claimed keys and settle them in one transaction (docs/domain.md §5.5): their locks taken in
     one statement, then `refresh_pattern`'s statements each run once over all of them (`refresh_locked_batch`), the
-    settle in one or two. False, with nothing written, when any of it fails: the caller then drains them one at a
+    settle in one or two; with `backlog` (the drain's last batch), `dirty_backlog` read after the settle, returned
+    instead of True. False, with nothing written, when any of it fails: the caller then drains them one at a
     time."""
     ordered = sorted(claims, key=lambda c: lock_order(c.pattern_key))
     try:
@@ -307,6 +323,8 @@ async def _drain_batch(claims: list[ClaimedKey], me: str, throttle: bool, result
             again = [c.pattern_key for c in ordered if c.pattern_key not in deleted]
             if again:
                 await session.execute(text(_RELEASE_MANY), {"keys": again, "delays": [delay] * len(again), "me": me})
+            # read committed: the backlog's statement sees this batch's settle and every other commit before it
+            left = await dirty_backlog(session) if backlog else None
     except Exception as exc:  # the one-at-a-time drain logs and counts the key that fails
         log.info("a batch of %d keys failed (%s); refreshing them one at a time", len(claims), exc)
         return False
@@ -322,7 +340,7 @@ async def _drain_batch(claims: list[ClaimedKey], me: str, throttle: bool, result
         result.released += 1
         if delay > 0:
             HOT_KEYS_THROTTLED.inc()
-    return True
+    return True if left is None else left
 
 
 async def _release_throttled() -> None:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from app.accounts.models import Account
 from app.infestations import dirty_queue, projection
@@ -164,3 +165,41 @@ async def test_a_batch_refreshes_every_key_to_what_its_own_refresh_gives(
         "open",
     )
     assert patterns[pattern_key(OTHER_SCOPED)]["disputed_count"] == 1
+
+
+async def test_a_drain_claims_in_autocommit_and_reads_its_backlog_in_its_last_batch(
+    reporter: Account, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two connection uses a drain of one batch (issue 27, third pass): the claim alone, committed at once (a writer
+    re-marking a claimed key never waits for the refresh), then the batch, which also reads the backlog."""
+    repo = await f.create_repository()
+    for title in (FIRST, SECOND):
+        await f.create_instance(repo, reporter, title)
+    await mark(pattern_key(FIRST), pattern_key(SECOND))
+    monkeypatch.setattr(dirty_queue, "_progress_recorded_at", time.monotonic())  # no job_runs record this time
+    checkouts: list[str] = []
+    statements: list[tuple[str, bool]] = []
+
+    def checkout(*_: object) -> None:
+        checkouts.append("checkout")
+
+    def executed(conn: Any, cursor: Any, statement: str, *_: object) -> None:
+        statements.append((" ".join(statement.split())[:40], bool(conn.connection.dbapi_connection.autocommit)))
+
+    engine = db.engine().sync_engine
+    event.listen(engine.pool, "checkout", checkout)
+    event.listen(engine, "before_cursor_execute", executed)
+    try:
+        result = await dirty_queue.drain(throttle=True, worker_id="worker-1")
+    finally:
+        event.remove(engine.pool, "checkout", checkout)
+        event.remove(engine, "before_cursor_execute", executed)
+
+    assert (result.refreshed, result.remaining_claimable, result.next_available_in_seconds) == (2, 0, None)
+    assert len(checkouts) == 2, statements
+    claim, *batch = statements
+    assert claim == ("WITH candidates AS ( SELECT pattern_key ", True)
+    assert batch and not any(autocommit for _, autocommit in batch)
+    assert batch[-1][0].startswith("SELECT count(*) AS backlog")
+    assert await dirty(pattern_key(FIRST)) is None and await dirty(pattern_key(SECOND)) is None
+    assert REGISTRY.get_sample_value("tarakan_infestations_dirty_backlog") == 0
