@@ -31,6 +31,9 @@ RECONCILE_BATCH = 500
 # rows (canonicals for the backfill, instance rows for the window recompute) per key range: one range's statements
 # stay well inside memory, and ranges are few (10 at Tier B, 100 at Tier C)
 RANGE_ROWS = 100_000
+# The hourly window recompute's ranges are smaller: each holds its buckets' locks for its whole transaction, and the
+# drain's refreshes of keys in those buckets wait for it (docs/domain.md §5.4)
+WINDOW_RANGE_ROWS = 5_000
 
 _C, _R = CanonicalFinding.__table__.alias("c"), Repository.__table__.alias("r")
 _P = InfestationPattern.__table__.alias("p")
@@ -116,15 +119,15 @@ async def reconcile(*, progress: Progress | None = None, record: bool = True) ->
     return summary
 
 
-async def _range_count(table: str) -> int:
-    """How many key ranges cover `table` at about RANGE_ROWS rows each (the planner's row estimate)."""
+async def _range_count(table: str, rows_per_range: int = RANGE_ROWS) -> int:
+    """How many key ranges cover `table` at about `rows_per_range` rows each (the planner's row estimate)."""
     async with db.read_session(replica=False) as session:
         rows = (
             await session.execute(
                 text("SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = CAST(:t AS regclass)"), {"t": table}
             )
         ).scalar_one()
-    return max(1, math.ceil(float(rows) / RANGE_ROWS))
+    return max(1, math.ceil(float(rows) / rows_per_range))
 
 
 async def _each_range(ranges: list[Keys], concurrency: int, work: Callable[[int, Keys], Awaitable[None]]) -> None:
@@ -170,9 +173,9 @@ async def backfill(*, progress: Progress | None = print, concurrency: int = 1, r
 
 
 async def recompute_all_windows(*, progress: Progress | None = None, ranges: int | None = None) -> int:
-    """Hourly window decay over every pattern row, set-based: `recompute_range` over key ranges of about RANGE_ROWS
-    instance rows. Returns the pattern rows updated."""
-    count = ranges or await _range_count("infestation_pattern_instances")
+    """Hourly window decay over every pattern row, set-based: `recompute_range` over key ranges of about
+    WINDOW_RANGE_ROWS instance rows (at most 256). Returns the pattern rows updated."""
+    count = ranges or await _range_count("infestation_pattern_instances", WINDOW_RANGE_ROWS)
     done = 0
 
     async def work(index: int, keys: Keys) -> None:
