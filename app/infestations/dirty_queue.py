@@ -95,9 +95,10 @@ FROM unnest(CAST(:keys AS text[]), CAST(:delays AS double precision[])) AS v(pat
 WHERE d.pattern_key = v.pattern_key AND d.claimed_by = :me
 """
 
-# keys refreshed and settled in one transaction: a few statements per key instead of a transaction each to
-# refresh and to settle; small enough that its locks and claims are held briefly
-REFRESH_BATCH = 25
+# keys refreshed and settled in one transaction, set-based (about 10 statements a batch); measured on Tier A
+# (docs/benchmarks.md "Profile: the worker (issue 27, third pass)"): per key cheaper up to ~60, then flat while the
+# transaction (the locks it holds) keeps growing; at 150 reports/s a drain holds ~70 keys
+REFRESH_BATCH = 60
 
 _RELEASE_FAILED = statement(
     """
