@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -264,21 +265,56 @@ class ApiCaller:
     token_id: int
 
 
+def refused_token(*, revoked: bool) -> Unauthorized:
+    """The bearer check's 401: an unknown token, or a revoked one (also the report transaction's answer when the
+    token it was sent with is revoked or gone by then: app/reports/policy.py `load_submitter`)."""
+    if revoked:
+        return Unauthorized({"authorization": ["this API token has been revoked"]})
+    return Unauthorized({"authorization": ["is not a valid API token"]})
+
+
 async def bearer_caller(authorization_header: str | None) -> ApiCaller:
     """The caller of a bearer token. Unauthorized for a missing, malformed, unknown or revoked token; Forbidden
     when the account is suspended or banned. One statement in autocommit (the lookup, and the throttled last-used
     write of a token that passes): the check runs on every API request (docs/benchmarks.md "Ingest capacity")."""
-    secret = _bearer_secret(authorization_header)
+    return await _checked_caller(_token_digest(_bearer_secret(authorization_header)))
+
+
+async def _checked_caller(digest: bytes) -> ApiCaller:
     async with db.statement_session() as session:
-        row = (await session.execute(_BEARER, {"digest": _token_digest(secret)})).one_or_none()
+        row = (await session.execute(_BEARER, {"digest": digest})).one_or_none()
     if row is None:
-        raise Unauthorized({"authorization": ["is not a valid API token"]})
+        raise refused_token(revoked=False)
     token_id, scopes, revoked_at, account = row
     if revoked_at is not None:
-        raise Unauthorized({"authorization": ["this API token has been revoked"]})
+        raise refused_token(revoked=True)
     if is_locked_out(account):
         raise Forbidden({"account": [f"is {account.state}"]})
     return ApiCaller(account, frozenset(scopes), int(token_id))
+
+
+# The report routes' pre-body check remembers a passed check for REMEMBERED_CHECK_SECONDS in this process, so an
+# agent's burst of reports costs one bearer statement, not one a report (docs/security.md "API tokens"). It only
+# decides whether the body is read: the report's transaction checks the token and the account again in its first
+# statement, so a revoked token or a suspended account stores nothing. Failures are never remembered.
+REMEMBERED_CHECK_SECONDS = 5.0
+REMEMBERED_CHECKS = 1024  # tokens; past it the oldest entry goes (insertion order is expiry order)
+_remembered: dict[bytes, tuple[float, ApiCaller]] = {}
+
+
+async def remembered_bearer_caller(authorization_header: str | None) -> ApiCaller:
+    """`bearer_caller`, served from a check this process passed in the last REMEMBERED_CHECK_SECONDS when there is
+    one. Only for routes whose transaction checks the token again (`app.reports.policy.load_submitter`)."""
+    digest = _token_digest(_bearer_secret(authorization_header))
+    entry = _remembered.get(digest)
+    if entry is not None and entry[0] > time.monotonic():
+        return entry[1]
+    caller = await _checked_caller(digest)
+    _remembered.pop(digest, None)  # re-inserted last: its expiry is the latest
+    while len(_remembered) >= REMEMBERED_CHECKS:
+        del _remembered[next(iter(_remembered))]
+    _remembered[digest] = (time.monotonic() + REMEMBERED_CHECK_SECONDS, caller)
+    return caller
 
 
 def refused_subject(caller: ApiCaller) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 from app.accounts.models import Account
 from app.kernel import outages, ratelimit
 from app.kernel.answers import UNSET, encode
-from app.kernel.errors import BadRequest, DomainError, RateLimited, ServiceUnavailable, ValidationError
+from app.kernel.errors import BadRequest, DomainError, RateLimited, ServiceUnavailable, Unauthorized, ValidationError
 from app.kernel.intake import Body, Budget, json_object, refused_status, require_few_containers
 from app.kernel.refs import REF_EXAMPLE, REF_FORMAT, parse_ref
 from app.reports import service
@@ -153,6 +153,7 @@ async def store_batch(
     batch: Batch,
     *,
     scopes: frozenset[str] | None,
+    token_id: int | None = None,
     allowance: Allowance | None = None,
     timed: bool = True,
 ) -> list[BatchLine]:
@@ -191,7 +192,7 @@ async def store_batch(
                 f"not stored: the request's time ({BATCH_SECONDS:g} s) ran out before this line; send it again",
             )
         else:
-            answer, outage = await _store(account, item, scopes)
+            answer, outage = await _store(account, item, scopes, token_id)
             tried = True
         if refused_status(answer.status):
             refused += 1
@@ -202,12 +203,14 @@ async def store_batch(
 
 
 async def _store(
-    account: Account, item: Prepared, scopes: frozenset[str] | None
+    account: Account, item: Prepared, scopes: frozenset[str] | None, token_id: int | None
 ) -> tuple[BatchLine, ServiceUnavailable | None]:
     try:
         report, created = await service.store_report(
-            account, item.host, item.owner, item.name, item.report, scopes=scopes
+            account, item.host, item.owner, item.name, item.report, scopes=scopes, token_id=token_id
         )
+    except Unauthorized:  # the request's token was revoked meanwhile: the bearer check's answer, for the request
+        raise
     except DomainError as exc:
         return _refusal(item.line, exc), None
     except outages.OUTAGE_ERRORS as exc:

@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
+from app.accounts.service import refused_token
 from app.kernel.errors import Forbidden, NotFound, RateLimited
 from app.kernel.policy import can_verify, has_moderator_role, require_good_standing
 from app.kernel.quotas import DailyQuota, exempt_from_quotas, require_within_quota
@@ -66,17 +67,19 @@ _LOAD_ACTOR = {False: compiled(_ACTOR), True: compiled(_ACTOR.with_for_update())
 
 
 # A report's first statement: its account row locked, then (the LATERAL join runs after it, so locks are taken in
-# the order they always were) the repository it names, locked; and the report transaction's plan mode (docs/scaling.md
-# "Transaction pooling": `plan_cache_mode`). The repository is read in this statement's snapshot, taken before any
-# wait on the account lock: a repository registered during that wait answers "not registered", as it would have a
-# moment earlier.
+# the order they always were) the repository it names, locked; the API token it was sent with, if any (the
+# authoritative check: the route's pre-body check may be a remembered one, docs/security.md "API tokens"); and the
+# report transaction's plan mode (docs/scaling.md "Transaction pooling": `plan_cache_mode`). The repository is read
+# in this statement's snapshot, taken before any wait on the account lock: a repository registered during that wait
+# answers "not registered", as it would have a moment earlier.
 _SUBMITTER = text("""
 WITH actor AS (
   SELECT id, handle, platform_role, trust_tier, state FROM accounts WHERE id = :aid FOR UPDATE
 )
 SELECT a.id, a.handle, a.platform_role, a.trust_tier, a.state,
        r.id AS rid, r.host, r.owner, r.name, r.listing_status, r.participation_mode, r.submitted_by_id,
-       set_config('plan_cache_mode', :plans, true) AS plans
+       set_config('plan_cache_mode', :plans, true) AS plans,
+       (SELECT t.revoked_at IS NULL FROM api_tokens t WHERE t.id = :tid AND t.account_id = a.id) AS token_live
 FROM actor a
 LEFT JOIN LATERAL (
   SELECT id, host, owner, name, listing_status, participation_mode, submitted_by_id FROM repositories
@@ -92,13 +95,17 @@ REPORT_PLANS = "auto"
 
 
 async def load_submitter(
-    session: AsyncSession, account_id: int, host: str, owner: str, name: str
+    session: AsyncSession, account_id: int, host: str, owner: str, name: str, *, token_id: int | None = None
 ) -> tuple[Actor, RepositoryRow | None]:
     """The submitting account (locked) and the repository it names (locked, under its normalized reference), in one
-    statement that also lets the rest of the transaction use generic plans (`REPORT_PLANS`)."""
+    statement that also lets the rest of the transaction use generic plans (`REPORT_PLANS`). With `token_id` (a
+    request's API token), the bearer check's 401 when that token is revoked or gone: the route may have let the
+    request in on a remembered check (`app.accounts.service.remembered_bearer_caller`)."""
     host, owner, name = normalize_ref(host, owner, name)
-    params = {"aid": account_id, "host": host, "owner": owner, "name": name, "plans": REPORT_PLANS}
+    params = {"aid": account_id, "host": host, "owner": owner, "name": name, "plans": REPORT_PLANS, "tid": token_id}
     row = (await session.execute(_SUBMITTER, params)).first()
+    if token_id is not None and (row is None or not row.token_live):
+        raise refused_token(revoked=row is not None and row.token_live is False)
     if row is None:
         raise Forbidden({"account": ["does not exist"]})
     actor = Actor(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]))

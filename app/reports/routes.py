@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from app.accounts.service import ApiCaller, bearer_caller, refused_subject
+from app.accounts.service import ApiCaller, bearer_caller, refused_subject, remembered_bearer_caller
 from app.kernel.answers import answer_response
 from app.kernel.errors import NotFound, ValidationError
 from app.kernel.intake import Body, Budget, body_route, json_object, refused_window
@@ -21,9 +21,13 @@ from app.reports.policy import SUBMIT_SCOPES, VERIFY_SCOPES, require_scope
 from app.reports.validation import ReportInput, VerdictInput
 
 
-def _caller(needed: frozenset[str]) -> Callable[[Request], Awaitable[ApiCaller]]:
+def _caller(needed: frozenset[str], *, remembered: bool = False) -> Callable[[Request], Awaitable[ApiCaller]]:
+    """The bearer check before the body is read; `remembered`: a check passed in the last few seconds serves (the
+    report routes only: their transaction checks the token again, `app.reports.policy.load_submitter`)."""
+    check = remembered_bearer_caller if remembered else bearer_caller
+
     async def authenticate(request: Request) -> ApiCaller:
-        caller = await bearer_caller(request.headers.get("authorization"))
+        caller = await check(request.headers.get("authorization"))
         require_scope(caller.scopes, needed)
         return caller
 
@@ -69,7 +73,7 @@ async def submit_report(
     report, mapped = parsed
     p = request.path_params
     result, created = await service.store_report(
-        caller.account, p["host"], p["owner"], p["name"], report, scopes=caller.scopes
+        caller.account, p["host"], p["owner"], p["name"], report, scopes=caller.scopes, token_id=caller.token_id
     )
     if mapped is not None:
         result = msgspec.structs.replace(result, sarif=mapped.summary())
@@ -80,7 +84,9 @@ async def submit_batch(request: Request, caller: ApiCaller, parsed: batch.Batch)
     """200 with one answer line per request line, in order (docs/domain.md §9 "Batches")."""
     subject = refused_subject(caller)
     allowance = None if subject is None else batch.Allowance(refused_window(), subject)
-    answers = await batch.store_batch(caller.account, parsed, scopes=caller.scopes, allowance=allowance)
+    answers = await batch.store_batch(
+        caller.account, parsed, scopes=caller.scopes, token_id=caller.token_id, allowance=allowance
+    )
     return Response(batch.encode_lines(answers), media_type=batch.BATCH_MEDIA_TYPE)
 
 
@@ -116,14 +122,14 @@ routes: list[BaseRoute] = [
     body_route(
         "/api/v1/repos/{host}/{owner}/{name}/reports",
         submit_report,
-        authenticate=_caller(SUBMIT_SCOPES),
+        authenticate=_caller(SUBMIT_SCOPES, remembered=True),
         parse=parse_report,
         allowance=refused_subject,
     ),
     body_route(
         "/api/v1/reports/batch",
         submit_batch,
-        authenticate=_caller(SUBMIT_SCOPES),
+        authenticate=_caller(SUBMIT_SCOPES, remembered=True),
         parse=batch.parse_batch,
         allowance=refused_subject,
     ),

@@ -182,17 +182,20 @@ async def store_report(
     report: ReportInput,
     *,
     scopes: frozenset[str] | None = None,
+    token_id: int | None = None,
 ) -> tuple[Report, bool]:
     """Store a prepared report in one transaction, saying whether it stored it (True) or found the same run already
     stored by this account: same `run_id`, repository and content, i.e. a retry after a lost answer (False; the
     stored report, same id, nothing written). The same `run_id` with other content is still a 422.
 
     The lean path (docs/benchmarks.md "Ingest capacity"): the report's rows are written once, linked as they are
-    inserted, and the answer is built from what the statements returned; nothing it wrote is read back."""
+    inserted, and the answer is built from what the statements returned; nothing it wrote is read back.
+
+    `token_id`: the API token the request came with, checked again in the first statement (its 401 when revoked)."""
     require_scope(scopes, SUBMIT_SCOPES)
     prints = prints_of(report.findings)  # CPU work, before any lock is taken
     async with _one_writer(account.id), db.transaction() as session:
-        actor, found = await load_submitter(session, account.id, host, owner, name)
+        actor, found = await load_submitter(session, account.id, host, owner, name, token_id=token_id)
         require_acting_state(actor)
         repo = require_writable(actor, found, UNREGISTERED)
         require_not_paused(actor, repo)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 import uuid
 
+import httpx
+
 from app.kernel import db
 from app.reports.assimilation import assimilate_report, prints_of
 from app.reports.service import submit_report
@@ -15,6 +17,7 @@ from app.reports.validation import validate_report
 from tests import factories
 from tests.reports.support import finding, report_body
 from tests.reports.test_report_cost import counted_statements
+from tests.reports.test_reports_api import post, reports_url, token_for
 from tests.sql import rows
 
 # a read of the report's own rows by its id: the scan, its findings (the old path re-read both)
@@ -42,6 +45,28 @@ async def test_a_new_report_reads_back_nothing_it_wrote_and_costs_four_statement
     with counted_statements() as known:
         await submit_report(account, repo.host, repo.owner, repo.name, body | {"run_id": "lean-1b"})
     assert len(known) <= 4, "\n---\n".join(known)
+
+
+async def test_a_report_request_costs_four_statements_end_to_end_once_its_tokens_check_is_remembered(
+    client: httpx.AsyncClient,
+) -> None:
+    """Over HTTP, everything the request sends: the bearer check (one statement) when it is not remembered, then the
+    report's 4; a request within REMEMBERED_CHECK_SECONDS of a passed check sends the report's 4 alone, its token
+    checked in the first of them (docs/security.md "API tokens"; was 5 for every request)."""
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository("acme", "lean-http")
+    headers = await token_for(account)
+    sent = []
+    for run in ("lean-http-1", "lean-http-2"):
+        with counted_statements() as statements:
+            answer = await post(client, reports_url(repo), headers, report_body([finding()], run_id=run))
+        assert answer.status_code == 201, answer.text
+        sent.append(statements)
+    checked, remembered = sent
+    assert len(checked) == 5 and "api_tokens" in checked[0], "\n---\n".join(checked)
+    assert len(remembered) == 4, "\n---\n".join(remembered)
+    assert [s for s in remembered if "last_used_at" in s] == []  # no bearer statement
+    assert "api_tokens" in remembered[0]  # the token checked with the account and the repository
 
 
 async def test_a_counted_accounts_report_reads_its_run_and_quotas_with_its_insert() -> None:
