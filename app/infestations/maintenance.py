@@ -167,9 +167,20 @@ async def backfill(*, progress: Progress | None = print, concurrency: int = 1, r
             )
 
     await _each_range(key_ranges(count), concurrency, work)
+    await _analyze_projection()
     if progress:
         progress(f"backfill: done, {done} keys refreshed")
     return done
+
+
+async def _analyze_projection() -> None:
+    """Fresh planner statistics for the tables a backfill just filled, not autovacuum's a minute later: the drain's
+    multi-key statements planned on a projection's stale (empty) statistics cost 2-3 times as much a key at 50-100
+    keys a batch (docs/benchmarks.md "Profile: the worker (issue 27, third pass)")."""
+    async with db.statement_session() as session:
+        await session.execute(
+            text("ANALYZE infestation_pattern_instances, infestation_pattern_repos, infestation_patterns")
+        )
 
 
 async def recompute_all_windows(*, progress: Progress | None = None, ranges: int | None = None) -> int:

@@ -308,6 +308,16 @@ async def test_backfill_and_recompute_all_windows_visit_every_key(reporter: Acco
     assert {r["pattern_key"] for r in await rows("SELECT pattern_key FROM infestation_patterns")} == {
         pattern_key(t) for t in titles
     }
+    # the filled tables are analyzed at once (the drain's multi-key plans read their statistics)
+    analyzed = await rows(
+        "SELECT relname, reltuples FROM pg_class WHERE relname IN "
+        "('infestation_patterns', 'infestation_pattern_repos', 'infestation_pattern_instances') ORDER BY relname"
+    )
+    assert [(r["relname"], r["reltuples"]) for r in analyzed] == [
+        ("infestation_pattern_instances", 4),
+        ("infestation_pattern_repos", 4),
+        ("infestation_patterns", 4),
+    ]
     assert await maintenance.recompute_all_windows() == 4
 
 
