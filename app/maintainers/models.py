@@ -26,8 +26,9 @@ from app.kernel.columns import Inserted, closed_sets
 from app.kernel.db import Base
 
 CLAIM_STATES = ("pending", "verified")
-# why a maintainership ended: the file was gone on two rechecks, or a moderator ended it
-END_REASONS = ("file_missing", "moderation")
+# why a maintainership ended: the file was gone on two rechecks, a moderator ended it, the account was banned or
+# suspended, or the forge kept answering a redirect or 401 over three rechecks at least a day apart
+END_REASONS = ("file_missing", "moderation", "account_locked", "proof_unreachable")
 # the modes a verification replaces (and the last maintainer's end restores); paused and curated stay
 REPLACEABLE_MODES = ("unclaimed", "community")
 
@@ -119,6 +120,10 @@ class RepositoryMaintainer(Base):
     last_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # the first of consecutive rechecks that found the file gone (NULL once it is found again): two-404 rule
     first_missing_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # the first of consecutive rechecks the forge answered a redirect or 401, and how many such rechecks (at most
+    # one counted a day); both cleared by any other answer: the proof_unreachable rule
+    first_unreachable_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    unreachable_checks: Mapped[int] = mapped_column(SmallInteger, server_default="0")
 
 
 class FindingStatement(Inserted, Base):
