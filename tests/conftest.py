@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from app.devservices import Postgres, Redis, Standby
+from tests.harness import ARTIFACTS
 
 
 def _plain_url(url: str) -> str:
@@ -25,6 +26,7 @@ def _plain_url(url: str) -> str:
 @pytest.fixture(scope="session", autouse=True)
 def services() -> Iterator[dict[str, str]]:
     tmp = tempfile.mkdtemp(prefix="tarakan-test-")  # under /tmp: reachable by the unprivileged postgres user
+    ARTIFACTS.mkdir(exist_ok=True)  # the servers' logs and the figures some tests write, whichever file runs alone
     started: list[Postgres | Redis] = []
     if not os.environ.get("DATABASE_URL"):
         pg = Postgres(os.path.join(tmp, "pg"), fast_unsafe=True).start()
@@ -48,9 +50,11 @@ def services() -> Iterator[dict[str, str]]:
     os.environ.setdefault("INFESTATIONS_SHADOW_SAMPLE", "0")
     # bulk exports (built by every real worker when none exists) go to the session's directory, not the tree's .data
     os.environ.setdefault("EXPORT_DIR", os.path.join(tmp, "exports"))
-    # maintainer claims are verified against a forge: nothing in the suite leaves the machine, so the default forge
-    # is a closed loopback port (a 503 "forge failed"); tests/maintainers plays the forge on its own loopback server
-    os.environ.setdefault("FORGE_RAW_URL_TEMPLATE", "http://127.0.0.1:9/{host}/{owner}/{name}/{path}")
+    # maintainer claims are verified against a forge: nothing in the suite leaves the machine, so the forge
+    # of every host is a closed loopback port (a 503 "forge failed"); tests/maintainers plays the forge on its own
+    # loopback server
+    for forge_setting in ("FORGE_GITHUB_RAW_URL", "FORGE_GITLAB_URL", "FORGE_CODEBERG_URL", "FORGE_TARAKAN_URL"):
+        os.environ.setdefault(forge_setting, "http://127.0.0.1:9")
     from app.migrate import upgrade_to_head
 
     upgrade_to_head()
@@ -69,7 +73,11 @@ def standby(services: dict[str, str]) -> Iterator[Standby]:
     try:
         server.start()
     except (subprocess.CalledProcessError, RuntimeError, TimeoutError) as exc:
-        pytest.skip(f"no hot standby of {services['DATABASE_URL']}: {exc}")
+        # the embedded wheel makes one on any machine that runs the suite: a missing standby is a failure, unless
+        # the run says it has none (a DATABASE_URL whose server allows no replication connection)
+        if os.environ.get("TARAKAN_TEST_NO_STANDBY") == "1":
+            pytest.skip(f"TARAKAN_TEST_NO_STANDBY=1: no hot standby of {services['DATABASE_URL']}: {exc}")
+        pytest.fail(f"no hot standby of {services['DATABASE_URL']} (TARAKAN_TEST_NO_STANDBY=1 skips): {exc}")
     yield server
     server.stop()
 
