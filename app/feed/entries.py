@@ -48,6 +48,19 @@ CHANGE_RECEIVER: Schema = {
                 {"type": "string", "pattern": "^sha256=[0-9a-f]{64}$"},
                 "sha256= and the hex HMAC-SHA256 of the exact body bytes, keyed with the webhook's secret",
             ),
+            param(
+                "X-Tarakan-Timestamp",
+                "header",
+                {"type": "string", "pattern": "^[0-9]+$"},
+                "when this attempt was sent, in Unix seconds (new on every retry); refuse one more than 5 minutes away",
+            ),
+            param(
+                "X-Tarakan-Signature-V2",
+                "header",
+                {"type": "string", "pattern": "^sha256=[0-9a-f]{64}$"},
+                "sha256= and the hex HMAC-SHA256 of the timestamp, a dot and the exact body bytes, keyed with the "
+                "webhook's secret",
+            ),
         ],
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref(WebhookPayload)}}},
         "responses": {

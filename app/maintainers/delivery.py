@@ -10,6 +10,7 @@ import hmac
 import json
 import logging
 import ssl
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ from typing import Any
 import httpx
 
 from app.kernel.metrics import WEBHOOK_DELIVERIES, WEBHOOK_OLDEST_DUE_AGE, WEBHOOK_PENDING, WEBHOOKS_DISABLED
-from app.maintainers import destinations, webhooks
-from app.maintainers.webhooks import Claimed
+from app.maintainers import destinations, webhook_queue
+from app.maintainers.webhook_queue import Claimed
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,15 @@ def signature(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def headers_of(claimed: Claimed, body: bytes) -> dict[str, str]:
+def signature_v2(secret: str, timestamp: int, body: bytes) -> str:
+    """`X-Tarakan-Signature-V2`: the same over `<timestamp>.` and `body`, so a receiver that checks the timestamp's
+    age refuses a captured delivery replayed later (docs/security.md "Webhook signatures")."""
+    return signature(secret, b"%d." % timestamp + body)
+
+
+def headers_of(claimed: Claimed, body: bytes, *, now: float | None = None) -> dict[str, str]:
+    """The headers of one attempt; the timestamp is this attempt's (a retry is signed again)."""
+    timestamp = int(time.time() if now is None else now)
     return {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
@@ -66,6 +75,8 @@ def headers_of(claimed: Claimed, body: bytes) -> dict[str, str]:
         "X-Tarakan-Event": claimed.kind,
         "X-Tarakan-Delivery": str(claimed.delivery),
         "X-Tarakan-Signature-256": signature(claimed.secret, body),
+        "X-Tarakan-Timestamp": str(timestamp),
+        "X-Tarakan-Signature-V2": signature_v2(claimed.secret, timestamp, body),
     }
 
 
@@ -81,14 +92,9 @@ class Sent:
         return self.status is not None and 200 <= self.status < 300
 
 
-def _failure(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError | httpx.TimeoutException):
-        return "timeout: no answer in time"
-    if isinstance(exc, httpx.ConnectError):
-        if isinstance(exc.__context__, ssl.SSLError) or "CERTIFICATE" in str(exc).upper():
-            return "TLS handshake failed (certificate not valid for the host?)"
-        return "connection failed"
-    return "the answer broke off"
+# Every attempt without an answer reads the same (DNS, refused, reset, TLS, timeout): the log is shown to whoever
+# registered the URL, and telling these apart would let them probe hosts and ports from the registry's address.
+UNREACHABLE = "unreachable"
 
 
 async def post(url: str, body: bytes, headers: dict[str, str]) -> Sent:
@@ -96,6 +102,8 @@ async def post(url: str, body: bytes, headers: dict[str, str]) -> Sent:
     try:
         destination = destinations.parse(url)
         address = await destinations.connect_address(destination)
+    except destinations.Unresolved:
+        return Sent(None, UNREACHABLE)
     except destinations.Refused as exc:
         return Sent(None, f"refused destination: {exc}")
     parts = httpx.URL(destination.url)
@@ -124,8 +132,8 @@ async def post(url: str, body: bytes, headers: dict[str, str]) -> Sent:
             response = await client.send(request, stream=True)
             await response.aclose()  # the receiver's body is never read
             return Sent(response.status_code)
-    except (TimeoutError, httpx.HTTPError, OSError) as exc:
-        return Sent(None, _failure(exc))
+    except (TimeoutError, httpx.HTTPError, OSError):
+        return Sent(None, UNREACHABLE)
 
 
 async def attempt(claimed: Claimed, render: Render) -> str:
@@ -139,10 +147,10 @@ async def attempt(claimed: Claimed, render: Render) -> str:
         sent = await post(claimed.url, body, headers_of(claimed, body))
     if sent.delivered:
         WEBHOOK_DELIVERIES.labels(outcome="delivered").inc()
-        return "delivered" if await webhooks.settle_delivered(claimed, sent.status or 0) else "stale"
+        return "delivered" if await webhook_queue.settle_delivered(claimed, sent.status or 0) else "stale"
     WEBHOOK_DELIVERIES.labels(outcome="failed").inc()
     error = sent.error or f"the receiver answered {sent.status}"
-    failed = await webhooks.settle_failed(claimed, sent.status, error)
+    failed = await webhook_queue.settle_failed(claimed, sent.status, error)
     if not failed.settled:
         return "stale"
     if failed.disabled:
@@ -163,7 +171,7 @@ async def attempt(claimed: Claimed, render: Render) -> str:
 class RunResult:
     fanned_out: int
     outcomes: dict[str, int]
-    backlog: webhooks.Backlog
+    backlog: webhook_queue.Backlog
 
     def summary(self) -> dict[str, Any]:
         return {"fanned_out": self.fanned_out, **self.outcomes, "pending": self.backlog.pending}
@@ -172,32 +180,32 @@ class RunResult:
 async def run(render: Render, *, seconds: float = RUN_SECONDS, lanes: int = LANES) -> RunResult:
     """One delivery run: fan out the new change-feed entries, then send due deliveries in `lanes` concurrent
     lanes until none is due or `seconds` passed; the gauges are set from what is left."""
-    made = await webhooks.fan_out()
+    made = await webhook_queue.fan_out()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     outcomes: Counter[str] = Counter()
 
-    async def lane(claimed: webhooks.Claimed | None) -> None:
+    async def lane(claimed: webhook_queue.Claimed | None) -> None:
         while claimed is not None:
             outcomes[await attempt(claimed, render)] += 1
             if loop.time() >= deadline:
                 return
-            claimed = await webhooks.claim_due()
+            claimed = await webhook_queue.claim_due()
 
     # one claim first: with nothing due (most runs, rung after every report) the run costs one claim, not `lanes`
-    first = await webhooks.claim_due()
+    first = await webhook_queue.claim_due()
     try:
         async with asyncio.TaskGroup() as group:
             if first is not None:
                 group.create_task(lane(first))
                 for _ in range(lanes - 1):  # the other lanes while heads are due (one per webhook at most)
-                    claimed = await webhooks.claim_due()
+                    claimed = await webhook_queue.claim_due()
                     if claimed is None:
                         break
                     group.create_task(lane(claimed))
     except BaseExceptionGroup as failures:  # one lane's error (a database outage) is the run's
         raise failures.exceptions[0] from None
-    left = await webhooks.backlog()
+    left = await webhook_queue.backlog()
     WEBHOOK_PENDING.set(left.pending)
     WEBHOOK_OLDEST_DUE_AGE.set(left.oldest_due_seconds)
     return RunResult(made, dict(outcomes), left)

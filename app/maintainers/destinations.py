@@ -1,12 +1,15 @@
 """Where a webhook may point: the SSRF rule at registration and at connect time (docs/security.md "Webhook
-destinations"). `resolver` is looked up at every call, so a test can swap in its own."""
+destinations"). `resolver` is looked up at every call, so a test can swap in its own; the system resolver runs on a
+small thread pool of its own (docs/security.md "Webhook destinations", the lookup)."""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
 import socket
+import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
@@ -19,6 +22,10 @@ Resolver = Callable[[str, int], Awaitable[list[Address]]]
 
 MAX_URL_LENGTH = 2000
 RESOLVE_SECONDS = 3.0
+# the ports a webhook URL may name (any with WEBHOOK_ALLOW_PRIVATE=1): the registry must not probe other services of
+# a public host for whoever registers a URL
+PORTS = (443, 8443)
+DNS_THREADS = 4  # lookups at once per process; one past them fails at once (the delivery is retried on the schedule)
 
 # (network, what it is): named in the refusal. Python's `is_global` catches most of these too (and what is added
 # to the registries later); the table names them, and holds the ones `is_global` lets through (multicast, 6to4,
@@ -79,16 +86,39 @@ def _literal(host: str) -> Address | None:
         return None
 
 
+class ResolverBusy(OSError):
+    """Every lookup thread is taken (by lookups that may be stuck): this one is not even started."""
+
+
+# A timeout frees the caller, not the thread: a lookup stuck in the system resolver keeps its thread (and its slot,
+# released when it returns), so stuck lookups cannot grow the pool nor take asyncio's default executor from others.
+_dns_pool = ThreadPoolExecutor(max_workers=DNS_THREADS, thread_name_prefix="webhook-dns")
+_dns_slots = threading.BoundedSemaphore(DNS_THREADS)
+getaddrinfo = socket.getaddrinfo  # the system's, looked up at every lookup (a test stands in for a stuck resolver)
+
+
+def _lookup(host: str, port: int) -> list[tuple[int, str]]:
+    infos = getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    return [(family, str(sockaddr[0])) for family, *_, sockaddr in infos]
+
+
 async def system_resolver(host: str, port: int) -> list[Address]:
-    """The host's addresses from the system resolver (off the event loop, at most RESOLVE_SECONDS); OSError (or
-    TimeoutError) when it cannot be resolved."""
-    loop = asyncio.get_running_loop()
+    """The host's addresses from the system resolver, on the lookup pool, within RESOLVE_SECONDS: ResolverBusy at
+    once while DNS_THREADS lookups run, OSError or TimeoutError when it cannot be resolved."""
+    if not _dns_slots.acquire(blocking=False):
+        raise ResolverBusy("every lookup thread is busy")
+    try:
+        job: Future[list[tuple[int, str]]] = _dns_pool.submit(_lookup, host, port)
+    except BaseException:
+        _dns_slots.release()
+        raise
+    job.add_done_callback(lambda _: _dns_slots.release())  # also when cancelled before it ran
     async with asyncio.timeout(RESOLVE_SECONDS):
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        infos = await asyncio.wrap_future(job)
     found: list[Address] = []
-    for family, *_, sockaddr in infos:
+    for family, raw in infos:
         if family in (socket.AF_INET, socket.AF_INET6):
-            address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+            address = ipaddress.ip_address(raw.split("%", 1)[0])
             if address not in found:
                 found.append(address)
     return found
@@ -115,9 +145,14 @@ class Refused(Exception):
     """The destination may not be reached; the message says why (never which inside address a name gave)."""
 
 
+class Unresolved(Refused):
+    """The host did not resolve: refused at registration; at connect time, like any failure to connect."""
+
+
 def parse(raw: str) -> Destination:
-    """The destination of a webhook URL, or Refused: https (http only with WEBHOOK_ALLOW_PRIVATE=1), a host, no
-    user name or password, no fragment, at most MAX_URL_LENGTH characters of clean text."""
+    """The destination of a webhook URL, or Refused: https (http only with WEBHOOK_ALLOW_PRIVATE=1), a host, one of
+    PORTS (any with WEBHOOK_ALLOW_PRIVATE=1), no user name or password, no fragment, at most MAX_URL_LENGTH
+    characters of clean text."""
     if len(raw) > MAX_URL_LENGTH:
         raise Refused(f"must be at most {MAX_URL_LENGTH} characters")
     if not is_clean(raw) or any(c.isspace() for c in raw):
@@ -141,20 +176,24 @@ def parse(raw: str) -> Destination:
     if port is not None and not 0 < port < 65536:
         raise Refused("must name a port from 1 to 65535")
     https = scheme == "https"
-    return Destination(normalized, host, port or (443 if https else 80), https)
+    port = port or (443 if https else 80)
+    if port not in PORTS and not webhook_allow_private():
+        raise Refused(f"must use port {' or '.join(map(str, PORTS))}")
+    return Destination(normalized, host, port, https)
 
 
 async def addresses(destination: Destination) -> list[Address]:
-    """The destination's addresses: the literal, or the resolver's answer (Refused when the name does not resolve)."""
+    """The destination's addresses: the literal, or the resolver's answer (Unresolved when the name does not
+    resolve)."""
     literal = destination.literal
     if literal is not None:
         return [literal]
     try:
         found = await resolver(destination.host, destination.port)
     except (OSError, TimeoutError, UnicodeError):
-        raise Refused("its host could not be resolved") from None
+        raise Unresolved("its host could not be resolved") from None
     if not found:
-        raise Refused("its host could not be resolved")
+        raise Unresolved("its host could not be resolved")
     return found
 
 

@@ -23,7 +23,7 @@ from app.kernel.policy import can_moderate
 from app.kernel.text import ascii_int
 from app.kernel.urls import repo_path
 from app.kernel.web import PRIVATE_CACHE, page
-from app.maintainers import forge, queries, service
+from app.maintainers import forge, queries, service, webhooks
 from app.maintainers.types import claim_answer
 from app.registry.models import Repository
 from app.registry.service import get_repository
@@ -104,6 +104,7 @@ async def _render(
         "claim_expired": claim is not None and claim.expires_at <= utcnow(),
         "verify_path": forge.VERIFY_PATH,
         "moderator": can_moderate(account),
+        "webhooks": await webhooks.repository_webhooks(repository.id) if can_moderate(account) else [],
         "errors": errors or {},
         "verified": request.query_params.get("verified") == "1",
     }

@@ -22,6 +22,7 @@ from app.kernel.policy import can_moderate
 from app.kernel.text import ascii_int, require_clean
 from app.kernel.urls import finding_path, repo_path
 from app.kernel.web import page
+from app.maintainers import webhooks
 from app.maintainers.models import STATEMENT_VISIBILITIES
 from app.maintainers.statement_queries import moderation_subject
 from app.moderation import queries, service
@@ -332,6 +333,22 @@ async def statement_visibility(request: Request, actor: Account, form: FormData)
     )
 
 
+async def webhook_delete(request: Request, actor: Account, form: FormData) -> Response:
+    webhook_id = request.path_params["webhook_id"]
+    hook = await webhooks.moderation_subject(webhook_id) if 0 < webhook_id < 2**63 else None
+    if hook is None:
+        raise NotFound({"webhook": ["not found"]}, message=f"No webhook with id {webhook_id}.")
+    return await _act(
+        request,
+        form,
+        partial="moderation/_webhook_form.html",
+        subject={"id": hook.id, "repository": hook.repository, "owner": hook.owner, "destination": hook.destination},
+        fields=(),
+        action=lambda v: service.delete_webhook(actor, webhook_id, v["reason"], v["notes"]),
+        default_return=repo_path(*hook.repository.split("/")) + "/maintain",
+    )
+
+
 _FORM: dict[str, Any] = {"authenticate": _moderator, "parse": form_parser(MODERATION_FORM)}
 
 routes: list[BaseRoute] = [
@@ -345,4 +362,5 @@ routes: list[BaseRoute] = [
     body_route("/moderation/accounts/{handle}", account_change, **_FORM),
     body_route("/moderation/repos/{host}/{owner}/{name}/maintainers/{handle}", maintainer_end, **_FORM),
     body_route("/moderation/statements/{statement_id:int}", statement_visibility, **_FORM),
+    body_route("/moderation/webhooks/{webhook_id:int}", webhook_delete, **_FORM),
 ]

@@ -19,7 +19,7 @@ from app.kernel.outbox import mark_repository_dirty, mark_scan_dirty
 from app.kernel.policy import can_change_roles, can_moderate, has_moderator_role, is_locked_out
 from app.kernel.refs import normalize_ref, ref_slug
 from app.maintainers import service as maintainers
-from app.maintainers import statements
+from app.maintainers import statements, webhooks
 from app.maintainers.models import STATEMENT_VISIBILITIES
 from app.registry.metrics import recalculate_repository_metrics, registry_changed
 from app.registry.models import LISTING_STATUSES, Repository
@@ -220,6 +220,20 @@ async def change_statement_visibility(
         return Change(statements.AUDIT_SUBJECT, str(statement_id), change.before, change.after)
 
     return await _act(actor.id, statements.VISIBILITY_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
+
+
+async def delete_webhook(actor: Account, webhook_id: int, reason: str, notes: str) -> ActionOutcome:
+    """Delete a maintainer's webhook and its delivery log, whoever owns it (docs/domain.md "Webhooks"): audited on
+    its repository, naming its owner and destination host (never the URL's path, which may hold a token)."""
+    errors: dict[str, list[str]] = {}
+    reason_t, notes_t = validate_reason_notes(reason, notes, errors)
+
+    async def step(session: AsyncSession, actor: Account) -> Change:
+        gone = await webhooks.remove_webhook(session, webhook_id)
+        before = {"webhook": gone.id, "owner": f"@{gone.owner}", "destination": gone.destination}
+        return Change("repository", gone.repository, before, {"webhook": None})
+
+    return await _act(actor.id, webhooks.DELETE_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def delete_repository(

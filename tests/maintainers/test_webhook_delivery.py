@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import threading
@@ -26,7 +28,7 @@ from openapi_schema_validator import OAS31Validator
 
 from app.accounts.models import Account
 from app.feed.entries import rendered_entry
-from app.maintainers import delivery, destinations, webhooks
+from app.maintainers import delivery, destinations, webhook_queue, webhooks
 from app.maintainers.statements import record_statement, validate_statement
 from app.moderation import service as moderation
 from app.registry.models import Repository
@@ -37,7 +39,7 @@ from tests.harness import spawn, stop
 from tests.kernel.test_changes import submit
 from tests.maintainers.statement_support import bearer, published, state, verified_maintainer
 from tests.maintainers.support import Forge
-from tests.maintainers.webhook_support import Receiver, maintainer, webhooks_url
+from tests.maintainers.webhook_support import Receiver, maintainer, verify, webhooks_url
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
 from tests.reports.test_report_cost import counted_statements
 from tests.sql import execute, one, rows, scalar
@@ -174,11 +176,11 @@ async def test_fails_twice_then_succeeds_every_entry_once_in_order_and_signed(
 
 async def test_with_no_webhook_registered_the_fan_out_moves_its_cursor_without_reading_the_entries() -> None:
     agent = await make_account("agent")
-    assert await webhooks.fan_out() == 0  # the cursor, at the feed's head
+    assert await webhook_queue.fan_out() == 0  # the cursor, at the feed's head
     for title in ("Nobody listens", "Nobody listens either"):
         await submit(agent, await factories.create_repository(), title)
     with counted_statements() as sent:
-        assert await webhooks.fan_out(batch=1) == 0  # more entries than a batch: still one transaction
+        assert await webhook_queue.fan_out(batch=1) == 0  # more entries than a batch: still one transaction
     assert [s for s in sent if "WITH entries" in s] == []  # a run rung after every report reads none of them
     assert len(sent) == 4, sent  # the cursor's row ensured and locked, the head, the move
     assert await scalar("SELECT seq FROM webhook_fanout") == max(await seqs())
@@ -192,14 +194,14 @@ async def test_the_fan_out_routes_entries_by_repository_from_registration_on_whi
     await submit(agent, repo, "Before the webhook")  # committed before registration: not delivered
     owner, hook = await registered(repo, "http://127.0.0.1:9/hook")
     report = await submit(agent, repo, "After the webhook")
-    assert await webhooks.fan_out() == 2  # the new finding's published and status entries
-    assert await webhooks.fan_out() == 0  # idempotent: the cursor moved
+    assert await webhook_queue.fan_out() == 2  # the new finding's published and status entries
+    assert await webhook_queue.fan_out() == 0  # idempotent: the cursor moved
     assert [d["kind"] for d in await deliveries(hook.webhook.id)] == ["finding.published", "finding.status"]
     # the maintainer's statement (written by the statement service, not the outbox)
     canonical = report["findings"][0]["canonical_public_id"]
     said = validate_statement({"status": "not_affected", "justification": "component_not_present"})
     await record_statement(owner.id, canonical, said)
-    assert await webhooks.fan_out() == 1
+    assert await webhook_queue.fan_out() == 1
     statement = (await deliveries(hook.webhook.id))[-1]
     assert statement["kind"] == "finding.statement"
     entry = await rendered_entry(statement["seq"])
@@ -207,7 +209,7 @@ async def test_the_fan_out_routes_entries_by_repository_from_registration_on_whi
 
     await execute("UPDATE repository_maintainers SET ended_at = now(), ended_reason = 'moderation'")
     await submit(agent, repo, "After the maintainership ended")
-    assert await webhooks.fan_out() == 0
+    assert await webhook_queue.fan_out() == 0
     assert len(await deliveries(hook.webhook.id)) == 3
     assert await scalar("SELECT seq FROM webhook_fanout") == max(await seqs())
 
@@ -248,24 +250,27 @@ async def test_a_receiver_that_always_fails_disables_the_webhook_until_enabled_a
 
 
 async def test_the_connect_time_check_refuses_a_name_that_resolves_private_at_delivery(
-    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     answers = {"hooks.example": [PUBLIC]}
+    asked: list[str] = []
 
     async def resolver(host: str, port: int) -> list[destinations.Address]:
+        asked.append(host)
         return answers[host]
 
     monkeypatch.setattr(destinations, "resolver", resolver)
     repo = await factories.create_repository()
-    _, hook = await registered(repo, f"https://hooks.example:{receiver.port}/hook")
+    _, hook = await registered(repo, "https://hooks.example:8443/hook")
     await submit(await make_account("agent"), repo, "SQL injection in login")
     answers["hooks.example"] = [LOOPBACK]  # DNS rebinding: the name now points inside
 
     assert (await run()).outcomes == {"failed": 1}
     [head, *_] = await deliveries(hook.webhook.id)
     assert head["last_status"] is None
+    # refused before any connection (a connection that failed would read `unreachable`)
     assert head["last_error"] == "refused destination: its host is or resolves only to refused addresses (loopback)"
-    assert receiver.connections == 0  # no connection was even opened
+    assert asked == ["hooks.example", "hooks.example"]  # resolved again at connect time
 
     # public and inside addresses together: only a public one is ever connected to
     answers["hooks.example"] = [LOOPBACK, PUBLIC]
@@ -307,6 +312,135 @@ async def test_from_a_verified_claim_to_a_signed_statement_delivery_and_a_modera
     assert hide.signed_with(secret) and hide.json["entry"]["canonical"] == p.canonical
     assert "status" not in hide.json["entry"]  # rendered from now: the statement is hidden
     assert await rendered_entry(entry["seq"]) == {k: entry[k] for k in ("seq", "at", "kind", "canonical")}
+
+
+async def test_each_attempt_is_signed_with_its_own_timestamp_so_a_replay_fails_the_five_minute_check(
+    receiver: Receiver, allow_private: None
+) -> None:
+    repo = await factories.create_repository()
+    _, hook = await registered(repo, receiver.url)
+    await submit(await make_account("agent"), repo, "SQL injection in login")
+    receiver.answers = [500]
+    assert (await run()).outcomes == {"failed": 1}
+    await move_to_next_attempt(hook.webhook.id)
+    await asyncio.sleep(1.1)  # the retry comes a second later
+    assert (await run()).outcomes == {"delivered": 3}
+
+    documented = {
+        p["name"].lower(): re.compile(p["schema"]["pattern"])
+        for p in DOCUMENT["webhooks"]["change"]["post"]["parameters"]
+        if "pattern" in p["schema"]
+    }
+    assert {"x-tarakan-timestamp", "x-tarakan-signature-v2", "x-tarakan-signature-256"} <= set(documented)
+    for item in receiver.received:
+        timestamp = int(item.headers["x-tarakan-timestamp"])
+        assert item.at - 2 <= timestamp <= item.at  # the attempt's own time, in Unix seconds
+        assert verify(hook.secret, item.headers, item.body, now=item.at)
+        assert item.signed_with(hook.secret)  # X-Tarakan-Signature-256 as it always was: over the body alone
+        assert all(documented[name].fullmatch(item.headers[name]) for name in documented)
+    first, retry = receiver.received[:2]
+    assert first.delivery == retry.delivery and first.body == retry.body
+    assert int(retry.headers["x-tarakan-timestamp"]) > int(first.headers["x-tarakan-timestamp"])
+    assert retry.headers["x-tarakan-signature-v2"] != first.headers["x-tarakan-signature-v2"]
+
+    # a captured delivery replayed six minutes later fails the receiver's check, and so does one whose timestamp
+    # was changed to look fresh (the signature covers it)
+    later = first.at + 360
+    assert not verify(hook.secret, first.headers, first.body, now=later)
+    refreshed = {**first.headers, "x-tarakan-timestamp": str(int(later))}
+    assert not verify(hook.secret, refreshed, first.body, now=later)
+
+
+async def test_every_failure_to_connect_reads_unreachable_and_a_status_keeps_its_number(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, allow_private: None
+) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()  # nothing listens: the connection is refused
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()  # takes the connection, never speaks TLS: the handshake times out
+    monkeypatch.setattr(delivery, "CONNECT_SECONDS", 0.5)
+    names = {"receiver.test": [LOOPBACK]}
+
+    async def resolver(host: str, port: int) -> list[destinations.Address]:
+        if host not in names:
+            raise OSError("Name or service not known")
+        return names[host]
+
+    monkeypatch.setattr(destinations, "resolver", resolver)
+    try:
+        failures = {
+            "connection refused": f"http://127.0.0.1:{closed_port}/hook",
+            "TLS handshake timed out": f"https://127.0.0.1:{silent.getsockname()[1]}/hook",
+            "TLS to a plain-http server": f"https://receiver.test:{receiver.port}/hook",
+            "name not resolved": "https://nowhere.test/hook",
+        }
+        for what, url in failures.items():
+            assert await delivery.post(url, b"{}", {}) == delivery.Sent(None, "unreachable"), what
+    finally:
+        silent.close()
+    receiver.answers = [503]
+    assert await delivery.post(receiver.url, b"{}", {}) == delivery.Sent(503)
+
+    # as the owner reads it in the delivery log
+    repo = await factories.create_repository()
+    _, hook = await registered(repo, f"http://127.0.0.1:{closed_port}/hook")
+    await submit(await make_account("agent"), repo, "SQL injection in login")
+    assert (await run()).outcomes == {"failed": 1}
+    [head, *_] = await deliveries(hook.webhook.id)
+    assert (head["last_status"], head["last_error"]) == (None, "unreachable")
+
+
+async def test_dns_has_a_few_threads_of_its_own_and_a_saturated_resolver_fails_fast_then_retries(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, allow_private: None
+) -> None:
+    repo = await factories.create_repository()
+    _, hook = await registered(repo, f"http://localhost:{receiver.port}/hook")  # a name: the system resolver
+    await submit(await make_account("agent"), repo, "SQL injection in login")
+    release = threading.Event()
+    started: list[str] = []
+
+    def stuck(host: str, port: int, **_: Any) -> Any:  # a system resolver that does not answer (a dead DNS server)
+        started.append(threading.current_thread().name)
+        release.wait(30)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(destinations, "getaddrinfo", stuck)
+    monkeypatch.setattr(destinations, "RESOLVE_SECONDS", 0.3)
+    loop = asyncio.get_running_loop()
+    try:
+        # as many stuck lookups as the pool has threads: each caller is freed at its timeout, its thread is not
+        stuck_ones = [f"stuck{i}.test" for i in range(destinations.DNS_THREADS)]
+        timed_out = await asyncio.gather(
+            *(destinations.system_resolver(name, 443) for name in stuck_ones), return_exceptions=True
+        )
+        assert all(isinstance(e, TimeoutError) for e in timed_out), timed_out
+        assert len(started) == destinations.DNS_THREADS and all(n.startswith("webhook-dns") for n in started)
+        # asyncio's default executor is not theirs: other work still gets a thread
+        assert await loop.run_in_executor(None, lambda: 42) == 42
+
+        began = time.monotonic()
+        result = await run()  # the delivery's lookup: no thread free, it fails at once and waits for its retry
+        assert time.monotonic() - began < 2
+        assert result.outcomes == {"failed": 1} and len(started) == destinations.DNS_THREADS
+        [head, *_] = await deliveries(hook.webhook.id)
+        assert (head["last_error"], head["attempts"]) == ("unreachable", 1)
+        assert timedelta(seconds=4) < await move_to_next_attempt(hook.webhook.id) <= timedelta(seconds=5)
+    finally:
+        release.set()
+    monkeypatch.setattr(destinations, "getaddrinfo", socket.getaddrinfo)
+
+    async def lookups_run() -> bool:  # the stuck lookups returned: their threads take lookups again
+        try:
+            return bool(await destinations.system_resolver("localhost", 443))
+        except destinations.ResolverBusy:
+            return False
+
+    await wait_until(lookups_run, "the lookup threads to come back")
+    assert (await run()).outcomes == {"delivered": 3}  # the retry, then the rest in order
+    assert len(receiver.delivered()) == 3
 
 
 # --- TLS: the pinned address, verified against the name ------------------------------------------------------------
@@ -368,7 +502,7 @@ async def test_tls_is_verified_against_the_name_while_the_connection_goes_to_the
         assert good.status == 204, good
         assert seen == [("hooks.test", f"hooks.test:{port}")]
         wrong = await delivery.post(f"https://other.test:{port}/hook", b"{}", {})
-        assert wrong.status is None and wrong.error is not None and "TLS" in wrong.error
+        assert (wrong.status, wrong.error) == (None, "unreachable")  # a TLS failure reads as any other
         assert len(seen) == 1
     finally:
         server.shutdown()
@@ -432,5 +566,14 @@ async def test_a_worker_killed_mid_delivery_loses_nothing_and_sends_each_entry_i
 
 
 def test_the_schedule_is_5s_30s_2min_10min_30min_then_hourly() -> None:
-    assert [webhooks.retry_delay(n).total_seconds() for n in range(1, 9)] == [5, 30, 120, 600, 1800, 3600, 3600, 3600]
-    assert timedelta(hours=24) == webhooks.DISABLE_AFTER
+    assert [webhook_queue.retry_delay(n).total_seconds() for n in range(1, 9)] == [
+        5,
+        30,
+        120,
+        600,
+        1800,
+        3600,
+        3600,
+        3600,
+    ]
+    assert timedelta(hours=24) == webhook_queue.DISABLE_AFTER

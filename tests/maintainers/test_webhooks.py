@@ -13,13 +13,13 @@ import httpx
 import pytest
 
 from app.accounts.service import create_token
-from app.maintainers import destinations, webhooks
+from app.maintainers import destinations, webhook_queue, webhooks
 from tests import factories
 from tests.kernel.test_changes import submit
 from tests.maintainers.webhook_support import SCOPE, maintainer, webhooks_url
-from tests.moderation.support import make_account
+from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
 from tests.site.test_openapi import _conforms
-from tests.sql import execute, scalar
+from tests.sql import execute, one, scalar
 
 NAMES = {
     "hooks.example.com": ["93.184.216.34"],
@@ -102,6 +102,7 @@ REFUSED = [
     ("https:///nohost", "host"),
     ("https://xn--zz.example.com/", "is not a URL"),  # an IDNA label that does not decode
     ("https://hooks.example.com:99999/", "port"),
+    ("https://hooks.example.com:8080/", "port 443 or 8443"),
     ("not a url", "spaces"),
     ("https://hooks.example.com/" + "a" * 2000, "2000 characters"),
 ]
@@ -161,6 +162,100 @@ async def test_who_may_register_and_how_many(client: httpx.AsyncClient) -> None:
     assert (await client.post(webhooks_url(repo), headers=restricted, json=body)).status_code == 403
 
 
+async def test_a_webhook_url_names_port_443_or_8443_only(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = await factories.create_repository()
+    _, headers = await maintainer(repo)
+    # another port of a public host would make the registry a port scanner of it
+    for url in ("https://hooks.example.com:8080/", "https://hooks.example.com:22/", "https://hooks.example.com:6379/"):
+        refused = await client.post(webhooks_url(repo), headers=headers, json={"url": url})
+        assert refused.status_code == 422, (url, refused.text)
+        assert refused.json() == {"errors": {"url": ["must use port 443 or 8443"]}}, url
+    assert await scalar("SELECT count(*) FROM webhooks") == 0
+    for url in (
+        "https://hooks.example.com:8443/tarakan",
+        "https://hooks.example.com:443/",
+        "https://hooks.example.com/",
+    ):
+        made = await client.post(webhooks_url(repo), headers=headers, json={"url": url})
+        assert made.status_code == 201, (url, made.text)
+    monkeypatch.setenv("WEBHOOK_ALLOW_PRIVATE", "1")  # tests' receivers listen on any port
+    loopback = await client.post(webhooks_url(repo), headers=headers, json={"url": "http://127.0.0.1:6379/"})
+    assert loopback.status_code == 201, loopback.text
+
+
+async def test_an_ended_maintainers_webhooks_stop_counting_toward_the_five(client: httpx.AsyncClient) -> None:
+    repo = await factories.create_repository()
+    former, former_headers = await maintainer(repo)
+    body = {"url": "https://hooks.example.com/tarakan"}
+    for _ in range(webhooks.MAX_PER_REPOSITORY):
+        assert (await client.post(webhooks_url(repo), headers=former_headers, json=body)).status_code == 201
+    await execute(
+        "UPDATE repository_maintainers SET ended_at = now(), ended_reason = 'moderation' WHERE account_id = :a",
+        a=former.id,
+    )
+    _, headers = await maintainer(repo)  # the next maintainer is not blocked by webhooks nobody delivers to
+    for _ in range(webhooks.MAX_PER_REPOSITORY):
+        made = await client.post(webhooks_url(repo), headers=headers, json=body)
+        assert made.status_code == 201, made.text
+    sixth = await client.post(webhooks_url(repo), headers=headers, json=body)
+    assert sixth.status_code == 409 and "5 webhooks" in sixth.json()["errors"]["repository"][0]
+    # the former maintainer's stay theirs to read and delete
+    kept = await client.get(webhooks_url(repo), headers=former_headers)
+    assert len(kept.json()["webhooks"]) == webhooks.MAX_PER_REPOSITORY
+    assert await scalar("SELECT count(*) FROM webhooks") == 2 * webhooks.MAX_PER_REPOSITORY
+
+
+async def test_a_moderator_deletes_anyones_webhook_with_a_reason_and_notes_audited(client: httpx.AsyncClient) -> None:
+    repo = await factories.create_repository()
+    owner, headers = await maintainer(repo, handle="keeper")
+    url = "https://hooks.example.com/services/T0/B0/sekrit-receiver-token"
+    made = await client.post(webhooks_url(repo), headers=headers, json={"url": url})
+    hook_id = made.json()["webhook"]["id"]
+    other = await client.post(webhooks_url(repo), headers=headers, json={"url": "https://hooks.example.com/b"})
+    await submit(await make_account("agent"), repo, "SQL injection in login")
+    assert await webhook_queue.fan_out() == 6  # the log that goes with them
+    await execute("UPDATE repository_maintainers SET ended_at = now(), ended_reason = 'moderation'")
+    maintain = f"/repos/{repo.host}/{repo.owner}/{repo.name}/maintain"
+    action = f"/moderation/webhooks/{hook_id}"
+    form = {"reason": "abusive receiver", "notes": NOTES}
+
+    await act_as(client, owner)  # not a moderator: the form is refused, the list not shown
+    assert action not in (await client.get(maintain)).text
+    assert (await client.post(action, headers=SAME_ORIGIN, data=form)).status_code == 403
+
+    moderator = await make_account("mod", platform_role="moderator")
+    await act_as(client, moderator)
+    page = await client.get(maintain)
+    assert page.status_code == 200 and action in page.text
+    assert "@keeper no longer maintains this repository" in page.text
+    assert "sekrit" not in page.text and "hooks.example.com" in page.text  # the host, not the path
+    bad = await client.post(action, headers=SAME_ORIGIN, data={"reason": "x", "notes": "too short"})
+    assert bad.status_code == 422 and "reason must be 3 to 100" in bad.text and "notes must be 20" in bad.text
+    assert await scalar("SELECT count(*) FROM webhooks") == 2  # nothing written
+
+    deleted = await client.post(action, headers=SAME_ORIGIN, data=form)
+    assert deleted.status_code == 303, deleted.text
+    assert deleted.headers["location"].startswith(maintain + "?recorded=")
+    assert await scalar("SELECT array_agg(id) FROM webhooks") == [other.json()["webhook"]["id"]]
+    assert await scalar("SELECT count(*) FROM webhook_deliveries WHERE webhook_id = :w", w=hook_id) == 0
+    event = await one("SELECT * FROM audit_events ORDER BY id DESC LIMIT 1")
+    assert event is not None
+    assert (event["action"], event["subject_type"], event["subject_id"], event["actor_id"]) == (
+        "webhook.delete",
+        "repository",
+        f"{repo.host}/{repo.owner}/{repo.name}",
+        moderator.id,
+    )
+    assert event["before"] == {"webhook": hook_id, "owner": "@keeper", "destination": "hooks.example.com"}
+    assert event["after"] == {"webhook": None}
+    assert (event["reason"], event["notes"]) == ("abusive receiver", NOTES)
+    assert "sekrit" not in str(event)
+    assert (await client.post(action, headers=SAME_ORIGIN, data=form)).status_code == 404
+    assert (await client.get(f"/api/v1/webhooks/{hook_id}", headers=headers)).status_code == 404  # the owner's too
+
+
 async def test_the_owner_reads_the_log_enables_and_deletes_and_everyone_else_gets_404(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -170,7 +265,7 @@ async def test_the_owner_reads_the_log_enables_and_deletes_and_everyone_else_get
     hook = (await client.post(webhooks_url(repo), headers=headers, json={"url": "http://127.0.0.1:9/x"})).json()
     hook_id = hook["webhook"]["id"]
     await submit(await make_account("agent"), repo, "SQL injection in login", "Path traversal in upload")
-    assert await webhooks.fan_out() == 5
+    assert await webhook_queue.fan_out() == 5
 
     openapi = await document(client)
     first = await client.get(f"/api/v1/webhooks/{hook_id}/deliveries", headers=headers, params={"limit": 2})

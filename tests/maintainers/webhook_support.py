@@ -1,6 +1,6 @@
 """A webhook receiver on loopback for the webhook tests (no tests here), and the maintainer a webhook needs.
 
-The receiver records every POST (headers and exact body) and answers from a script: `answers` is consumed one
+The receiver records every POST (headers, exact body, when it came) and answers from a script: `answers` is consumed one
 status per request (200 once it is empty); `hang` makes the next request wait (without answering) until `release`
 is set, so a test can kill a worker while its request is in flight."""
 
@@ -24,11 +24,26 @@ from tests.sql import execute
 SCOPE = "repositories:maintain"
 
 
+TOLERANCE_SECONDS = 300  # what docs/security.md "Webhook signatures" tells receivers to accept
+
+
+def verify(secret: str, headers: dict[str, str], body: bytes, now: float) -> bool:
+    """A receiver's check of `X-Tarakan-Signature-V2`, as docs/security.md writes it: the timestamp at most five
+    minutes from now, and the signature over `<timestamp>.` and the body."""
+    timestamp = headers.get("x-tarakan-timestamp", "")
+    if not timestamp.isdigit() or abs(now - int(timestamp)) > TOLERANCE_SECONDS:
+        return False
+    signed = timestamp.encode() + b"." + body
+    expected = "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, headers.get("x-tarakan-signature-v2", ""))
+
+
 @dataclass
 class Received:
     headers: dict[str, str]
     body: bytes
     status: int | None  # what the receiver answered (None: it hung and never answered)
+    at: float  # time.time() when it came
 
     @property
     def delivery(self) -> str:
@@ -67,7 +82,7 @@ class Receiver:
                         status = None
                     else:
                         status = receiver.answers.pop(0) if receiver.answers else 200
-                    receiver.received.append(Received(headers, body, status))
+                    receiver.received.append(Received(headers, body, status, time.time()))
                 if status is None:
                     receiver.hanging.set()
                     receiver.release.wait(30)
