@@ -12,7 +12,7 @@ import sys
 from app.kernel.cli import Handler, command
 from app.kernel.config import (
     ConfigError,
-    forge_raw_url_template,
+    check_forge_settings,
     forwarded_allow_ips,
     maintainer_recheck_hours,
     metrics_allow,
@@ -98,7 +98,7 @@ def _check_limits() -> None:
     forwarded_allow_ips()
     search_rate_per_minute()
     server_timing()
-    forge_raw_url_template()
+    check_forge_settings()
     maintainer_recheck_hours()
     webhook_allow_private()
     varnish_purge_urls()

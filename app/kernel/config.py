@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
 import os
 import string
 from dataclasses import dataclass
@@ -204,15 +205,74 @@ def search_rate_per_minute() -> int:
 
 
 FORGE_TEMPLATE_FIELDS = frozenset({"host", "owner", "name", "path"})
+# each forge host's base setting and its default: the product appends that forge's own paths to the base
+# (app.maintainers.forge, one function per host); tarakan.lol's forge has no public default
+FORGE_BASE_SETTINGS: dict[str, tuple[str, str | None]] = {
+    "github.com": ("FORGE_GITHUB_RAW_URL", "https://raw.githubusercontent.com"),
+    "gitlab.com": ("FORGE_GITLAB_URL", "https://gitlab.com"),
+    "codeberg.org": ("FORGE_CODEBERG_URL", "https://codeberg.org"),
+    "tarakan.lol": ("FORGE_TARAKAN_URL", None),
+}
+TEMPLATE_HOST = "tarakan.lol"  # the one host FORGE_RAW_URL_TEMPLATE still serves
+_log = logging.getLogger("tarakan.config")
+_template_warned = False
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback address: where plain http is allowed (a forge played by a test)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def forge_base_url(host: str) -> str | None:
+    """The base URL of `host`'s forge from its setting (FORGE_GITHUB_RAW_URL, FORGE_GITLAB_URL, FORGE_CODEBERG_URL,
+    FORGE_TARAKAN_URL), else its default; None: no forge for this host. An http(s) URL whose path is kept (a
+    trailing slash dropped), plain http only to a loopback host. Read at every fetch; checked at start."""
+    setting = FORGE_BASE_SETTINGS.get(host)
+    if setting is None:
+        return None
+    name, default = setting
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment or "{" in raw:
+        raise ConfigError(f"{name} must be an http(s) base URL (a path is kept; no query, no fields), got {raw!r}")
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        raise ConfigError(f"{name} may use plain http only to a loopback host, got {raw!r}")
+    return raw.rstrip("/")
+
+
+def check_forge_settings() -> None:
+    """Every forge setting at start (`serve`, `worker`): each host's base and FORGE_RAW_URL_TEMPLATE."""
+    for host in FORGE_BASE_SETTINGS:
+        forge_base_url(host)
+    forge_raw_url_template()
 
 
 def forge_raw_url_template() -> str | None:
-    """`FORGE_RAW_URL_TEMPLATE`: where a maintainer's verification file is fetched from, an http(s) URL with the
-    fields `{host}`, `{owner}`, `{name}` and `{path}` (and no others); unset: each forge's default
-    (app.maintainers.forge). Read at every fetch; checked at start by `serve` and `worker`."""
+    """`FORGE_RAW_URL_TEMPLATE`: where a tarakan.lol repository's verification file is fetched from when
+    FORGE_TARAKAN_URL is not set, an http(s) URL with the fields `{host}`, `{owner}`, `{name}` and `{path}` (and no
+    others). Every other host ignores it (one warning line per process, at the first read): it once replaced every
+    host's default, so a claim on one forge could be proved by a file on another. Read at every fetch; checked at
+    start by `serve` and `worker`."""
+    global _template_warned
     raw = os.environ.get("FORGE_RAW_URL_TEMPLATE", "").strip()
     if not raw:
         return None
+    if not _template_warned:
+        _template_warned = True
+        others = [name for host, (name, _) in FORGE_BASE_SETTINGS.items() if host != TEMPLATE_HOST]
+        _log.warning(
+            "FORGE_RAW_URL_TEMPLATE applies to %s only (and not when FORGE_TARAKAN_URL is set); it is ignored for "
+            "every other host, whose forge is set by %s",
+            TEMPLATE_HOST,
+            ", ".join(others),
+        )
     try:
         fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(raw) if name]
     except ValueError as exc:

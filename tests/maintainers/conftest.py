@@ -15,7 +15,8 @@ def forge(monkeypatch: pytest.MonkeyPatch) -> Iterator[Forge]:
     served = Forge()
     thread = threading.Thread(target=served.server.serve_forever, daemon=True)
     thread.start()
-    monkeypatch.setenv("FORGE_RAW_URL_TEMPLATE", served.template)
+    served.serve_hosts(monkeypatch)
+    monkeypatch.delenv("FORGE_RAW_URL_TEMPLATE", raising=False)
     try:
         yield served
     finally:

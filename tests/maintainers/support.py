@@ -7,6 +7,9 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
+from app.kernel.config import FORGE_BASE_SETTINGS
 from app.maintainers.forge import VERIFY_PATH
 
 
@@ -60,10 +63,23 @@ class Forge:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.template = f"http://127.0.0.1:{self.port}/{{host}}/{{owner}}/{{name}}/{{path}}"
+
+    def base(self, host: str) -> str:
+        """The base this forge plays for `host` (a path per host: one server plays them all)."""
+        return f"http://127.0.0.1:{self.port}/{host}"
+
+    def serve_hosts(self, monkeypatch: pytest.MonkeyPatch, *hosts: str) -> None:
+        """Be the forge of `hosts` (all four by default): their FORGE_* bases point here."""
+        for host in hosts or tuple(FORGE_BASE_SETTINGS):
+            monkeypatch.setenv(FORGE_BASE_SETTINGS[host][0], self.base(host))
 
     def path_of(self, host: str, owner: str, name: str, path: str = VERIFY_PATH) -> str:
-        return f"/{host}/{owner}/{name}/{path}"
+        """The path each forge serves a file at the default branch under (the forge's own shape)."""
+        shape = {
+            "github.com": f"{owner}/{name}/HEAD/{path}",
+            "gitlab.com": f"{owner}/{name}/-/raw/HEAD/{path}",
+        }.get(host, f"{owner}/{name}/raw/branch/HEAD/{path}")  # Forgejo: codeberg.org, tarakan.lol
+        return f"/{host}/{shape}"
 
     def serve_file(self, host: str, owner: str, name: str, text: str) -> None:
         self.answers[self.path_of(host, owner, name)] = Answer(200, text.encode())
