@@ -1,20 +1,25 @@
-"""The audit log (authoritative): one row per moderation or administration action, in the action's transaction; and
-the shared cache's purge of what the action changed, after its commit (docs/scaling.md "Shared cache")."""
+"""The audit log (authoritative): one row per moderation or administration action, in the action's transaction,
+numbered at its commit in commit order (the takedown fence: docs/scaling.md "Read replicas"); and the shared cache's
+purge of what the action changed, after its commit (docs/scaling.md "Shared cache")."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Text, text
+from sqlalchemy import BigInteger, ForeignKey, Index, Text, literal, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.kernel.changes import COMMIT_ORDER_LOCK
 from app.kernel.columns import Inserted
 from app.kernel.config import varnish_purge_urls
 from app.kernel.db import Base
 from app.kernel.purge import purge_after_commit
 from app.kernel.shared_cache import ATLAS_TAG, SITEMAP_TAG, occurrence_tag, pattern_tag, repository_tag
+from app.kernel.sql import Name, compose
+
+FENCE_SEQUENCE = "audit_fence_seq"
 
 
 class AuditEvent(Inserted, Base):
@@ -25,9 +30,13 @@ class AuditEvent(Inserted, Base):
         Index("audit_events_inserted_idx", text("inserted_at DESC"), text("id DESC")),
         Index("audit_events_subject_idx", "subject_type", "subject_id"),
         Index("audit_events_actor_id_idx", "actor_id"),
+        Index("audit_events_fence_idx", "fence", unique=True),
     )
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # allocation order
+    # commit order: NULL until the action's transaction commits (`FENCE_FUNCTION`); its newest value is the takedown
+    # fence (app.kernel.db.TAKEDOWN_FENCE)
+    fence: Mapped[int | None] = mapped_column(BigInteger)
     actor_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"))
     action: Mapped[str] = mapped_column(Text)
     subject_type: Mapped[str] = mapped_column(Text)
@@ -36,6 +45,28 @@ class AuditEvent(Inserted, Base):
     after: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     reason: Mapped[str | None] = mapped_column(Text)
     notes: Mapped[str | None] = mapped_column(Text)
+
+
+# The commit-order numbering (installed by migration 0012), as the change feed's (docs/domain.md §12 decision 8) but
+# its own sequence: the fence moves on audited actions only, not on every report. It takes the feed's lock: one lock
+# for both numberings, so a takedown that writes feed entries too takes one lock, in no order that could deadlock.
+FENCE_FUNCTION = compose(
+    """
+CREATE OR REPLACE FUNCTION audit_events_fence_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock({lock});
+  UPDATE audit_events SET fence = nextval('{sequence}') WHERE id = NEW.id;
+  RETURN NULL;
+END $$
+""",
+    lock=literal(COMMIT_ORDER_LOCK),
+    sequence=Name(FENCE_SEQUENCE),
+).sql
+FENCE_TRIGGER = """
+CREATE CONSTRAINT TRIGGER audit_events_fence_at_commit AFTER INSERT ON audit_events
+DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.fence IS NULL)
+EXECUTE FUNCTION audit_events_fence_at_commit()
+"""
 
 
 async def record_audit(
@@ -136,10 +167,3 @@ async def _touched_tags(session: AsyncSession, action: str, subject_type: str, s
         if row.on_atlas:
             tags.add(ATLAS_TAG)
     return tags
-
-
-async def latest_event_id(session: AsyncSession) -> int:
-    """The id of the newest audit event (0 when none). Every takedown (visibility, listing, hard delete) is an
-    audited action, so a new value tells every process, not just the one that committed it, that cached public
-    derived data may show rows that left the public join set (docs/domain.md §5.7)."""
-    return int((await session.execute(text("SELECT coalesce(max(id), 0) FROM audit_events"))).scalar_one())

@@ -12,7 +12,6 @@ from typing import Generic, TypeVar
 from cachetools import LRUCache, TTLCache
 
 from app.kernel import db
-from app.kernel.audit import latest_event_id
 
 V = TypeVar("V")
 
@@ -121,8 +120,9 @@ class SingleFlightCache(Generic[V]):
 
 
 class TakedownKeyedCache(Generic[V]):
-    """A `SingleFlightCache` whose key carries the newest audit event id (read at every call), so a takedown anywhere
-    changes its answers at the next request (docs/scaling.md); anonymous answers only (docs/security.md)."""
+    """A `SingleFlightCache` whose key carries the takedown fence (`db.takedown_fence`, read at every call), so a
+    takedown anywhere changes its answers at the next request (docs/scaling.md); anonymous answers only
+    (docs/security.md)."""
 
     def __init__(self, ttl: Callable[[], float], *, maxsize: int) -> None:
         self.cache: SingleFlightCache[V] = SingleFlightCache(ttl, maxsize=maxsize)
@@ -130,7 +130,7 @@ class TakedownKeyedCache(Generic[V]):
 
     async def get(self, key: Hashable, loader: Callable[[], Awaitable[V]]) -> V:
         async with db.read_session() as session:
-            generation = await latest_event_id(session)
+            generation = await db.takedown_fence(session)
         if generation != self._seen:
             self.cache.invalidate()
             self._seen = generation

@@ -23,6 +23,7 @@ from sqlalchemy.orm import DeclarativeBase
 from app.kernel import aftercommit, outages
 from app.kernel.config import settings, transaction_pooling
 from app.kernel.metrics import REPLICA_CONFLICTS, REPLICA_FALLBACKS, REPLICA_LAG, REPLICA_SKIPS
+from app.kernel.sql import Fragment, statement
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -50,16 +51,21 @@ _force_primary: contextvars.ContextVar[bool] = contextvars.ContextVar("force_pri
 # The replica's replayed takedown marker and lag are read again at most this often per process (and at once
 # whenever the primary's marker is ahead of the last one seen): docs/scaling.md "Read replicas".
 REPLICA_PROBE_SECONDS = 1.0
-# The newest takedown: every takedown is an audited action (app.kernel.audit.latest_event_id), so the newest audit
-# id orders them; one end of the primary key, read once per request on the primary.
-_TAKEDOWN_MARKER = text("SELECT coalesce(max(id), 0) FROM audit_events")
+# The takedown fence: every takedown is an audited action, and every audit event is numbered at its commit, in commit
+# order (`audit_events.fence`, app.kernel.audit), so a server that shows fence N holds every takedown numbered up to
+# N. Not the audit id: ids follow allocation order, and of two overlapping takedowns the lower id can commit after the
+# higher one was seen (docs/domain.md §12 decision 8). One end of a unique index, read once per request on the
+# primary; also the render cache's version and the takedown-keyed caches' key (app.kernel.rendered, app.kernel.cache).
+TAKEDOWN_FENCE: Final = Fragment("SELECT coalesce(max(fence), 0) FROM audit_events")
+_TAKEDOWN_MARKER = TAKEDOWN_FENCE.statement()
 # On the replica: its marker and its lag (0 while it has replayed all it received; else the time since its last
 # replayed transaction; 0 on a server that is not in recovery)
-_REPLICA_PROBE = text(
-    "SELECT (SELECT coalesce(max(id), 0) FROM audit_events) AS marker,"
+_REPLICA_PROBE = statement(
+    "SELECT ({fence}) AS marker,"
     " CASE WHEN NOT pg_is_in_recovery() THEN 0"
     " WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0"
-    " ELSE coalesce(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0) END AS lag"
+    " ELSE coalesce(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0) END AS lag",
+    fence=TAKEDOWN_FENCE,
 )
 
 
@@ -311,6 +317,11 @@ async def statement_session() -> AsyncIterator[AsyncSession]:
             await session.rollback()  # ends the session's (autocommit) connection use; nothing to undo
 
 
+async def takedown_fence(session: AsyncSession) -> int:
+    """The newest takedown `session`'s server has committed (0 when none): see `TAKEDOWN_FENCE`."""
+    return int((await session.execute(_TAKEDOWN_MARKER)).scalar_one())
+
+
 async def _primary_marker() -> int:
     """The primary's newest takedown marker, once per request (every call outside a request)."""
     fence = _request.get()
@@ -318,7 +329,7 @@ async def _primary_marker() -> int:
         return fence.marker
     async with async_sessionmaker(engine(), expire_on_commit=False)() as session:
         await _open_read(session, transaction=False)
-        marker = int((await session.execute(_TAKEDOWN_MARKER)).scalar_one())
+        marker = await takedown_fence(session)
         await session.rollback()
     if fence is not None:
         fence.marker = marker

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any
 
-from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -21,6 +20,7 @@ from app.kernel import db, flags
 from app.kernel.config import render_cache_bytes
 from app.kernel.metrics import RENDER_CACHE_BYTES, RENDER_CACHE_EVICTIONS, RENDER_CACHE_REQUESTS
 from app.kernel.security import SESSION_COOKIE_NAME
+from app.kernel.sql import statement
 from app.kernel.web import etag_matches, is_fragment_request
 
 # Window exits are decided when a page is read (docs/domain.md §5.5): a kept page older than this is rendered again
@@ -30,17 +30,18 @@ MAX_AGE_SECONDS = 30.0
 ENTRY_SHARE = 8
 # Every commit that can change a public page moves one of these, each one end of an index (the dirty-key count is
 # bounded, so a backlog costs no more than a thousand index entries):
-# - takedown: the newest audit id (every takedown is audited; the replica fence's marker, app.kernel.db);
+# - takedown: the takedown fence (every takedown is audited, each numbered in commit order: app.kernel.db);
 # - changes: the change feed's head (publications, status changes, withdrawals, listings, statements);
 # - reports: the newest scan (a report without findings, or on a pending repository, writes no feed entry);
 # - refreshed: the newest rollup refresh of a pattern that stays; dirty: refreshes that only delete a pattern
 #   (its row leaves the queue).
-VERSION_SQL = text(
-    "SELECT (SELECT coalesce(max(id), 0) FROM audit_events) AS takedown,"
+VERSION_SQL = statement(
+    "SELECT ({takedown}) AS takedown,"
     " (SELECT max(seq) FROM changes) AS changes,"
     " (SELECT max(id) FROM scans) AS reports,"
     " (SELECT max(refreshed_at) FROM infestation_patterns) AS refreshed,"
-    " (SELECT count(*) FROM (SELECT 1 FROM infestation_dirty_keys LIMIT 1000) d) AS dirty"
+    " (SELECT count(*) FROM (SELECT 1 FROM infestation_dirty_keys LIMIT 1000) d) AS dirty",
+    takedown=db.TAKEDOWN_FENCE,
 )
 _NOT_IN_304 = frozenset({b"content-type", b"content-length", b"content-encoding"})
 
@@ -206,9 +207,26 @@ async def shared_version() -> tuple[tuple[Any, ...], bool]:
     return found
 
 
-def _anonymous(request: Request) -> bool:
-    # a session may make the page privileged (moderator markers, the statement form): never kept, never served
-    return request.method in ("GET", "HEAD") and not request.cookies.get(SESSION_COOKIE_NAME)
+# Whether a request's session cookie names a live session, judged by the accounts feature
+# (`judge_session_cookies`); until one is installed any session cookie counts as signed in.
+SignedIn = Callable[[Request], Awaitable[bool]]
+_signed_in: SignedIn | None = None
+
+
+def judge_session_cookies(signed_in: SignedIn) -> None:
+    """Install the check of a request's session cookie (app.accounts.sessions installs it as it is imported)."""
+    global _signed_in
+    _signed_in = signed_in
+
+
+async def _anonymous(request: Request) -> bool:
+    # a session may make the page privileged (moderator markers, the statement form): never kept, never served; a
+    # cookie that names no live session (expired, logged out, garbage) is an anonymous visitor's
+    if request.method not in ("GET", "HEAD"):
+        return False
+    if not request.cookies.get(SESSION_COOKIE_NAME):
+        return True
+    return _signed_in is not None and not await _signed_in(request)
 
 
 def path_and_query(request: Request) -> Hashable:
@@ -274,7 +292,8 @@ def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
     """Serve the decorated public route from the render cache: one version read per request, the page rendered
     once per (route, `key(request)`, fragment or not, the rollup read flag, version) and process, and again once it
     is MAX_AGE_SECONDS old.
-    Signed-in requests, errors and private answers pass through untouched."""
+    Signed-in requests (a session cookie naming a live session), errors and private answers pass through
+    untouched."""
 
     def decorate(handler: Handler) -> Handler:
         route = f"{handler.__module__}.{handler.__qualname__}"
@@ -282,7 +301,7 @@ def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
         @wraps(handler)
         async def serve(request: Request) -> Response:
             store = cache()
-            if store is None or not _anonymous(request):
+            if store is None or not await _anonymous(request):
                 if store is not None:
                     RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
                 return await handler(request)

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from bs4 import BeautifulSoup
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -34,7 +34,9 @@ from app.kernel.security import READ_YOUR_WRITES_COOKIE
 from app.migrate import upgrade_to_head
 from app.moderation.service import change_statement_visibility
 from app.ops import gauges
+from app.registry.models import Repository
 from tests.conftest import _plain_url, caught_up
+from tests.kernel.test_takedown_fence import overlapping_takedowns
 from tests.maintainers.conftest import forge  # noqa: F401 (the loopback forge fixture)
 from tests.maintainers.statement_support import bearer, published, state, verified_maintainer
 from tests.maintainers.support import Forge
@@ -92,11 +94,12 @@ async def replica(probe_database: str, monkeypatch: pytest.MonkeyPatch) -> Async
     await _execute(probe_database, "TRUNCATE repositories RESTART IDENTITY CASCADE")
     await _add_repository(probe_database, "widget", "replica copy")
     await _add_repository(probe_database, "replica-only", "only in the replica")
-    # the probe has "replayed" every takedown the primary will audit here (else reads would go to the primary)
+    # the probe has "replayed" every takedown the primary will audit here (else reads would go to the primary): its
+    # takedown fence is far ahead (an event stored with its number is not numbered again at commit)
     await _execute(
         probe_database,
-        "INSERT INTO audit_events (id, action, subject_type, subject_id) VALUES (1000000000, 'probe', 'probe', 'x')"
-        " ON CONFLICT DO NOTHING",
+        "INSERT INTO audit_events (id, fence, action, subject_type, subject_id)"
+        " VALUES (1000000000, 1000000000, 'probe', 'probe', 'x') ON CONFLICT DO NOTHING",
     )
     db.forget_replicas()
     primary = os.environ["DATABASE_URL"]
@@ -364,6 +367,41 @@ async def test_takedowns_hold_at_the_next_request_while_the_standby_has_not_repl
     behind = _skips("behind_takedown")
     _absent(await _bodies(client, SURFACES), world.secret_marks, "after the replay")
     assert _skips("behind_takedown") == behind and await _reads_the_standby(), "caught up again: back on the standby"
+
+
+async def test_a_standby_that_replayed_a_higher_audit_id_but_not_an_older_takedown_is_not_read(
+    client: httpx.AsyncClient, real_replica: Standby
+) -> None:
+    """Two overlapping takedowns: the one that allocated the lower audit id commits last. A standby that replayed the
+    other one shows the primary's highest audit id, yet still shows the first repository: the fence (commit order)
+    sends the reads to the primary."""
+    primary = os.environ["DATABASE_URL"]
+    await _add_repository(primary, "widget", "first words")
+    await _add_repository(primary, "gadget", "second words")
+    first, second = await db_repository("widget"), await db_repository("gadget")
+    moderator = await make_account("mod", platform_role="moderator")
+    caught_up(real_replica)
+    assert await description(client) == "first words" and await _reads_the_standby()
+
+    held, high = await overlapping_takedowns(first, second, moderator)
+    caught_up(real_replica)  # the standby replayed the second takedown, the highest audit id there is
+    pause_replay(real_replica)
+    await held.commit()  # acknowledged on the primary, not replayed
+    assert _on_standby(real_replica, "SELECT max(id) FROM audit_events") == high, "the ids say it is caught up"
+    behind = _skips("behind_takedown")
+    assert await description(client) is None, "the first takedown holds at the next request"
+    assert _skips("behind_takedown") > behind and not await _reads_the_standby()
+    assert _on_standby(real_replica, "SELECT listing_status FROM repositories WHERE name = 'widget'") == "listed"
+
+    _on_standby(real_replica, "SELECT pg_wal_replay_resume()")
+    caught_up(real_replica)
+    assert await description(client) is None and await _reads_the_standby(), "replayed: back on the standby"
+
+
+async def db_repository(name: str) -> Repository:
+    async with db.read_session(replica=False) as session:
+        repository = (await session.execute(select(Repository).where(Repository.name == name))).scalar_one()
+    return repository
 
 
 async def _on_standby_async(server: Standby, sql: str) -> object:

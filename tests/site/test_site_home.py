@@ -222,7 +222,8 @@ async def test_a_pattern_deleted_by_a_drain_alone_changes_the_version(client: ht
     # the audit log, the reports, the rollup table and the feed are read at one end of an index; only the tiny queue
     # is scanned (at most its first thousand rows)
     assert (
-        "Index Only Scan Backward using pk_audit_events" in plan and "Index Only Scan Backward using pk_scans" in plan
+        "Index Only Scan Backward using audit_events_fence_idx" in plan
+        and "Index Only Scan Backward using pk_scans" in plan
     )
     assert "Index Only Scan Backward using infestation_patterns_refreshed_at_idx" in plan
     assert "Index Only Scan Backward using changes_seq_idx" in plan
