@@ -278,20 +278,37 @@ VCL = Path(__file__).resolve().parent.parent / "deploy" / "varnish" / "default.v
 class Varnish:
     """Debian's `varnishd` (packages `varnish` and `varnish-modules`, installed by ./test) on 127.0.0.1 in front of
     one backend, with deploy/varnish/default.vcl and its two words BACKEND_HOST / BACKEND_PORT replaced: the shared
-    page cache of docs/scaling.md, for the tests. `public_port`: a second listener named `public`, which refuses
-    PURGE and BAN whatever the address (compose publishes only that one)."""
+    page cache of docs/scaling.md, for the tests. Its first listener is unnamed (Varnish calls it a0: PURGE and BAN
+    from loopback only) on `host`; `public_port`: one more named `public`, which refuses PURGE and BAN whatever the
+    address (compose publishes only that one); `purge_port`: one named `purge`, where the app purges
+    (`purge_url`, as compose's VARNISH_PURGE_URLS)."""
 
-    def __init__(self, work_dir: str | os.PathLike[str], backend: str, *, public_port: bool = False):
-        host, _, port = backend.rpartition(":")
-        self.backend_host, self.backend_port = host.strip("[]"), port
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str],
+        backend: str,
+        *,
+        public_port: bool = False,
+        purge_port: bool = False,
+        host: str = "127.0.0.1",
+    ):
+        backend_host, _, port = backend.rpartition(":")
+        self.backend_host, self.backend_port = backend_host.strip("[]"), port
         self.work_dir = Path(work_dir).resolve()
         self.port = free_port()
         self.public_port = free_port() if public_port else None
+        self.purge_port = free_port() if purge_port else None
+        self.host = host
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def purge_url(self) -> str:
+        assert self.purge_port is not None, "started without a purge listener"
+        return f"http://127.0.0.1:{self.purge_port}"
 
     def start(self, timeout: float = 20) -> Varnish:
         binary = shutil.which("varnishd") or "/usr/sbin/varnishd"
@@ -302,9 +319,11 @@ class Varnish:
         vcl.write_text(
             VCL.read_text().replace("BACKEND_HOST", self.backend_host).replace("BACKEND_PORT", self.backend_port)
         )
-        listeners = ["-a", f"127.0.0.1:{self.port}"]
+        listeners = ["-a", f"{self.host}:{self.port}"]
         if self.public_port is not None:
             listeners += ["-a", f"public=127.0.0.1:{self.public_port}"]
+        if self.purge_port is not None:
+            listeners += ["-a", f"purge=127.0.0.1:{self.purge_port}"]
         with open(self.work_dir / "varnishd.log", "ab") as log:
             # -j none: no privilege switch (the work dir stays ours); -l: a small shared log; one thread pool
             self.proc = subprocess.Popen(
@@ -318,9 +337,10 @@ class Varnish:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"varnishd exited with {self.proc.returncode}; see {self.work_dir}/varnishd.log")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                with socket.create_connection((self.host, self.port), timeout=0.5) as s:
+                    # answered by the VCL itself, no backend needed: 200, or 403 from a non-loopback address
                     s.sendall(b"BAN / HTTP/1.1\r\nHost: varnish\r\nConnection: close\r\n\r\n")
-                    if s.recv(16).startswith(b"HTTP/1.1 200"):
+                    if s.recv(16).startswith((b"HTTP/1.1 200", b"HTTP/1.1 403")):
                         return self
             except OSError:
                 pass

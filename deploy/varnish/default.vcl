@@ -5,8 +5,11 @@ vcl 4.1;
 #   tags: atlas, p:<pattern key>, r:<repository id>, o:<occurrence id>) and a public Cache-Control. Anything else
 #   passes, so no page can outlive a takedown here unless it carries the tags a takedown purges.
 # - A takedown purges its tags (PURGE with `xkey-purge`) after its commit, before the moderator's answer; BAN
-#   drops everything (the app's fallback when a tagged purge fails). Both only from loopback and the private
-#   networks compose draws from, and never on a listener named `public`.
+#   drops everything (the app's fallback when a tagged purge fails). Both are accepted on the listener named
+#   `purge` (from loopback and the private networks compose draws from) and, when varnishd was started with an
+#   unnamed listener (Varnish names it a0), from loopback there; never on `public` or any other listener. The
+#   listener, not the address, is the guard: behind a load balancer on a private network every visitor arrives
+#   from a private address.
 # - A fetch that started before the newest purge is passed to its client but not stored: it may have read the
 #   database before the takedown committed.
 # - Requests with a session (privileged viewers) or in a writer's read-your-writes window never touch the cache.
@@ -26,6 +29,11 @@ backend default {
     .between_bytes_timeout = 60s;
 }
 
+acl loopback {
+    "127.0.0.0"/8;
+    "::1";
+}
+
 acl purgers {
     "127.0.0.0"/8;
     "::1";
@@ -37,7 +45,8 @@ acl purgers {
 
 sub vcl_recv {
     if (req.method == "PURGE" || req.method == "BAN") {
-        if (local.socket == "public" || client.ip !~ purgers) {
+        if (!((local.socket == "purge" && client.ip ~ purgers)
+              || (local.socket ~ "^a[0-9]+$" && client.ip ~ loopback))) {
             return (synth(403, "Forbidden"));
         }
         # before anything leaves: a fetch that started earlier is not stored (vcl_backend_response)

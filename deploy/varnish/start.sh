@@ -46,6 +46,7 @@ if [ "$#" -gt 1 ]; then
   } >> "$VCL_OUT"
 fi
 # `public`: what the load balancer reaches (PURGE and BAN refused there whatever the address); `purge`: the web
-# replicas and workers (VARNISH_PURGE_URLS=http://varnish:6082), reached only inside the compose network
+# replicas and workers (VARNISH_PURGE_URLS=http://varnish:6082), reached only inside the compose network. The VCL
+# takes PURGE and BAN by listener name: keep both names (an unnamed listener takes them from loopback only).
 exec varnishd -F -f "$VCL_OUT" -a "public=${VARNISH_LISTEN:-:6081}" -a "purge=${VARNISH_PURGE_LISTEN:-:6082}" \
   -s "malloc,${VARNISH_SIZE:-256m}" ${VARNISH_EXTRA_ARGS:-}

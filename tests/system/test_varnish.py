@@ -3,14 +3,20 @@ deploy/varnish/default.vcl in front of a live `tarakan serve` whose takedowns pu
 Through Varnish a page is served from cache (its `X-Varnish` names two requests), a quarantine (CLI) and a
 restriction (console) each make every affected page a fresh fetch at the very next request while an unaffected page
 stays cached, a rollup drain purges the atlas, tags never reach a client, PURGE is refused on the public listener,
-and a purge that fails falls back to purging everything, counted and said."""
+PURGE and BAN work only on the listener named `purge` and from loopback on an unnamed one (a client on a private
+network, in a network namespace of its own, is refused there), and a purge that fails falls back to purging
+everything, counted and said."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,12 +58,14 @@ class Stack:
 def stack(services: dict[str, str]) -> Iterator[Stack]:
     try:
         port = free_port()
-        varnish = Varnish(os.path.join(services["TMP_DIR"], "varnish"), f"127.0.0.1:{port}", public_port=True)
+        varnish = Varnish(
+            os.path.join(services["TMP_DIR"], "varnish"), f"127.0.0.1:{port}", public_port=True, purge_port=True
+        )
         varnish.start()
     except (RuntimeError, TimeoutError) as exc:
         pytest.fail(f"varnishd did not start (./test installs Debian's varnish and varnish-modules): {exc}")
     base = f"http://127.0.0.1:{port}"
-    env = {"BASE_URL": base, "VARNISH_PURGE_URLS": varnish.url, "FORWARDED_ALLOW_IPS": "127.0.0.1"}
+    env = {"BASE_URL": base, "VARNISH_PURGE_URLS": varnish.purge_url, "FORWARDED_ALLOW_IPS": "127.0.0.1"}
     proc = spawn("serve", "--port", str(port), env=env, log=ARTIFACTS / "varnish-serve.log")
     try:
         wait_http(f"{base}/healthz")
@@ -189,7 +197,7 @@ async def test_takedowns_purge_every_affected_page_before_the_answer_and_keep_th
     assert hit(await fetch(web, world.a_path))
 
     # a quarantine from the CLI: purged before the command returns, every affected page fresh at the next request
-    monkeypatch.setenv("VARNISH_PURGE_URLS", stack.cache)
+    monkeypatch.setenv("VARNISH_PURGE_URLS", stack.varnish.purge_url)
     done = await tarakan(
         "moderate", "repo", "github.com/alfa/alfa-app", "--listing", "quarantined", "--reason", REASON,
         "--notes", NOTES, "--as", "mod-varnish@example.com",
@@ -240,11 +248,14 @@ async def test_takedowns_purge_every_affected_page_before_the_answer_and_keep_th
 
 
 async def test_the_edge_rules_purge_refusals_and_forwarded_addresses(stack: Stack, web: httpx.AsyncClient) -> None:
-    # PURGE and BAN from loopback on the default listener work; on the listener named `public` they are refused
+    # PURGE and BAN work on the listener named `purge` and from loopback on the unnamed one; on the listener named
+    # `public` they are refused, loopback or not
     assert (await web.request("PURGE", "/", headers={"xkey-purge": "atlas"})).status_code == 200
     public = f"http://127.0.0.1:{stack.varnish.public_port}/"
     async with httpx.AsyncClient() as outside:
         for method in ("PURGE", "BAN"):
+            done = await outside.request(method, stack.varnish.purge_url + "/", headers={"xkey-purge": "atlas"})
+            assert done.status_code == 200, method
             refused = await outside.request(method, public, headers={"xkey-purge": "atlas"})
             assert refused.status_code == 403, method
         # the public listener serves pages like the other one
@@ -270,7 +281,7 @@ async def test_a_report_that_dirties_no_pattern_purges_its_repository_and_the_ho
     (echo, _, _), (foxtrot, _, _) = [await _instance(o, author, OTHER_TITLE, f"src/{o}.py") for o in ("echo", "fox")]
     pages = [echo, echo + ".json", "/", "/index.json"]
     before = await warm(web, [*pages, foxtrot])
-    monkeypatch.setenv("VARNISH_PURGE_URLS", stack.cache)
+    monkeypatch.setenv("VARNISH_PURGE_URLS", stack.varnish.purge_url)
     await submit_report(author, "github.com", "echo", "echo-app", report_body(findings=[], commit_sha="e" * 40))
     await expect_fresh(web, pages, (), "after a report without findings")
     assert "e" * 40 in (await fetch(web, echo + ".json")).text
@@ -286,7 +297,7 @@ async def test_a_failed_purge_falls_back_to_everything_is_counted_and_said(
 ) -> None:
     world = await build()
     await warm(web, [world.c_path, "/infestations.json"])
-    monkeypatch.setenv("VARNISH_PURGE_URLS", stack.cache)
+    monkeypatch.setenv("VARNISH_PURGE_URLS", stack.varnish.purge_url)
     tags_before, everything_before = _failures("tags"), _failures("everything")
 
     # a tag over Varnish's request header limit (8 KiB) fails every try; the fallback purges everything
@@ -297,7 +308,7 @@ async def test_a_failed_purge_falls_back_to_everything_is_counted_and_said(
 
     # a cache that does not answer at all: the fallback fails too, counted, and the moderator is told
     dead = f"http://127.0.0.1:{free_port()}"
-    monkeypatch.setenv("VARNISH_PURGE_URLS", f"{stack.cache},{dead}")
+    monkeypatch.setenv("VARNISH_PURGE_URLS", f"{stack.varnish.purge_url},{dead}")
     outcome = await purge.purge({"atlas"})
     assert outcome.state == "failed" and outcome.failed == (dead.removeprefix("http://"),)
     assert _failures("tags") == tags_before + 2 and _failures("everything") == everything_before + 1
@@ -345,4 +356,72 @@ async def test_a_page_fetched_across_a_purge_is_not_stored(tmp_path: Path) -> No
             assert hit(last) and last.text == "page 2" and "xkey" not in last.headers
     finally:
         varnish.stop()
+        server.close()
+
+
+_NETNS_CLIENT = """
+import http.client, json, sys
+answers = {}
+for method in ("GET", "PURGE", "BAN"):
+    conn = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=10)
+    conn.request(method, "/", headers={"xkey-purge": "atlas"})
+    answers[method] = conn.getresponse().status
+    conn.close()
+print(json.dumps(answers))
+"""
+
+
+@contextmanager
+def private_network() -> Iterator[tuple[str, str]]:
+    """A network namespace joined to this one by a veth pair on 10.203.N.0/30, as a load balancer on a private
+    network sees the cache: yields (the namespace, the address of this side). Needs root and iproute2 (`ip netns`),
+    as ./test runs; without them the test fails."""
+    tag = os.getpid() % 100_000
+    ns, here, there = f"tkn-vt-{tag}", f"tkv{tag}h", f"tkv{tag}n"
+    subnet = f"10.203.{os.getpid() % 250}"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    ip("netns", "add", ns)
+    try:
+        ip("link", "add", here, "type", "veth", "peer", "name", there)
+        ip("link", "set", there, "netns", ns)
+        ip("addr", "add", f"{subnet}.1/30", "dev", here)
+        ip("link", "set", here, "up")
+        ip("netns", "exec", ns, "ip", "addr", "add", f"{subnet}.2/30", "dev", there)
+        ip("netns", "exec", ns, "ip", "link", "set", there, "up")
+        yield ns, f"{subnet}.1"
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)  # takes the veth pair with it
+
+
+async def test_an_unnamed_listener_refuses_purges_from_a_private_network(tmp_path: Path) -> None:
+    """varnishd started with one unnamed listener, behind a balancer on a private network: every visitor arrives
+    from a private address, so the address cannot be the guard. A client in its own network namespace (10.203.N.2)
+    gets pages but no PURGE or BAN (from loopback the unnamed listener takes them: the other tests purge so)."""
+
+    async def origin(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (await reader.readline()).strip():
+            pass
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(origin, "127.0.0.1", 0)
+    backend = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        with private_network() as (ns, address):
+            varnish = await asyncio.to_thread(Varnish(tmp_path / "varnish", backend, host=address).start)
+            try:
+                client = await asyncio.create_subprocess_exec(
+                    "ip", "netns", "exec", ns, sys.executable, "-c", _NETNS_CLIENT, address, str(varnish.port),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                )  # fmt: skip
+                out, err = await client.communicate()
+                assert client.returncode == 0, err.decode()
+                assert json.loads(out) == {"GET": 200, "PURGE": 403, "BAN": 403}
+            finally:
+                varnish.stop()
+    finally:
         server.close()
