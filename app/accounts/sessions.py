@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from cachetools import TTLCache
 from sqlalchemy import TextClause, and_, bindparam, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
@@ -19,7 +20,7 @@ from starlette.responses import Response
 from app.accounts.models import Account, LoginAttempt
 from app.accounts.passwords import hash_password_bounded, verify_password_bounded
 from app.accounts.service import PASSWORD_MAX, is_valid_email
-from app.kernel import db
+from app.kernel import db, rendered
 from app.kernel.config import settings
 from app.kernel.errors import DomainError, RateLimited
 from app.kernel.policy import is_locked_out
@@ -38,6 +39,12 @@ THROTTLE_DELAY = 1.0  # seconds: the least time an answer past the address limit
 INVALID_CREDENTIALS = "invalid email or password"
 
 _STATE_KEY = "tarakan_account"
+# Tokens that named no live session, remembered briefly per process and bounded (least recently used out), so a
+# garbage or stale cookie costs one lookup, not one a request. Remembering them is safe: a token that is not live
+# never becomes live (a session is created under a new random token, and is then only revoked or expired).
+DEAD_TOKENS_MAX = 4096
+DEAD_TOKEN_SECONDS = 60.0
+_dead_tokens: TTLCache[bytes, bool] = TTLCache(maxsize=DEAD_TOKENS_MAX, ttl=DEAD_TOKEN_SECONDS)
 # Verified against when the email is unknown, so a miss costs the same argon2 time as a wrong password.
 _dummy_hash: str | None = None
 
@@ -302,6 +309,9 @@ async def load_session(token: str) -> Account | None:
     throttled `last_seen_at` bump; None otherwise."""
     if not token or len(token) > 128:
         return None
+    token_hash = hash_token(token)
+    if token_hash in _dead_tokens:
+        return None
     async with db.transaction() as session:
         row = (
             await session.execute(
@@ -310,10 +320,11 @@ async def load_session(token: str) -> Account | None:
                        WHERE token_hash = :h AND revoked_at IS NULL AND expires_at > now()
                          AND COALESCE(last_seen_at, inserted_at) > now() - CAST(:idle AS interval)"""
                 ),
-                {"h": hash_token(token), "idle": IDLE_TIMEOUT},
+                {"h": token_hash, "idle": IDLE_TIMEOUT},
             )
         ).one_or_none()
         if row is None:
+            _dead_tokens[token_hash] = True
             return None
         # one atomic conditional UPDATE: concurrent requests of one browser write at most once per interval
         await session.execute(
@@ -341,6 +352,15 @@ async def current_account(conn: HTTPConnection) -> Account | None:
     account = await load_session(token) if token else None
     cached[_STATE_KEY] = account
     return account
+
+
+async def signed_in(conn: HTTPConnection) -> bool:
+    """Whether the request's session cookie names a live session: the render cache serves every other request as an
+    anonymous visitor's (app.kernel.rendered; a garbage cookie costs no rendering)."""
+    return await current_account(conn) is not None
+
+
+rendered.judge_session_cookies(signed_in)
 
 
 def set_session_cookie(response: Response, token: str) -> None:
