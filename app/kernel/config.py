@@ -304,7 +304,7 @@ def maintainer_recheck_hours() -> float:
 
 def webhook_allow_private() -> bool:
     """`WEBHOOK_ALLOW_PRIVATE=1` (tests only): webhook destinations may be loopback, private or any other refused
-    address, and plain http (a receiver on loopback); nothing else changes (docs/security.md "Webhook
+    address, on any port, and plain http (a receiver on loopback); nothing else changes (docs/security.md "Webhook
     destinations"). Read at every check, at registration and at connect time."""
     return _bool("WEBHOOK_ALLOW_PRIVATE", False)
 

@@ -13,7 +13,7 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -82,10 +82,12 @@ def headers_of(claimed: Claimed, body: bytes, *, now: float | None = None) -> di
 
 @dataclass(frozen=True)
 class Sent:
-    """What the receiver answered (`status`), or why there is no answer (`error`)."""
+    """What the receiver answered (`status`), or why there is no answer (`error`, as the owner reads it; `cause`,
+    what happened, for the worker's log only)."""
 
     status: int | None
     error: str | None = None
+    cause: str | None = field(default=None, compare=False)
 
     @property
     def delivered(self) -> bool:
@@ -102,8 +104,8 @@ async def post(url: str, body: bytes, headers: dict[str, str]) -> Sent:
     try:
         destination = destinations.parse(url)
         address = await destinations.connect_address(destination)
-    except destinations.Unresolved:
-        return Sent(None, UNREACHABLE)
+    except destinations.Unresolved as exc:
+        return Sent(None, UNREACHABLE, str(exc))
     except destinations.Refused as exc:
         return Sent(None, f"refused destination: {exc}")
     parts = httpx.URL(destination.url)
@@ -132,8 +134,8 @@ async def post(url: str, body: bytes, headers: dict[str, str]) -> Sent:
             response = await client.send(request, stream=True)
             await response.aclose()  # the receiver's body is never read
             return Sent(response.status_code)
-    except (TimeoutError, httpx.HTTPError, OSError):
-        return Sent(None, UNREACHABLE)
+    except (TimeoutError, httpx.HTTPError, OSError) as exc:
+        return Sent(None, UNREACHABLE, f"{type(exc).__name__}: {exc}")
 
 
 async def attempt(claimed: Claimed, render: Render) -> str:
@@ -161,7 +163,7 @@ async def attempt(claimed: Claimed, render: Render) -> str:
         "webhook %d delivery %s failed (%s); next try at %s",
         claimed.webhook_id,
         claimed.delivery,
-        error,
+        f"{error}: {sent.cause}" if sent.cause else error,
         failed.retry_at,
     )
     return "failed"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import re
 import shutil
 import signal
@@ -352,7 +353,7 @@ async def test_each_attempt_is_signed_with_its_own_timestamp_so_a_replay_fails_t
 
 
 async def test_every_failure_to_connect_reads_unreachable_and_a_status_keeps_its_number(
-    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, allow_private: None
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, allow_private: None
 ) -> None:
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
@@ -388,9 +389,11 @@ async def test_every_failure_to_connect_reads_unreachable_and_a_status_keeps_its
     repo = await factories.create_repository()
     _, hook = await registered(repo, f"http://127.0.0.1:{closed_port}/hook")
     await submit(await make_account("agent"), repo, "SQL injection in login")
+    caplog.set_level(logging.INFO, logger=delivery.__name__)
     assert (await run()).outcomes == {"failed": 1}
     [head, *_] = await deliveries(hook.webhook.id)
     assert (head["last_status"], head["last_error"]) == (None, "unreachable")
+    assert "failed (unreachable: ConnectError" in caplog.text  # what happened: for the operator's log only
 
 
 async def test_dns_has_a_few_threads_of_its_own_and_a_saturated_resolver_fails_fast_then_retries(
