@@ -14,8 +14,8 @@ from app.maintainers.webhooks import DeliveryView, Registered, WebhookView
 
 
 class WebhookRegistration(Struct, kw_only=True):
-    """Where to POST the repository's change-feed entries: an https URL whose host is, or resolves to, a public
-    address."""
+    """Where to POST the repository's change-feed entries: an https URL on port 443 or 8443 whose host is, or
+    resolves to, a public address."""
 
     EXAMPLES: ClassVar[list[dict[str, Any]]] = [{"url": "https://hooks.example.com/tarakan"}]
 
@@ -37,8 +37,8 @@ class Webhook(Answer):
 
 
 class NewWebhook(Answer):
-    """The webhook just registered, with its secret: the HMAC-SHA256 key of `X-Tarakan-Signature-256`, shown
-    only here."""
+    """The webhook just registered, with its secret: the HMAC-SHA256 key of `X-Tarakan-Signature-256` and
+    `X-Tarakan-Signature-V2`, shown only here."""
 
     id: int
     repository: Annotated[str, Meta(description="host/owner/name")]

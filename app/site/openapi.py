@@ -278,8 +278,9 @@ DOCUMENT: Schema = {
         "/api/v1/repos/{host}/{owner}/{name}/webhooks": post(
             "registerWebhook",
             "Register a webhook for a repository you maintain (scope repositories:maintain): every change-feed entry "
-            "about it is POSTed there, signed (X-Tarakan-Signature-256) with the secret shown once in this answer; "
-            "422 naming `url` for a refused destination, 409 past 5 webhooks",
+            "about it is POSTed there, signed (X-Tarakan-Signature-256, and X-Tarakan-Signature-V2 over "
+            "X-Tarakan-Timestamp) with the secret shown once in this answer; 422 naming `url` for a refused "
+            "destination (https on port 443 or 8443, a public host), 409 past 5 webhooks of current maintainers",
             WebhookRegistration,
             {"201": json_answer(ref(NewWebhookAnswer), "Registered: the webhook and its secret (shown only here)")},
             _REPO_PARAMS,
