@@ -248,6 +248,48 @@ async def end_maintainership(
         await session.flush()
 
 
+ACCOUNT_LOCKED = "account_locked"
+
+
+@dataclass(frozen=True)
+class EndedHere:
+    """One maintainership a lock ended: the repository (host/owner/name) and its mode before and after."""
+
+    repository: str
+    mode_before: str
+    mode_after: str
+
+
+async def end_account_maintainerships(
+    session: AsyncSession, account_id: int, *, ended_by_id: int | None
+) -> list[EndedHere]:
+    """End every current maintainership of an account that is locked out (banned or suspended), reason
+    `account_locked`, in the caller's transaction (the one that changed the account's state). The repositories
+    are locked first, in id order, as every maintainer change of a repository does; lifting the lock restores
+    nothing (the account claims again). Returns what ended, repository by repository."""
+    mine = and_(RepositoryMaintainer.account_id == account_id, RepositoryMaintainer.ended_at.is_(None))
+    repositories = (
+        (
+            await session.execute(
+                select(Repository)
+                .where(Repository.id.in_(select(RepositoryMaintainer.repository_id).where(mine)))
+                .order_by(Repository.id)
+                .with_for_update()
+            )
+        )
+        .scalars()
+        .all()
+    )
+    ended: list[EndedHere] = []
+    for repository in repositories:
+        maintainer = await lock_current_maintainer(session, repository.id, account_id)
+        if maintainer is not None:
+            mode = repository.participation_mode
+            await end_maintainership(session, maintainer, reason=ACCOUNT_LOCKED, ended_by_id=ended_by_id)
+            ended.append(EndedHere(slug(repository), mode, repository.participation_mode))
+    return ended
+
+
 async def lock_current_maintainer(
     session: AsyncSession, repository_id: int, account_id: int
 ) -> RepositoryMaintainer | None:

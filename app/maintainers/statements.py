@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, func, insert, literal, select
+from sqlalchemy import BigInteger, and_, func, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
@@ -301,15 +301,86 @@ async def change_visibility(
     return VisibilityChange(statement_id, before, {"visibility": visibility})
 
 
+@dataclass(frozen=True)
+class HiddenStatements:
+    """What hiding one author's statements changed: the statements hidden (ids, ascending) and the repositories whose
+    findings they were on."""
+
+    statement_ids: list[int]
+    repository_ids: list[int]
+
+
+async def hide_statements_by(session: AsyncSession, author_id: int, *, actor_id: int | None) -> HiddenStatements:
+    """Hide every shown statement `author_id` wrote, in the caller's (audited) transaction, as a moderator's hide
+    does one by one: under each canonical's row lock (canonical id order: a stable lock order), one feed entry per
+    canonical naming its current statement afterwards, with the reason `moderation` (the bulk export rebuilds), and
+    each repository's pages purged after the commit. A moderator may not hide their own (`actor_id`; None: the
+    account's lock did it)."""
+    if actor_id is not None and actor_id == author_id:
+        raise Forbidden({"base": ["you cannot moderate statements you wrote"]})
+    found = (
+        await session.execute(
+            select(FindingStatement.canonical_finding_id, CanonicalFinding.repository_id)
+            .join(CanonicalFinding, CanonicalFinding.id == FindingStatement.canonical_finding_id)
+            .where(FindingStatement.author_id == author_id, FindingStatement.visibility == SHOWN)
+            .distinct()
+            .order_by(FindingStatement.canonical_finding_id)
+        )
+    ).all()
+    hidden: list[int] = []
+    repositories: set[int] = set()
+    for canonical_id, repository_id in ((int(row[0]), int(row[1])) for row in found):
+        await _lock_canonical(session, canonical_id)
+        ids = (
+            (
+                await session.execute(
+                    update(FindingStatement)
+                    .where(
+                        FindingStatement.canonical_finding_id == canonical_id,
+                        FindingStatement.author_id == author_id,
+                        FindingStatement.visibility == SHOWN,
+                    )
+                    .values(visibility=HIDDEN)
+                    .returning(FindingStatement.id)
+                )
+            )
+            .scalars()
+            .all()
+        )
+        if not ids:
+            continue  # hidden meanwhile by a moderator (the lock orders us after them)
+        hidden += ids
+        repositories.add(repository_id)
+        current = (
+            await session.execute(
+                select(FindingStatement.id, FindingStatement.status).where(
+                    current_of(literal(canonical_id, BigInteger))
+                )
+            )
+        ).first()
+        await _announce(
+            session,
+            canonical_id,
+            repository_id,
+            None if current is None else (int(current[0]), str(current[1])),
+            reason=HIDE_REASON,
+        )
+    if repositories:
+        purge_after_commit({repository_tag(r) for r in repositories})
+    return HiddenStatements(sorted(hidden), sorted(repositories))
+
+
 __all__ = [
     "AUDIT_SUBJECT",
     "HIDDEN",
     "MAX_TEXT",
     "SHOWN",
     "VISIBILITY_ACTION",
+    "HiddenStatements",
     "StatementInput",
     "VisibilityChange",
     "change_visibility",
+    "hide_statements_by",
     "prepare_statement",
     "record_statement",
     "take_allowance",

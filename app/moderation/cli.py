@@ -72,6 +72,15 @@ async def _account(args: argparse.Namespace) -> int:
     return await _report(outcome, purges)
 
 
+async def _statements(args: argparse.Namespace) -> int:
+    from app.moderation.service import hide_account_statements
+
+    actor = await require_account_by_email(args.as_email)
+    with purge.collect() as purges:
+        outcome = await hide_account_statements(actor, args.handle, args.reason, args.notes)
+    return await _report(outcome, purges)
+
+
 async def _repos_delete(args: argparse.Namespace) -> int:
     from app.moderation.service import delete_repository
 
@@ -116,3 +125,7 @@ def register(sub: Any) -> None:
     account.add_argument("--role", choices=PLATFORM_ROLES)
     account.add_argument("--state", choices=ACCOUNT_STATES)
     _common(account)
+
+    hide = command(actions, "statements", _statements, "hide every shown maintainer statement of an account")
+    hide.add_argument("handle", metavar="HANDLE")
+    _common(hide)

@@ -296,6 +296,22 @@ async def account_change(request: Request, actor: Account, form: FormData) -> Re
     )
 
 
+async def account_statements_hide(request: Request, actor: Account, form: FormData) -> Response:
+    handle = request.path_params["handle"]
+    target = await queries.get_account(handle)
+    if target is None:
+        raise NotFound({"account": ["not found"]}, message=f"No account @{handle}.")
+    return await _act(
+        request,
+        form,
+        partial="moderation/_statements_hide_form.html",
+        subject=target,
+        fields=(),
+        action=lambda v: service.hide_account_statements(actor, target["handle"], v["reason"], v["notes"]),
+        default_return="/moderation/accounts",
+    )
+
+
 async def maintainer_end(request: Request, actor: Account, form: FormData) -> Response:
     host, owner, name, handle = (request.path_params[k] for k in ("host", "owner", "name", "handle"))
     repo = await queries.get_repository(host, owner, name)
@@ -360,6 +376,7 @@ routes: list[BaseRoute] = [
     body_route("/moderation/scans/{scan_id:int}/visibility", scan_visibility, **_FORM),
     body_route("/moderation/repos/{host}/{owner}/{name}/listing", repository_listing, **_FORM),
     body_route("/moderation/accounts/{handle}", account_change, **_FORM),
+    body_route("/moderation/accounts/{handle}/statements", account_statements_hide, **_FORM),
     body_route("/moderation/repos/{host}/{owner}/{name}/maintainers/{handle}", maintainer_end, **_FORM),
     body_route("/moderation/statements/{statement_id:int}", statement_visibility, **_FORM),
     body_route("/moderation/webhooks/{webhook_id:int}", webhook_delete, **_FORM),

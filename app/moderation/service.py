@@ -30,6 +30,8 @@ from app.reports.quorum import refresh_repository_checks
 REASON_MIN, REASON_MAX = 3, 100
 NOTES_MIN, NOTES_MAX = 20, 4000
 NOT_A_MODERATOR = {"base": ["only moderators and admins in good standing (probation or active) may moderate"]}
+MAINTAINER_END_ACTION = "repository.maintainer_end"
+STATEMENTS_HIDE_ACTION = "account.statements_hide"
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,7 @@ async def end_maintainership(
         before = {"maintainer": f"@{target.handle}", "participation_mode": mode}
         return Change("repository", slug, before, {"maintainer": None, "participation_mode": repo.participation_mode})
 
-    return await _act(actor.id, "repository.maintainer_end", step, errors=errors, reason=reason_t, notes=notes_t)
+    return await _act(actor.id, MAINTAINER_END_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def change_statement_visibility(
@@ -333,10 +335,77 @@ async def change_account(
         await session.flush()
         if is_locked_out(target):
             await revoke_account_sessions(session, target.id)
+            if "state" in after:
+                await _lock_out(session, target, actor, before, after, notes=notes_t)
         await _revalidate_authority(session, target.id)
         return Change("account", target.handle, before, after)
 
     return await _act(actor.id, "account.change", step, errors=errors, reason=reason_t, notes=notes_t)
+
+
+async def _lock_out(
+    session: AsyncSession, target: Account, actor: Account, before: dict[str, Any], after: dict[str, Any], *, notes: str
+) -> None:
+    """A banned or suspended account loses its voice in the transaction that locked it (docs/domain.md
+    "Maintainers"): its maintainerships end (each audited on its repository, reason `account_locked`) and its
+    statements are hidden (each audited, as a moderator's hide). The account's event names both."""
+    ended = await maintainers.end_account_maintainerships(session, target.id, ended_by_id=actor.id)
+    for one in ended:
+        await record_audit(
+            session,
+            actor_id=actor.id,
+            action=MAINTAINER_END_ACTION,
+            subject_type="repository",
+            subject_id=one.repository,
+            before={"maintainer": f"@{target.handle}", "participation_mode": one.mode_before},
+            after={"maintainer": None, "participation_mode": one.mode_after},
+            reason=maintainers.ACCOUNT_LOCKED,
+            notes=notes,
+        )
+    hidden = await _hide_statements(session, target, actor, reason=maintainers.ACCOUNT_LOCKED, notes=notes)
+    if ended:
+        before["maintainerships"], after["maintainerships"] = [one.repository for one in ended], []
+    if hidden:
+        before["statements_shown"], after["statements_shown"] = hidden, 0
+
+
+async def _hide_statements(session: AsyncSession, target: Account, actor: Account, *, reason: str, notes: str) -> int:
+    """Hide every shown statement of `target`, one audit event each (the public pages' markers and the OpenVEX
+    document's version read them). Returns how many."""
+    hidden = await statements.hide_statements_by(session, target.id, actor_id=actor.id)
+    for statement_id in hidden.statement_ids:
+        await record_audit(
+            session,
+            actor_id=actor.id,
+            action=statements.VISIBILITY_ACTION,
+            subject_type=statements.AUDIT_SUBJECT,
+            subject_id=str(statement_id),
+            before={"visibility": statements.SHOWN},
+            after={"visibility": statements.HIDDEN},
+            reason=reason,
+            notes=notes,
+        )
+    return len(hidden.statement_ids)
+
+
+async def hide_account_statements(actor: Account, handle: str, reason: str, notes: str) -> ActionOutcome:
+    """Hide every shown statement of one handle in one action (docs/domain.md "Maintainers"): each a takedown as
+    one hide is (feed entries, purges, the export's rebuild, an audit event per statement), and one event for the
+    action. 422 naming `handle` when it has no shown statement."""
+    errors: dict[str, list[str]] = {}
+    reason_t, notes_t = validate_reason_notes(reason, notes, errors)
+    handle = handle.strip().lower()
+
+    async def step(session: AsyncSession, actor: Account) -> Change:
+        target = (await session.execute(select(Account).where(Account.handle == handle))).scalar_one_or_none()
+        if target is None:
+            raise NotFound({"handle": [f"no account @{handle}"]})
+        hidden = await _hide_statements(session, target, actor, reason=reason_t, notes=notes_t)
+        if not hidden:
+            raise ValidationError({"handle": [f"@{target.handle} has no shown statement to hide"]})
+        return Change("account", target.handle, {"statements_shown": hidden}, {"statements_shown": 0})
+
+    return await _act(actor.id, STATEMENTS_HIDE_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def _revalidate_authority(session: AsyncSession, account_id: int) -> None:

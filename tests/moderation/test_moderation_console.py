@@ -209,7 +209,10 @@ async def test_account_form_and_audit_log(client: httpx.AsyncClient, moderator: 
     assert cells[3] == "state: active → suspended"
     assert (cells[4], cells[5]) == ("spam", NOTES)
     accounts = soup(await client.get("/moderation/accounts", params={"state": "suspended"}))
-    assert [f["id"] for f in accounts.select("form.moderation-form")] == [f"account-{target.id}"]
+    assert [f["id"] for f in accounts.select("form.moderation-form")] == [
+        f"account-{target.id}",
+        f"account-statements-{target.id}",  # hide all of the handle's statements
+    ]
 
 
 async def test_audit_log_pages_with_a_cursor(client: httpx.AsyncClient, moderator: Account) -> None:
