@@ -241,8 +241,9 @@ async def _purge_refreshed(claims: list[ClaimedKey], refreshed: list[str]) -> No
 
 
 # The last drain that refreshed a key, fleet-wide (`job_runs` "drain", read by the gauges as
-# tarakan_job_last_success_timestamp_seconds{job="drain"}): the pipeline-stopped alert watches it, a signal the hourly
-# recompute (which stamps every pattern's refreshed_at) does not move. Written at most once per interval per process.
+# tarakan_job_last_success_timestamp_seconds{fleet_job="drain"}): the pipeline-stopped alert watches it, a signal the
+# hourly recompute (which stamps every pattern's refreshed_at) does not move. Written at most once per interval per
+# process.
 PROGRESS_RECORD_SECONDS = 30.0
 _progress_recorded_at: float | None = None
 

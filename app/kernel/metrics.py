@@ -134,10 +134,12 @@ SHADOW_SUSPECTS = Counter(
     "tarakan_infestations_shadow_suspects_total",
     "Keys that differed in the continuous shadow-compare and were marked dirty to be compared again after a refresh",
 )
+# `fleet_job`, not `job`: Prometheus sets `job` and `instance` on every scraped series (a product label of either
+# name is renamed exported_*, and rules matching it match nothing: docs/operations.md "Metrics")
 JOB_LAST_SUCCESS = Gauge(
     "tarakan_job_last_success_timestamp_seconds",
-    "Unix time the fleet-wide job last finished (from job_runs), by job",
-    ["job"],
+    "Unix time the fleet-wide job last finished (from job_runs), by fleet_job",
+    ["fleet_job"],
     multiprocess_mode=_DB_GAUGE,
 )
 

@@ -76,5 +76,5 @@ async def refresh_gauges() -> None:
     WEBHOOK_PENDING.set(float(row.webhook_pending))
     WEBHOOK_OLDEST_DUE_AGE.set(float(row.webhook_oldest_due or 0))
     for name, finished in runs:
-        JOB_LAST_SUCCESS.labels(job=name).set(float(finished))
+        JOB_LAST_SUCCESS.labels(fleet_job=name).set(float(finished))
     await db.probe_replica()  # tarakan_replica_lag_seconds (a replica that does not answer leaves it as it was)

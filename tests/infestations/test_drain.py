@@ -323,7 +323,7 @@ async def test_a_drain_that_refreshed_a_key_records_its_progress_for_the_pipelin
     [run] = await rows("SELECT name, finished_at, detail FROM job_runs")
     assert run["name"] == "drain" and run["finished_at"] is not None and '"refreshed": 1' in run["detail"]
     await refresh_gauges()
-    finished = REGISTRY.get_sample_value("tarakan_job_last_success_timestamp_seconds", {"job": "drain"})
+    finished = REGISTRY.get_sample_value("tarakan_job_last_success_timestamp_seconds", {"fleet_job": "drain"})
     assert finished == run["finished_at"].timestamp()
 
     await mark(KEY)

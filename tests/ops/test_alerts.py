@@ -1,6 +1,8 @@
 """The alert rules watch metrics that exist: every `tarakan_*` name an expression in deploy/prometheus/alerts.yml
-uses appears in a real scrape of a web process or a worker. The logs of both are JSON lines with LOG_FORMAT=json.
-(promtool checks the rules' syntax and unit-tests each alert in ./test.)"""
+uses appears in a real scrape of a web process or a worker; no metric has a label a scrape overwrites (`job`,
+`instance`); and the series promtool's unit tests feed the rules (deploy/prometheus/alerts_test.yml) carry only label
+sets a scrape produces. The logs of both processes are JSON lines with LOG_FORMAT=json. (promtool checks the rules'
+syntax and unit-tests each alert in ./test; tests/ops/test_prometheus_live.py runs them in a real Prometheus.)"""
 
 from __future__ import annotations
 
@@ -15,16 +17,24 @@ from typing import NamedTuple
 
 import httpx
 import pytest
+import yaml  # type: ignore[import-untyped]
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from app.devservices import free_port
-from app.kernel import db, outbox
+from app.kernel import db, metrics, outbox
 from tests import factories as f
 from tests.harness import ROOT, spawn, stop, wait_http
 from tests.ops.test_worker import two_repository_pattern
 
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+ALERT_TESTS = ROOT / "deploy" / "prometheus" / "alerts_test.yml"
+PROMETHEUS_YML = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+# the target labels Prometheus sets on every scraped series (a product label of that name becomes exported_job or
+# exported_instance, so a rule matching it matches nothing)
+SCRAPE_LABELS = frozenset({"job", "instance"})
+WEB_JOB, WORKER_JOB = "tarakan-web", "tarakan-worker"
 pytestmark = pytest.mark.usefixtures("empty_queue")
 
 
@@ -83,9 +93,9 @@ async def worker_refreshed(fleet: Fleet) -> str:
         await asyncio.sleep(0.1)
 
 
-async def test_every_metric_an_alert_uses_exists_in_a_real_scrape(fleet: Fleet) -> None:
-    names = alert_metric_names()
-    assert len(names) >= 9, names  # the parser found the expressions
+async def scrapes(fleet: Fleet) -> dict[str, str]:
+    """What each scrape job of prometheus.yml reads once the fleet has worked: the fleet jobs finished, a key
+    refreshed by the worker, a page served by the web process."""
     async with db.transaction() as session:  # a finished hourly and nightly run, as the worker records them
         await session.execute(
             text(
@@ -97,6 +107,14 @@ async def test_every_metric_an_alert_uses_exists_in_a_real_scrape(fleet: Fleet) 
     async with httpx.AsyncClient(base_url=fleet.web) as client:
         assert (await client.get("/")).status_code == 200
         web_body = (await client.get("/metrics")).text
+    return {WEB_JOB: web_body, WORKER_JOB: worker_body}
+
+
+async def test_every_metric_an_alert_uses_exists_in_a_real_scrape(fleet: Fleet) -> None:
+    names = alert_metric_names()
+    assert len(names) >= 9, names  # the parser found the expressions
+    bodies = await scrapes(fleet)
+    web_body, worker_body = bodies[WEB_JOB], bodies[WORKER_JOB]
 
     exposed = sample_names(web_body) | sample_names(worker_body)
     assert sorted(names - exposed) == []
@@ -107,6 +125,87 @@ async def test_every_metric_an_alert_uses_exists_in_a_real_scrape(fleet: Fleet) 
     # the event-loop watchdog runs in both (started by the web lifespan and by the worker's startup)
     for body in (web_body, worker_body):
         assert sample_value(body, "tarakan_event_loop_lag_seconds_count") > 0
+
+
+def label_names(body: str) -> dict[str, set[frozenset[str]]]:
+    """Each sample name of a scrape with the label-name sets it is served with."""
+    served: dict[str, set[frozenset[str]]] = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            served.setdefault(s.name, set()).add(frozenset(s.labels))
+    return served
+
+
+async def test_no_metric_has_a_label_that_a_scrape_overwrites(fleet: Fleet) -> None:
+    bodies = await scrapes(fleet)
+    served = {(job, name, label) for job, body in bodies.items() for name, sets in label_names(body).items()
+              for labels in sets for label in labels & SCRAPE_LABELS}  # fmt: skip
+    assert served == set()
+    # labelled metrics nothing observed yet serve no sample: their definitions say it for them
+    defined = {
+        (m._name, label)
+        for m in vars(metrics).values()
+        if isinstance(m, MetricWrapperBase)
+        for label in SCRAPE_LABELS & set(m._labelnames)
+    }
+    assert defined == set()
+    # the fleet-job gauge was in the scrape, under its own label (and "drain" once the worker recorded a drain)
+    [gauge] = [f for f in text_string_to_metric_families(bodies[WEB_JOB]) if f.name == metrics.JOB_LAST_SUCCESS._name]
+    assert {"recompute_windows", "reconcile"} <= {s.labels["fleet_job"] for s in gauge.samples}
+
+
+def scrape_ports() -> dict[str, int]:
+    """The shipped prometheus.yml's scrape jobs and the port each one's targets answer on."""
+    config = yaml.safe_load(PROMETHEUS_YML.read_text())
+    return {job["job_name"]: job["dns_sd_configs"][0]["port"] for job in config["scrape_configs"]}
+
+
+_SERIES = re.compile(r"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>[^}]*)\}")
+_LABEL = re.compile(r'\s*(?P<name>[a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?P<value>[^"]*)"\s*(,|$)')
+
+
+def parse_series(selector: str) -> tuple[str, dict[str, str]]:
+    """`name{a="b", ...}` as promtool's input series are written."""
+    match = _SERIES.fullmatch(selector.strip())
+    assert match, selector
+    labels: dict[str, str] = {}
+    position, body = 0, match["labels"]
+    while position < len(body):
+        label = _LABEL.match(body, position)
+        assert label and label.end() > position, selector
+        labels[label["name"]] = label["value"]
+        position = label.end()
+    return match["name"], labels
+
+
+def input_series() -> list[str]:
+    tests = yaml.safe_load(ALERT_TESTS.read_text())["tests"]
+    return [series["series"] for test in tests for series in test["input_series"]]
+
+
+async def test_promtool_inputs_carry_only_label_sets_a_scrape_produces(fleet: Fleet) -> None:
+    """Each input series of alerts_test.yml: a job of prometheus.yml, an instance `host:port` on that job's port,
+    and otherwise exactly the labels that job's process serves the sample with (`up`: none)."""
+    ports = scrape_ports()
+    assert set(ports) == {WEB_JOB, WORKER_JOB}
+    served = {job: label_names(body) for job, body in (await scrapes(fleet)).items()}
+    selectors = input_series()
+    assert len(selectors) >= 40, selectors  # the parser found them
+
+    wrong = []
+    for selector in selectors:
+        name, labels = parse_series(selector)
+        job, instance = labels.get("job"), labels.get("instance", "")
+        if job not in ports:
+            wrong.append(f"{selector}: job must be one of {sorted(ports)}")
+            continue
+        if not re.fullmatch(rf"[a-zA-Z0-9.-]+:{ports[job]}", instance):
+            wrong.append(f"{selector}: instance must be host:{ports[job]}, the target's address")
+        own = frozenset(labels) - SCRAPE_LABELS
+        expected = {frozenset()} if name == "up" else served[job].get(name, set())
+        if own not in expected:
+            wrong.append(f"{selector}: {job} serves {name} with labels {[sorted(e) for e in expected]}")
+    assert wrong == []
 
 
 def json_lines(path: Path) -> list[dict[str, object]]:

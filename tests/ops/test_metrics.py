@@ -101,7 +101,7 @@ async def test_last_successful_fleet_jobs_are_unix_timestamps_from_job_runs(clie
         for f in text_string_to_metric_families(response.text)
         if f.name == "tarakan_job_last_success_timestamp_seconds"
     ]
-    values = {s.labels["job"]: s.value for s in family.samples}
+    values = {s.labels["fleet_job"]: s.value for s in family.samples}
     assert values["recompute_windows"] == 1767323045.0
     assert "reconcile" not in values or values["reconcile"] > 0  # an earlier test's value, never the unfinished run
 
