@@ -13,7 +13,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
-from app.kernel import db
+from app.kernel import db, ratelimit
 from app.kernel.config import maintainer_recheck_hours
 from app.kernel.errors import Conflict, NotFound, ServiceUnavailable, ValidationError
 from app.kernel.purge import purge_after_commit
@@ -29,6 +29,13 @@ CLAIM_LIFETIME = timedelta(days=7)
 VERIFIED_MODE = "maintainer_verified"
 RECHECK_BATCH = 100
 RECHECK_CONCURRENCY = 4  # fetches in flight at once during a recheck
+# every verification asks the forge: an account's attempts are counted (all of them, 503s included: a forge outage
+# must not let one account turn into a flood), apart from the refused-attempt allowance (a forge outage then
+# locks nobody out of other routes)
+VERIFIES = ratelimit.Window(
+    "verifies", 10, 600, "at most {limit} claim verifications every 10 minutes per account: each one asks the forge"
+)
+BUSY_RETRY_AFTER = 5  # seconds a verify is told to wait when every forge fetch slot of the process is taken
 _NO_CLAIM = {"claim": ["not found"]}
 
 
@@ -131,7 +138,9 @@ async def verify_claim(account_id: int, claim_id: int) -> ClaimView:
     """Verify one of the account's claims against the forge: the file must hold the claim's token on a line of its
     own. Verified: the account maintains the repository. 422 naming `token` when the file is missing or holds
     another token (the claim stays pending), 503 naming the forge when the forge fails, 404 for another account's
-    claim. A verified claim answers as it is."""
+    claim. A verified claim answers as it is. Every attempt counts against VERIFIES (429 past it); when the process
+    already has forge.USER_FETCHES fetches in flight, a 503 with Retry-After at once (nothing queues)."""
+    await ratelimit.take(VERIFIES, f"account:{account_id}")
     async with db.read_session(replica=False) as session:
         account = await acting_account(session, account_id)
         claim, repository = await _own_claim(session, account.id, claim_id)
@@ -143,7 +152,14 @@ async def verify_claim(account_id: int, claim_id: int) -> ClaimView:
             raise _token_refused("this claim has expired; claim the repository again for a new token")
         token, host, owner, name = claim.token, repository.host, repository.owner, repository.name
     # the forge is asked with no transaction open and no row locked
-    fetched = await forge.fetch_verify_file(host, owner, name)
+    with forge.user_fetch_slot() as slot:
+        if not slot:
+            raise ServiceUnavailable(
+                {"forge": ["too many verifications are asking the forge right now; try again in a few seconds"]},
+                retry_after=BUSY_RETRY_AFTER,
+                message="Too many verifications are asking the forge right now. Try again in a few seconds.",
+            )
+        fetched = await forge.fetch_verify_file(host, owner, name)
     if fetched.outcome == "failed":
         raise ServiceUnavailable(
             {"forge": [f"{fetched.forge} did not give the verification file: {fetched.detail}; try again later"]},
