@@ -456,10 +456,9 @@ def render(results: dict[str, Any], command: str) -> str:
     lines = [
         HEADING,
         "",
-        f"Command: `{command}` (in process, no database: rows shaped as the query modules return them; each path "
-        f"{results['runs']} times, interleaved; the same bytes from every path, checked; 1-minute load average "
-        f"{results['load_before']:.1f} before, {results['load_after']:.1f} after, on 2 shared cores: the p95 is "
-        "mostly preemption, read the medians). Wall times in µs, p50 / p95.",
+        f"Command: `{command}` (in process, rows shaped as the query modules return them, the paths interleaved, "
+        f"the same bytes from each, checked; load average {results['load_before']:.1f}-{results['load_after']:.1f}: "
+        "read the medians). Wall times in µs, p50 / p95.",
         "",
         "| answer | bytes | before: dicts + jsonable + JSONResponse | msgspec Structs (now) | pydantic v2 models "
         "| before ÷ now (p50) |",

@@ -217,13 +217,11 @@ def render(r: dict[str, Any], command: str) -> str:
     lines = [
         HEADING,
         "",
-        f"`{command}` (tier {r['tier']}, {r['runs']} runs a shape; issue 27, Deliver 3: target >= {TARGET:.0f} "
-        f"findings/s; load average at the end {' / '.join(f'{x:.1f}' for x in r['load_average'])}). One `tarakan serve` and one `tarakan worker` on the 2 shared cores, an admin token (no "
-        "report limits). Each run sends one batch (`POST /api/v1/reports/batch`) and the same number of reports "
-        "one at a time through the single route, alternating which goes first; reports to existing repositories, "
-        "half the findings on shared patterns. Findings/s = findings stored / wall time of the sending (median, "
-        "worst run in brackets); CPU ms per finding (median) of web / worker / Postgres while sending (the worker "
-        "drains meanwhile), and what the rest of the drain took after it.",
+        f"Command: `{command}` ({r['runs']} runs a shape; target >= {TARGET:.0f} findings/s; load average at the end "
+        f"{' / '.join(f'{x:.1f}' for x in r['load_average'])}). One `tarakan serve` and one `tarakan worker`, an "
+        "admin token (no report limits). Each run sends one batch (`POST /api/v1/reports/batch`) and the same reports one at a time, "
+        "alternating which goes first. Findings/s: stored over the sending's wall time (median, worst run in "
+        "brackets); CPU ms per finding of web / worker / Postgres while sending, and of the drain after it.",
         "",
         "| lines x findings | batch findings/s | one at a time findings/s | ratio | batch request s | "
         "batch CPU ms/finding | one at a time CPU ms/finding | drain after the batch, CPU ms/finding |",
@@ -241,7 +239,7 @@ def render(r: dict[str, Any], command: str) -> str:
             f"| {fb / fs:.2f} | {_median(b, 'seconds'):.2f} | {cpu_b} | {cpu_s} | {drain} |"
         )
     statuses = sorted({k for shape in r["shapes"] for x in shape["batch"] for k in x["statuses"]})
-    lines += ["", f"Batch line statuses seen: {', '.join(statuses)} (a 429 would be a line cut by the request's time)."]
+    lines += ["", f"Batch line statuses seen: {', '.join(statuses)} (429: a line cut by the request's time)."]
     return "\n".join(lines) + "\n"
 
 

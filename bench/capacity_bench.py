@@ -491,9 +491,10 @@ def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 # ---- the profile (issue 27 Deliver 1): where one accepted report's CPU goes -------------------------------------
 
-PROFILE_HEADING = "### Profile"
-# the bench's own statements (answer resolver, lag poller, backend sampler): shown, marked, never charged to the server
+PROFILE_HEADING = "## Ingest profile (bench/capacity_bench.py --profile)"
+# the bench's own statements (answer resolver, lag poller, backend sampler): never charged to the server
 BENCH_STATEMENTS = ("public_id = ANY", "i.updated_at = c.updated_at", "pg_stat_activity")
+PROFILE_STATEMENTS, PROFILE_FUNCTIONS = 3, 4  # what the doc shows of the last tree; bench/out keeps the rest
 
 
 STATEMENT_STATS = {
@@ -680,51 +681,42 @@ def run_profile(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def render_profile(r: dict[str, Any], command: str, label: str) -> str:
-    lines = [f"{PROFILE_HEADING}: {label}", "", f"Command: `{command}`; load average at the end "
-             f"{' / '.join(f'{x:.1f}' for x in r['load_average'])}.", ""]  # fmt: skip
+def render_profile(r: dict[str, Any], command: str) -> str:
+    """The profile's own section, rewritten whole by each run: the trees side by side when there are several, and
+    the last tree's detail (its costliest statements, py-spy's top functions); the full lists stay in
+    bench/out/capacity_profile.json."""
+    lines = [PROFILE_HEADING, "", f"Command: `{command}`; load average at the end "
+             f"{' / '.join(f'{x:.1f}' for x in r['load_average'])}. 1 web x 1 worker: a warm-up step, then one "
+             "with pg_stat_statements and py-spy.", ""]  # fmt: skip
     if len(r["trees"]) > 1:
         lines += compare_trees(r["trees"])
-    for t in r["trees"]:
-        step = t["step"]
-        cpu = step["cpu_ms_per_report"]
-        server = sum(cpu.get(k, 0) for k in ("web", "workers", "postgres"))
-        lines += [
-            f"Tree `{t['commit']}` at {r['rate']:.0f} reports/s for {step['achieved']:.1f}/s achieved, 1 web x 1 "
-            f"worker: **CPU ms per accepted report: web {cpu['web']:.1f}, worker {cpu['workers']:.1f}, Postgres "
-            f"{cpu['postgres']:.1f} (server total {server:.1f})**; the bench's own Postgres backends "
-            f"{cpu.get('bench_postgres', 0):.1f}, its client process {cpu.get('client', 0):.1f}; lag p50 / p95 "
-            f"{fmt(step['lag_p50_ms'])} / {fmt(step['lag_p95_ms'])} ms.",
-            "",
-            "| Postgres statement (top level, then nested in italics) | calls / report | ms / report | rows / call |",
-            "|---|---|---|---|",
-        ]
-        shown = [s for s in t["statements"] if s["ms_per_report"] >= 0.02][:40]
-        for s in shown:
-            query = s["query"][:150].replace("|", "\\|")
-            query = query if s["toplevel"] else f"*{query}*"
-            mark = " (bench)" if s["bench"] else ""
-            lines.append(f"| `{query}`{mark} | {s['calls_per_report']:.2f} | {s['ms_per_report']:.3f} | "
-                         f"{s['rows_per_call']:.1f} |")  # fmt: skip
-        top = [s for s in t["statements"] if s["toplevel"] and not s["bench"]]
-        lines += [
-            "",
-            f"Server statements: {sum(s['calls_per_report'] for s in top):.1f} top-level calls per report, "
-            f"{sum(s['ms_per_report'] for s in top):.2f} ms per report executing and planning them.",
-            "",
-        ]
-        for proc in ("web", "worker"):
-            p = t[proc]
-            ms = cpu["web" if proc == "web" else "workers"]
-            incl = ", ".join(f"{k} {v * 100:.0f} %" for k, v in list(p["inclusive"].items())[:18])
-            own = ", ".join(f"{k} {v * 100:.0f} %" for k, v in p["self_by_package"].items())
-            lines += [
-                f"- py-spy, {proc} ({p['samples']:,} samples, {ms:.1f} ms per report): our functions, inclusive: "
-                f"{incl}.",
-                f"- {proc}, self time by package: {own}.",
-            ]
-        lines.append("")
-    return "\n".join(lines)
+    t = r["trees"][-1]
+    step = t["step"]
+    cpu = step["cpu_ms_per_report"]
+    server = sum(cpu.get(k, 0) for k in ("web", "workers", "postgres"))
+    calls, ms = _server_statements(t)
+    lines += [
+        f"Tree `{t['commit']}` at {r['rate']:.0f} reports/s for {step['achieved']:.1f}/s achieved: **CPU ms per "
+        f"accepted report: web {cpu['web']:.1f}, worker {cpu['workers']:.1f}, Postgres {cpu['postgres']:.1f} (server "
+        f"total {server:.1f})**; lag p50 / p95 {fmt(step['lag_p50_ms'])} / {fmt(step['lag_p95_ms'])} "
+        f"ms. Server statements: {calls:.1f} top-level calls per report, {ms:.2f} ms per report executing and "
+        "planning them.",
+        "",
+        "| Postgres statement (top level; nested in italics) | calls / report | ms / report | rows / call |",
+        "|---|---|---|---|",
+    ]
+    for s in [s for s in t["statements"] if not s["bench"]][:PROFILE_STATEMENTS]:
+        query = s["query"][:95].replace("|", "\\|")
+        query = f"`{query}`" if s["toplevel"] else f"*`{query}`*"
+        lines.append(f"| {query} | {s['calls_per_report']:.2f} | {s['ms_per_report']:.3f} | "
+                     f"{s['rows_per_call']:.1f} |")  # fmt: skip
+    lines.append("")
+    for proc in ("web", "worker"):
+        p = t[proc]
+        incl = ", ".join(f"{k} {v * 100:.0f} %" for k, v in list(p["inclusive"].items())[:PROFILE_FUNCTIONS])
+        own = ", ".join(f"{k} {v * 100:.0f} %" for k, v in list(p["self_by_package"].items())[:PROFILE_FUNCTIONS])
+        lines.append(f"- py-spy, {proc} ({p['samples']:,} samples): {incl}; self time: {own}.")
+    return "\n".join(lines) + "\n"
 
 
 def _server_statements(t: dict[str, Any]) -> tuple[float, float]:
@@ -762,26 +754,9 @@ def compare_trees(trees: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def write_profile(markdown: str, label: str) -> None:
-    """Replace (or add at its end) this label's profile in the Ingest capacity section; the rest stays."""
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
-    section = text.index(HEADING + "\n")
-    end = text.find("\n## ", section + len(HEADING))
-    end = len(text) if end < 0 else end + 1
-    heading = f"{PROFILE_HEADING}: {label}\n"
-    start = text.find(heading, section, end)
-    if start >= 0:
-        stop_at = text.find("\n### ", start + len(heading))
-        stop_at = end if stop_at < 0 or stop_at > end else stop_at + 1
-        text = text[:start] + markdown.rstrip() + "\n\n" + text[stop_at:]
-    else:
-        text = text[:end].rstrip() + "\n\n" + markdown.rstrip() + "\n\n" + text[end:]
-    path.write_text(text)
-
-
-def kept_profiles() -> str:
-    """The profiles now in the section, kept below a new curve."""
+def kept_notes() -> str:
+    """The section's `###` subsections (notes by hand on what the profiles found, which the code cites by name):
+    a new curve replaces the text above them and keeps them as they are."""
     path = ROOT / "docs" / "benchmarks.md"
     text = path.read_text() if path.exists() else ""
     section = text.find(HEADING + "\n")
@@ -789,8 +764,8 @@ def kept_profiles() -> str:
         return ""
     end = text.find("\n## ", section + len(HEADING))
     body = text[section : end if end >= 0 else len(text)]
-    first = body.find(PROFILE_HEADING + ": ")
-    return "" if first < 0 else body[first:].rstrip()
+    first = body.find("\n### ")
+    return "" if first < 0 else body[first + 1 :].rstrip()
 
 
 def fmt(value: float | None) -> str:
@@ -805,22 +780,16 @@ def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
     lines = [
         HEADING,
         "",
-        f"Command: `{command}` (throw-away embedded Postgres 18 with fsync off + Valkey; real `tarakan serve` and "
-        "`tarakan worker` processes; the open-loop client, the servers, the workers and Postgres all share this "
-        "2-core machine, which other work also shared during the run). Reports go through "
-        f"`POST /api/v1/repos/.../reports` ({ACCOUNTS} submitter accounts, one finding each, half on existing "
-        "shared patterns taken round-robin, so that no key comes back within the hot-key interval below ~190 "
-        "reports/s and none is deferred by design); the registry's daily export is built before the run; each rate "
-        f"is held {step_seconds:.0f} s; lag = the 2xx answer to the report's canonical "
-        "in the atlas with its new `updated_at` (bench/infestations_bench.py `poll_lag`). The rate steps up x1.5 "
-        "until the rate is not achieved (< 90 %) or two steps in a row are past the knee (lag p95 > 1 s, errors). "
-        "CPU per accepted report: the server's processes, and apart from them the bench's own Postgres backends "
-        "(its answer resolver and lag poller, by application_name) and its client process.",
+        f"Command: `{command}`. Open-loop one-finding reports from {ACCOUNTS} accounts through `POST "
+        "/api/v1/repos/.../reports` to real `tarakan serve` and `tarakan worker` processes, half on shared patterns "
+        f"(none deferred by design below ~190/s); each rate held {step_seconds:.0f} s, stepping up until it is not "
+        "achieved (< 90 %) or two steps are past the knee (lag p95 > 1 s, or errors). Lag: the 2xx answer to the "
+        "canonical in the atlas. CPU ms per accepted report.",
         "",
         f"Registry: Tier {r['tier']}: {r['rows']['repositories']:,} repositories, "
         f"{r['rows']['canonical_findings']:,} canonical findings before the run.",
         "",
-        "| web x workers | capacity (highest rate with lag p95 <= 1 s) |",
+        "| web x workers | capacity (highest step with lag p95 <= 1 s and no error: the figure that counts) |",
         "|---|---|",
     ]
     for c in r["configs"]:
@@ -846,7 +815,7 @@ def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
                 f"{fmt(s['request_p95_ms'])} | {st.get('429', 0)} | {st.get('503', 0)} | {other} | {per_report} | {bench} | "
                 f"{s['knee'] or ''} |"
             )
-    kept = kept_profiles()
+    kept = kept_notes()
     return "\n".join(lines) + (f"\n\n{kept}" if kept else "")
 
 
@@ -874,7 +843,7 @@ def main() -> int:
         "--shared-buffers", metavar="SIZE",
         help="Postgres shared_buffers of the run (e.g. 2GB); default: Postgres's own (128MB)",
     )  # fmt: skip
-    parser.add_argument("--label", default="now", help="with --profile: its subsection's name")
+    parser.add_argument("--label", default="now", help="ignored: kept so older commands still run")
     parser.add_argument("--curve", action="store_true", help="with --profile: then the curve of the last tree")
     parser.add_argument("--rerender", metavar="COMMAND", help="with --profile: write bench/out's last results again")
     args = parser.parse_args()
@@ -886,7 +855,7 @@ def main() -> int:
         else:
             results = run_profile(args.tier, args)
             saved.write_text(json.dumps(results, indent=2) + "\n")
-        markdown = render_profile(results, command, args.label)
+        markdown = render_profile(results, command)
         print(markdown)
         if results.get("configs"):
             curve = render(results, command, args.step_seconds)
@@ -894,7 +863,7 @@ def main() -> int:
             if not args.no_write:
                 write_section(curve, HEADING)
         if not args.no_write:
-            write_profile(markdown, args.label)
+            write_section(markdown, PROFILE_HEADING)
         return 0
     publish("capacity", run(args.tier, args), lambda r, command: render(r, command, args.step_seconds), HEADING, args)
     return 0

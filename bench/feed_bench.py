@@ -213,18 +213,15 @@ def render(r: dict[str, Any], command_line: str) -> str:
     def pair(x: dict[str, float]) -> str:
         return f"{x['p50_ms']:.1f} / {x['p95_ms']:.1f}"
 
-    kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(r["kinds"].items()))
     lines = [
         HEADING,
         "",
-        f"Command: `{command_line}` (machine: {os.cpu_count()} cores, shared with other work during the run; "
-        f"load average up to {r['load']:.1f} during the reads; embedded Postgres 18 with fsync off; a real "
-        "`tarakan serve`, client on the same machine). Times in ms, p50 / p95.",
+        f"Command: `{command_line}` (a real `tarakan serve`; load average up to {r['load']:.1f} during the reads). "
+        "Times in ms, p50 / p95.",
         "",
         f"Tier {r['tier']}: {rows['repositories']:,} repositories, {rows['scan_findings']:,} occurrences. Migration "
         f"0005 seeded the feed with {r['seed_entries']:,} entries in {r['seed_s']:.1f} s (set-based, one "
-        f"transaction; generation {r['generate_s']:.1f} s). Feed after the write runs: {r['last_seq']:,} entries "
-        f"({kinds}).",
+        f"transaction; generation {r['generate_s']:.1f} s); {r['last_seq']:,} entries after the write runs.",
         "",
         "| read (`GET /api/v1/changes`) | requests | client round trip | server time | body p50 |",
         "|---|---|---|---|---|",
@@ -248,13 +245,11 @@ def render(r: dict[str, Any], command_line: str) -> str:
         f"| status change under the hottest key ({writes['hot_key_published_canonicals']:,} published canonicals) | "
         f"{pair(writes['status_under_hot_key_outbox'])} | {pair(writes['status_under_hot_key_feed_only'])} |",
         "",
-        "The feed diff is a handful of index-probe statements per report or repository and commits in order under "
-        "the numbering lock; what a quarantine costs beyond it is the outbox's delist-safe key discovery "
-        "(`KEYS_FOR_REPOSITORY`), not the feed. The tail poll (no rows) is the request's fixed cost on this loaded "
-        "machine.",
+        "The feed diff is a few index probes per report or repository; what a quarantine costs beyond it is the "
+        "outbox's key discovery (`KEYS_FOR_REPOSITORY`), not the feed. The tail poll is a request's fixed cost.",
         "",
-        f"Redacted `finding.published` entries met by the readers: {reads['page_100']['redacted_entries_seen']} "
-        "(page of 100), rendered from current visibility at read time.",
+        f"Redacted entries met by the readers: {reads['page_100']['redacted_entries_seen']} (from current "
+        "visibility).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -267,22 +267,18 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         HEADING,
         "",
-        f"Worst server time (`Server-Timing: app;dur`) over {results['runs']} runs of each adversarial class against "
-        "one `tarakan serve` (reports API, moderator token: quotas exempt so every run reaches the scanner; the form "
-        "routes with a moderator session; worst /healthz: the longest wait of a second client polling it every "
-        "50 ms while the class was in flight, for the classes of issue 22; a class of many requests counts its "
-        "worst). "
-        f"Target: <= 1000 ms each. Command: `.venv/bin/python -m bench.hostile_bench --runs {results['runs']}` "
-        f"(load average {results.get('load', '?')} when it ran: the machine is shared, so worst-of times move "
-        "with it).",
+        f"Command: `.venv/bin/python -m bench.hostile_bench --runs {results['runs']}` (load average "
+        f"{results.get('load', '?')}). Worst server time of each adversarial class against one `tarakan serve` (a "
+        "moderator token: no quota stops a run); worst /healthz: a second client's longest wait meanwhile. Target: "
+        "<= 1000 ms each.",
         "",
-        "| class | body bytes | worst server ms | worst /healthz ms | statuses |",
-        "|---|---:|---:|---:|---|",
+        "| class | worst server ms | worst /healthz ms | statuses |",
+        "|---|---:|---:|---|",
     ]
     for name, row in results["classes"].items():
         statuses = ", ".join(str(s) for s in row["statuses"])
         healthz = f"{row['worst_healthz_ms']:.0f}" if "worst_healthz_ms" in row else "-"
-        lines.append(f"| {name} | {row['bytes']:,} | {row['worst_server_ms']:.0f} | {healthz} | {statuses} |")
+        lines.append(f"| {name} | {row['worst_server_ms']:.0f} | {healthz} | {statuses} |")
     live = results["liveness"]
     lines += [
         "",

@@ -112,48 +112,11 @@ MODULES: dict[str, Module] = {
 }
 
 NOTES = """
-Command: `python -m bench.mutation [--module NAME ...] [--resume] [--sql-only | --no-sql] [--table-only]` (mutmut 3.8.1, pinned in
-the test extras; one throw-away embedded Postgres + Valkey for the whole run; every process under `nice -n 10`, one
-mutant at a time). Raw results, the diff of every survivor and mutmut's own state (resumable):
-`bench/out/mutation/` (gitignored). Equivalent mutants, each with its reason: `bench/mutation_equivalents.toml`.
-
-Why mutmut 3 and not cosmic-ray: one pytest start here costs ~8 s (imports, the embedded services of
-tests/conftest.py, Alembic). mutmut 3 imports the tests once in a fork server and forks one child per mutant from it,
-runs only the tests its stats pass saw call the mutated function, and stops at the first failure; cosmic-ray starts
-a test command per mutant, days for ~1,800 mutants on two cores. bench/mutation_plugin.py takes the rest of the
-start-up cost out of each child: the run migrated its database once (no Alembic per child), and test files that never
-touch the database skip the per-test TRUNCATE. Measured on the shared machine (load 7-12 from other helpers' suites):
-0.17 mutants/s before the plugin, 0.25-0.8 after (pure tests fastest; a mutant of a function the DB tests call runs those).
-
-Each module is mutated against the tests that cover it (listed in `bench/mutation.py` `MODULES`; new ones:
-`tests/kernel/test_*_mutants.py`, `tests/reports/test_*_mutants.py`), not the whole suite. mutmut mutates function
-bodies; the SQL guards of `public.py` and `policy.py` are compiled into the feature modules' statements at import,
-where a mutant switched on at test time never reaches them, so `bench/sql_mutants.py` adds SQL-text mutants (a
-flipped comparison, one predicate dropped, AND and OR swapped): each swaps one guard function for a broken twin before
-any feature module is imported and runs the consumers' own tests (every public surface after each kind of takedown;
-the quorum tests); each must fail them. Killed counts a timeout (a mutant that hung the tests). `app/reports/sarif.py`
-runs against its pure tests only (tests/reports/test_sarif_mutants.py): the API and CLI tests of SARIF start Bandit
-and the CLI, ~40 s for each mutant that lives. Of `app/infestations/queries.py` and `projection.py` only the SQL-free
-functions count (`Module.functions`: `parse_pattern_key`, `guarded_map`, `_oldest`; `_bucket`, `_lock_key_params`,
-`lock_order`, `key_ranges`, `_buckets`), handed to `mutmut run` as mutmut's own mutant-name patterns
-(`app.infestations.projection.x_key_ranges__mutmut_*`): mutmut still generates the other functions' mutants, which
-are never run nor counted. Those compose statements at import (out of a test-time mutant's reach, like the guards)
-or run them against the database.
-
-Weak assertions found on the way and fixed: the multi-instance console check (`"mod" in` a page that always says
-"Moderation"; now the signed-in `@mod (moderator)`), the OpenAPI twins (`status in (200, 404)` for seeded paths; now
-200, and 404 only for the unknown key), the secrets tests (any kind passed; the new tests name the kind), the check
-reasons (a word of each; the new quorum test reads every reason in full, including a demoted reviewer's), the
-Scan Format v1 and SARIF errors (a word of each message, or a path only: a mutant adding text to a message passed
-them; tests/reports/test_validation_mutants.py and test_sarif_mutants.py compare every message whole).
-
-"run s": wall seconds of the runs that finished (a stopped run's time is not kept), every process under `nice -n 10`
-with one mutant at a time. sarif, validation and the two infestation modules: one run of the four (2026-12-01) plus
-the `--resume` reruns of their survivors against the sharpened tests, on the two cores shared with two other
-helpers' test suites and benchmarks (1-minute load average 2.9-8.0 over the run, p10-p90 of 30 s samples, median
-4.5): 0.9 mutants/s for sarif against its pure tests, 0.37 for validation, whose live mutants also run the database
-tests of test_report_validation.py. The other nine modules: the session before, shared with six other helpers
-(load 5-12). `--table-only` rewrites this section from disk.
+Command: `python -m bench.mutation [--module NAME ...] [--resume] [--sql-only | --no-sql] [--table-only]` (mutmut
+3.8.1, which forks each mutant's tests from one pytest start; every process under `nice -n 10`). Each module runs
+against the tests that cover it (`MODULES` in bench/mutation.py); bench/sql_mutants.py swaps each SQL guard for a
+broken twin, which the consumers' tests must fail. A timeout counts as killed. `--table-only` rewrites this
+section from `bench/out/mutation/`.
 """
 
 KILLED = {"killed", "timeout", "caught by type check"}  # a timeout is a mutant the tests noticed (it hung)
@@ -334,12 +297,10 @@ def table() -> str:
     known = equivalents()
     rows = []
     for name, module in MODULES.items():
-        path = OUT / f"{name}.json"
         statuses = _statuses(OUT / name, module)  # mutmut's own state: current even for a run stopped midway
         if not statuses:
-            rows.append(f"| `{module.path}` | not run yet | | | | |")
+            rows.append(f"| `{module.path}` | not run yet | | | |")
             continue
-        seconds = f"{json.loads(path.read_text())['seconds']:.0f}" if path.exists() else "-"
         total = len(statuses)
         killed = sum(s in KILLED for s in statuses.values())
         equivalent = sum(1 for m, s in statuses.items() if s not in KILLED and m in known)
@@ -348,10 +309,10 @@ def table() -> str:
         scored = total - equivalent - unchecked
         score = f"{100 * killed / scored:.1f} %" if scored else "-"
         note = f" ({unchecked} not checked yet)" if unchecked else ""
-        rows.append(f"| `{module.path}` | {killed} / {total}{note} | {equivalent} | {live} | {score} | {seconds} |")
+        rows.append(f"| `{module.path}` | {killed} / {total}{note} | {equivalent} | {live} | {score} |")
     lines = [
-        "| module | killed / total | equivalent | live | score (killed / non-equivalent) | run s |",
-        "|---|---|---|---|---|---|",
+        "| module | killed / total | equivalent | live | score (killed / non-equivalent) |",
+        "|---|---|---|---|---|",
         *rows,
     ]
     sql_path = OUT / "sql.json"
@@ -364,16 +325,16 @@ def table() -> str:
             f"SQL-text mutants (bench/sql_mutants.py): {killed_sql} / {len(sql)} killed, {equivalent_sql} equivalent.",
             "",
         ]
-        lines += ["| SQL mutant | status | covering tests | s |", "|---|---|---|---|"]
+        lines += ["| SQL mutant not killed | status | covering tests | s |", "|---|---|---|---|"]
         lines += [
-            f"| {k} | {v['status'] + (' (equivalent)' if k in known and v['status'] != 'killed' else '')} "
+            f"| {k} | {v['status'] + (' (equivalent)' if k in known else '')} "
             f"| {', '.join(f'`{t}`' for t in v['tests'])} | {v['seconds']:.0f} |"
             for k, v in sorted(sql.items())
+            if v["status"] != "killed"
         ]
-    shown = {m: r for m, r in known.items() if m in _measured()}
-    if shown:
-        lines += ["", "Equivalent mutants (bench/mutation_equivalents.toml):", ""]
-        lines += [f"- `{m}`: {r}" for m, r in sorted(shown.items())]
+    shown = [m for m in known if m in _measured()]
+    if shown:  # each reason is in the file: the section counts them
+        lines += ["", f"Equivalent mutants: {len(shown)}, each with its reason in `bench/mutation_equivalents.toml`."]
     return "\n".join(lines)
 
 

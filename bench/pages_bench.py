@@ -16,8 +16,8 @@ from the same database, each of its runs right after this tree's (its own `/heal
 see the same noise. Besides requests/s, the server process's CPU per request (user + system over the run,
 /proc): the figure the machine's other work disturbs least; wrk's 95th percentile comes from its Lua `done` hook.
 `--plain`: the baseline is this tree with uvloop and httptools hidden (uvicorn then runs its pure-Python h11 on
-asyncio's loop), at the demo. wrk is installed with apt-get when missing. Each
-`--label` keeps its own table; raw results accumulate in `bench/out/pages.json`.
+asyncio's loop), at the demo. wrk is installed with apt-get when missing. The section shows this run's tables
+only; every `--label`'s raw results accumulate in `bench/out/pages.json`.
 """
 
 from __future__ import annotations
@@ -192,29 +192,20 @@ def _share(page: dict[str, Any], healthz: dict[str, Any]) -> float:
     return float(page["requests_per_s"]) / float(healthz["requests_per_s"])
 
 
-def _p95(run: dict[str, Any]) -> str:
-    return f"{run['p95_ms']:.1f}" if "p95_ms" in run else "–"  # older runs did not ask wrk for it
-
-
 def _cpu(run: dict[str, Any]) -> str:
     return f"{run['cpu_ms']:.2f}" if "cpu_ms" in run else "–"
 
 
 def render_label(label: str, result: dict[str, Any]) -> list[str]:
-    baseline = f", baseline tree `{result['baseline']}`" if result.get("baseline") else ""
+    baseline = f"; baseline tree `{result['baseline']}`" if result.get("baseline") else ""
     if result.get("plain"):
-        baseline = ", baseline: the same tree without uvloop and httptools (h11, asyncio)"
-    lines = [
-        f"### {label} (`{result['commit']}`{baseline}, {result['when']})",
-        "",
-        f"Command: `{result['command']}`.",
-        "",
-    ]
+        baseline = "; baseline: the same tree without uvloop and httptools (h11, asyncio)"
+    lines = [f"Command: `{result['command']}` at `{result['commit']}`, {result['when']} (label {label}{baseline}).", ""]
     for tier in result["tiers"]:
         runs, varnish, base = tier["runs"], tier["varnish"], tier.get("baseline", False)
         loads = [r[k]["load_average"] for r in runs for k in ("healthz", "direct")]
-        head = "| path | bytes | requests/s | p50 / p95 / p99 ms | `/healthz` requests/s | share | server CPU ms: page / `/healthz` |"
-        rule = "|---|---:|---:|---:|---:|---:|---:|"
+        head = "| path | requests/s | p99 ms | `/healthz` requests/s | share | server CPU ms: page / `/healthz` |"
+        rule = "|---|---:|---:|---:|---:|---:|"
         if base:
             head += " baseline requests/s | baseline p99 ms | baseline share | baseline CPU ms: page / `/healthz` |"
             rule += "---:|---:|---:|---:|"
@@ -222,10 +213,10 @@ def render_label(label: str, result: dict[str, Any]) -> list[str]:
             head += " through Varnish requests/s | × direct |"
             rule += "---:|---:|"
         lines += [
-            f"**{'Demo data' if tier['tier'] == 'demo' else 'Tier ' + tier['tier']}** (1-minute load average "
-            f"{min(loads):.1f}-{max(loads):.1f} during the runs, on 2 cores; the bench's own wrk, server and Postgres count in it):",
+            f"**{'Demo data' if tier['tier'] == 'demo' else 'Tier ' + tier['tier']}** (load average "
+            f"{min(loads):.1f}-{max(loads):.1f}, the bench's own included):",
             "",
-            head + " target (this tree) |",
+            head + " targets |",
             rule + "---|",
         ]
         for r in runs:
@@ -235,8 +226,8 @@ def render_label(label: str, result: dict[str, Any]) -> list[str]:
             met = share >= target and d["p99_ms"] <= TARGET_P99_MS
             failures = d["socket_errors"] + d["non_2xx"]
             line = (
-                f"| `{r['label']}` | {r['bytes']:,} | {d['requests_per_s']:,.0f}"
-                f"{f' ({failures} failed)' if failures else ''} | {d['p50_ms']:.1f} / {_p95(d)} / {d['p99_ms']:.1f} | "
+                f"| `{r['label']}` | {d['requests_per_s']:,.0f}"
+                f"{f' ({failures} failed)' if failures else ''} | {d['p99_ms']:.1f} | "
                 f"{h['requests_per_s']:,.0f} | {share:.1%} | {_cpu(d)} / {_cpu(h)} |"
             )
             if base:
@@ -251,32 +242,27 @@ def render_label(label: str, result: dict[str, Any]) -> list[str]:
                     if v
                     else " – | – |"
                 )
-            line += f" ≥ {target:.0%}, p99 ≤ 50 ms{', ≥ 5 × through Varnish' if varnish else ''}: "
             met = met and (
                 not varnish or ("varnish" in r and r["varnish"]["requests_per_s"] >= 5 * d["requests_per_s"])
             )
-            lines.append(line + ("met |" if met else "not met |"))
+            lines.append(line + (" met |" if met else " not met |"))
         if not varnish:
             lines += ["", "No Varnish column: `deploy/varnish/default.vcl` or `varnishd` was not there for this run."]
         lines.append("")
     return lines
 
 
-def render(results: dict[str, Any]) -> str:
+def render(label: str, result: dict[str, Any]) -> str:
+    """The section: this run's tables only (every run's raw results stay in bench/out/pages.json)."""
     lines = [
         HEADING,
         "",
-        "The issue's method: `wrk -t2 -c32 -d8s` against one `tarakan serve` (one process, `LOG_FORMAT=text` access "
-        "lines to a file), each page right after a `/healthz` run; share = page over that `/healthz` run. Targets: "
-        "HTML ≥ 30 % of `/healthz`, twins (`.json`, `.xml`) ≥ 40 %, p99 ≤ 50 ms; through Varnish ≥ 5 × direct. "
-        "wrk, the server and Postgres share the machine's 2 cores, which other sessions use at the same time: the "
-        "load average is given with each table.",
+        "Method: `wrk -t2 -c32 -d8s` against one `tarakan serve` process, each page right after a `/healthz` run; "
+        "share = the page's requests/s over that run's. Targets: HTML ≥ 30 % of `/healthz`, twins (`.json`, "
+        "`.xml`) ≥ 40 %, p99 ≤ 50 ms; through Varnish ≥ 5 × direct.",
         "",
     ]
-    later = sorted(set(results) - {"before", "after"}, key=lambda label: str(results[label]["when"]))
-    for label in ("before", "after", *later):
-        if label in results:
-            lines += render_label(label, results[label])
+    lines += render_label(label, result)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -315,7 +301,7 @@ def main() -> int:
         "tiers": tiers,
     }
     store.write_text(json.dumps(results, indent=2) + "\n")
-    markdown = render(results)
+    markdown = render(args.label, results[args.label])
     print(markdown)
     if not args.no_write:
         write_section(markdown, HEADING)

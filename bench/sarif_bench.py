@@ -161,14 +161,12 @@ def render(r: dict[str, Any], command: str) -> str:
         [
             HEADING,
             "",
-            f"Command: `{command}` (throw-away embedded Postgres 18 with fsync off + Valkey, one real `tarakan serve`, "
-            "client on the same 2-core machine, which other work shares).",
+            f"Command: `{command}` (one `tarakan serve`).",
             "",
             f"Registry: Tier {r['tier']}: {r['rows']['repositories']:,} repositories, "
             f"{r['rows']['scan_findings']:,} finding occurrences (generated in {r['generate_s']:.0f} s). A CodeQL-shaped "
-            f"log of {RESULTS} results (the per-report limit; {posts[0]['bytes']:,} bytes) posted as "
-            "`application/sarif+json` to one repository, a new commit each run: the first run creates 200 canonical "
-            "findings, the later runs match them.",
+            f"log of {RESULTS} results ({posts[0]['bytes']:,} bytes) to one repository, a new commit each run: the first "
+            "creates the canonicals, the later runs match them.",
             "",
             "| measure | runs | p50 ms | p95 ms |",
             "|---|---:|---:|---:|",
@@ -182,8 +180,7 @@ def render(r: dict[str, Any], command: str) -> str:
             "",
             f"- SARIF ÷ Scan Format v1, server time p50: {pct(server, 0.5) / pct(v1, 0.5):.2f} (the mapping and the "
             "larger body; everything after it is the same service).",
-            f"- Load average (1 min) on the 2 cores at the start and end of the posts: {load[0]:.1f}, {load[1]:.1f} "
-            "(other work ran meanwhile: read the ratio, not the absolute figures).",
+            f"- Load average at the start and end of the posts: {load[0]:.1f}, {load[1]:.1f} (read the ratio).",
         ]
     )
 

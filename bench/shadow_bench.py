@@ -75,10 +75,8 @@ def render(r: dict[str, Any], command: str) -> str:
     lines = [
         "## Continuous shadow-compare",
         "",
-        f"Command: `{command}` (machine: 2 cores shared with other work; embedded Postgres with fsync off; one",
-        "process, loopback). Wall time of one run of the worker's job body (`shadow_sampler.run_once`: the random",
-        "sample, one comparison statement over every window x status of the sampled keys; healthy rollups, so no",
-        "key is marked dirty and nothing is waited for), p50 / p95 over the runs.",
+        f"Command: `{command}`. Wall time of one run of the worker's job (`shadow_sampler.run_once`) on healthy",
+        "rollups, p50 / p95.",
         "",
         f"Tier {r['tier']}: {rows.get('repositories', 0):,} repositories, {rows.get('canonical_findings', 0):,} "
         f"canonical findings, {r['backfill_keys']:,} pattern keys (backfill {r['backfill_s']:.0f} s).",
@@ -94,7 +92,7 @@ def render(r: dict[str, Any], command: str) -> str:
     hot = r["hot_key"]
     lines += [
         "",
-        f"The hot key alone (its every public canonical aggregated per window x status): {hot['p50_ms']:.1f} / "
+        f"The hot key alone: {hot['p50_ms']:.1f} / "
         f"{hot['p95_ms']:.1f} ms.",
     ]
     return "\n".join(lines)

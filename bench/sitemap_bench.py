@@ -345,13 +345,12 @@ def render(r: dict[str, Any], command: str) -> str:
     lines = [
         heading(r["tier"]),
         "",
-        f"Command: `{command}` (throw-away embedded Postgres 18 + Valkey, a real `tarakan serve`, client on the same",
-        "2-core machine, which other work shares: read the medians). Targets: >= 100,000 URLs/s, first byte <= 100 ms,",
-        "peak RSS growth of the server <= 50 MB.",
+        f"Command: `{command}` (one `tarakan serve`; read the medians). Targets: >= 100,000 URLs/s, first byte "
+        "<= 100 ms, peak RSS growth of the server <= 50 MB.",
         "",
         f"Registry: Tier {r['tier']}: {r['rows']['repositories']:,} repositories, {r['rows']['scan_findings']:,} finding "
         f"occurrences; sitemap URLs: {exp['repos']:,} repositories + {exp['findings']:,} findings + "
-        f"{exp['infestations']:,} infestations + 3 hubs = **{total:,}** (every run saw exactly this many).",
+        f"{exp['infestations']:,} infestations + 3 hubs = **{total:,}** (every run saw them all).",
         "",
         "| stream | runs | URLs/s p50 (p95 low) | total s p50 | first byte ms p50 / p95 | first URL ms p50 / p95 "
         "| RSS growth MB p50 / max | body MB | CPU s p50: server / Postgres |",
@@ -392,21 +391,14 @@ def render(r: dict[str, Any], command: str) -> str:
     single_plain = r["single"]["plain"]
     lines += [
         "",
-        "- The p95 first byte and the max RSS growth are the first request after the server starts (database "
-        "connections opened, registry_stats() computed and, forced to one urlset, every kind's URLs counted to decide "
-        "that no index is needed). Once known, those values are refreshed in the background when they age out "
-        "(every 30 / 60 s), so no later request waits for them; a registry change makes the next caller wait for "
-        "registry_stats() alone (the miss below). The servers here keep them for the run anyway (TTL 3600 s), so "
-        "the medians are warm requests however long a run takes. CPU is the server "
-        "process's and every Postgres backend's user + system time per run.",
+        "- The p95 first byte and the max RSS growth are the server's first request; the medians are warm.",
         f"- `/sitemap.xml` as an index: {statistics.median(index_ms):.0f} ms p50, {max(index_ms):.0f} ms max (the first "
-        "request computes the child boundaries in one pass per kind; later ones read them from the cache).",
+        "request computes the child boundaries).",
         f"- `registry_stats()`: cache hit {s['hit_us']:.2f} µs; miss (the real query) {s['miss_p50_ms']:.1f} ms p50, "
         f"{s['miss_p95_ms']:.1f} ms p95.",
         *(
             [
-                f"- Baseline tree `{r['baseline']}` served by a second process on the same database, its runs "
-                f"interleaved with these: URLs/s p50 this ÷ baseline {ratio(single_plain, r['single']['baseline'], 'rate')}; "
+                f"- Baseline tree `{r['baseline']}` (interleaved, same database): URLs/s p50 this ÷ baseline {ratio(single_plain, r['single']['baseline'], 'rate')}; "
                 f"CPU baseline ÷ this: server {ratio(r['single']['baseline'], single_plain, 'server_cpu_s')}, Postgres "
                 f"{ratio(r['single']['baseline'], single_plain, 'postgres_cpu_s')}."
             ]

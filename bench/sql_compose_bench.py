@@ -261,35 +261,22 @@ def render(r: dict[str, Any], command: str) -> str:
     lines = [
         "## SQL composition (bench/sql_compose_bench.py, issue 23)",
         "",
-        f"Command: `{command}` (machine: 2 cores shared with other work; embedded Postgres with fsync off; loopback).",
-        f"Tier {r['tier']}: {r['rows'].get('repositories', 0):,} repositories, {r['keys']:,} pattern keys. Each",
-        f"tree's reads run in their own process, {r['rounds']} interleaved rounds of {r['runs']} calls per read;",
-        "wall time per call in ms, p50 / p95.",
+        f"Command: `{command}`.",
+        f"Tier {r['tier']}: {r['rows'].get('repositories', 0):,} repositories, {r['keys']:,} pattern keys; each",
+        f"tree in its own process, {r['rounds']} interleaved rounds; ms per call, p50 / p95.",
         "",
         "Trees: " + ", ".join(f"{n} at `{trees[n].get('commit', '?')}`" for n in names) + ".",
         "",
-        "| read | " + " | ".join(names) + " |",
-        "|---|" + "---|" * len(names),
-    ]
-    for read in READS:
-        cells = [f"{trees[n]['reads'][read]['p50']:.2f} / {trees[n]['reads'][read]['p95']:.2f}" for n in names]
-        lines.append(f"| {read} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "The same statements sent by psycopg alone (no SQLAlchemy), ms p50 / p95 (median over the rounds), and",
-        "whether the plan (node types, indexes, relations, subplans; costs aside) is the baseline's:",
-        "",
-        "| read | " + " | ".join(names) + (" | same plan |" if "same_plans" in r else " |"),
+        "| read | " + " | ".join(names) + (" | same plan as the baseline |" if "same_plans" in r else " |"),
         "|---|" + "---|" * (len(names) + ("same_plans" in r)),
     ]
-    for read in READS:
-        cells = [f"{trees[n]['sql'][read]['p50']:.2f} / {trees[n]['sql'][read]['p95']:.2f}" for n in names]
+    for read in READS:  # the plan: node types, indexes, relations, subplans; costs aside
+        cells = [f"{trees[n]['reads'][read]['p50']:.2f} / {trees[n]['reads'][read]['p95']:.2f}" for n in names]
         same = [("yes" if r["same_plans"][read] else "**no**")] if "same_plans" in r else []
         lines.append(f"| {read} | " + " | ".join([*cells, *same]) + " |")
     lines += [
         "",
-        "Statement preparation per execution of the ranked list (SQLAlchemy's `_compile_w_cache`, the compiled-",
-        "statement cache on), µs p50 / p95, and what the cache answered:",
+        "Preparing the ranked list's statement per execution (SQLAlchemy's `_compile_w_cache`), µs p50 / p95:",
         "",
         "| tree | statement | p50 / p95 µs | cache |",
         "|---|---|---|---|",
@@ -300,10 +287,9 @@ def render(r: dict[str, Any], command: str) -> str:
             lines.append(f"| {name} | {variant} | {s['p50']:.1f} / {s['p95']:.1f} | {cache} |")
     lines += [
         "",
-        "How to read it: a statement compiled once at import is a cache hit keyed by its text, which costs less than",
-        "the baseline's `text()` built at every call (that construction parses the string for parameters); a Core",
-        "`Select` kept at module level is also a hit, after a walk of its cache key; one rebuilt at every request costs",
-        "about a compilation even when the cache hits, which is why no request builds one.",
+        "How to read it: a statement compiled once at import is a cache hit keyed by its text, cheaper than the",
+        "baseline's `text()` built at every call; a Core `Select` rebuilt per request costs about a compilation even",
+        "when the cache hits, which is why no request builds one.",
     ]
     return "\n".join(lines)
 

@@ -147,13 +147,9 @@ def render(results: dict[str, Any], command: str) -> str:
     lines = [
         HEADING,
         "",
-        f"Command: `{command}` (one run). Tier {results['tier']}: {rows['repositories']:,} repositories, "
-        f"{rows['canonical_findings']:,} canonical findings. wrk with {results['connections']} connections for "
-        f"{results['duration_s']:g} s per page (the child sitemap twice as long; after a 2 s warm-up), against "
-        "`tarakan serve --workers 1` and `--workers 2` (uvicorn processes sharing one port). **wrk, the server "
-        "processes and Postgres share the same 2 cores, and this machine was shared with other work during the run "
-        "(the 1-minute load average before each run is in the table)**: a second server process competes with wrk "
-        "and Postgres for CPU, so read the figures as the capacity of the whole busy box, not of the web tier.",
+        f"Command: `{command}` (Tier {results['tier']}: {rows['canonical_findings']:,} canonical findings). wrk with {results['connections']} connections for "
+        f"{results['duration_s']:g} s per page (the child sitemap twice as long), against `tarakan serve --workers "
+        "1` and `--workers 2`. wrk, the servers and Postgres share the 2 cores: the figures are the whole box's.",
         "",
         "| page | processes | requests/s | p50 / p99 ms | failed (server statuses) | load average before |",
         "|---|---:|---:|---:|---|---:|",
@@ -167,9 +163,8 @@ def render(results: dict[str, Any], command: str) -> str:
             )
     lines += [
         "",
-        "A failure is an answer wrk did not count as 2xx/3xx or a socket error (a timeout, or a response cut at the "
-        "end of the run); the server's 503s are load shedding: no pooled connection within `DB_POOL_TIMEOUT` or a "
-        "statement past `DB_STATEMENT_TIMEOUT` (docs/reliability.md).",
+        "A failure is an answer wrk did not count as 2xx/3xx, or a socket error; a 503 is load shedding "
+        "(docs/reliability.md).",
     ]
     cores, quietest = os.cpu_count() or 1, min(r["load_average_before"] for r in results["runs"])
     if quietest > 2 * cores:
