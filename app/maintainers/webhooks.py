@@ -25,6 +25,7 @@ from app.registry.models import Repository
 
 MAX_PER_REPOSITORY = 5
 DELETE_ACTION = "webhook.delete"  # the moderator's delete, in the audit log
+MODERATED_LIST = 100  # the most webhooks of one repository the maintain page lists to moderators
 MAX_LOG_PAGE = 100
 DEFAULT_LOG_PAGE = 50
 _NO_WEBHOOK = {"webhook": ["not found"]}
@@ -248,10 +249,12 @@ def _moderated(row: Any) -> ModeratedWebhook:
 
 
 async def repository_webhooks(repository_id: int) -> list[ModeratedWebhook]:
-    """Every webhook of a repository, whoever owns it (at most MAX_PER_REPOSITORY per current maintainer set, so no
-    paging beyond a generous bound), oldest first: the maintain page's list for moderators."""
+    """The webhooks of a repository, whoever owns them, oldest first, the first MODERATED_LIST (no paging: five count
+    at a time, ended maintainers' add a few): the maintain page's list for moderators."""
     async with db.read_session(replica=False) as session:
-        found = await session.execute(_moderated_query().where(Webhook.repository_id == repository_id).limit(100))
+        found = await session.execute(
+            _moderated_query().where(Webhook.repository_id == repository_id).limit(MODERATED_LIST)
+        )
         return [_moderated(row) for row in found.all()]
 
 
