@@ -17,6 +17,7 @@ from app.kernel import db, ratelimit
 from app.kernel.config import maintainer_recheck_hours
 from app.kernel.errors import Conflict, NotFound, ServiceUnavailable, ValidationError
 from app.kernel.purge import purge_after_commit
+from app.kernel.quotas import DAY_SECONDS, DailyQuota, exempt_from_quotas, require_within_quota
 from app.kernel.shared_cache import repository_tag
 from app.maintainers import forge
 from app.maintainers.access import NO_REPOSITORY, acting_account, listed_repository, slug
@@ -26,6 +27,8 @@ from app.reports.models import CanonicalFinding, CanonicalFindingCheck
 from app.reports.quorum import refresh_repository_checks
 
 CLAIM_LIFETIME = timedelta(days=7)
+# new claims an account may make a day, by standing (each is a token to commit and, verified, a forge fetch a day)
+CLAIMS_PER_DAY = DailyQuota("maintainer claims", reviewer=30, active=10, other=5)
 VERIFIED_MODE = "maintainer_verified"
 RECHECK_BATCH = 100
 RECHECK_CONCURRENCY = 4  # fetches in flight at once during a recheck
@@ -35,6 +38,10 @@ RECHECK_CONCURRENCY = 4  # fetches in flight at once during a recheck
 VERIFIES = ratelimit.Window(
     "verifies", 10, 600, "at most {limit} claim verifications every 10 minutes per account: each one asks the forge"
 )
+# a redirect or 401 on this many rechecks, MAINTAINER_RECHECK_HOURS apart, ends a maintainership (the file cannot be
+# read, so it proves nothing any more)
+UNREACHABLE_CHECKS = 3
+PROOF_UNREACHABLE = "proof_unreachable"
 BUSY_RETRY_AFTER = 5  # seconds a verify is told to wait when every forge fetch slot of the process is taken
 _NO_CLAIM = {"claim": ["not found"]}
 
@@ -91,13 +98,15 @@ async def claim_repository(account_id: int, host: str, owner: str, name: str) ->
     now). An expired unverified claim is replaced by a new one (a new token). 409 when the account already
     maintains the repository."""
     async with db.transaction() as session:
-        await acting_account(session, account_id)
+        account = await acting_account(session, account_id)
         repository = await listed_repository(session, host, owner, name)
         if (await session.execute(select(exists().where(*_current(repository.id, account_id))))).scalar():
             raise Conflict({"repository": ["you already maintain this repository"]})
         pending = MaintainerClaim.state == "pending"
         mine = and_(MaintainerClaim.repository_id == repository.id, MaintainerClaim.account_id == account_id)
         await session.execute(delete(MaintainerClaim).where(mine, pending, MaintainerClaim.expires_at <= func.now()))
+        if not (await session.execute(select(exists().where(mine, pending)))).scalar():
+            await _require_claim_quota(session, account)
         inserted = (
             await session.execute(
                 insert(MaintainerClaim)
@@ -115,6 +124,26 @@ async def claim_repository(account_id: int, host: str, owner: str, name: str) ->
         ).scalar()
         claim = (await session.execute(select(MaintainerClaim).where(mine, pending))).scalar_one()
         return _view(claim, repository), inserted is not None
+
+
+async def _require_claim_quota(session: AsyncSession, account: Account) -> None:
+    """429 past the account's daily quota of new claims (CLAIMS_PER_DAY; moderators exempt), counted under the
+    account's row lock so that concurrent claims of one account cannot both pass the last slot. Claims are never
+    deleted within a day of being made (they expire after CLAIM_LIFETIME), so the count is every one made."""
+    if exempt_from_quotas(account):
+        return
+    await session.execute(select(Account.id).where(Account.id == account.id).with_for_update())
+    made_today = (
+        await session.execute(
+            select(func.count())
+            .select_from(MaintainerClaim)
+            .where(
+                MaintainerClaim.account_id == account.id,
+                MaintainerClaim.inserted_at > func.now() - timedelta(seconds=DAY_SECONDS),
+            )
+        )
+    ).scalar_one()
+    require_within_quota(account, CLAIMS_PER_DAY, int(made_today))
 
 
 async def _own_claim(session: AsyncSession, account_id: int, claim_id: int) -> tuple[MaintainerClaim, Repository]:
@@ -353,9 +382,22 @@ async def _due_batch(after_id: int) -> list[_Due]:
     return [_Due(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5])) for r in rows]
 
 
+def _unreachable_again(maintainer: RepositoryMaintainer, now: datetime, hours: float) -> bool:
+    """Count one more recheck the forge answered a redirect or 401 (a refusal): the first starts the streak, and
+    another counts once it is `hours` times the counted ones after the first (at most one a day). True when
+    UNREACHABLE_CHECKS are counted: the proof has been unreachable for that long."""
+    if maintainer.first_unreachable_at is None:
+        maintainer.first_unreachable_at, maintainer.unreachable_checks = now, 1
+    elif now - maintainer.first_unreachable_at >= timedelta(hours=hours) * maintainer.unreachable_checks:
+        maintainer.unreachable_checks += 1
+    return maintainer.unreachable_checks >= UNREACHABLE_CHECKS
+
+
 async def _settle(due: _Due, fetched: forge.Fetched, hours: float) -> Ended | None:
     """Record one recheck: found (the streak of misses ends), gone (the first miss starts a streak, a miss at least
-    `hours` after its start ends the maintainership) or the forge failing (nothing but the time of the check)."""
+    `hours` after its start ends the maintainership), refused by the forge (a redirect, 401, a 403 that is not its
+    rate limit: UNREACHABLE_CHECKS of them `hours` apart end it) or the forge failing (nothing but the time of the
+    check). Any answer but a refusal or a failure ends the refusals' streak."""
     async with db.transaction() as session:
         maintainer = (
             await session.execute(
@@ -368,6 +410,8 @@ async def _settle(due: _Due, fetched: forge.Fetched, hours: float) -> Ended | No
             return None  # ended meanwhile (a moderator)
         now = db.utcnow()
         maintainer.last_checked_at = now
+        if fetched.outcome in ("found", "missing"):
+            maintainer.first_unreachable_at, maintainer.unreachable_checks = None, 0
         if fetched.outcome == "found" and fetched.holds(due.token):
             maintainer.first_missing_at = None
         elif fetched.outcome in ("found", "missing"):  # gone, or no longer holding this maintainer's token
@@ -376,7 +420,10 @@ async def _settle(due: _Due, fetched: forge.Fetched, hours: float) -> Ended | No
             elif now - maintainer.first_missing_at >= timedelta(hours=hours):
                 await end_maintainership(session, maintainer, reason="file_missing", ended_by_id=None)
                 return Ended(f"{due.host}/{due.owner}/{due.name}", due.handle, "file_missing")
-        # "failed" and "refused" (a redirect, a 403: not proof that the file is gone) end nothing
+        elif fetched.unreachable and _unreachable_again(maintainer, now, hours):
+            await end_maintainership(session, maintainer, reason=PROOF_UNREACHABLE, ended_by_id=None)
+            return Ended(f"{due.host}/{due.owner}/{due.name}", due.handle, PROOF_UNREACHABLE)
+        # "failed" (5xx, 429, a rate-limited 403, no answer) ends nothing and counts nothing
         await session.flush()
     return None
 
