@@ -699,8 +699,7 @@ def render_profile(r: dict[str, Any], command: str) -> str:
         f"Tree `{t['commit']}` at {r['rate']:.0f} reports/s for {step['achieved']:.1f}/s achieved: **CPU ms per "
         f"accepted report: web {cpu['web']:.1f}, worker {cpu['workers']:.1f}, Postgres {cpu['postgres']:.1f} (server "
         f"total {server:.1f})**; lag p50 / p95 {fmt(step['lag_p50_ms'])} / {fmt(step['lag_p95_ms'])} "
-        f"ms. Server statements: {calls:.1f} top-level calls per report, {ms:.2f} ms per report executing and "
-        "planning them.",
+        f"ms. Server statements: {calls:.1f} a report, {ms:.2f} ms executing and planning.",
         "",
         "| Postgres statement (top level; nested in italics) | calls / report | ms / report | rows / call |",
         "|---|---|---|---|",

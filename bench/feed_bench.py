@@ -235,9 +235,9 @@ def render(r: dict[str, Any], command_line: str) -> str:
         lines.append(f"| {label} | {x['n']} | {pair(x)} | {pair(x['server'])} | {x['bytes_p50'] / 1024:.1f} kB |")
     lines += [
         "",
-        f"| write: one transaction, state change to commit ({writes['restrict_report_outbox']['n']}, "
-        f"{writes['quarantine_repository_outbox']['n']}, {writes['status_under_hot_key_outbox']['n']} runs each half) "
-        "| through the outbox (feed diff + dirty keys) | feed diff alone |",
+        f"| write, state change to commit ({writes['restrict_report_outbox']['n']}, "
+        f"{writes['quarantine_repository_outbox']['n']}, {writes['status_under_hot_key_outbox']['n']} runs of each) "
+        "| through the outbox | feed diff alone |",
         "|---|---|---|",
         f"| restrict one report | {pair(writes['restrict_report_outbox'])} | {pair(writes['restrict_report_feed_only'])} |",
         f"| quarantine one repository | {pair(writes['quarantine_repository_outbox'])} | "

@@ -179,7 +179,7 @@ def render(r: dict[str, Any], command: str) -> str:
             f"{pct(mapping, 0.95):.1f} |",
             "",
             f"- SARIF ÷ Scan Format v1, server time p50: {pct(server, 0.5) / pct(v1, 0.5):.2f} (the mapping and the "
-            "larger body; everything after it is the same service).",
+            "larger body).",
             f"- Load average at the start and end of the posts: {load[0]:.1f}, {load[1]:.1f} (read the ratio).",
         ]
     )
