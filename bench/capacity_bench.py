@@ -494,7 +494,7 @@ def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
 PROFILE_HEADING = "## Ingest profile (bench/capacity_bench.py --profile)"
 # the bench's own statements (answer resolver, lag poller, backend sampler): never charged to the server
 BENCH_STATEMENTS = ("public_id = ANY", "i.updated_at = c.updated_at", "pg_stat_activity")
-PROFILE_STATEMENTS, PROFILE_FUNCTIONS = 3, 4  # what the doc shows of the last tree; bench/out keeps the rest
+PROFILE_STATEMENTS, PROFILE_FUNCTIONS = 3, 3  # what the doc shows of the last tree; bench/out keeps the rest
 
 
 STATEMENT_STATS = {
@@ -780,8 +780,8 @@ def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
         HEADING,
         "",
         f"Command: `{command}`. Open-loop one-finding reports from {ACCOUNTS} accounts through `POST "
-        "/api/v1/repos/.../reports` to real `tarakan serve` and `tarakan worker` processes, half on shared patterns "
-        f"(none deferred by design below ~190/s); each rate held {step_seconds:.0f} s, stepping up until it is not "
+        "/api/v1/repos/.../reports` to real `tarakan serve` and `tarakan worker` processes, half on shared patterns; "
+        f"each rate held {step_seconds:.0f} s, stepping up until it is not "
         "achieved (< 90 %) or two steps are past the knee (lag p95 > 1 s, or errors). Lag: the 2xx answer to the "
         "canonical in the atlas. CPU ms per accepted report.",
         "",

@@ -183,7 +183,7 @@ def render(r: dict[str, Any], command: str) -> str:
         "",
         f"- Peak RSS is the whole CLI process, imports included (they alone take {r['baseline_rss_mb']:.0f} MB): rows "
         "stream from a server-side cursor, so it does not grow with the registry. The worker builds the same "
-        'export (docs/operations.md "Bulk export": the takedown window is the next minute tick plus this time).',
+        'export (its takedown window: docs/operations.md "Bulk export").',
     ]
     return "\n".join(lines)
 

@@ -113,7 +113,7 @@ MODULES: dict[str, Module] = {
 
 NOTES = """
 Command: `python -m bench.mutation [--module NAME ...] [--resume] [--sql-only | --no-sql] [--table-only]` (mutmut
-3.8.1, which forks each mutant's tests from one pytest start; every process under `nice -n 10`). Each module runs
+3.8.1: one pytest start, a fork per mutant). Each module runs
 against the tests that cover it (`MODULES` in bench/mutation.py); bench/sql_mutants.py swaps each SQL guard for a
 broken twin, which the consumers' tests must fail. A timeout counts as killed. `--table-only` rewrites this
 section from `bench/out/mutation/`.
