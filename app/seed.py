@@ -1,16 +1,22 @@
 """Demo data (docs/domain.md §10): accounts, listed repositories, the original's 20 infestation patterns through the
-real report service, then a synchronous rollup drain."""
+real report service, then a synchronous rollup drain. Safe beside a running worker and resumable after a crash."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
+import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
-from sqlalchemy import exists, select, text, update
+import psycopg
+from sqlalchemy import exists, func, select, text, update
+from sqlalchemy.exc import DBAPIError
 
 from app.accounts.models import Account
 from app.accounts.service import create_account, get_account_by_email
@@ -20,7 +26,10 @@ from app.kernel.errors import ValidationError
 from app.registry.models import Repository
 from app.registry.service import register_repository
 from app.reports.finding_memory import pattern_key
-from app.reports.models import CanonicalFinding, Scan
+from app.reports.models import CanonicalFinding, Scan, ScanFinding
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEMO_PASSWORD = "tarakan-demo-password"
 MODERATOR_EMAIL = "mod@example.com"
@@ -211,6 +220,24 @@ async def _demo_repositories() -> list[Repository]:
     return repositories
 
 
+# A seed transaction that loses a deadlock to a concurrent one (the worker draining the keys the reports just marked
+# settles its dirty rows in its own order) was rolled back whole: running it again is safe (docs/domain.md §10)
+RETRIES = 5
+_TRANSIENT = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+
+async def _retrying(what: str, step: Callable[[], Awaitable[T]]) -> T:
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return await step()
+        except DBAPIError as exc:
+            if not isinstance(exc.orig, _TRANSIENT) or attempt == RETRIES:
+                raise
+            log.warning("demo seed: %s lost a deadlock to a concurrent transaction; retrying (%d)", what, attempt)
+            await asyncio.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")
+
+
 async def _existing_run_ids(account_id: int, run_ids: list[str]) -> set[str]:
     async with db.read_session(replica=False) as session:
         rows = await session.execute(
@@ -219,14 +246,57 @@ async def _existing_run_ids(account_id: int, run_ids: list[str]) -> set[str]:
         return {r for (r,) in rows if r is not None}
 
 
-async def _apply_statuses_and_times(submitted: list[tuple[SeedReport, uuid.UUID]]) -> None:
-    """One transaction: direct status writes, spread timestamps, dirty keys, repository metrics."""
+def _demo_names() -> list[str]:
+    return [f"{owner}/{name}" for owner, name, *_ in DEMO_REPOSITORIES]
+
+
+_DEMO_REPOSITORY = func.concat(Repository.owner, "/", Repository.name).in_(_demo_names())
+_SEED_RUN = Scan.model == SEED_MODEL
+
+
+async def _anchor() -> datetime:
+    """The demo's "now": when its first repository was registered. Every seeded timestamp counts back from it, so a
+    run resuming an interrupted one writes the dates the first run would have, and each report the seed has dated
+    is older than it while one it has not is newer (`_undated`)."""
+    async with db.read_session(replica=False) as session:
+        anchor = (await session.execute(select(func.min(Repository.inserted_at)).where(_DEMO_REPOSITORY))).scalar()
+    assert anchor is not None, "the demo repositories are registered first"
+    return anchor
+
+
+async def _undated(account_id: int, reports: list[SeedReport], anchor: datetime) -> list[tuple[SeedReport, uuid.UUID]]:
+    """The seed's reports stored but not yet given their status and dates: a run that crashed, was killed or lost
+    a deadlock between its reports and `_apply_statuses_and_times` left them so."""
+    by_run = {r.run_id: r for r in reports}
+    async with db.read_session(replica=False) as session:
+        rows = await session.execute(
+            select(Scan.run_id, CanonicalFinding.public_id)
+            .join(ScanFinding, ScanFinding.scan_id == Scan.id)
+            .join(CanonicalFinding, CanonicalFinding.id == ScanFinding.canonical_finding_id)
+            .where(Scan.submitted_by_id == account_id, Scan.run_id.in_(by_run), Scan.inserted_at > anchor)
+        )
+        return [(by_run[run_id], public_id) for run_id, public_id in rows if run_id is not None]
+
+
+async def _unfinished_demo() -> bool:
+    """Only demo repositories, and no seed report yet or one not dated: an earlier seed stopped half way."""
+    async with db.read_session(replica=False) as session:
+        if (await session.execute(select(exists().where(~_DEMO_REPOSITORY)))).scalar():
+            return False
+        if not (await session.execute(select(exists().where(_SEED_RUN)))).scalar():
+            return True
+    anchor = await _anchor()
+    async with db.read_session(replica=False) as session:
+        return bool((await session.execute(select(exists().where(_SEED_RUN, Scan.inserted_at > anchor)))).scalar())
+
+
+async def _apply_statuses_and_times(submitted: list[tuple[SeedReport, uuid.UUID]], now: datetime) -> None:
+    """One transaction: direct status writes, timestamps spread back from `now`, dirty keys, repository metrics."""
     from app.kernel import changes
     from app.kernel.outbox import mark_dirty
     from app.registry.metrics import recalculate_repository_metrics
 
     async with db.transaction() as session:
-        now = (await session.execute(text("SELECT now()"))).scalar_one()
         for report, canonical_public_id in submitted:
             inserted, updated = seeded_times(report, now)
             canonical_id = (
@@ -263,37 +333,43 @@ async def _apply_statuses_and_times(submitted: list[tuple[SeedReport, uuid.UUID]
 
 
 async def seed_demo(*, if_empty: bool) -> dict[str, Any]:
-    """Load the demo registry. With `if_empty`, do nothing when any repository exists. Returns a summary."""
+    """Load the demo registry. With `if_empty`, do nothing when any repository exists, unless they are the demo's own
+    and an earlier seed stopped half way (it is finished then). Returns a summary."""
     from app.infestations.dirty_queue import drain_all
     from app.reports.service import submit_report
 
     if if_empty:
         async with db.read_session(replica=False) as session:
-            if (await session.execute(select(exists().where(Repository.id.is_not(None))))).scalar():
-                return {"skipped": True, "reason": "the database already has repositories"}
+            populated = (await session.execute(select(exists().where(Repository.id.is_not(None))))).scalar()
+        if populated and not await _unfinished_demo():
+            return {"skipped": True, "reason": "the database already has repositories"}
 
-    moderator, accounts_created = await _demo_accounts()
-    repositories = await _demo_repositories()
+    moderator, accounts_created = await _retrying("the accounts", _demo_accounts)
+    repositories = await _retrying("the repositories", _demo_repositories)
     reports = pattern_reports(repositories) + one_off_reports(repositories)
     already = await _existing_run_ids(moderator.id, [r.run_id for r in reports])
 
-    submitted: list[tuple[SeedReport, uuid.UUID]] = []
+    submitted = 0
     for report in reports:
         if report.run_id in already:
             continue
         repo = report.repository
-        response = await submit_report(moderator, repo.host, repo.owner, repo.name, report.body)
-        submitted.append((report, uuid.UUID(str(response["findings"][0]["canonical_public_id"]))))
+        # a retry of the same run_id is answered with the stored report: submitting again is safe
+        await _retrying("a report", partial(submit_report, moderator, repo.host, repo.owner, repo.name, report.body))
+        submitted += 1
 
-    if submitted:
-        await _apply_statuses_and_times(submitted)
-    refreshed = await drain_all()
+    anchor = await _anchor()
+    undated = await _undated(moderator.id, reports, anchor)
+    if undated:
+        await _retrying("the statuses and dates", lambda: _apply_statuses_and_times(undated, anchor))
+    refreshed = await _retrying("the rollup drain", drain_all)
     return {
         "skipped": False,
         "accounts_created": accounts_created,
         "repositories": len(repositories),
-        "reports_submitted": len(submitted),
+        "reports_submitted": submitted,
         "reports_skipped": len(already),
+        "reports_dated": len(undated),
         "patterns": len(DEMO_PATTERNS),
         "rollups_refreshed": refreshed,
         "moderator_email": MODERATOR_EMAIL,
@@ -310,7 +386,8 @@ async def _seed(args: argparse.Namespace) -> int:
         return 0
     print(
         "seed: {repositories} repositories, {reports_submitted} reports submitted ({reports_skipped} already "
-        "there), {patterns} patterns, {rollups_refreshed} rollup keys refreshed".format(**summary)
+        "there; {reports_dated} given their status and dates), {patterns} patterns, {rollups_refreshed} rollup keys "
+        "refreshed".format(**summary)
     )
     print(f"seed: moderator login {summary['moderator_email']} / {summary['password']}")
     return 0

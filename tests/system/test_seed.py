@@ -1,11 +1,19 @@
 """The demo seed (docs/domain.md §10): accounts, listed repositories, 20 patterns / 95 instances, windows with content,
-rollups drained, and idempotent re-runs."""
+rollups drained, and idempotent re-runs; beside a worker draining the keys it marks (a deadlock lost to the drain
+is retried), and finished by the next `--if-empty` run after it was killed half way."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
+import os
+import signal
+import time
 from collections import Counter
 
+import psycopg
+import pytest
 from sqlalchemy import func, select, text
 
 from app.accounts.models import Account
@@ -16,6 +24,7 @@ from app.reports.finding_memory import pattern_key
 from app.reports.models import Scan
 from app.seed import DEMO_ONE_OFFS, DEMO_PASSWORD, DEMO_PATTERNS, DEMO_REPOSITORIES, seed_demo
 from tests import factories
+from tests.harness import ARTIFACTS, spawn, stop, tarakan
 
 
 def test_pattern_table_matches_domain_section_10() -> None:
@@ -153,3 +162,95 @@ async def test_if_empty_skips_when_any_repository_exists() -> None:
     assert summary["skipped"] is True
     assert await _scalar("SELECT count(*) FROM accounts") == 0
     assert await _scalar("SELECT count(*) FROM repositories") == 1
+
+
+DEMO_REPORTS = 95 + len(DEMO_ONE_OFFS)
+
+
+async def _assert_the_whole_demo() -> None:
+    """Every report stored and dated, the §10 tallies, and the atlas projected from them."""
+    assert await _scalar("SELECT count(*) FROM scans") == DEMO_REPORTS
+    tallies = dict(
+        await _session_rows(
+            "SELECT status, count(*) FROM canonical_findings WHERE pattern_key = ANY(:keys) GROUP BY status",
+            keys=[pattern_key(t) for t, _, _ in DEMO_PATTERNS],
+        )
+    )
+    assert tallies == {"open": 74, "verified": 12, "fixed": 8, "disputed": 1}
+    # dated: every report is as old as its canonical, none left at the time it was submitted
+    assert await _scalar("SELECT count(*) FROM scans WHERE inserted_at > now() - interval '1 minute'") == 0
+    assert await _scalar("SELECT count(*) FROM infestation_patterns WHERE repo_count >= 2") == 20
+    assert await _scalar("SELECT sum(instance_count) FROM infestation_patterns WHERE repo_count >= 2") == 95
+
+
+def _plain_url() -> str:
+    return os.environ["DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+
+
+async def _wait_for(sql: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not await _scalar(sql):
+        assert time.monotonic() < deadline, f"not within {timeout} s: {sql}"
+        await asyncio.sleep(0.005)
+
+
+async def test_a_deadlock_lost_to_the_drain_is_retried_and_the_demo_is_whole(caplog: pytest.LogCaptureFixture) -> None:
+    """The race of a first `./run`, made certain: once the reports are in, a second connection settles dirty rows
+    as a drain batch does (its DELETE takes them in its join's order: here the last key first), the seed's
+    transaction marks the keys in sorted order and waits on that row, the drain reaches for the first key, which
+    the seed holds: Postgres aborts the seed's transaction (it waited first). Before the seed retried, the command
+    failed there with the reports stored and none of their statuses or dates."""
+    keys = sorted(pattern_key(t) for t, _, _ in DEMO_PATTERNS)
+    caplog.set_level(logging.WARNING, logger="app.seed")
+    seeding = asyncio.create_task(seed_demo(if_empty=True))
+    async with await psycopg.AsyncConnection.connect(_plain_url()) as drain:
+        await _wait_for(f"SELECT count(*) = {DEMO_REPORTS} FROM scans")
+        await drain.execute("DELETE FROM infestation_dirty_keys WHERE pattern_key = %s", (keys[-1],))
+        await _wait_for(
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE '%INSERT INTO infestation_dirty_keys%'"
+        )
+        await drain.execute("DELETE FROM infestation_dirty_keys WHERE pattern_key = %s", (keys[0],))
+        await drain.commit()
+    summary = await asyncio.wait_for(seeding, 120)
+    assert any("lost a deadlock" in r.getMessage() for r in caplog.records), "the race did not happen"
+    assert summary["reports_submitted"] == summary["reports_dated"] == DEMO_REPORTS
+    assert await _scalar("SELECT count(*) FROM infestation_dirty_keys") == 0
+    await _assert_the_whole_demo()
+
+
+async def test_the_seed_beside_a_running_worker_loads_the_whole_demo() -> None:
+    """`./run`'s first start: the worker drains every key the seed's reports mark (rung at each commit, no hot-key
+    wait) while the seed goes on, then the seed dates them all and drains what is left."""
+    worker = spawn("worker", env={"INFESTATIONS_HOT_KEY_INTERVAL": "0"}, log=ARTIFACTS / "seed-worker.log")
+    try:
+        seeded = await tarakan("seed", "--demo", "--if-empty")
+        assert seeded.code == 0, seeded
+        assert f"{DEMO_REPORTS} reports submitted" in seeded.out and f"{DEMO_REPORTS} given their status" in seeded.out
+        await _wait_for("SELECT count(*) = 0 FROM infestation_dirty_keys")  # a key the worker still held
+        assert worker.poll() is None, "the worker exited"
+    finally:
+        await asyncio.to_thread(stop, worker, signal.SIGTERM, 15)
+    await _assert_the_whole_demo()
+    assert "refreshed" in (ARTIFACTS / "seed-worker.log").read_text(), "the worker drained nothing"
+
+
+async def test_a_seed_killed_half_way_is_finished_by_the_next_run() -> None:
+    """A seed killed (SIGKILL) with part of its reports stored: the next `seed --demo --if-empty` (the next
+    `./run`) sees an unfinished demo, not a registry in use, and finishes it, dating the reports stored before."""
+    first = spawn("seed", "--demo", "--if-empty", quiet=True)
+    try:
+        await _wait_for("SELECT count(*) >= 30 FROM scans")
+        first.send_signal(signal.SIGKILL)
+    finally:
+        await asyncio.to_thread(first.wait, 15)
+    assert first.returncode == -signal.SIGKILL
+    stored = await _scalar("SELECT count(*) FROM scans")
+    assert isinstance(stored, int) and 30 <= stored < DEMO_REPORTS, stored
+    resumed = await tarakan("seed", "--demo", "--if-empty")
+    assert resumed.code == 0, resumed
+    assert f"({stored} already there; {DEMO_REPORTS} given their status and dates)" in resumed.out, resumed.out
+    await _assert_the_whole_demo()
+    # finished: the next run leaves it alone
+    again = await tarakan("seed", "--demo", "--if-empty")
+    assert again.code == 0 and "seed: skipped" in again.out, again
