@@ -24,7 +24,7 @@ from app.kernel import ratelimit
 from app.kernel.config import settings
 from app.kernel.errors import BadRequest, DomainError, ValidationError
 from app.kernel.forms import FormLimits
-from app.kernel.limits import MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, body_limit, too_large
+from app.kernel.limits import MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_JSON_VALUES, body_limit, too_large
 from app.kernel.text import ascii_int
 
 T = TypeVar("T")
@@ -53,8 +53,12 @@ class Budget:
             raise over_budget(self.seconds)
 
 
+class OverBudget(DomainError):
+    """The 413 of a body that needed more than its request's budget (a batch tells it from its lines' own faults)."""
+
+
 def over_budget(seconds: float) -> DomainError:
-    return DomainError(
+    return OverBudget(
         {"body": [f"needed more than {seconds:g} s of processing (the per-request budget); send a smaller document"]},
         status_code=413,
         title="Too large",
@@ -118,24 +122,41 @@ def _depth_exceeds(value: Any, maximum: int) -> bool:
 _JSON_STRING = regex.compile(rb'"(?:[^"\\]++|\\.)*+"')
 
 
-def _containers(raw: bytes) -> int:
-    """Objects and arrays in a JSON text (an upper bound for invalid JSON), counted before it is parsed: the parser
-    holds the GIL, and millions of containers make it (and the collector) stall every thread for seconds."""
-    upper = raw.count(b"[") + raw.count(b"{")  # brackets inside strings too: exact only when it matters
-    if upper <= MAX_JSON_CONTAINERS:
-        return upper
-    outside = _JSON_STRING.sub(b'""', raw, concurrent=True)
-    return outside.count(b"[") + outside.count(b"{")
+def _structure_counts(structure: bytes) -> tuple[int, int]:
+    """(objects and arrays, values and member names) of JSON text whose strings are `""` (or not yet removed: an
+    upper bound). Outside strings each member name is followed by one colon and each value after a container's
+    first by one comma: values and names are at most colons + commas + containers + 1 (exact when none is empty)."""
+    containers = structure.count(b"[") + structure.count(b"{")
+    return containers, containers + structure.count(b",") + structure.count(b":") + 1
 
 
-def require_few_containers(raw: bytes) -> None:
-    """413 when a JSON text (or a batch of them) holds more than MAX_JSON_CONTAINERS objects and arrays."""
-    if _containers(raw) > MAX_JSON_CONTAINERS:
+def _counts(raw: bytes) -> tuple[int, int]:
+    """`_structure_counts` of a JSON text (upper bounds for invalid JSON), counted before it is parsed: the parser
+    holds the GIL, and millions of containers, or of keys and values, make it (and the collector) stall every
+    thread (466,000 keys: a third of a second)."""
+    containers, values = _structure_counts(raw)  # brackets, commas, colons inside strings too: exact when it matters
+    if containers <= MAX_JSON_CONTAINERS and values <= MAX_JSON_VALUES:
+        return containers, values
+    return _structure_counts(_JSON_STRING.sub(b'""', raw, concurrent=True))
+
+
+def require_json_counts(raw: bytes) -> None:
+    """413 when a JSON text (or a batch of them) holds more than MAX_JSON_CONTAINERS objects and arrays, or more
+    than MAX_JSON_VALUES values and member names."""
+    containers, values = _counts(raw)
+    if containers > MAX_JSON_CONTAINERS:
         raise DomainError(
             {"body": [f"must hold at most {MAX_JSON_CONTAINERS} JSON objects and arrays"]},
             status_code=413,
             title="Too large",
             message=f"The request body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays.",
+        )
+    if values > MAX_JSON_VALUES:
+        raise DomainError(
+            {"body": [f"must hold at most {MAX_JSON_VALUES} JSON values and member names"]},
+            status_code=413,
+            title="Too large",
+            message=f"The request body holds more than {MAX_JSON_VALUES} JSON values and member names.",
         )
 
 
@@ -144,10 +165,10 @@ def _reject_constant(name: str) -> Any:
 
 
 def json_object(body: Body, budget: Budget, *, non_object_status: int = 422) -> dict[str, Any]:
-    """Valid JSON without NaN or Infinity, at most MAX_JSON_CONTAINERS objects and arrays (413), nested at most
-    MAX_JSON_DEPTH levels (400), an object
+    """Valid JSON without NaN or Infinity, at most MAX_JSON_CONTAINERS objects and arrays and MAX_JSON_VALUES values
+    and member names (413, counted before parsing), nested at most MAX_JSON_DEPTH levels (400), an object
     (`non_object_status`: the report API's 422, the repository API's 400, each as documented)."""
-    require_few_containers(body.raw)
+    require_json_counts(body.raw)
     budget.check()
     try:
         value = json.loads(body.raw, parse_constant=_reject_constant)

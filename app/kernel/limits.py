@@ -19,6 +19,10 @@ SITE_BODY_LIMIT = 64 * 1024
 MAX_JSON_DEPTH = 32  # a report document is a few levels deep; nothing legitimate comes near this
 # ~75 ms to parse at worst (docs/security.md); a 4 MiB SARIF log with code flows holds a few tens of thousands
 MAX_JSON_CONTAINERS = 200_000
+# Values and member names (every string, number, literal, object, array and key the parser builds): ~100 ms to
+# parse at worst (an array of floats); the suite's CodeQL log scaled to 4 MiB holds 193,000 pretty-printed and
+# 381,000 compact (docs/security.md "Body budget")
+MAX_JSON_VALUES = 500_000
 
 
 def body_limit(path: str) -> int:

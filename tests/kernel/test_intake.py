@@ -12,12 +12,13 @@ import httpx
 import pytest
 from starlette.routing import BaseRoute, Mount, Route
 
-from app.kernel.intake import BodyRoute
-from app.kernel.limits import MAX_JSON_CONTAINERS
+from app.kernel.intake import BodyRoute, require_json_counts
+from app.kernel.limits import MAX_JSON_CONTAINERS, MAX_JSON_VALUES
 from app.main import app
 from tests import factories
 from tests.reports.support import finding, report_body, row_counts
 from tests.reports.test_reports_api import reports_url, token_for
+from tests.reports.test_sarif_in import CODEQL
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -145,3 +146,63 @@ async def test_json_with_more_containers_than_the_parser_may_build_is_a_413(clie
     text_body = report_body(notes="[" * 300_000)
     response = await client.post(reports_url(repo), headers=headers, content=json.dumps(text_body))
     assert response.status_code != 413, response.text
+
+
+def many_keys_report(keys: int) -> bytes:
+    """Issue 34's body: a report near 4 MiB whose `document` is one object of `keys` keys (short distinct names,
+    each with a 0), 9 bytes a member."""
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+    def name(i: int) -> str:
+        text = ""
+        while True:
+            text, i = text + alphabet[i % 62], i // 62
+            if not i:
+                return text
+
+    document = b"{" + ",".join(f'"{name(i)}":0' for i in range(keys)).encode() + b"}"
+    return b'{"commit_sha":"' + b"a" * 40 + b'","model":"m","prompt_version":"v1","document":' + document + b"}"
+
+
+async def test_json_with_more_values_than_the_parser_may_build_is_a_413_before_it_is_parsed(
+    client: httpx.AsyncClient,
+) -> None:
+    """Issue 34: 465,943 keys in one object were parsed (a third of a second holding every thread) and only then
+    refused, 422, for the document's length. Members are counted with the containers now, before parsing."""
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository()
+    headers = {**(await token_for(account)), "Content-Type": "application/json"}
+    body = many_keys_report(465_943)
+    assert len(body) <= 4 * 1024 * 1024
+    response = await client.post(reports_url(repo), headers=headers, content=body)
+    assert response.status_code == 413, response.text
+    assert response.json()["errors"] == {"body": [f"must hold at most {MAX_JSON_VALUES} JSON values and member names"]}
+    assert (await row_counts())["scans"] == 0
+    # commas and colons inside strings are text, not members
+    text_body = report_body(notes=",:" * 300_000)
+    response = await client.post(reports_url(repo), headers=headers, content=json.dumps(text_body))
+    assert response.status_code != 413, response.text
+
+
+def scaled_codeql(size: int, **dumps: Any) -> bytes:
+    """The suite's CodeQL log with its results repeated until it is just under `size` bytes."""
+    log = json.loads(CODEQL.read_text())
+    results = log["runs"][0]["results"]
+
+    def dumped(copies: int) -> bytes:
+        log["runs"][0]["results"] = results * copies
+        return json.dumps(log, **dumps).encode()
+
+    first, each = len(dumped(1)), len(dumped(2)) - len(dumped(1))  # the size grows by `each` a copy
+    raw = dumped(1 + (size - first) // each)
+    assert len(raw) <= size
+    return raw
+
+
+@pytest.mark.parametrize("dumps", [{"indent": 2}, {"separators": (",", ":")}], ids=["pretty", "compact"])
+def test_a_sarif_log_at_the_body_limit_is_within_the_value_count(dumps: dict[str, Any]) -> None:
+    """Legitimate large documents stay under the count: the CodeQL log scaled to 4 MiB holds about 193,000 values
+    and member names pretty-printed and 381,000 compact (of 500,000)."""
+    raw = scaled_codeql(4 * 1024 * 1024, **dumps)
+    assert len(raw) > 4 * 1024 * 1024 - 20_000
+    require_json_counts(raw)  # no 413
