@@ -13,9 +13,11 @@ from app.accounts.models import Account
 from app.kernel import outages, ratelimit
 from app.kernel.answers import UNSET, encode
 from app.kernel.errors import BadRequest, DomainError, RateLimited, ServiceUnavailable, Unauthorized, ValidationError
-from app.kernel.intake import Body, Budget, json_object, refused_status, require_few_containers
+from app.kernel.intake import Body, Budget, OverBudget, json_object, refused_status, require_json_counts
 from app.kernel.refs import REF_EXAMPLE, REF_FORMAT, parse_ref
 from app.reports import service
+from app.reports.policy import RepositoryRateLimited
+from app.reports.secrets_scanner import ScanTimedOut
 from app.reports.types import BatchLine
 from app.reports.validation import ReportInput
 
@@ -39,6 +41,10 @@ class Prepared:
     name: str
     report: ReportInput
 
+    @property
+    def ref(self) -> tuple[str, str, str]:
+        return self.host, self.owner, self.name
+
 
 Parsed = Prepared | BatchLine  # a line to store, or its answer already (refused before any transaction)
 
@@ -58,6 +64,22 @@ def _refusal(line: int, exc: DomainError) -> BatchLine:
 
 def _cut(line: int, field: str, message: str) -> BatchLine:
     return BatchLine(line=line, status=429, errors={field: [message]}, retry_after=LINE_RETRY_AFTER)
+
+
+def _unread(line: int, budget: Budget) -> BatchLine:
+    return _cut(
+        line,
+        "budget",
+        f"not read: the request's processing budget ({budget.seconds:g} s) ran out before this line was done; "
+        "send it again",
+    )
+
+
+def _untried(line: int, limited: RateLimited) -> BatchLine:
+    """A line after `limited` (a quota or rate limit reached by an earlier line of this batch) that it applies to:
+    its 429, without a transaction."""
+    errors = {field: [f"not tried: {message}" for message in messages] for field, messages in limited.errors.items()}
+    return BatchLine(line=line, status=429, errors=errors, retry_after=limited.retry_after)
 
 
 def _repository(document: dict[str, Any]) -> tuple[tuple[str, str, str] | None, dict[str, list[str]]]:
@@ -83,8 +105,8 @@ def prepare_line(number: int, raw: bytes, budget: Budget) -> Prepared:
     ref, errors = _repository(document)
     try:
         report = service.prepare_report(document, budget)
-    except ValidationError as exc:
-        raise ValidationError(errors | exc.errors) from None
+    except ValidationError as exc:  # with the repository's errors; its kind kept (a scan out of time is no refusal)
+        raise type(exc)(errors | exc.errors) from None
     if ref is None:
         raise ValidationError(errors)
     return Prepared(number, *ref, report)
@@ -100,10 +122,11 @@ def too_many_lines() -> DomainError:
 
 
 def parse_batch(body: Body, budget: Budget) -> Batch:
-    """Every line of an NDJSON body, prepared (or refused) in order under the request's one budget; lines not begun
-    before it ran out are answered 429, to send again. Each line begun is held to the single route's own budget,
-    so it gets the single route's answer. Refuses the whole request (nothing written) when the body is not NDJSON,
-    holds no line, more than MAX_BATCH_LINES or more JSON objects and arrays than one body may."""
+    """Every line of an NDJSON body, prepared (or refused) in order under the request's one budget, each line on
+    what the lines before it left; a line after the first that it did not suffice for (not begun, or out of time
+    while read or scanned) is answered 429, to send again: sent first, it gets the single route's answer. Refuses
+    the whole request (nothing written) when the body is not NDJSON, holds no line, more than MAX_BATCH_LINES or
+    more JSON objects and arrays, or values and member names, than one body may."""
     started = time.monotonic()
     if body.media_type != BATCH_MEDIA_TYPE:
         raise ValidationError(
@@ -120,21 +143,16 @@ def parse_batch(body: Body, budget: Budget) -> Batch:
         lines.pop()  # the newline that ends the last line
     if not lines:
         raise ValidationError({"body": ["must hold at least one line (one report a line)"]})
-    require_few_containers(body.raw)
+    require_json_counts(body.raw)
     parsed: list[Parsed] = []
     for number, raw in enumerate(lines, start=1):
         if parsed and budget.spent() > budget.seconds:  # the first line is always read: a resubmission progresses
-            parsed.append(
-                _cut(
-                    number,
-                    "budget",
-                    f"not read: the request's processing budget ({budget.seconds:g} s) ran out before this line; "
-                    "send it again",
-                )
-            )
+            parsed.append(_unread(number, budget))
             continue
         try:
-            parsed.append(prepare_line(number, raw, Budget(budget.seconds)))
+            parsed.append(prepare_line(number, raw, budget))
+        except (OverBudget, ScanTimedOut) as exc:  # out of time: the line's own fault only with the whole budget
+            parsed.append(_unread(number, budget) if parsed else _refusal(number, exc))
         except DomainError as exc:
             parsed.append(_refusal(number, exc))
     return Batch(parsed, started)
@@ -160,12 +178,15 @@ async def store_batch(
     """Each prepared line stored in its own transaction (`service.store_report`: the account's lock, quotas and
     writes, as the single route), in order. Refused lines count toward `allowance`; once it is spent, the lines
     after are answered 429 untried, as are lines not begun within BATCH_SECONDS of the batch's start (`timed`; the
-    CLI has no client waiting) or after a dependency failed."""
+    CLI has no client waiting) or after a dependency failed. After a line's quota or rate 429 the lines it applies
+    to (the per-repository minute: that repository's; any other limit: all) get it untried, with no transaction:
+    their transactions would each lock the account row and insert a scan only to roll back."""
     left = None if allowance is None else await ratelimit.left(allowance.window, allowance.subject)
     answers: list[BatchLine] = []
     refused = 0
     deadline = batch.started + BATCH_SECONDS
     outage: ServiceUnavailable | None = None
+    limited: dict[tuple[str, str, str] | None, RateLimited] = {}  # by repository; None: the whole account's
     tried = False
     for item in batch.lines:
         number = item.line
@@ -185,6 +206,8 @@ async def store_batch(
             answer = item
         elif outage is not None:
             answer = _refusal(number, outage)
+        elif (limit := limited.get(None) or limited.get(item.ref)) is not None:
+            answer = _untried(number, limit)
         elif timed and tried and time.monotonic() > deadline:  # the first line is always tried, as above
             answer = _cut(
                 number,
@@ -192,7 +215,11 @@ async def store_batch(
                 f"not stored: the request's time ({BATCH_SECONDS:g} s) ran out before this line; send it again",
             )
         else:
-            answer, outage = await _store(account, item, scopes, token_id)
+            answer, stop = await _store(account, item, scopes, token_id)
+            if isinstance(stop, RateLimited):
+                limited[item.ref if isinstance(stop, RepositoryRateLimited) else None] = stop
+            else:
+                outage = stop
             tried = True
         if refused_status(answer.status):
             refused += 1
@@ -204,13 +231,16 @@ async def store_batch(
 
 async def _store(
     account: Account, item: Prepared, scopes: frozenset[str] | None, token_id: int | None
-) -> tuple[BatchLine, ServiceUnavailable | None]:
+) -> tuple[BatchLine, ServiceUnavailable | RateLimited | None]:
+    """The line's answer, and what stops the lines after it: an outage, or a quota or rate limit reached."""
     try:
         report, created = await service.store_report(
             account, item.host, item.owner, item.name, item.report, scopes=scopes, token_id=token_id
         )
     except Unauthorized:  # the request's token was revoked meanwhile: the bearer check's answer, for the request
         raise
+    except RateLimited as exc:
+        return _refusal(item.line, exc), exc
     except DomainError as exc:
         return _refusal(item.line, exc), None
     except outages.OUTAGE_ERRORS as exc:

@@ -192,6 +192,11 @@ RECENT_REPORTS = Fragment(
 )
 
 
+class RepositoryRateLimited(RateLimited):
+    """The per-repository minute's 429: the account may still write to other repositories (a batch goes on with
+    them; every other report limit is the whole account's)."""
+
+
 def require_within_limits(actor: Actor, per_minute: int, per_repo_minute: int, per_day: int) -> None:
     """§9 limits of `RECENT_REPORTS`' counts (read after the account row was locked), the daily quota first."""
     if exempt_from_quotas(actor):
@@ -202,7 +207,7 @@ def require_within_limits(actor: Actor, per_minute: int, per_repo_minute: int, p
             {"rate_limit": [f"at most {PER_MINUTE_LIMIT} reports per minute per account"]}, retry_after=60
         )
     if per_repo_minute >= PER_REPOSITORY_MINUTE_LIMIT:
-        raise RateLimited(
+        raise RepositoryRateLimited(
             {"rate_limit": [f"at most {PER_REPOSITORY_MINUTE_LIMIT} reports per minute per repository"]},
             retry_after=60,
         )

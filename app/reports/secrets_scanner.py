@@ -47,6 +47,10 @@ class ScanTimeout(Exception):
     """The budget ran out before the text was scanned."""
 
 
+class ScanTimedOut(ValidationError):
+    """`scan_fields`' 422 when its budget ran out (a batch tells it from a secret found: app/reports/batch.py)."""
+
+
 def _search(pattern: regex.Pattern[str], text: str, deadline: float) -> regex.Match[str] | None:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
@@ -94,6 +98,7 @@ def scan_fields(fields: dict[str, Any], *, budget: float = SCAN_BUDGET_SECONDS) 
     `fields` maps a field name to its value; the value `document` is walked."""
     deadline = time.monotonic() + budget
     errors: dict[str, list[str]] = {}
+    timed_out = False
     for name, value in fields.items():
         if value is None:
             continue
@@ -103,6 +108,7 @@ def scan_fields(fields: dict[str, Any], *, budget: float = SCAN_BUDGET_SECONDS) 
             found = _first_secret(strings, deadline)
         except ScanTimeout:
             errors[name] = ["could not be checked for secrets in time; send a smaller report"]
+            timed_out = True
             break
         if found is not None:
             index, kind = found
@@ -110,4 +116,4 @@ def scan_fields(fields: dict[str, Any], *, budget: float = SCAN_BUDGET_SECONDS) 
             field = document_field(path) if name == "document" else name
             errors[field] = [f"must not contain secrets (found what looks like {kind}; remove or redact it)"]
     if errors:
-        raise ValidationError(errors)
+        raise (ScanTimedOut if timed_out else ValidationError)(errors)
