@@ -159,6 +159,19 @@ async def test_after_a_limit_429_the_lines_it_applies_to_are_not_tried(client: h
     assert await scan_ids_drawn() == 12
 
 
+async def test_500_lines_to_one_repository_run_six_transactions(client: httpx.AsyncClient) -> None:
+    """Issue 34's figures: 500 lines to one repository from a member token drew 500 scan ids (five stored, 495 rolled
+    back) and took 1.7 s; now six, the five stored and the one 429 tried."""
+    account = await factories.create_account(state="active")
+    repo = await factories.create_repository()
+    started = time.monotonic()
+    answers = await send(client, await token_for(account), [line(repo, run_id=f"r{i}") for i in range(500)])
+    seconds = time.monotonic() - started
+    print(f"500 lines: {seconds:.2f} s")  # with -s: 0.18 s here, 1.93 s before
+    assert statuses(answers) == [201] * 5 + [429] * 495
+    assert await scan_ids_drawn() == 6
+
+
 async def test_lines_past_the_processing_budget_are_429s_to_send_again(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
