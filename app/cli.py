@@ -30,7 +30,7 @@ log = logging.getLogger("tarakan.cli")
 
 async def _run_async(handler: Handler, args: argparse.Namespace) -> int:
     from app.kernel import db
-    from jobs.queue import close_pools
+    from app.kernel.queue import close_pools
 
     try:
         result = handler(args)

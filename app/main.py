@@ -130,7 +130,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     gc.freeze()
     yield
     await watchdog.stop()
-    from jobs.queue import close_pools
+    from app.kernel.queue import close_pools
 
     await close_pools()
     await db.dispose_engines()

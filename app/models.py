@@ -9,7 +9,6 @@ from app.infestations.models import (
     InfestationPatternStatusWindow,
 )
 from app.kernel.audit import AuditEvent
-from app.kernel.changes import Change, PublishedCanonical, PublishedFinding, PublishedRepository
 from app.kernel.db import Base
 from app.kernel.flags import RuntimeSetting
 from app.maintainers.models import (
@@ -20,6 +19,7 @@ from app.maintainers.models import (
     WebhookDelivery,
 )
 from app.ops.models import AppSecret, InstanceLease, JobRun
+from app.record.changes import Change, PublishedCanonical, PublishedFinding, PublishedRepository
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, CanonicalFindingCheck, Scan, ScanConfirmation, ScanFinding
 

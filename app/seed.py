@@ -292,8 +292,8 @@ async def _unfinished_demo() -> bool:
 
 async def _apply_statuses_and_times(submitted: list[tuple[SeedReport, uuid.UUID]], now: datetime) -> None:
     """One transaction: direct status writes, timestamps spread back from `now`, dirty keys, repository metrics."""
-    from app.kernel import changes
-    from app.kernel.outbox import mark_dirty
+    from app.record import changes
+    from app.record.outbox import mark_dirty
     from app.registry.metrics import recalculate_repository_metrics
 
     async with db.transaction() as session:

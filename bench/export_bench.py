@@ -40,7 +40,8 @@ def announce() -> float:
     """Announce what is public on the change feed (`changes.sync_all`, the whole diff migration 0005 seeds with):
     bench data bypasses the services that write the feed, and the export reads the repositories' opaque ids and
     the feed's position from it."""
-    from app.kernel import changes, db
+    from app.kernel import db
+    from app.record import changes
 
     async def sync() -> None:
         async with db.transaction() as session:

@@ -57,7 +57,8 @@ async def write_side(dsn: str, takedowns: int, quarantines: int, statuses: int) 
     from sqlalchemy import text
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from app.kernel import changes, db, outbox
+    from app.kernel import db
+    from app.record import changes, outbox
     from app.reports.finding_memory import pattern_key
 
     rng = random.Random(14)
@@ -129,7 +130,7 @@ async def write_side(dsn: str, takedowns: int, quarantines: int, statuses: int) 
 
 
 def read_side(base: str, last_seq: int, runs: int) -> dict[str, Any]:
-    from app.kernel.changes import cursor_at
+    from app.record.changes import cursor_at
 
     rng = random.Random(15)
     out: dict[str, Any] = {}
@@ -248,8 +249,7 @@ def render(r: dict[str, Any], command_line: str) -> str:
         "The feed diff is a few index probes per report or repository; what a quarantine costs beyond it is the "
         "outbox's key discovery (`KEYS_FOR_REPOSITORY`), not the feed. The tail poll is a request's fixed cost.",
         "",
-        f"Redacted entries met by the readers: {reads['page_100']['redacted_entries_seen']} (from current "
-        "visibility).",
+        f"Redacted entries met by the readers: {reads['page_100']['redacted_entries_seen']} (from current visibility).",
     ]
     return "\n".join(lines) + "\n"
 

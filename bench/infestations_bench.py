@@ -546,7 +546,7 @@ def run_tier(tier: Tier, options: Options) -> dict[str, Any]:
 
         async def reads() -> None:
             from app.kernel import db
-            from jobs.queue import close_pools
+            from app.kernel.queue import close_pools
 
             try:
                 await measure_lists(dsn, results, options.runs, options.legacy_runs, legacy_sample=tier.bulk)

@@ -63,17 +63,21 @@ class Module:
         return not self.functions or any(fnmatch.fnmatchcase(mutant, p) for p in self.patterns())
 
 
-PAGING, TEXT, REFS = "tests/kernel/test_paging_mutants.py", "tests/kernel/test_text_mutants.py", "tests/kernel/test_refs.py"
-POLICY = ("tests/kernel/test_policy.py", "tests/kernel/test_policy_mutants.py")
+PAGING, TEXT, REFS = (
+    "tests/kernel/test_paging_mutants.py",
+    "tests/kernel/test_text_mutants.py",
+    "tests/kernel/test_refs.py",
+)
+ACTORS = ("tests/kernel/test_actors.py", "tests/kernel/test_actors_mutants.py")
 INFESTATIONS = "tests/infestations/test_infestations_mutants.py"
 SARIF = "tests/reports/test_sarif_mutants.py"
 MODULES: dict[str, Module] = {
     "paging": Module("app/kernel/paging.py", (PAGING,), pure=(PAGING,)),  # its DB test reads generate_series only
     "text": Module("app/kernel/text.py", (TEXT,), pure=(TEXT,)),
     "refs": Module("app/kernel/refs.py", (REFS,), pure=(REFS,)),
-    "policy": Module("app/kernel/policy.py", POLICY, pure=POLICY),
-    "visibility": Module("app/kernel/visibility.py", POLICY, pure=POLICY),
-    "public": Module("app/kernel/public.py", ("tests/kernel/test_public_mutants.py",)),
+    "actors": Module("app/kernel/actors.py", ACTORS, pure=ACTORS),
+    "visibility": Module("app/record/visibility.py", ACTORS, pure=ACTORS),
+    "public": Module("app/record/public.py", ("tests/record/test_public_mutants.py",)),
     "quorum": Module(
         "app/reports/quorum.py",
         ("tests/reports/test_quorum_mutants.py", "tests/reports/test_quorum.py", "tests/reports/test_checks.py"),
@@ -259,8 +263,19 @@ def run_sql(env: dict[str, str], *, resume: bool) -> dict[str, Any]:
             continue  # resumed: a mutant that lived, or whose tests changed, runs again
         started = time.monotonic()
         proc = subprocess.run(
-            [*NICE, sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "bench.sql_mutants",
-             *tests],
+            [
+                *NICE,
+                sys.executable,
+                "-m",
+                "pytest",
+                "-x",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "bench.sql_mutants",
+                *tests,
+            ],
             cwd=ROOT,
             env={**os.environ, **env, "TARAKAN_SQL_MUTANT": key if mutant is not None else ""},
             capture_output=True,

@@ -92,8 +92,7 @@ def render(r: dict[str, Any], command: str) -> str:
     hot = r["hot_key"]
     lines += [
         "",
-        f"The hot key alone: {hot['p50_ms']:.1f} / "
-        f"{hot['p95_ms']:.1f} ms.",
+        f"The hot key alone: {hot['p50_ms']:.1f} / {hot['p95_ms']:.1f} ms.",
     ]
     return "\n".join(lines)
 

@@ -140,7 +140,7 @@ def add_patterns(dsn: str) -> None:
             GROUP BY c.pattern_key
             """
         )
-        # one visible instance row per pattern: the read-time guard (app/kernel/public.py visible_pattern) lists
+        # one visible instance row per pattern: the read-time guard (app/record/public.py visible_pattern) lists
         # a pattern only while one is left
         conn.execute(
             """

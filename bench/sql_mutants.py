@@ -1,5 +1,5 @@
-"""SQL-text mutants of the SQL guards (issue 29): the public join set and read-time guard of app/kernel/public.py
-and the quorum's reviewer condition of app/kernel/policy.py are Core conditions that the feature modules compile
+"""SQL-text mutants of the SQL guards (issue 29): the public join set and read-time guard of app/record/public.py
+and the quorum's reviewer condition of app/kernel/actors.py are Core conditions that the feature modules compile
 into their statements at import, where a Python mutation tool's switch (flipped at test time) never reaches them.
 
 Each mutant here replaces one guard function by a broken twin (a flipped comparison, one predicate dropped, AND and
@@ -16,8 +16,9 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, FromClause, and_, or_, select
 
-from app.kernel import policy, public
+from app.kernel import actors
 from app.kernel.sql import ONE, outer
+from app.record import public
 
 # the consumers' tests that meet each guard through real pages: every public surface at the next request after each
 # kind of takedown, then the atlas counts after a drain (in-process, no worker); the quorum's tally and reasons
@@ -80,7 +81,9 @@ def _has_public_occurrence_any_scan(canonical_id: ColumnElement[Any] | None = No
     )
 
 
-def _public_canonical_or(r: FromClause = public.R, canonical_id: ColumnElement[Any] | None = None) -> ColumnElement[bool]:
+def _public_canonical_or(
+    r: FromClause = public.R, canonical_id: ColumnElement[Any] | None = None
+) -> ColumnElement[bool]:
     return or_(public.listed_repository(r), public.has_public_occurrence(canonical_id))
 
 
@@ -105,25 +108,19 @@ def _shown_pattern_and(pattern_key: ColumnElement[Any], sample_visible: ColumnEl
 
 
 def _qualified_reviewer_and(accounts: FromClause) -> ColumnElement[bool]:
-    return and_(accounts.c.trust_tier == policy.REVIEWER_TIER, accounts.c.platform_role.in_(policy.MODERATOR_ROLES))
+    return and_(accounts.c.trust_tier == actors.REVIEWER_TIER, accounts.c.platform_role.in_(actors.MODERATOR_ROLES))
 
 
 def _qualified_reviewer_flipped(accounts: FromClause) -> ColumnElement[bool]:
-    return or_(accounts.c.trust_tier != policy.REVIEWER_TIER, accounts.c.platform_role.in_(policy.MODERATOR_ROLES))
+    return or_(accounts.c.trust_tier != actors.REVIEWER_TIER, accounts.c.platform_role.in_(actors.MODERATOR_ROLES))
 
 
 MUTANTS = (
     SqlMutant("public_scan: = becomes <>", public, "public_scan", _public_scan_flipped, _TAKEDOWNS),
-    SqlMutant(
-        "listed_repository: = becomes <>", public, "listed_repository", _listed_repository_flipped, _TAKEDOWNS
-    ),
+    SqlMutant("listed_repository: = becomes <>", public, "listed_repository", _listed_repository_flipped, _TAKEDOWNS),
     SqlMutant("public_join: AND becomes OR", public, "public_join", _public_join_or, _TAKEDOWNS),
-    SqlMutant(
-        "visible_scan: no listing predicate", public, "visible_scan", _visible_scan(listed=False), _TAKEDOWNS
-    ),
-    SqlMutant(
-        "visible_scan: no visibility predicate", public, "visible_scan", _visible_scan(scan=False), _TAKEDOWNS
-    ),
+    SqlMutant("visible_scan: no listing predicate", public, "visible_scan", _visible_scan(listed=False), _TAKEDOWNS),
+    SqlMutant("visible_scan: no visibility predicate", public, "visible_scan", _visible_scan(scan=False), _TAKEDOWNS),
     SqlMutant("visible_scan: no key predicate", public, "visible_scan", _visible_scan(keyed=False), _TAKEDOWNS),
     SqlMutant(
         "has_public_occurrence: no visibility predicate",
@@ -136,17 +133,11 @@ MUTANTS = (
     SqlMutant(
         "visible_occurrence: = becomes <>", public, "visible_occurrence", _visible_occurrence_flipped, _TAKEDOWNS
     ),
-    SqlMutant(
-        "visible_pattern: no sample guard", public, "visible_pattern", _visible_pattern_any_instance, _TAKEDOWNS
-    ),
-    SqlMutant(
-        "visible_pattern: no OFFSET 0 fence", public, "visible_pattern", _visible_pattern_no_fence, _RANK_PLAN
-    ),
+    SqlMutant("visible_pattern: no sample guard", public, "visible_pattern", _visible_pattern_any_instance, _TAKEDOWNS),
+    SqlMutant("visible_pattern: no OFFSET 0 fence", public, "visible_pattern", _visible_pattern_no_fence, _RANK_PLAN),
     SqlMutant("shown_pattern: OR becomes AND", public, "shown_pattern", _shown_pattern_and, _TAKEDOWNS),
-    SqlMutant("qualified_reviewer: OR becomes AND", policy, "qualified_reviewer", _qualified_reviewer_and, _QUORUM),
-    SqlMutant(
-        "qualified_reviewer: = becomes <>", policy, "qualified_reviewer", _qualified_reviewer_flipped, _QUORUM
-    ),
+    SqlMutant("qualified_reviewer: OR becomes AND", actors, "qualified_reviewer", _qualified_reviewer_and, _QUORUM),
+    SqlMutant("qualified_reviewer: = becomes <>", actors, "qualified_reviewer", _qualified_reviewer_flipped, _QUORUM),
 )
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from app.accounts.models import Account
 from app.infestations.dirty_queue import drain_all
 from app.kernel import db
-from app.kernel.outbox import mark_dirty
+from app.record.outbox import mark_dirty
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from tests import factories

@@ -10,7 +10,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 from app.infestations.dirty_queue import drain_all
 from app.kernel import db
-from app.kernel.outbox import mark_dirty
+from app.record.outbox import mark_dirty
 from app.reports.finding_memory import pattern_key
 from tests.moderation.support import NOTES, PASSWORD, TITLE, make_account, two_repository_pattern
 

@@ -29,8 +29,8 @@ from sqlalchemy import select
 
 from app.accounts.models import Account
 from app.accounts.sessions import COOKIE_NAME, open_session
-from app.kernel import changes, db
-from app.kernel.policy import ANONYMOUS
+from app.kernel import db
+from app.kernel.actors import ANONYMOUS
 from app.maintainers.models import RepositoryMaintainer
 from app.maintainers.service import claim_repository
 from app.maintainers.statements import StatementInput, record_statement
@@ -40,6 +40,7 @@ from app.moderation.service import (
     change_statement_visibility,
     delete_repository,
 )
+from app.record import changes
 from app.registry.models import Repository
 from app.reports.queries import get_finding
 from e2e.seed import account, run_async, seed_pattern

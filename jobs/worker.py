@@ -1,4 +1,4 @@
-"""arq worker settings and job functions (the only importer of arq besides jobs/queue.py); several workers share one
+"""arq worker settings and job functions (the only importer of arq besides app/kernel/queue.py); several workers share one
 Postgres and one Redis (docs/scaling.md "What makes N instances safe")."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from app.kernel import db, outages, watchdog
 from app.kernel.config import ConfigError, settings
 from app.kernel.logs import configure_logging
 from app.kernel.metrics import WORKER_RECONNECTS, start_metrics_server
+from app.kernel.queue import close_pools, enqueue_drain, enqueue_webhooks
 from app.maintainers import delivery
 from app.maintainers import service as maintainers
 from app.ops import leases
-from jobs.queue import close_pools, ring_drain, ring_webhooks
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,9 +74,9 @@ async def drain_dirty_keys(ctx: dict[str, Any]) -> dict[str, Any]:
     result = await _retrying(ctx, dirty_queue.drain(worker_id=ctx.get("worker_id")))
     try:
         if result.remaining_claimable > 0:
-            await ring_drain(redis=ctx.get("redis"))
+            await enqueue_drain(redis=ctx.get("redis"))
         elif result.next_available_in_seconds is not None:
-            await ring_drain(delay_seconds=result.next_available_in_seconds, redis=ctx.get("redis"))
+            await enqueue_drain(delay_seconds=result.next_available_in_seconds, redis=ctx.get("redis"))
     except Exception as exc:  # the per-minute sweep picks the keys up
         log.warning("could not enqueue the next drain: %s", exc)
     return {
@@ -182,7 +182,7 @@ async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, Any]:
     try:
         next_due_in = result.backlog.next_due_in
         if next_due_in is not None:
-            await ring_webhooks(delay_seconds=max(0.0, next_due_in), redis=ctx.get("redis"))
+            await enqueue_webhooks(delay_seconds=max(0.0, next_due_in), redis=ctx.get("redis"))
     except Exception as exc:  # the per-minute run picks them up
         log.warning("could not ring the next webhook run: %s", exc)
     return result.summary()
@@ -198,8 +198,8 @@ async def startup(ctx: dict[str, Any]) -> None:
         ctx["worker_id"] = leases.new_worker_id()
         log.info("rollup worker %s started", ctx["worker_id"])
     try:
-        await ring_drain(redis=ctx.get("redis"))
-        await ring_webhooks(redis=ctx.get("redis"))
+        await enqueue_drain(redis=ctx.get("redis"))
+        await enqueue_webhooks(redis=ctx.get("redis"))
     except Exception as exc:  # the sweep covers it
         log.warning("could not ring a drain at start: %s", exc)
 

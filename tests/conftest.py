@@ -135,7 +135,8 @@ def reset_rate_counters() -> None:
 
 @pytest.fixture(autouse=True)
 def clean_database(services: dict[str, str]) -> None:
-    from app.kernel import flags, rendered
+    from app.kernel import flags
+    from app.record import rendered
     from app.registry import queries as registry_queries
     from app.registry.stats import reset_registry_stats_cache
     from app.seo import sitemap

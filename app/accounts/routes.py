@@ -10,10 +10,10 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.accounts import sessions
+from app.kernel.actors import can_moderate
 from app.kernel.errors import DomainError
 from app.kernel.forms import LOGIN_FORM, field, safe_local_path
 from app.kernel.intake import body_route, form_parser
-from app.kernel.policy import can_moderate
 from app.kernel.templating import templates
 
 

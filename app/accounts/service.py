@@ -17,8 +17,8 @@ from sqlalchemy.exc import IntegrityError
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, TOKEN_SCOPES, TRUST_TIERS, Account, ApiToken
 from app.accounts.passwords import hash_password_bounded
 from app.kernel import db
+from app.kernel.actors import LOCKED_OUT_STATES, has_moderator_role, is_locked_out
 from app.kernel.errors import Forbidden, NotFound, Unauthorized, ValidationError
-from app.kernel.policy import LOCKED_OUT_STATES, has_moderator_role, is_locked_out
 
 EMAIL_RE = re.compile(
     r"^[a-z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$"

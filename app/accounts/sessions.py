@@ -20,13 +20,14 @@ from starlette.responses import Response
 from app.accounts.models import Account, LoginAttempt
 from app.accounts.passwords import hash_password_bounded, verify_password_bounded
 from app.accounts.service import PASSWORD_MAX, is_valid_email
-from app.kernel import db, rendered
+from app.kernel import db
+from app.kernel.actors import is_locked_out
 from app.kernel.config import settings
 from app.kernel.errors import DomainError, RateLimited
-from app.kernel.policy import is_locked_out
 from app.kernel.security import SESSION_COOKIE_NAME
 from app.kernel.sql import statement
 from app.ops.secrets import client_address, client_ip_hash, secret_key
+from app.record import rendered
 
 COOKIE_NAME = SESSION_COOKIE_NAME
 IDLE_TIMEOUT = timedelta(hours=12)
@@ -356,7 +357,7 @@ async def current_account(conn: HTTPConnection) -> Account | None:
 
 async def signed_in(conn: HTTPConnection) -> bool:
     """Whether the request's session cookie names a live session: the render cache serves every other request as an
-    anonymous visitor's (app.kernel.rendered; a garbage cookie costs no rendering)."""
+    anonymous visitor's (app.record.rendered; a garbage cookie costs no rendering)."""
     return await current_account(conn) is not None
 
 

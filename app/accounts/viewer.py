@@ -1,11 +1,11 @@
-"""Who is looking at a public page: the session's account judged by the actor policy (`app.kernel.policy`)."""
+"""Who is looking at a public page: the session's account judged by the actor policy (`app.kernel.actors`)."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 
 from app.accounts.sessions import current_account, session_token
-from app.kernel.policy import ANONYMOUS, Viewer, viewer_of
+from app.kernel.actors import ANONYMOUS, Viewer, viewer_of
 
 
 async def viewer_for(request: Request) -> Viewer:

@@ -21,13 +21,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.exports.types import ExportFile, ExportManifest
 from app.kernel import db
 from app.kernel.answers import as_json
-from app.kernel.cache import TakedownKeyedCache
-from app.kernel.changes import PublishedRepository, snapshot_cursor, withdrawals_after
 from app.kernel.config import ConfigError, settings
 from app.kernel.errors import NotFound, ServiceUnavailable
-from app.kernel.public import listed_repository, public_join, visible_pattern
 from app.kernel.sql import Fragment, outer, statement
 from app.maintainers.statement_queries import statement_hides_after
+from app.record.changes import PublishedRepository, snapshot_cursor, withdrawals_after
+from app.record.public import listed_repository, public_join, visible_pattern
+from app.record.takedowns import TakedownKeyedCache
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,10 @@ from msgspec import Meta
 
 from app.feed import queries
 from app.feed.types import ChangeEntry, change_entry
-from app.kernel import changes, db
+from app.kernel import db
 from app.kernel.answers import Answer, Uuid, as_json
 from app.kernel.openapi import UUID, Schema, param, ref
+from app.record import changes
 
 
 class WebhookPayload(Answer):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.kernel import changes, db
+from app.kernel import db
 from app.kernel.paging import Page
-from app.kernel.public import listed_repository, public_join
 from app.kernel.sql import outer, statement
+from app.record import changes
+from app.record.public import listed_repository, public_join
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1_000

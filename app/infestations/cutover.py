@@ -7,8 +7,8 @@ from sqlalchemy import text
 from app.infestations.models import ROLLUP_READ_MODELS
 from app.infestations.shadow import shadow_compare_all
 from app.kernel import db
-from app.kernel.public import public_canonical
 from app.kernel.sql import statement
+from app.record.public import public_canonical
 
 COVERAGE_THRESHOLD = 0.99
 RECENT_REFRESH_HOURS = 26  # hourly window recompute and nightly reconcile both bump refreshed_at

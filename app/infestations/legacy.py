@@ -24,8 +24,8 @@ from app.infestations.rows import (
 from app.kernel import db
 from app.kernel.metrics import LIST_DURATION
 from app.kernel.paging import Page, Pages, after_keyset
-from app.kernel.public import public_canonical, public_join, public_scan
 from app.kernel.sql import Fragment, Slot, compose, outer, statement
+from app.record.public import public_canonical, public_join, public_scan
 
 # One row per canonical in the public join set (§3), narrowed by `{where}`. EXISTS instead of joining occurrences:
 # a canonical with many public occurrences must count once, and the distinct counts then stay cheap.

@@ -16,12 +16,13 @@ from app.infestations.dirty_queue import drain
 from app.infestations.models import InfestationPattern
 from app.infestations.projection import key_ranges, project_range, recompute_range, refresh_pattern
 from app.infestations.projection_sql import Keys
-from app.kernel import db, outbox
+from app.kernel import db
 from app.kernel.metrics import RECONCILE_KEYS
-from app.kernel.public import public_canonical
 from app.kernel.sql import ONE, compiled
 from app.ops import leases
 from app.ops.leases import new_worker_id
+from app.record import outbox
+from app.record.public import public_canonical
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding
 

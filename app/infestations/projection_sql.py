@@ -23,8 +23,8 @@ from sqlalchemy import (
 from sqlalchemy import table as _table
 
 from app.infestations.models import COUNTS, UNKNOWN_TITLE, WINDOWED_AGGREGATES, status_rank
-from app.kernel.public import listed_repository, public_scan
 from app.kernel.sql import WINDOW_DAYS, Fragment, Name, Window, compose, join, names, statement
+from app.record.public import listed_repository, public_scan
 from app.reports.models import CANONICAL_STATUSES
 
 # The representative instance: open-preferring, then newest (docs/domain.md §4.2).

@@ -33,11 +33,11 @@ from app.infestations.types import (
 from app.kernel.answers import iso
 from app.kernel.errors import BadRequest, NotFound
 from app.kernel.paging import InvalidCursor, Page
-from app.kernel.rendered import rendered_once
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.sql import WINDOW_DAYS
 from app.kernel.urls import infestation_path, twin_path
 from app.kernel.web import is_fragment_request, json_twin, page, wants_json
+from app.record.rendered import rendered_once
 
 INDEX_LIMIT = 50
 CONSTELLATION_TOP = 30  # the picture stays light; the table below carries all rows

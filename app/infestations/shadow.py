@@ -14,8 +14,8 @@ from app.infestations.rows import MIN_REPOS_CHOICES, list_options, window_bucket
 from app.infestations.shadow_sampler import crossed_since_recompute
 from app.kernel import db
 from app.kernel.metrics import SHADOW_MISMATCHES
-from app.kernel.public import public_canonical
 from app.kernel.sql import WINDOW_DAYS, Window, statement
+from app.record.public import public_canonical
 from app.reports.models import CANONICAL_STATUSES
 
 log = logging.getLogger(__name__)

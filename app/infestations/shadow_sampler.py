@@ -17,10 +17,11 @@ from sqlalchemy import table as _table
 from sqlalchemy.sql.functions import FunctionElement
 
 from app.infestations.models import ALL_TIME, WINDOWED_AGGREGATES
-from app.kernel import db, outbox
+from app.kernel import db
 from app.kernel.metrics import SHADOW_COMPARED, SHADOW_MISMATCHES, SHADOW_SKIPPED, SHADOW_SUSPECTS
-from app.kernel.public import public_canonical
 from app.kernel.sql import WINDOW_DAYS, Window, join, statement
+from app.record import outbox
+from app.record.public import public_canonical
 from app.reports.models import CANONICAL_STATUSES
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,6 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kernel.changes import COMMIT_ORDER_LOCK
 from app.kernel.columns import Inserted
 from app.kernel.config import varnish_purge_urls
 from app.kernel.db import Base
@@ -19,6 +18,9 @@ from app.kernel.purge import purge_after_commit
 from app.kernel.shared_cache import ATLAS_TAG, SITEMAP_TAG, occurrence_tag, pattern_tag, repository_tag
 from app.kernel.sql import Name, compose
 
+# pg_advisory_xact_lock key ("tarkfeed"): serializes the commit-order numbering of the takedown fence here and of
+# the change feed (app.record.changes); one lock, so two commits never take the two in opposite orders
+COMMIT_ORDER_LOCK = 0x7461726B66656564
 FENCE_SEQUENCE = "audit_fence_seq"
 
 

@@ -11,8 +11,6 @@ from typing import Generic, TypeVar
 
 from cachetools import LRUCache, TTLCache
 
-from app.kernel import db
-
 V = TypeVar("V")
 
 log = logging.getLogger(__name__)
@@ -117,25 +115,3 @@ class SingleFlightCache(Generic[V]):
         self._last.clear()
         self._completed.clear()
         self.loads = 0
-
-
-class TakedownKeyedCache(Generic[V]):
-    """A `SingleFlightCache` whose key carries the takedown fence (`db.takedown_fence`, read at every call), so a
-    takedown anywhere changes its answers at the next request (docs/scaling.md); anonymous answers only
-    (docs/security.md)."""
-
-    def __init__(self, ttl: Callable[[], float], *, maxsize: int) -> None:
-        self.cache: SingleFlightCache[V] = SingleFlightCache(ttl, maxsize=maxsize)
-        self._seen: int | None = None
-
-    async def get(self, key: Hashable, loader: Callable[[], Awaitable[V]]) -> V:
-        async with db.read_session() as session:
-            generation = await db.takedown_fence(session)
-        if generation != self._seen:
-            self.cache.invalidate()
-            self._seen = generation
-        return await self.cache.get((generation, key), loader)
-
-    def reset(self) -> None:
-        self.cache.reset()
-        self._seen = None

@@ -194,7 +194,7 @@ def forwarded_allow_ips() -> list[str]:
 
 
 def render_cache_bytes() -> int:
-    """`RENDER_CACHE_BYTES`: the bytes of rendered public pages one web process keeps (app.kernel.rendered; least
+    """`RENDER_CACHE_BYTES`: the bytes of rendered public pages one web process keeps (app.record.rendered; least
     recently used out first; 0: no render cache). Read when the cache is first used."""
     return _int("RENDER_CACHE_BYTES", 64 * 1024 * 1024)
 

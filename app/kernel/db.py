@@ -55,7 +55,7 @@ REPLICA_PROBE_SECONDS = 1.0
 # order (`audit_events.fence`, app.kernel.audit), so a server that shows fence N holds every takedown numbered up to
 # N. Not the audit id: ids follow allocation order, and of two overlapping takedowns the lower id can commit after the
 # higher one was seen (docs/domain.md §12 decision 8). One end of a unique index, read once per request on the
-# primary; also the render cache's version and the takedown-keyed caches' key (app.kernel.rendered, app.kernel.cache).
+# primary; also the render cache's version and the takedown-keyed caches' key (app.record.rendered, app.kernel.cache).
 TAKEDOWN_FENCE: Final = Fragment("SELECT coalesce(max(fence), 0) FROM audit_events")
 _TAKEDOWN_MARKER = TAKEDOWN_FENCE.statement()
 # On the replica: its marker and its lag (0 while it has replayed all it received; else the time since its last

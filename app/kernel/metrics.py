@@ -165,7 +165,7 @@ WEBHOOK_OLDEST_DUE_AGE = Gauge(
     multiprocess_mode=_DB_GAUGE,
 )
 
-# app.kernel.rendered: anonymous public pages rendered once per version (docs/scaling.md "Rendered once per version")
+# app.record.rendered: anonymous public pages rendered once per version (docs/scaling.md "Rendered once per version")
 RENDER_CACHE_REQUESTS = Counter(
     "tarakan_render_cache_requests_total",
     "Anonymous public page requests by render-cache outcome (hit: served from memory, miss: rendered and kept, "

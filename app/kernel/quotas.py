@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.kernel.actors import REVIEWER_TIER, Actor, has_moderator_role
 from app.kernel.errors import RateLimited
-from app.kernel.policy import REVIEWER_TIER, Actor, has_moderator_role
 
 DAY_SECONDS = 86400
 

@@ -27,7 +27,7 @@ class Window:
 
 
 async def _redis() -> Redis:
-    from jobs.queue import pool  # the one Redis pool of a web process; imported late, as app.kernel.outbox does
+    from app.kernel.queue import pool  # the one Redis pool of a web process; imported late, as app.record.outbox does
 
     return await pool()
 

@@ -7,9 +7,9 @@ from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
+from app.kernel.actors import require_good_standing
 from app.kernel.errors import NotFound, ValidationError
-from app.kernel.policy import require_good_standing
-from app.kernel.public import LISTED
+from app.record.public import LISTED
 from app.registry.models import Repository
 from app.registry.validation import validate_repo_ref
 

@@ -14,12 +14,12 @@ from starlette.routing import BaseRoute, Route
 from app.accounts.models import Account
 from app.accounts.service import ApiCaller, bearer_caller, refused_subject, require_scope
 from app.accounts.sessions import current_account
+from app.kernel.actors import can_moderate
 from app.kernel.answers import answer_response
 from app.kernel.db import utcnow
 from app.kernel.errors import DomainError, NotFound, Unauthorized, ValidationError
 from app.kernel.forms import FormLimits, field
 from app.kernel.intake import Body, Budget, body_route, form_parser, json_object
-from app.kernel.policy import can_moderate
 from app.kernel.text import ascii_int
 from app.kernel.urls import repo_path
 from app.kernel.web import PRIVATE_CACHE, page

@@ -16,9 +16,9 @@ from sqlalchemy.orm import aliased
 from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.audit import AuditEvent
-from app.kernel.changes import FINDING_STATEMENT, Change, next_seq_of
-from app.kernel.public import has_public_occurrence, listed_repository, public_scan, repositories, scan_findings, scans
 from app.maintainers.models import FindingStatement
+from app.record.changes import FINDING_STATEMENT, Change, next_seq_of
+from app.record.public import has_public_occurrence, listed_repository, public_scan, repositories, scan_findings, scans
 from app.reports.models import CanonicalFinding, ScanFinding
 
 SHOWN = "shown"

@@ -14,12 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.kernel import db, ratelimit
-from app.kernel.changes import FINDING_STATEMENT, Change, PublishedRepository
+from app.kernel.actors import require_good_standing
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import Budget
-from app.kernel.outbox import ring_webhooks_after_commit
-from app.kernel.policy import require_good_standing
-from app.kernel.public import LISTED, has_public_occurrence
 from app.kernel.purge import purge_after_commit
 from app.kernel.shared_cache import repository_tag
 from app.kernel.text import optional_text
@@ -31,6 +28,9 @@ from app.maintainers.models import (
     RepositoryMaintainer,
 )
 from app.maintainers.statement_queries import SHOWN, StatementView, current_of, statement_by_id
+from app.record.changes import FINDING_STATEMENT, Change, PublishedRepository
+from app.record.outbox import ring_webhooks_after_commit
+from app.record.public import LISTED, has_public_occurrence
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding
 from app.reports.secrets_scanner import SCAN_BUDGET_SECONDS, scan_fields
@@ -159,7 +159,7 @@ async def _announce(
     reason: str | None,
 ) -> None:
     """One `finding.statement` entry naming the canonical's current statement (`(id, status)`, or None when it has
-    none), numbered at commit like every entry (`app.kernel.changes`). `repository_id` and the opaque id route it
+    none), numbered at commit like every entry (`app.record.changes`). `repository_id` and the opaque id route it
     (webhooks); what it shows is decided at read time."""
     await session.execute(
         insert(Change).values(

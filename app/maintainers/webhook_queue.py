@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import text
 
 from app.kernel import db
-from app.kernel.policy import ACTING_STATES
+from app.kernel.actors import ACTING_STATES
 
 LEASE_SECONDS = 60  # a claimed delivery's request ends within delivery.DEADLINE_SECONDS; past the lease it is retaken
 # after the 1st, 2nd, ... failure of a streak; then hourly, until DISABLE_AFTER from the streak's first failure

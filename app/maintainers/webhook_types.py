@@ -7,10 +7,10 @@ from typing import Annotated, Any, ClassVar
 from msgspec import Meta, Struct
 
 from app.kernel.answers import Answer, Timestamp, Uuid, enum, iso
-from app.kernel.changes import KINDS
 from app.kernel.paging import Page
 from app.maintainers.destinations import MAX_URL_LENGTH
 from app.maintainers.webhooks import DeliveryView, Registered, WebhookView
+from app.record.changes import KINDS
 
 
 class WebhookRegistration(Struct, kw_only=True):

@@ -14,11 +14,11 @@ from starlette.routing import BaseRoute, Route
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import current_account
 from app.kernel import purge
+from app.kernel.actors import can_moderate
 from app.kernel.errors import DomainError, Forbidden, NotFound, Unauthorized
 from app.kernel.forms import MODERATION_FORM, field, safe_local_path, with_query
 from app.kernel.intake import body_route, form_parser
 from app.kernel.paging import Page
-from app.kernel.policy import can_moderate
 from app.kernel.text import ascii_int, require_clean
 from app.kernel.urls import finding_path, repo_path
 from app.kernel.web import page

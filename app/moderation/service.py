@@ -13,14 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import revoke_account_sessions
 from app.kernel import db
+from app.kernel.actors import can_change_roles, can_moderate, has_moderator_role, is_locked_out
 from app.kernel.audit import record_audit
 from app.kernel.errors import Forbidden, NotFound, ValidationError
-from app.kernel.outbox import mark_repository_dirty, mark_scan_dirty
-from app.kernel.policy import can_change_roles, can_moderate, has_moderator_role, is_locked_out
 from app.kernel.refs import normalize_ref, ref_slug
 from app.maintainers import service as maintainers
 from app.maintainers import statements, webhooks
 from app.maintainers.models import STATEMENT_VISIBILITIES
+from app.record.outbox import mark_repository_dirty, mark_scan_dirty
 from app.registry.metrics import recalculate_repository_metrics, registry_changed
 from app.registry.models import LISTING_STATUSES, Repository
 from app.registry.validation import validate_repo_ref

@@ -24,7 +24,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    from jobs.queue import pool
+    from app.kernel.queue import pool
 
     checks: dict[str, str] = {}
     try:

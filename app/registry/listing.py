@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Row, func, select
 
 from app.kernel.paging import DEFAULT_PAGE, Page, id_range_page, id_range_statements, stream_entries
-from app.kernel.public import listed_repository
+from app.record.public import listed_repository
 from app.registry.models import Repository
 
 _R = Repository.__table__

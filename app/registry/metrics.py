@@ -6,8 +6,8 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.aftercommit import after_commit
-from app.kernel.outbox import mark_repository_dirty
 from app.kernel.sql import Fragment
+from app.record.outbox import mark_repository_dirty
 from app.registry.stats import invalidate_registry_stats, invalidate_registry_stats_throttled
 
 # Returns the listing it set, only when a count or the listing moved. Also a CTE of the report's last statement

@@ -9,10 +9,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import BindParameter
 
 from app.kernel import db
-from app.kernel.cache import TakedownKeyedCache
 from app.kernel.paging import clamp_limit
-from app.kernel.public import listed_repository
 from app.kernel.sql import compiled
+from app.record.public import listed_repository
+from app.record.takedowns import TakedownKeyedCache
 from app.registry.models import Repository
 
 SEARCH_DEFAULT = 20

@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.kernel import db
+from app.kernel.actors import require_good_standing, viewer_of
 from app.kernel.errors import Forbidden, NotFound, ValidationError
-from app.kernel.policy import require_good_standing, viewer_of
 from app.kernel.quotas import DailyQuota, require_within_quota
-from app.kernel.visibility import repository_visible
+from app.record.visibility import repository_visible
 from app.registry.metrics import registry_counts_moved
 from app.registry.models import LISTING_STATUSES, Repository
 from app.registry.validation import canonical_url, validate_repo_ref

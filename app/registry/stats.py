@@ -9,8 +9,8 @@ from typing import Any
 from app.kernel import db
 from app.kernel.cache import SingleFlightCache
 from app.kernel.config import settings
-from app.kernel.public import listed_repository
 from app.kernel.sql import statement
+from app.record.public import listed_repository
 from app.registry.models import Repository
 
 _STATS_SQL = statement(

@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.kernel.outbox import mark_dirty
 from app.kernel.sql import Fragment, compose, statement
+from app.record.outbox import mark_dirty
 from app.reports.finding_memory import fingerprint, legacy_fingerprint, pattern_key
 from app.reports.models import Scan
 from app.reports.quorum import recompute_canonical_statuses

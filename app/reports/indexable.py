@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, func, select, true
 
 from app.kernel.paging import DEFAULT_PAGE, Page, id_range_page, id_range_select, id_range_statements, stream_entries
-from app.kernel.public import public_join
 from app.kernel.sql import ONE
+from app.record.public import public_join
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, Scan, ScanFinding
 

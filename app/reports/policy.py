@@ -11,12 +11,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.accounts.service import refused_token
+from app.kernel.actors import can_verify, has_moderator_role, require_good_standing
 from app.kernel.errors import Forbidden, NotFound, RateLimited
-from app.kernel.policy import can_verify, has_moderator_role, require_good_standing
 from app.kernel.quotas import DailyQuota, exempt_from_quotas, require_within_quota
 from app.kernel.refs import normalize_ref
 from app.kernel.sql import Fragment, compiled
-from app.kernel.visibility import report_writable, repository_writable
+from app.record.visibility import report_writable, repository_writable
 from app.registry.models import Repository
 
 SUBMIT_SCOPES = frozenset({"findings:submit", "reviews:submit"})
@@ -161,7 +161,7 @@ async def repository_by_id(session: AsyncSession, repository_id: int) -> Reposit
 
 def require_writable(actor: Actor, repo: RepositoryRow | None, hidden: dict[str, list[str]]) -> RepositoryRow:
     """The repository, if `actor` may write to it; otherwise NotFound with `hidden` (a quarantined record answers
-    as if unregistered, see `app.kernel.visibility.repository_writable`)."""
+    as if unregistered, see `app.record.visibility.repository_writable`)."""
     if repo is None or not repository_writable(
         actor, listing_status=repo.listing_status, submitted_by_id=repo.submitted_by_id
     ):

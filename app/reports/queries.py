@@ -1,4 +1,4 @@
-"""Public reads of reports and findings, each filtered by what the viewer may see (`app.kernel.visibility`)."""
+"""Public reads of reports and findings, each filtered by what the viewer may see (`app.record.visibility`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 from sqlalchemy import ARRAY, Text, any_, bindparam, cast, select, text
 
 from app.kernel import db
-from app.kernel.policy import ANONYMOUS, Viewer
-from app.kernel.public import listed_repository, public_join
+from app.kernel.actors import ANONYMOUS, Viewer
 from app.kernel.sql import compiled
-from app.kernel.visibility import report_access, visible_visibilities
+from app.record.public import listed_repository, public_join
+from app.record.visibility import report_access, visible_visibilities
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, Scan, ScanFinding
 

@@ -9,9 +9,9 @@ from sqlalchemy import literal, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
-from app.kernel.outbox import mark_dirty
-from app.kernel.policy import qualified_reviewer
+from app.kernel.actors import qualified_reviewer
 from app.kernel.sql import statement
+from app.record.outbox import mark_dirty
 from app.registry.metrics import recalculate_repository_metrics
 
 THRESHOLD = 2

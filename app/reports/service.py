@@ -20,13 +20,13 @@ from app.kernel import db
 from app.kernel.answers import as_json
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import Budget, off_loop
-from app.kernel.outbox import mark_dirty, mark_scan_dirty, settle_new_report
-from app.kernel.public import public_scan
 from app.kernel.purge import purge_after_commit
 from app.kernel.quotas import exempt_from_quotas
 from app.kernel.shared_cache import ATLAS_TAG, repository_tag
 from app.kernel.sql import Fragment, statement
 from app.ops.secrets import client_ip_hash
+from app.record.outbox import mark_dirty, mark_scan_dirty, settle_new_report
+from app.record.public import public_scan
 from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, registry_counts_moved
 from app.reports.assimilation import FIND_KNOWN, REFRESH_COUNTERS, Assimilated, assimilate_report, prints_of
 from app.reports.models import CanonicalFindingCheck, ScanConfirmation

@@ -11,8 +11,8 @@ from sqlalchemy import ColumnElement, Row, and_, bindparam, func, select, text
 from app.infestations.models import InfestationPattern
 from app.kernel import db
 from app.kernel.paging import Page, clamp_limit, keyset_page
-from app.kernel.public import listed_repository, public_join, visible_pattern
 from app.kernel.sql import compiled, outer, statement
+from app.record.public import listed_repository, public_join, visible_pattern
 from app.registry.models import Repository
 
 

@@ -15,9 +15,9 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.kernel.errors import NotFound
-from app.kernel.rendered import rendered_once
 from app.kernel.shared_cache import ATLAS_TAG, SITEMAP_TAG
 from app.kernel.web import cache_headers, etag_matches, streamed_document
+from app.record.rendered import rendered_once
 from app.seo import feeds
 from app.seo.settings import seo_settings
 from app.seo.sitemap import (

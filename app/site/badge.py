@@ -9,12 +9,12 @@ from starlette.routing import BaseRoute, Route
 
 from app.kernel import db
 from app.kernel.errors import NotFound
-from app.kernel.public import S, listed_repository
-from app.kernel.rendered import rendered_once
 from app.kernel.shared_cache import repository_tag
 from app.kernel.sql import statement
 from app.kernel.templating import environment
 from app.kernel.web import document_response
+from app.record.public import S, listed_repository
+from app.record.rendered import rendered_once
 from app.site.sarif import NOT_PUBLIC, public_repository
 
 SVG_TYPE = "image/svg+xml"

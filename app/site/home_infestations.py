@@ -43,7 +43,7 @@ def clear() -> None:
 
 async def current() -> Rendered:
     """The fragment as it stands, with a strong ETag derived from what it lists (so an unchanged list keeps its tag
-    whatever moved the render cache's version). Served from the render cache (app.kernel.rendered): the list query
+    whatever moved the render cache's version). Served from the render cache (app.record.rendered): the list query
     runs once per version, or once the kept fragment is MAX_AGE_SECONDS old, per process."""
     items = await queries.list_infestations(days=HOME_DAYS, min_repos=2, limit=HOME_TOP)
     _state.renders += 1

@@ -1,5 +1,5 @@
 """The public record pages composing several features, a repository and a finding, with their JSON twins; visibility
-is `app.kernel.visibility`'s, and unknown, hidden and malformed addresses are the same 404."""
+is `app.record.visibility`'s, and unknown, hidden and malformed addresses are the same 404."""
 
 from __future__ import annotations
 
@@ -16,15 +16,12 @@ from app.accounts.viewer import viewer_for
 from app.infestations.queries import list_repository_infestations
 from app.infestations.types import repository_infestation
 from app.kernel import db
+from app.kernel.actors import Viewer, can_moderate, in_good_standing
 from app.kernel.answers import UNSET, iso, uuid_text
-from app.kernel.changes import withdrawn_finding
 from app.kernel.errors import NotFound
-from app.kernel.policy import Viewer, can_moderate, in_good_standing
 from app.kernel.refs import ref_slug
 from app.kernel.shared_cache import occurrence_tag, pattern_tag, repository_tag
-from app.kernel.takedowns import Marks, page_marks
 from app.kernel.urls import finding_path, repo_path, twin_path
-from app.kernel.visibility import repository_visible
 from app.kernel.web import ERROR_CACHE, JSON_SUFFIX, PRIVATE_CACHE, PUBLIC_CACHE, cache_for, json_twin, page, wants_json
 from app.maintainers.models import VEX_JUSTIFICATIONS, VEX_STATUSES
 from app.maintainers.queries import current_maintainers, is_current_maintainer
@@ -36,6 +33,9 @@ from app.maintainers.statement_queries import (
 )
 from app.maintainers.statement_types import maintainer_statement, repository_maintainers
 from app.maintainers.statements import MAX_TEXT
+from app.record.changes import withdrawn_finding
+from app.record.takedowns import Marks, page_marks
+from app.record.visibility import repository_visible
 from app.registry import queries
 from app.registry.types import public_repository
 from app.reports.models import REVIEW_STATUS_WORDS

@@ -12,9 +12,9 @@ from starlette.routing import BaseRoute, Route
 
 from app.infestations.types import infestation
 from app.kernel.answers import iso
-from app.kernel.rendered import rendered_once
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.web import cache_headers, etag_matches, json_twin, page, wants_json
+from app.record.rendered import rendered_once
 from app.registry.stats import registry_stats
 from app.reports.queries import list_recent_public_reports
 from app.site import badge, home_infestations, openapi, records, sarif, statements

@@ -16,13 +16,13 @@ from starlette.routing import BaseRoute, Route
 from app.kernel import db
 from app.kernel.config import settings
 from app.kernel.errors import NotFound
-from app.kernel.public import listed_repository, public_join
-from app.kernel.rendered import rendered_once
 from app.kernel.shared_cache import occurrence_tag, repository_tag
 from app.kernel.sql import compiled, statement
 from app.kernel.urls import finding_path, infestation_path, repo_path
 from app.kernel.web import document_response
 from app.maintainers.statement_queries import StatementView, current_by_canonical_ids
+from app.record.public import listed_repository, public_join
+from app.record.rendered import rendered_once
 from app.registry.models import Repository
 
 SARIF_MEDIA_TYPE = "application/sarif+json"

@@ -9,8 +9,8 @@ from msgspec import Meta
 
 from app.infestations.types import Infestation, RepositoryInfestation
 from app.kernel.answers import UNSET, Answer, Sha, Timestamp, UnsetType, Uuid, enum
-from app.kernel.changes import REASONS
 from app.maintainers.statement_types import MaintainerStatement, RepositoryMaintainerEntry
+from app.record.changes import REASONS
 from app.registry.types import PublicRepository
 from app.reports.types import CheckVerdict, Provenance, Severity
 

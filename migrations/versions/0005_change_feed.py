@@ -10,7 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from app.kernel import changes
+from app.kernel.audit import COMMIT_ORDER_LOCK
+from app.record import changes
 
 revision = "0005"
 down_revision = "0004"
@@ -83,7 +84,7 @@ def upgrade() -> None:
     op.execute(changes.NUMBERING_TRIGGER)
     # what is public at upgrade time is announced from seq 1, so a mirror that starts at the beginning is complete
     bind = op.get_bind()
-    bind.execute(sa.text(f"SELECT pg_advisory_xact_lock({changes.COMMIT_ORDER_LOCK})"))
+    bind.execute(sa.text(f"SELECT pg_advisory_xact_lock({COMMIT_ORDER_LOCK})"))
     for statement in changes.seed_statements():
         bind.execute(statement)
 

@@ -12,8 +12,8 @@ from sqlalchemy import text
 from app.accounts.models import Account
 from app.infestations import projection
 from app.kernel import db
-from app.kernel.public import public_join
 from app.kernel.sql import statement
+from app.record.public import public_join
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from tests import factories

@@ -9,8 +9,9 @@ from sqlalchemy import text
 
 from app.infestations import dirty_queue, maintenance
 from app.infestations.cutover import ROLLUP_INDEXES, cutover_check
-from app.kernel import db, outbox
+from app.kernel import db
 from app.kernel.sql import WINDOW_DAYS
+from app.record import outbox
 from app.reports.finding_memory import pattern_key
 from tests.infestations.support import SQLI, XSS, build_registry
 

@@ -15,7 +15,8 @@ from sqlalchemy import event, text
 
 from app.accounts.models import Account
 from app.infestations import dirty_queue, projection
-from app.kernel import db, outbox
+from app.kernel import db
+from app.record import outbox
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
 from tests.infestations.support import snapshot

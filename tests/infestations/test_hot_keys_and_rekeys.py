@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from app.infestations import dirty_queue
-from app.kernel import db, outbox
+from app.kernel import db
+from app.record import outbox
 from app.reports.finding_memory import legacy_normalize, pattern_key
 from app.reports.service import submit_report
 from tests import factories as f

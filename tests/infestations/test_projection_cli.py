@@ -8,7 +8,8 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.infestations import dirty_queue, maintenance
-from app.kernel import db, outbox
+from app.kernel import db
+from app.record import outbox
 from app.reports.finding_memory import pattern_key
 from tests import factories as f
 from tests.harness import tarakan

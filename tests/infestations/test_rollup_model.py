@@ -30,15 +30,16 @@ from app.infestations.queries import (
     list_instances_page,
     list_pattern_repos_page,
 )
-from app.kernel import db, outbox
+from app.kernel import db
 from app.kernel.errors import DomainError
-from app.kernel.public import public_join
+from app.kernel.queue import close_pools
 from app.kernel.sql import statement
 from app.moderation.service import change_account, change_repository_listing, change_scan_visibility
+from app.record import outbox
+from app.record.public import public_join
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.service import record_check, submit_report
-from jobs.queue import close_pools
 from tests import factories
 from tests.conftest import truncate_all
 from tests.infestations.support import shift_clock

@@ -12,8 +12,9 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.infestations import dirty_queue
-from app.kernel import db, outbox
+from app.kernel import db
 from app.moderation.service import change_repository_listing, change_scan_visibility, delete_repository
+from app.record import outbox
 from app.reports.service import submit_report
 from tests import factories as f
 from tests.infestations.support import LONELY, clear_projection, random_registry, refresh_each_key, snapshot

@@ -16,7 +16,8 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from app.infestations import dirty_queue, projection, shadow_sampler
-from app.kernel import db, outbox
+from app.kernel import db
+from app.record import outbox
 from app.reports.finding_memory import pattern_key
 from jobs import worker
 from tests.infestations.support import HARDCODED, SQLI, TITLES, TRAVERSAL, XSS, build_registry, refresh_all

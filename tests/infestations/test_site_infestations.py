@@ -300,7 +300,7 @@ async def test_hostile_titles_render_as_text_in_html_and_svg(client: httpx.Async
 async def test_twins_name_each_repository_by_its_opaque_id_beside_the_serial_one(client: httpx.AsyncClient) -> None:
     """`repository_uuid` is the id the change feed and the export give the repository; `repository_id` stays."""
     from app.infestations.legacy import list_instances_legacy, list_pattern_repos_legacy
-    from app.kernel import changes
+    from app.record import changes
 
     seeded = await seed_pattern("Opaque repository ids", repos=2)
     async with db.transaction() as session:

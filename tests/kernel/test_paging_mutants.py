@@ -199,7 +199,10 @@ async def test_id_range_pages_walk_the_range_once() -> None:
     assert await _ids(limit=5, cursor=None, after_id=3, before_id=7) == ([4, 5, 6], None)
     assert await _ids(limit=5, cursor=None, after_id=-9, before_id=3) == ([1, 2], None)
     # the cursor, not after_id, says where the next page starts
-    assert await _ids(limit=2, cursor=encode_id_cursor(8), after_id=1, before_id=None) == ([9, 10], encode_id_cursor(10))
+    assert await _ids(limit=2, cursor=encode_id_cursor(8), after_id=1, before_id=None) == (
+        [9, 10],
+        encode_id_cursor(10),
+    )
     # the limit is clamped: 0 still shows one row
     assert await _ids(limit=0, cursor=None, after_id=0, before_id=None) == ([1], encode_id_cursor(1))
 

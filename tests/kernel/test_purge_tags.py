@@ -10,9 +10,9 @@ from app.accounts.models import Account
 from app.infestations.dirty_queue import drain_all
 from app.kernel import db, purge
 from app.kernel.audit import _touched_tags
-from app.kernel.outbox import mark_dirty
 from app.kernel.shared_cache import ATLAS_TAG, SITEMAP_TAG, occurrence_tag, pattern_tag, repository_tag
 from app.maintainers.models import FindingStatement
+from app.record.outbox import mark_dirty
 from app.reports.finding_memory import pattern_key
 from app.reports.models import CanonicalFindingCheck
 from tests import factories

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import Uuid, bindparam, column, or_, table
 
 from app.kernel import sql
-from app.kernel.public import visible_pattern
 from app.kernel.sql import Fragment, Name, SlotError, Window, compose, join, outer
+from app.record.public import visible_pattern
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("app", "jobs")

@@ -115,8 +115,19 @@ def test_walk_strings_names_each_path() -> None:
     assert list(walk_strings({"k": "v"})) == [("", "k"), ("k", "v")]
 
 
-ASCII_INTS = [("0", 0), ("007", 7), ("123456789012345678", 123456789012345678), ("1234567890123456789", None),
-              ("", None), ("-1", None), ("1.0", None), (" 1", None), ("²", None), ("١٢", None), (None, None)]
+ASCII_INTS = [
+    ("0", 0),
+    ("007", 7),
+    ("123456789012345678", 123456789012345678),
+    ("1234567890123456789", None),
+    ("", None),
+    ("-1", None),
+    ("1.0", None),
+    (" 1", None),
+    ("²", None),
+    ("١٢", None),
+    (None, None),
+]
 
 
 def test_ascii_int_reads_one_to_eighteen_ascii_digits() -> None:

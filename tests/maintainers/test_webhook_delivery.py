@@ -29,12 +29,12 @@ from openapi_schema_validator import OAS31Validator
 
 from app.accounts.models import Account
 from app.feed.entries import rendered_entry
+from app.kernel import queue
 from app.maintainers import delivery, destinations, webhook_queue, webhooks
 from app.maintainers.statements import record_statement, validate_statement
 from app.moderation import service as moderation
 from app.registry.models import Repository
 from app.site.openapi import DOCUMENT
-from jobs import queue
 from tests import factories
 from tests.harness import spawn, stop
 from tests.kernel.test_changes import submit
@@ -543,7 +543,7 @@ async def test_a_worker_killed_mid_delivery_loses_nothing_and_sends_each_entry_i
             if failures == 2:
                 receiver.hang = True  # the third attempt: the worker dies while the receiver holds it
             await move_to_next_attempt(webhook_id)
-            await queue.ring_webhooks()
+            await queue.enqueue_webhooks()
         assert await asyncio.to_thread(receiver.hanging.wait, 15), "the third attempt never came"
         worker.send_signal(signal.SIGKILL)
         await asyncio.to_thread(worker.wait, 10)

@@ -12,8 +12,8 @@ from app.infestations.dirty_queue import drain_all
 from app.infestations.queries import list_infestations
 from app.kernel import db
 from app.kernel.errors import DomainError, Forbidden, NotFound, ValidationError
-from app.kernel.outbox import mark_dirty
 from app.moderation import service
+from app.record.outbox import mark_dirty
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.models import Scan

@@ -5,8 +5,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from app.kernel import queue
 from app.ops import gauges
-from jobs import queue
 
 SCRAPER = ("10.0.0.9", 4711)  # a scraper on the private network: inside the default METRICS_ALLOW
 

@@ -23,7 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from app.devservices import free_port
-from app.kernel import db, metrics, outbox
+from app.kernel import db, metrics
+from app.record import outbox
 from tests import factories as f
 from tests.harness import ROOT, spawn, stop, wait_http
 from tests.ops.test_worker import two_repository_pattern

@@ -8,8 +8,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from app.infestations import dirty_queue
-from app.kernel import db, outbox
+from app.kernel import db
 from app.ops import gauges
+from app.record import outbox
 from app.reports.finding_memory import pattern_key
 from tests import factories
 

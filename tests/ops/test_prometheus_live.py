@@ -23,9 +23,9 @@ import yaml  # type: ignore[import-untyped]
 from sqlalchemy import text
 
 from app.devservices import free_port, pdeathsig
-from app.kernel import db, outbox
+from app.kernel import db, queue
 from app.ops.gauges import FLEET_JOBS, READ_EVERY_SECONDS
-from jobs import queue
+from app.record import outbox
 from tests import factories as f
 from tests.harness import ROOT, spawn, stop, tarakan, wait_http
 from tests.ops.test_worker import KEY, two_repository_pattern

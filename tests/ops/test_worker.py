@@ -13,9 +13,10 @@ from sqlalchemy import text
 from app.accounts.models import Account
 from app.devservices import free_port
 from app.infestations import dirty_queue, projection
-from app.kernel import db, outbox
+from app.kernel import db, queue
+from app.record import outbox
 from app.reports.finding_memory import pattern_key
-from jobs import queue, worker
+from jobs import worker
 from tests import factories as f
 from tests.harness import spawn, stop
 
@@ -79,7 +80,7 @@ async def test_a_running_worker_refreshes_a_rung_key_within_seconds(reporter: Ac
 
 async def test_worker_burst_runs_the_queued_drain_and_exits(reporter: Account, empty_queue: None) -> None:
     await two_repository_pattern(reporter)
-    await queue.ring_drain()
+    await queue.enqueue_drain()
     # a drain racing the start-up ring may find the key just refreshed and defer itself by the hot-key interval;
     # burst mode waits for deferred jobs, so keep that interval short here
     proc = spawn("worker", "--burst", env={"INFESTATIONS_HOT_KEY_INTERVAL": "1"})

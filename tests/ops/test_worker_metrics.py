@@ -10,7 +10,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.devservices import free_port
-from app.kernel import outbox
+from app.record import outbox
 from tests import factories as f
 from tests.harness import assert_one_line_error, spawn, stop, tarakan, wait_http
 from tests.ops.test_worker import KEY, two_repository_pattern

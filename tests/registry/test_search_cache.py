@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from app.accounts.sessions import COOKIE_NAME
-from app.kernel.cache import TakedownKeyedCache
 from app.moderation import service
+from app.record.takedowns import TakedownKeyedCache
 from app.registry import queries
 from tests import factories
 from tests.moderation.support import act_as

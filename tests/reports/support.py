@@ -66,8 +66,16 @@ async def row_counts() -> dict[str, int]:
 
 
 async def insert_v1_finding(
-    repository_id: int, scan_id: int, commit_sha: str, title: str, *, path: str, line_start: int,
-    line_end: int | None, key: str, age_days: int = 0,
+    repository_id: int,
+    scan_id: int,
+    commit_sha: str,
+    title: str,
+    *,
+    path: str,
+    line_start: int,
+    line_end: int | None,
+    key: str,
+    age_days: int = 0,
 ) -> int:
     """A canonical finding stored before fingerprint v2 (its v1 fingerprint and the given pattern key) with one
     occurrence in `scan_id`, written straight in SQL as old data would be. Returns the canonical's id."""
@@ -84,8 +92,17 @@ async def insert_v1_finding(
                         " VALUES (:r, :fp, :pk, :path, :ls, :le, 'high', :t, 'old', :sha, :sha, 1,"
                         " now() - CAST(:age AS interval), now() - CAST(:age AS interval)) RETURNING id"
                     ),
-                    {"r": repository_id, "fp": legacy, "pk": key, "path": path, "ls": line_start, "le": line_end,
-                     "t": title, "sha": commit_sha, **stamp},
+                    {
+                        "r": repository_id,
+                        "fp": legacy,
+                        "pk": key,
+                        "path": path,
+                        "ls": line_start,
+                        "le": line_end,
+                        "t": title,
+                        "sha": commit_sha,
+                        **stamp,
+                    },
                 )
             ).scalar_one()
         )

@@ -152,7 +152,9 @@ async def test_after_a_limit_429_the_lines_it_applies_to_are_not_tried(client: h
                            "retry_after": 60}  # fmt: skip
     per_account = "at most 10 reports per minute per account"
     assert answers[12]["errors"] == {"rate_limit": [per_account]}
-    assert {json.dumps(x["errors"]) for x in answers[13:]} == {json.dumps({"rate_limit": [f"not tried: {per_account}"]})}
+    assert {json.dumps(x["errors"]) for x in answers[13:]} == {
+        json.dumps({"rate_limit": [f"not tried: {per_account}"]})
+    }
     assert {x["retry_after"] for x in answers[13:]} == {60}
     assert len(await stored_runs()) == 10
     # 10 reports stored and the two 429s that were tried: the 30 lines after them drew no scan id (were 42 in all)
@@ -186,7 +188,9 @@ async def test_lines_past_the_processing_budget_are_429s_to_send_again(
     cut = [a for a in answers if a["status"] == 429]
     assert read and cut and statuses(answers) == [201] * len(read) + [429] * len(cut), answers[len(read)]
     assert cut[0]["errors"] == {
-        "budget": ["not read: the request's processing budget (0.01 s) ran out before this line was done; send it again"]
+        "budget": [
+            "not read: the request's processing budget (0.01 s) ran out before this line was done; send it again"
+        ]
     }
     assert cut[0]["retry_after"] == 1
     assert len(await stored_runs()) == len(read)

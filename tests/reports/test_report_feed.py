@@ -1,4 +1,4 @@
-"""A new report's change-feed entries, dirty keys and metrics recount are one statement (app/kernel/outbox.py
+"""A new report's change-feed entries, dirty keys and metrics recount are one statement (app/record/outbox.py
 `settle_new_report`, docs/domain.md §13 "Change feed"): what it announces is exactly what the whole diff would (the
 set-based `sync_all` then finds nothing to publish or withdraw), in the scan diff's order, for a listed repository
 (first report, then known and new findings), a pending one (its first report lists it) and one a moderator holds
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.kernel import changes, db
+from app.kernel import db
+from app.record import changes
 from app.reports.service import submit_report
 from tests import factories
 from tests.reports.support import finding, report_body

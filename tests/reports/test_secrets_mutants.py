@@ -20,7 +20,10 @@ KINDS = [
     ("xoxb-123456789012-abcdefABCDEF", "a Slack token"),
     ("AIza" + "SyA-1234567890abcdefghijklmnopqrstu", "a Google API key"),
     ("sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "a Stripe live key"),
-    ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "a JSON Web Token"),
+    (
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "a JSON Web Token",
+    ),
     ("api_key = 'abcdefghijklmnopqrstuvwxyz0123'", "a credential assignment"),
 ]
 AWS = "AKIAIOSFODNN7EXAMPLE"

@@ -11,7 +11,8 @@ import pytest
 from lxml import etree
 from sqlalchemy import text
 
-from app.kernel import db, rendered
+from app.kernel import db
+from app.record import rendered
 from app.registry.stats import reset_registry_stats_cache
 from tests import factories
 from tests.infestations.support import back_rollups_with_visible_rows

@@ -1,4 +1,4 @@
-"""Rendered once per version (issue 26, Deliver 2; app.kernel.rendered): anonymous public pages are served from
+"""Rendered once per version (issue 26, Deliver 2; app.record.rendered): anonymous public pages are served from
 memory until the data version moves; a takedown, a new report or a rollup refresh moves it at the next request;
 ETag/304 without rendering; bounded in bytes; signed-in viewers bypass it."""
 
@@ -12,9 +12,10 @@ import pytest
 from sqlalchemy import text
 
 from app.devservices import Standby
-from app.kernel import db, rendered
+from app.kernel import db
 from app.kernel.metrics import RENDER_CACHE_EVICTIONS, RENDER_CACHE_REQUESTS
 from app.moderation import service as moderation
+from app.record import rendered
 from e2e.seed import SeededPattern, seed_pattern
 from tests import factories
 from tests.conftest import caught_up

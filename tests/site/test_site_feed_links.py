@@ -7,7 +7,7 @@ from bs4 import BeautifulSoup
 
 from app.infestations.dirty_queue import drain_all
 from app.kernel import db
-from app.kernel.outbox import mark_dirty
+from app.record.outbox import mark_dirty
 from tests.factories import create_account, create_instance, create_repository
 
 

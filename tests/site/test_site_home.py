@@ -12,8 +12,9 @@ from sqlalchemy import text as sqltext
 
 from app.accounts.models import Account
 from app.infestations.dirty_queue import drain_all
-from app.kernel import db, outbox, rendered
+from app.kernel import db
 from app.kernel.audit import record_audit
+from app.record import outbox, rendered
 from app.registry.service import register_repository
 from app.reports.service import submit_report
 from app.site import home_infestations
@@ -147,7 +148,7 @@ async def test_fragment_version_changes_when_the_atlas_changes(client: httpx.Asy
     etag = (await client.get("/fragments/home-infestations")).headers["ETag"]
     assert (await client.get("/fragments/home-infestations", headers={"If-None-Match": etag})).status_code == 304
     await seed_pattern("Second pattern", repos=3, name_prefix="second")
-    # the refresh moved the version (app.kernel.rendered): the very next poll gets the new list
+    # the refresh moved the version (app.record.rendered): the very next poll gets the new list
     changed = await client.get("/fragments/home-infestations", headers={"If-None-Match": etag})
     assert changed.status_code == 200
     assert changed.headers["ETag"] != etag

@@ -18,10 +18,9 @@ from urllib.parse import urlencode
 import httpx
 from sqlalchemy import text
 
-from app.kernel import db
+from app.kernel import db, queue
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
-from jobs import queue
 from tests.sql import execute, scalar
 
 PASSWORD = "correct horse battery staple"

@@ -36,9 +36,9 @@ from app.devservices import free_port
 from app.infestations import projection
 from app.infestations.queries import list_infestations_rollup
 from app.infestations.shadow import shadow_compare, shadow_compare_all
-from app.kernel import db, outbox
+from app.kernel import db, queue
+from app.record import outbox
 from app.reports.finding_memory import pattern_key
-from jobs import queue
 from tests import factories
 from tests.harness import spawn, stop, wait_http
 from tests.sql import execute, scalar
@@ -297,7 +297,7 @@ async def test_killing_a_worker_in_the_middle_of_a_refresh_loses_nothing(fleet: 
         )
 
     await eventually(claim_expired, timeout=10, what="the dead worker's claim expires")
-    await queue.ring_drain()  # the next commit's ring (or the survivor's minute sweep) would do the same
+    await queue.enqueue_drain()  # the next commit's ring (or the survivor's minute sweep) would do the same
 
     try:
         await eventually(no_dirty_key, timeout=30, what="the survivor refreshes the abandoned key")

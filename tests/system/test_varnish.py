@@ -29,7 +29,7 @@ from app.accounts.sessions import COOKIE_NAME, open_session
 from app.devservices import Varnish, free_port
 from app.infestations.dirty_queue import drain_all
 from app.kernel import db, purge
-from app.kernel.outbox import mark_dirty
+from app.record.outbox import mark_dirty
 from app.reports.finding_memory import pattern_key
 from app.reports.models import Scan, ScanFinding
 from app.reports.service import submit_report

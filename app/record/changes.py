@@ -33,11 +33,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.sql.elements import BindParameter
 
+from app.kernel.audit import COMMIT_ORDER_LOCK
 from app.kernel.columns import closed_sets
 from app.kernel.db import Base
 from app.kernel.paging import decode_id_cursor, encode_id_cursor
-from app.kernel.public import LISTED, R, S, listed_repository, public_join, repositories, scan_findings, scans
 from app.kernel.sql import ONE, compiled, compose, outer, statement
+from app.record.public import LISTED, R, S, listed_repository, public_join, repositories, scan_findings, scans
 
 PUBLISHED = "finding.published"
 STATUS = "finding.status"
@@ -50,7 +51,6 @@ KINDS = (PUBLISHED, STATUS, FINDING_WITHDRAWN, LISTED_KIND, REPOSITORY_WITHDRAWN
 WITHDRAWAL_KINDS = (FINDING_WITHDRAWN, REPOSITORY_WITHDRAWN)
 REASONS = ("moderation", "repository", "deleted")
 
-COMMIT_ORDER_LOCK = 0x7461726B66656564  # pg_advisory_xact_lock key ("tarkfeed"): serializes the numbering
 COMMIT_SEQUENCE = "changes_commit_seq"
 
 
@@ -433,7 +433,7 @@ INSERT INTO changes (kind, canonical, status) SELECT {kind}, public_id, status F
 
 # A new report (`:scan_id`): nothing of it was ever published, so nothing can be withdrawn; the scan diff less its
 # three withdrawal statements (its repository's listing, its findings, its canonicals' statuses), as CTEs of one
-# statement (the report's last: app.kernel.outbox `settle_new_report`). `:listed` is the repository's listing as the
+# statement (the report's last: app.record.outbox `settle_new_report`). `:listed` is the repository's listing as the
 # transaction left it (a new report is public, so its findings are public exactly when it is listed). No CTE reads
 # what a sibling writes (they all see the statement's one snapshot): the findings' repository key is the row the
 # first CTE inserted or the one that was there; a canonical is announced when its findings are published now

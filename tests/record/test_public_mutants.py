@@ -1,4 +1,4 @@
-"""The public join set and the read-time guard (app/kernel/public.py, docs/domain.md §3 and §5.7) evaluated by
+"""The public join set and the read-time guard (app/record/public.py, docs/domain.md §3 and §5.7) evaluated by
 Postgres against real rows: a public report on a listed repository is the only thing shown, whatever else exists
 (summary-only and restricted reports, quarantined and pending repositories, hard-deleted reports, NULL ids). Each
 condition is built here at test time, so the mutation run of bench/mutation.py reaches it; the consumers' compiled
@@ -15,7 +15,7 @@ from sqlalchemy import BigInteger, ColumnElement, Text, Uuid, column, false, lit
 from sqlalchemy import table as _table
 
 from app.kernel import db
-from app.kernel.public import (
+from app.record.public import (
     has_public_occurrence,
     listed_repository,
     public_canonical,
@@ -139,9 +139,7 @@ async def test_the_rollup_condition_judges_the_canonical_it_is_given() -> None:
     world = await _world()
     k, r = canonicals.alias("k"), repositories.alias("r")  # not the default alias "c"
     async with db.read_session() as session:
-        rows = await session.execute(
-            select(k.c.id, public_canonical(r, k.c.id)).join(r, r.c.id == k.c.repository_id)
-        )
+        rows = await session.execute(select(k.c.id, public_canonical(r, k.c.id)).join(r, r.c.id == k.c.repository_id))
         judged: dict[int, bool] = {row[0]: row[1] for row in rows}
     assert judged == {canonical_id: name == "shown" for name, canonical_id in world.canonicals.items()}
 

@@ -1,5 +1,5 @@
 """A session cookie that names no live session (garbage, logged out, expired) is an anonymous visitor's: the render
-cache answers it from memory (app.kernel.rendered, judged by app.accounts.sessions), and its lookup is remembered
+cache answers it from memory (app.record.rendered, judged by app.accounts.sessions), and its lookup is remembered
 per process, so a garbage cookie costs neither a rendering nor a sessions query a request. A live session still
 gets its own page, read now."""
 
@@ -11,8 +11,9 @@ import httpx
 from sqlalchemy import event
 
 from app.accounts.sessions import COOKIE_NAME, logout, open_session
-from app.kernel import db, rendered
+from app.kernel import db
 from app.kernel.metrics import RENDER_CACHE_REQUESTS
+from app.record import rendered
 from e2e.seed import seed_pattern
 from tests import factories
 from tests.site.test_render_cache import retitle_behind_the_cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from app.kernel.policy import Actor, Viewer, can_moderate, is_privileged_viewer
+from app.kernel.actors import Actor, Viewer, can_moderate, is_privileged_viewer
 
 Access = Literal["full", "header", "hidden"]
 

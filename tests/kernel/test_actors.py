@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.kernel.policy import ANONYMOUS, can_moderate, can_verify, is_privileged_viewer, viewer_of
-from app.kernel.visibility import report_access, report_writable, repository_writable
+from app.kernel.actors import ANONYMOUS, can_moderate, can_verify, is_privileged_viewer, viewer_of
+from app.record.visibility import report_access, report_writable, repository_writable
 
 
 @dataclass

@@ -13,9 +13,10 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.feed.queries import changes_page
-from app.kernel import changes, db
-from app.kernel.outbox import mark_scan_dirty
+from app.kernel import db
 from app.moderation import service as moderation
+from app.record import changes
+from app.record.outbox import mark_scan_dirty
 from app.registry.models import Repository
 from app.reports.service import submit_report
 from tests import factories

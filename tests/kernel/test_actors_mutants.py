@@ -1,5 +1,5 @@
 """The actor policy and the visibility rule, each decision over every account state, role and tier it reads
-(docs/domain.md §1.1-1.2, §1.6): the tables bench/mutation.py holds app/kernel/policy.py and visibility.py to."""
+(docs/domain.md §1.1-1.2, §1.6): the tables bench/mutation.py holds app/kernel/actors.py and visibility.py to."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import pytest
 from sqlalchemy import Text, column, table
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, TRUST_TIERS
-from app.kernel.errors import Forbidden
-from app.kernel.policy import (
+from app.kernel.actors import (
     ANONYMOUS,
     Viewer,
     can_change_roles,
@@ -26,7 +25,8 @@ from app.kernel.policy import (
     require_good_standing,
     viewer_of,
 )
-from app.kernel.visibility import (
+from app.kernel.errors import Forbidden
+from app.record.visibility import (
     report_access,
     report_writable,
     repository_visible,

@@ -15,9 +15,10 @@ import httpx
 from sqlalchemy import text
 
 from app.accounts.models import Account
-from app.kernel import db, rendered
+from app.kernel import db
 from app.kernel.audit import record_audit
 from app.moderation.service import change_repository_listing
+from app.record import rendered
 from app.registry import queries
 from app.registry.models import Repository
 from tests import factories

@@ -10,10 +10,11 @@ from typing import Any
 from sqlalchemy import TextClause, literal
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.kernel import changes, db, outages
+from app.kernel import db, outages
 from app.kernel.aftercommit import after_commit
-from app.kernel.public import has_public_occurrence
 from app.kernel.sql import Fragment, compose, join, statement
+from app.record import changes
+from app.record.public import has_public_occurrence
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ async def mark_dirty(
     """Record pattern keys whose rollups must be recomputed. Returns how many keys were marked. `repository_id`:
     the keys' rows changed in this repository only (their refresh then re-projects only it); None: anywhere.
     `ring=False` for a caller that drains the keys itself (reconcile). Also announces the status changes under
-    these keys on the change feed (`app.kernel.changes`), in this transaction."""
+    these keys on the change feed (`app.record.changes`), in this transaction."""
     unique = sorted({k for k in keys if k})
     if await changes.sync_statuses(session, unique):
         ring_webhooks_after_commit()
@@ -203,7 +204,7 @@ async def _ring(enqueue: Callable[[], Awaitable[None]], what: str, backstop: str
 
 async def ring_drain() -> None:
     """Ring the rollup worker."""
-    from jobs.queue import ring_drain as enqueue_drain  # arq lives with the jobs; imported late, where it is used
+    from app.kernel.queue import enqueue_drain  # arq is imported late, where it is used
 
     await _ring(enqueue_drain, "the rollup worker", "the periodic sweep will pick the keys up")
 
@@ -217,7 +218,7 @@ def ring_webhooks_after_commit() -> None:
 
 async def ring_webhooks() -> None:
     """Ring the webhook deliveries."""
-    from jobs.queue import ring_webhooks as enqueue_webhooks  # arq lives with the jobs
+    from app.kernel.queue import enqueue_webhooks  # arq is imported late, where it is used
 
     await _ring(enqueue_webhooks, "the webhook deliveries", "the per-minute run will send them")
 

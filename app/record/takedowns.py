@@ -1,19 +1,20 @@
 """What a privileged viewer sees that the public cannot, and the audit event that hid it: the markers of the public
-pages (docs/domain.md §8 "The moderator's view"). In the kernel because the site reads it and may not import
-`app.moderation`."""
+pages (docs/domain.md §8 "The moderator's view"), and the caches keyed by the takedown fence. In the record
+because the site reads it and may not import `app.moderation`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from sqlalchemy import Select, select, tuple_
 from sqlalchemy.dialects.postgresql import distinct_on
 
 from app.kernel import db
 from app.kernel.audit import AuditEvent
+from app.kernel.cache import SingleFlightCache
 
 # The audited action that sets each hidden subject's state, and the field of its `after` that names the state.
 TAKEDOWN_ACTIONS: Final = {
@@ -108,3 +109,28 @@ async def page_marks(
         statements={int(k[1]): v for k, v in found.items() if k[0] == "statement"},
         audit_links=audit_links,
     )
+
+
+V = TypeVar("V")
+
+
+class TakedownKeyedCache(Generic[V]):
+    """A `SingleFlightCache` whose key carries the takedown fence (`db.takedown_fence`, read at every call), so a
+    takedown anywhere changes its answers at the next request (docs/scaling.md); anonymous answers only
+    (docs/security.md)."""
+
+    def __init__(self, ttl: Callable[[], float], *, maxsize: int) -> None:
+        self.cache: SingleFlightCache[V] = SingleFlightCache(ttl, maxsize=maxsize)
+        self._seen: int | None = None
+
+    async def get(self, key: Hashable, loader: Callable[[], Awaitable[V]]) -> V:
+        async with db.read_session() as session:
+            generation = await db.takedown_fence(session)
+        if generation != self._seen:
+            self.cache.invalidate()
+            self._seen = generation
+        return await self.cache.get((generation, key), loader)
+
+    def reset(self) -> None:
+        self.cache.reset()
+        self._seen = None

@@ -42,19 +42,19 @@ async def close_pools() -> None:
         del _rung[rung]
 
 
-async def ring_drain(*, delay_seconds: float = 0.0, redis: ArqRedis | None = None) -> None:
+async def enqueue_drain(*, delay_seconds: float = 0.0, redis: ArqRedis | None = None) -> None:
     """One coalesced drain job per half-second bucket, deferred to the bucket's end (`delay_seconds`: a later bucket);
     docs/domain.md §5.5 "Ring"."""
-    await _ring(DRAIN_JOB, delay_seconds, redis)
+    await _enqueue(DRAIN_JOB, delay_seconds, redis)
 
 
-async def ring_webhooks(*, delay_seconds: float = 0.0, redis: ArqRedis | None = None) -> None:
-    """One coalesced webhook delivery run per half-second bucket, as `ring_drain` (after a commit that wrote
+async def enqueue_webhooks(*, delay_seconds: float = 0.0, redis: ArqRedis | None = None) -> None:
+    """One coalesced webhook delivery run per half-second bucket, as `enqueue_drain` (after a commit that wrote
     change-feed entries; deferred to the next retry's time by the run itself)."""
-    await _ring(WEBHOOKS_JOB, delay_seconds, redis)
+    await _enqueue(WEBHOOKS_JOB, delay_seconds, redis)
 
 
-async def _ring(job: str, delay_seconds: float, redis: ArqRedis | None) -> None:
+async def _enqueue(job: str, delay_seconds: float, redis: ArqRedis | None) -> None:
     bucket = int((time.time() + max(0.0, delay_seconds)) / _COALESCE_SECONDS) + 1
     rung = (id(asyncio.get_running_loop()), settings().redis_url, job)
     if redis is None and _rung.get(rung) == bucket:
