@@ -7,6 +7,7 @@ the audit log)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,3 +129,36 @@ async def test_unknown_subjects_do_not_leak_to_non_moderators(client: httpx.Asyn
     )
     expected: dict[str, Any] = {**FORM_EXPECTED, "moderator": 404, "admin": 404}
     assert response.status_code == expected[kind]
+
+
+def moderation_form_paths() -> list[str]:
+    """Every mutating moderation route of the app, its path parameters filled with subjects that do not exist: the
+    matrix below covers a route added later without anyone listing it."""
+    from app.main import app
+
+    paths = []
+    for route in app.routes:
+        path = getattr(route, "path", "")
+        if path.startswith("/moderation/") and "POST" in (getattr(route, "methods", None) or ()):
+            filled = path
+            for name, convertor in route.param_convertors.items():  # type: ignore[attr-defined]
+                value = "424242" if type(convertor).__name__ == "IntegerConvertor" else "nobody"
+                filled = re.sub(r"\{" + name + r"(:[a-z]+)?\}", value, filled)
+            paths.append(filled)
+    return sorted(paths)
+
+
+def test_the_matrix_sees_every_mutating_moderation_route() -> None:
+    paths = moderation_form_paths()
+    assert "/moderation/accounts/nobody/statements" in paths
+    assert "/moderation/webhooks/424242" in paths
+    assert len(paths) >= 7
+
+
+@pytest.mark.parametrize("kind", ["anonymous", "member", "reviewer", "suspended moderator"])
+async def test_every_mutating_moderation_route_refuses_non_moderators(client: httpx.AsyncClient, kind: str) -> None:
+    await act_as(client, await visitor(kind))
+    for path in moderation_form_paths():
+        response = await client.post(path, data={"reason": "abuse", "notes": NOTES}, headers=SAME_ORIGIN)
+        assert response.status_code == FORM_EXPECTED[kind], path
+    assert await audit_count() == 0
