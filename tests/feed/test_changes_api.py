@@ -10,8 +10,8 @@ import pytest
 
 from app.moderation import service as moderation
 from tests import factories
-from tests.kernel.test_changes import submit
 from tests.moderation.support import NOTES, make_account
+from tests.record.test_changes import submit
 from tests.reports.support import reach_quorum
 from tests.site.test_openapi import _conforms
 

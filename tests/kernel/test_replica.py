@@ -36,12 +36,12 @@ from app.moderation.service import change_statement_visibility
 from app.ops import gauges
 from app.registry.models import Repository
 from tests.conftest import _plain_url, caught_up
-from tests.kernel.test_takedown_fence import overlapping_takedowns
 from tests.maintainers.conftest import forge  # noqa: F401 (the loopback forge fixture)
 from tests.maintainers.statement_support import bearer, published, state, verified_maintainer
 from tests.maintainers.support import Forge
 from tests.maintainers.test_statements import IMPACT
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
+from tests.record.test_takedown_fence import overlapping_takedowns
 from tests.reports.support import report_body
 from tests.system.test_takedowns import REASON, SURFACES, World, quarantine, restrict
 

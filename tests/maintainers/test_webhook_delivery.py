@@ -37,11 +37,11 @@ from app.registry.models import Repository
 from app.site.openapi import DOCUMENT
 from tests import factories
 from tests.harness import spawn, stop
-from tests.kernel.test_changes import submit
 from tests.maintainers.statement_support import bearer, published, state, verified_maintainer
 from tests.maintainers.support import Forge
 from tests.maintainers.webhook_support import Receiver, maintainer, verify, webhooks_url
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
+from tests.record.test_changes import submit
 from tests.reports.test_report_cost import counted_statements
 from tests.sql import execute, one, rows, scalar
 

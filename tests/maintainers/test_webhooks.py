@@ -15,9 +15,9 @@ import pytest
 from app.accounts.service import create_token
 from app.maintainers import destinations, webhook_queue, webhooks
 from tests import factories
-from tests.kernel.test_changes import submit
 from tests.maintainers.webhook_support import SCOPE, maintainer, webhooks_url
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
+from tests.record.test_changes import submit
 from tests.site.test_openapi import _conforms
 from tests.sql import execute, one, scalar
 
