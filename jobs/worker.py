@@ -26,8 +26,7 @@ from app.kernel.config import ConfigError, settings
 from app.kernel.logs import configure_logging
 from app.kernel.metrics import WORKER_RECONNECTS, start_metrics_server
 from app.kernel.queue import close_pools, enqueue_drain, enqueue_webhooks
-from app.maintainers import delivery
-from app.maintainers import service as maintainers
+from app.maintainers import delivery, recheck
 from app.ops import leases
 
 log = logging.getLogger(__name__)
@@ -162,14 +161,14 @@ async def export_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
 
 
 async def maintainer_recheck_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
-    """The daily recheck of every maintainer's verification file (app.maintainers.service), once fleet-wide per
+    """The daily recheck of every maintainer's verification file (app.maintainers.recheck), once fleet-wide per
     slot; expired claims a month old are pruned with it. Returns False when another worker ran it."""
 
     async def run() -> dict[str, Any]:
-        ended = await maintainers.recheck_maintainers()
+        ended = await recheck.recheck_maintainers()
         for item in ended:
             log.info("maintainer @%s of %s ended (%s)", item.handle, item.repository, item.reason)
-        return {"ended": len(ended), "pruned_claims": await maintainers.prune_expired_claims()}
+        return {"ended": len(ended), "pruned_claims": await recheck.prune_expired_claims()}
 
     return await _singleton(ctx, MAINTAINER_RECHECK_LEASE, _slot(ctx, slot), run)
 

@@ -39,7 +39,7 @@ async def _verify(args: argparse.Namespace) -> int:
 
 
 async def _recheck(args: argparse.Namespace) -> int:
-    from app.maintainers.service import recheck_maintainers
+    from app.maintainers.recheck import recheck_maintainers
 
     ended = await recheck_maintainers()
     for item in ended:

@@ -11,7 +11,7 @@ import pytest
 
 from app.accounts.models import Account
 from app.accounts.service import create_token
-from app.maintainers import service
+from app.maintainers import recheck
 from app.registry.models import Repository
 from app.reports.service import record_check, submit_report
 from tests import factories
@@ -86,19 +86,19 @@ async def test_claim_verify_recheck_and_the_mode_it_restores(
     # a failing forge ends nothing, however long it fails
     monkeypatch.setenv("MAINTAINER_RECHECK_HOURS", "1")
     forge.fail(*ref)
-    assert await service.recheck_maintainers() == []
+    assert await recheck.recheck_maintainers() == []
     await execute("UPDATE repository_maintainers SET since = since - interval '3 days'")
-    assert await service.recheck_maintainers() == []
+    assert await recheck.recheck_maintainers() == []
     assert await scalar("SELECT count(*) FROM repository_maintainers WHERE first_missing_at IS NOT NULL") == 0
 
     # the file gone: a first miss starts the count, a second less than MAINTAINER_RECHECK_HOURS later ends nothing
     forge.remove(*ref)
-    assert await service.recheck_maintainers() == []
-    assert await service.recheck_maintainers() == []
+    assert await recheck.recheck_maintainers() == []
+    assert await recheck.recheck_maintainers() == []
     assert await scalar("SELECT count(*) FROM repository_maintainers WHERE ended_at IS NULL") == 2
     # a miss at least that many hours after the first ends both, and the last end restores the replaced mode
     await execute("UPDATE repository_maintainers SET first_missing_at = first_missing_at - interval '61 minutes'")
-    ended = await service.recheck_maintainers()
+    ended = await recheck.recheck_maintainers()
     assert sorted(e.handle for e in ended) == sorted([alice.handle, bob.handle])
     assert {e.reason for e in ended} == {"file_missing"}
     assert await scalar("SELECT count(*) FROM repository_maintainers WHERE ended_at IS NULL") == 0
@@ -128,13 +128,13 @@ async def test_a_found_file_resets_the_misses_and_paused_or_curated_stay(
     assert (await verify(client, made["id"], headers)).status_code == 200
     assert await mode_of(repo) == "curated"  # a moderator's decision stays
     forge.remove(repo.host, repo.owner, repo.name)
-    assert await service.recheck_maintainers() == []  # the first miss
+    assert await recheck.recheck_maintainers() == []  # the first miss
     forge.serve_file(repo.host, repo.owner, repo.name, made["token"])
-    assert await service.recheck_maintainers() == []  # found again: the count starts over
+    assert await recheck.recheck_maintainers() == []  # found again: the count starts over
     assert await scalar("SELECT first_missing_at FROM repository_maintainers") is None
     forge.remove(repo.host, repo.owner, repo.name)
-    assert await service.recheck_maintainers() == []
-    assert [e.handle for e in await service.recheck_maintainers()] == [account.handle]
+    assert await recheck.recheck_maintainers() == []
+    assert [e.handle for e in await recheck.recheck_maintainers()] == [account.handle]
     assert await mode_of(repo) == "curated"
 
 

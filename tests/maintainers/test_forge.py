@@ -14,7 +14,7 @@ from app.accounts.service import create_token
 from app.kernel import config
 from app.kernel.config import ConfigError, check_forge_settings, forge_raw_url_template
 from app.maintainers import forge as fetcher
-from app.maintainers import service
+from app.maintainers import recheck
 from tests import factories
 from tests.maintainers.support import Answer, Forge
 from tests.sql import scalar
@@ -125,7 +125,7 @@ async def test_a_base_set_for_one_host_never_serves_another_hosts_claim(
         verified = await client.post(f"/api/v1/claims/{claim['id']}/verify", headers=headers, json={})
         assert verified.status_code == 200 and verified.json()["claim"]["state"] == "verified", verified.text
         # the daily recheck reads the same per-host URL
-        assert await service.recheck_maintainers() == []
+        assert await recheck.recheck_maintainers() == []
         assert elsewhere.asked == []
         assert github.asked[-1] == github.path_of("github.com", "tidewater", "harbor-api")
     finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import httpx
 
-from app.maintainers import service
+from app.maintainers import recheck
 from tests.maintainers.statement_support import published, verified_maintainer
 from tests.maintainers.support import Answer, Forge
 from tests.sql import execute, one, scalar
@@ -40,33 +40,33 @@ async def test_a_redirect_or_401_that_persists_ends_the_maintainership(client: h
         Answer(403, headers={"Retry-After": "60"}),
     ):
         forge.answers[path] = limited
-        assert await service.recheck_maintainers() == []
+        assert await recheck.recheck_maintainers() == []
         assert await streak() == {"unreachable_checks": 0, "started": False, "ended_reason": None}
 
     # a redirect: counted once a day, however often the recheck runs
     forge.answers[path] = Answer(302, headers={"Location": "https://elsewhere.example/"})
-    assert await service.recheck_maintainers() == []
-    assert await service.recheck_maintainers() == []
+    assert await recheck.recheck_maintainers() == []
+    assert await recheck.recheck_maintainers() == []
     assert await streak() == {"unreachable_checks": 1, "started": True, "ended_reason": None}
     # a day later a 401: the second
     await a_day_later()
     forge.answers[path] = Answer(401)
-    assert await service.recheck_maintainers() == []
+    assert await recheck.recheck_maintainers() == []
     assert (await streak())["unreachable_checks"] == 2
     # the file is back: the streak ends
     forge.answers[path] = token_file
-    assert await service.recheck_maintainers() == []
+    assert await recheck.recheck_maintainers() == []
     assert await streak() == {"unreachable_checks": 0, "started": False, "ended_reason": None}
 
     # three days of refusals (a plain 403 counts: the forge answered, and not its rate limit) end it
     forge.answers[path] = Answer(403)
-    assert await service.recheck_maintainers() == []
+    assert await recheck.recheck_maintainers() == []
     await a_day_later()
     forge.answers[path] = Answer(301, headers={"Location": "/moved"})
-    assert await service.recheck_maintainers() == []
+    assert await recheck.recheck_maintainers() == []
     await a_day_later()
     forge.answers[path] = Answer(401)
-    ended = await service.recheck_maintainers()
+    ended = await recheck.recheck_maintainers()
     assert [(e.handle, e.reason) for e in ended] == [(keeper.handle, "proof_unreachable")]
     assert (await streak())["ended_reason"] == "proof_unreachable"
     assert await scalar("SELECT participation_mode FROM repositories") == "unclaimed"
