@@ -3,8 +3,6 @@ generated from the typed answers (docs/architecture.md "Answers")."""
 
 from __future__ import annotations
 
-import json
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -15,7 +13,6 @@ from app.feed.types import ChangePage
 from app.infestations.types import STATUS_CHOICES, InfestationList, InfestationShow, InstancePage
 from app.kernel.answers import Errors
 from app.kernel.openapi import (
-    API_ERRORS,
     BINARY_BODY,
     TEXT_BODY,
     UUID,
@@ -23,7 +20,6 @@ from app.kernel.openapi import (
     components,
     delete,
     document_get,
-    error,
     error_responses,
     export_get,
     get,
@@ -45,11 +41,8 @@ from app.maintainers.webhook_types import (
     WebhookRegistration,
 )
 from app.registry.types import Repository, RepositoryRegistration, Search
-from app.reports.batch import BATCH_MEDIA_TYPE, BATCH_SECONDS, MAX_BATCH_LINES
 from app.reports.types import EXAMPLE_COMMIT as EXAMPLE_COMMIT  # the commit the fuzz suite seeds its examples at
 from app.reports.types import (
-    BatchLine,
-    BatchReport,
     Check,
     CheckSubmission,
     Confirmation,
@@ -58,6 +51,7 @@ from app.reports.types import (
     ReportSubmission,
     SarifLog,
 )
+from app.site.openapi_batch import BATCH
 from app.site.types import FindingRecord, Home, RepositoryRecord, Tombstone
 
 _REPO_PARAMS = [param("host"), param("owner"), param("name")]
@@ -72,46 +66,6 @@ _FEED_LIMIT = "^0*(?:[1-9][0-9]{0,2}|1000)$"  # ASCII digits, 1..1000 (app.feed.
 _KEY = param("pattern_key", schema={"type": "string"}, description="64 lowercase hex characters")
 _CURSOR = param("cursor", "query", description="the `next_cursor` of the previous page")
 
-
-def _ndjson(line: type, description: str, example: str | None = None) -> Schema:
-    """An NDJSON media type: UTF-8 text, one JSON object a line, described as the bytes it is (so generators hand
-    it over as is); `x-itemSchema` (OpenAPI 3.2's `itemSchema`, an extension in 3.1) is the schema of each line."""
-    media: Schema = {"schema": BINARY_BODY | {"description": description}, "x-itemSchema": ref(line)}
-    if example is not None:
-        media["example"] = example
-    return {BATCH_MEDIA_TYPE: media}
-
-
-_BATCH_EXAMPLE = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in BatchReport.EXAMPLES)
-_BATCH = {
-    "post": {
-        "operationId": "submitReportBatch",
-        "summary": f"Submit up to {MAX_BATCH_LINES} reports at once (scope findings:submit or reviews:submit): one "
-        "report a line, each stored in its own transaction with the single route's validation, secrets scan, "
-        'limits and quotas; answered 200 with one line per request line, in order (docs/domain.md §9 "Batches")',
-        "security": [{"bearer": []}],
-        "parameters": [],
-        "requestBody": {
-            "required": True,
-            "content": _ndjson(
-                BatchReport,
-                f"NDJSON: one BatchReport (a report body and its `repository`) a line, at most {MAX_BATCH_LINES} "
-                "lines and the API body limit; a blank line or one that is not a JSON object gets its own error line",
-                _BATCH_EXAMPLE,
-            ),
-        },
-        "responses": {
-            "200": {
-                "description": "One BatchLine per request line, in order: 201 or 200 with `report`, else `errors` "
-                f"(a 429 line was not tried: the request's processing budget, its time ({BATCH_SECONDS:g} s from its "
-                "arrival), the account's limits or the refused-attempt allowance; send it again after `retry_after` "
-                "seconds). Refused lines count toward the refused-attempt allowance",
-                "content": _ndjson(BatchLine, "NDJSON: one BatchLine a line"),
-            }
-        }
-        | {code: error(code) for code in API_ERRORS},
-    }
-}
 
 _WEBHOOK_ID = param("webhook_id", schema={"type": "string", "pattern": "^[0-9]+$"})
 _ERROR_RESPONSES = error_responses()
@@ -153,7 +107,7 @@ DOCUMENT: Schema = {
             ],
             also={"application/sarif+json": SarifLog},
         ),
-        "/api/v1/reports/batch": _BATCH,
+        "/api/v1/reports/batch": BATCH,
         "/api/v1/findings/{canonical_public_id}/checks": post(
             "recordCheck",
             "Record a check of a canonical finding (scope findings:verify or reviews:verify)",
