@@ -15,6 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.sql import Fragment, compose, statement
 from app.record.outbox import mark_dirty
+from app.reports.counters import REFRESH_COUNTERS as REFRESH_COUNTERS  # re-exported: a CTE of app.reports.service's
+from app.reports.counters import refresh_counters_of
 from app.reports.finding_memory import fingerprint, legacy_fingerprint, pattern_key
 from app.reports.models import Scan
 from app.reports.quorum import recompute_canonical_statuses
@@ -123,32 +125,6 @@ SELECT 'finding', NULL, id, public_id, NULL, NULL, NULL FROM stored
     ),
 )
 
-# per canonical of `:ids`; a canonical without occurrences keeps its counters. Also a CTE of a new report's last
-# statement (`Assimilated.counters_due`): no sibling there reads a counter
-REFRESH_COUNTERS = Fragment("""
-WITH occ AS (
-  SELECT f.canonical_finding_id AS canonical_id, f.id, f.scan_id, s.submitted_by_id, s.model, s.commit_sha,
-         s.inserted_at
-  FROM scan_findings f JOIN scans s ON s.id = f.scan_id WHERE f.canonical_finding_id = ANY(CAST(:ids AS bigint[]))
-), stats AS (
-  SELECT canonical_id, count(DISTINCT scan_id) AS detections, count(DISTINCT submitted_by_id) AS submitters,
-         count(DISTINCT model) AS models,
-         (array_agg(commit_sha ORDER BY inserted_at, id))[1] AS first_commit,
-         (array_agg(commit_sha ORDER BY inserted_at DESC, id DESC))[1] AS last_commit
-  FROM occ GROUP BY canonical_id
-)
-UPDATE canonical_findings c SET
-  detections_count = stats.detections, distinct_submitters_count = stats.submitters,
-  distinct_models_count = stats.models, first_seen_commit_sha = stats.first_commit,
-  last_seen_commit_sha = stats.last_commit, updated_at = now()
-FROM stats
-WHERE c.id = stats.canonical_id
-  AND (c.detections_count, c.distinct_submitters_count, c.distinct_models_count,
-       c.first_seen_commit_sha, c.last_seen_commit_sha)
-      IS DISTINCT FROM (stats.detections, stats.submitters, stats.models, stats.first_commit, stats.last_commit)
-""")
-_REFRESH_COUNTERS = REFRESH_COUNTERS.statement()
-
 
 def disposition_for(prior_scans: int, canonical_status: str, sent: str) -> str:
     """§2.6 step 4: the server decides; only an agent-sent `regression` on a known finding survives."""
@@ -157,17 +133,6 @@ def disposition_for(prior_scans: int, canonical_status: str, sent: str) -> str:
     if canonical_status == "fixed" or sent == "regression":
         return "regression"
     return "matches_existing"
-
-
-async def refresh_canonical_counters(session: AsyncSession, canonical_id: int) -> bool:
-    """Detections, distinct submitters/models, first/last seen commit over ALL visibilities. Returns changed."""
-    return await refresh_counters_of(session, [canonical_id]) > 0
-
-
-async def refresh_counters_of(session: AsyncSession, canonical_ids: list[int]) -> int:
-    """`refresh_canonical_counters` of many canonicals in one statement; returns how many changed."""
-    result = await session.execute(_REFRESH_COUNTERS, {"ids": canonical_ids})
-    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from sqlalchemy.exc import DBAPIError
 from app.accounts.models import Account
 from app.kernel import db
 from app.registry.models import Repository
-from app.reports.assimilation import assimilate_scan, refresh_canonical_counters
+from app.reports.assimilation import assimilate_scan
+from app.reports.counters import refresh_canonical_counters
 from app.reports.finding_memory import fingerprint, legacy_normalize, pattern_key
 from app.reports.models import Scan
 from app.reports.quorum import recompute_canonical_status
