@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import TextClause, bindparam, select, text
 
 from app.infestations.dirty_queue import drain
+from app.infestations.keys import Keys
 from app.infestations.models import InfestationPattern
 from app.infestations.projection import key_ranges, project_range, recompute_range, refresh_pattern
-from app.infestations.projection_sql import Keys
 from app.kernel import db
 from app.kernel.metrics import RECONCILE_KEYS
 from app.kernel.sql import ONE, compiled

@@ -9,8 +9,8 @@ import time
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.infestations.keys import Keys
 from app.infestations.projection_sql import (
-    Keys,
     delete_projection,
     delete_stale_memberships,
     delete_stale_patterns,

@@ -4,24 +4,11 @@ once per shape."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 
-from sqlalchemy import (
-    ARRAY,
-    BigInteger,
-    ColumnElement,
-    Text,
-    TextClause,
-    and_,
-    any_,
-    bindparam,
-    cast,
-    column,
-    literal,
-)
-from sqlalchemy import table as _table
+from sqlalchemy import ColumnElement, TextClause, column, literal
 
+from app.infestations.keys import rows_of_keys
 from app.infestations.models import COUNTS, UNKNOWN_TITLE, WINDOWED_AGGREGATES, status_rank
 from app.kernel.sql import WINDOW_DAYS, Fragment, Name, Window, compose, join, names, statement
 from app.record.public import listed_repository, public_scan
@@ -31,71 +18,6 @@ from app.reports.models import CANONICAL_STATUSES
 _REPRESENTATIVE_ORDER = compose(
     "{rank}, updated_at DESC, canonical_finding_id DESC", rank=status_rank(column("status"))
 )
-
-
-@dataclass(frozen=True)
-class Keys:
-    """The rows a statement projects: one `key` (only its rows in `repositories` when given), several `keys` (a
-    drain's batch), the (key, repository) `pairs` of several scoped keys, or every key in `[lo, hi)` (`hi` None: no
-    upper bound)."""
-
-    key: str | None = None
-    lo: str = ""
-    hi: str | None = None
-    repositories: tuple[int, ...] | None = None
-    keys: tuple[str, ...] = ()
-    pairs: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def shape(self) -> str:
-        if self.key is not None:
-            return "key" if self.repositories is None else "key_repositories"
-        if self.keys:
-            return "keys"
-        if self.pairs:
-            return "pairs"
-        return "range" if self.hi is not None else "open_range"
-
-    @property
-    def params(self) -> dict[str, object]:
-        if self.key is not None:
-            if self.repositories is None:
-                return {"key": self.key}
-            return {"key": self.key, "repositories": list(self.repositories)}
-        if self.keys:
-            return {"keys": list(self.keys)}
-        if self.pairs:
-            return {"pair_keys": [k for k, _ in self.pairs], "pair_repositories": [r for _, r in self.pairs]}
-        return {"lo": self.lo} if self.hi is None else {"lo": self.lo, "hi": self.hi}
-
-
-_KEYED = _table("keyed", column("pattern_key"), column("repository_id"))  # any rollup table, by its alias
-
-
-# Scoped keys' (key, repository) pairs: rows are found by their keys and repositories, as one scoped key's are
-# (`key_repositories`), and the exact pairs are a filter. A semi-join on the pairs is planned as an index probe per
-# pair, and no instance index leads with both columns: a probe by key walked all of a hot key's instances, once per
-# pair of it (docs/domain.md §5.5 "Refresh").
-_PAIRS = """({a}.pattern_key = ANY(CAST(:pair_keys AS text[]))
-  AND {a}.repository_id = ANY(CAST(:pair_repositories AS bigint[]))
-  AND ({a}.pattern_key, {a}.repository_id) = ANY(ARRAY(
-    SELECT ROW(k, r) FROM unnest(CAST(:pair_keys AS text[]), CAST(:pair_repositories AS bigint[])) AS s(k, r))))"""
-
-
-def _keys(shape: str, alias: str) -> ColumnElement[bool] | Fragment:
-    """The rows of `Keys` of this shape in the table aliased `alias`."""
-    rows = _KEYED.alias(alias)
-    if shape == "key":
-        return rows.c.pattern_key == bindparam("key")
-    if shape == "key_repositories":
-        repositories = any_(cast(bindparam("repositories"), ARRAY(BigInteger)))
-        return and_(rows.c.pattern_key == bindparam("key"), rows.c.repository_id == repositories)
-    if shape == "keys":
-        return rows.c.pattern_key == any_(cast(bindparam("keys"), ARRAY(Text)))
-    if shape == "pairs":
-        return compose(_PAIRS, a=Name(alias))
-    lo = rows.c.pattern_key >= bindparam("lo")
-    return and_(lo, rows.c.pattern_key < bindparam("hi")) if shape == "range" else lo
 
 
 _EXCLUDED = Fragment("EXCLUDED")
@@ -170,8 +92,8 @@ SELECT (SELECT count(*) FROM src) AS instances, (SELECT count(*) FROM upserted) 
         public=public_scan(),
         unknown=literal(UNKNOWN_TITLE),
         listed=listed_repository(),
-        keys_c=_keys(shape, "c"),
-        keys_i=_keys(shape, "i"),
+        keys_c=rows_of_keys(shape, "c"),
+        keys_i=rows_of_keys(shape, "i"),
         columns=names(_INSTANCE_COLUMNS),
         existing=names(_INSTANCE_COLUMNS, prefix="i"),
         excluded=_excluded(_INSTANCE_COLUMNS),
@@ -225,7 +147,7 @@ ON CONFLICT (pattern_key, repository_id) DO UPDATE SET ({columns}) = ({excluded}
   updated_at = now()
 WHERE ({existing}) IS DISTINCT FROM ({excluded})
 """,
-        keys=_keys(shape, "i"),
+        keys=rows_of_keys(shape, "i"),
         order=_REPRESENTATIVE_ORDER,
         columns=names(_MEMBERSHIP_COLUMNS),
         existing=names(_MEMBERSHIP_COLUMNS, prefix="m"),
@@ -247,9 +169,9 @@ USING (
 ) gone
 WHERE {keys_e} AND e.pattern_key = gone.pattern_key AND e.repository_id = gone.repository_id
 """,
-        keys_m=_keys(shape, "m"),
-        keys_i=_keys(shape, "i"),
-        keys_e=_keys(shape, "e"),
+        keys_m=rows_of_keys(shape, "m"),
+        keys_i=rows_of_keys(shape, "i"),
+        keys_e=rows_of_keys(shape, "e"),
     )
 
 
@@ -289,7 +211,7 @@ def _per_repository(shape: str) -> Fragment:
         """SELECT pattern_key, repository_id, {parts}
   FROM infestation_pattern_instances i WHERE {keys} GROUP BY pattern_key, repository_id""",
         parts=join(", ", parts),
-        keys=_keys(shape, "i"),
+        keys=rows_of_keys(shape, "i"),
     )
 
 
@@ -348,7 +270,7 @@ ON CONFLICT (pattern_key) DO UPDATE SET
         aggregated=names([*_ALL_TIME_COLUMNS, *_window_columns()], prefix="agg"),
         aggregates=join(",\n    ", [*_ALL_TIME_AGGREGATES, *_window_aggregates()]),
         per_repository=_per_repository(shape),
-        keys=_keys(shape, "i"),
+        keys=rows_of_keys(shape, "i"),
         order=_REPRESENTATIVE_ORDER,
         assigned=_assigned(_PATTERN_COLUMNS, _EXCLUDED),
     )
@@ -372,7 +294,7 @@ DELETE FROM infestation_pattern_repos m USING gone WHERE m.pattern_key = gone.pa
 
 
 def _stale_patterns(shape: str) -> Fragment:
-    return compose(_STALE_PATTERNS, keys_p=_keys(shape, "p"), keys_i=_keys(shape, "i"))
+    return compose(_STALE_PATTERNS, keys_p=rows_of_keys(shape, "p"), keys_i=rows_of_keys(shape, "i"))
 
 
 _STALE_PATTERNS = """
@@ -400,7 +322,7 @@ WHERE p.pattern_key = w.pattern_key AND {keys}
         assigned=_assigned(_window_columns(), Fragment("w")),
         aggregates=join(", ", _window_aggregates()),
         per_repository=_per_repository(shape),
-        keys=_keys(shape, "p"),
+        keys=rows_of_keys(shape, "p"),
     )
 
 
@@ -454,9 +376,9 @@ USING (SELECT s.pattern_key, s.status, s.window_days FROM infestation_pattern_st
 WHERE sw.pattern_key = gone.pattern_key AND sw.status = gone.status AND sw.window_days = gone.window_days
 """,
         per_repository=per_repository,
-        keys_i=_keys(shape, "i"),
+        keys_i=rows_of_keys(shape, "i"),
         rows=rows,
-        keys_s=_keys(shape, "s"),
+        keys_s=rows_of_keys(shape, "s"),
     )
 
 
@@ -476,7 +398,7 @@ _PROJECTION_TABLES = (
 def delete_projection(shape: str) -> tuple[TextClause, ...]:
     """Every row of the keys (`key` or `keys`), table by table: the keys left without instances."""
     return tuple(
-        statement("DELETE FROM {table} d WHERE {keys}", table=Name(table), keys=_keys(shape, "d"))
+        statement("DELETE FROM {table} d WHERE {keys}", table=Name(table), keys=rows_of_keys(shape, "d"))
         for table in _PROJECTION_TABLES
     )
 

@@ -10,9 +10,9 @@ import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from app.infestations.keys import Keys
 from app.infestations.models import COUNTS, UNKNOWN_TITLE
 from app.infestations.projection import _bucket, _buckets, _lock_key_params, key_ranges, lock_order
-from app.infestations.projection_sql import Keys
 from app.infestations.queries import _oldest, guarded_map, parse_pattern_key
 from app.infestations.rows import INFESTATION_KEYS
 

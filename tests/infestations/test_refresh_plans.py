@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import text
 
 from app.infestations import projection
+from app.infestations.keys import Keys
 from app.infestations.projection_sql import (
-    Keys,
     delete_stale_memberships,
     sync_instances,
     sync_status_windows,
