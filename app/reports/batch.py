@@ -16,6 +16,7 @@ from app.kernel.errors import BadRequest, DomainError, RateLimited, ServiceUnava
 from app.kernel.intake import Body, Budget, OverBudget, json_object, refused_status, require_json_counts
 from app.kernel.refs import REF_EXAMPLE, REF_FORMAT, parse_ref
 from app.reports import service
+from app.reports.intake import prepare_report
 from app.reports.policy import RepositoryRateLimited
 from app.reports.secrets_scanner import ScanTimedOut
 from app.reports.types import BatchLine
@@ -104,7 +105,7 @@ def prepare_line(number: int, raw: bytes, budget: Budget) -> Prepared:
     document = json_object(Body(raw, "application/json", {}), budget)
     ref, errors = _repository(document)
     try:
-        report = service.prepare_report(document, budget)
+        report = prepare_report(document, budget)
     except ValidationError as exc:  # with the repository's errors; its kind kept (a scan out of time is no refusal)
         raise type(exc)(errors | exc.errors) from None
     if ref is None:
@@ -170,13 +171,12 @@ async def store_batch(
     account: Account,
     batch: Batch,
     *,
-    scopes: frozenset[str] | None,
     token_id: int | None = None,
     allowance: Allowance | None = None,
     timed: bool = True,
 ) -> list[BatchLine]:
     """Each prepared line stored in its own transaction (`service.store_report`: the account's lock, quotas and
-    writes, as the single route), in order. Refused lines count toward `allowance`; once it is spent, the lines
+    writes, as the single route; the scope was the bearer check's), in order. Refused lines count toward `allowance`; once it is spent, the lines
     after are answered 429 untried, as are lines not begun within BATCH_SECONDS of the batch's start (`timed`; the
     CLI has no client waiting) or after a dependency failed. After a line's quota or rate 429 the lines it applies
     to (the per-repository minute: that repository's; any other limit: all) get it untried, with no transaction:
@@ -215,7 +215,7 @@ async def store_batch(
                 f"not stored: the request's time ({BATCH_SECONDS:g} s) ran out before this line; send it again",
             )
         else:
-            answer, stop = await _store(account, item, scopes, token_id)
+            answer, stop = await _store(account, item, token_id)
             if isinstance(stop, RateLimited):
                 limited[item.ref if isinstance(stop, RepositoryRateLimited) else None] = stop
             else:
@@ -230,12 +230,12 @@ async def store_batch(
 
 
 async def _store(
-    account: Account, item: Prepared, scopes: frozenset[str] | None, token_id: int | None
+    account: Account, item: Prepared, token_id: int | None
 ) -> tuple[BatchLine, ServiceUnavailable | RateLimited | None]:
     """The line's answer, and what stops the lines after it: an outage, or a quota or rate limit reached."""
     try:
         report, created = await service.store_report(
-            account, item.host, item.owner, item.name, item.report, scopes=scopes, token_id=token_id
+            account, item.host, item.owner, item.name, item.report, token_id=token_id
         )
     except Unauthorized:  # the request's token was revoked meanwhile: the bearer check's answer, for the request
         raise

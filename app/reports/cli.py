@@ -78,7 +78,7 @@ async def _submit_batch(args: argparse.Namespace) -> int:
     body = Body(read_bytes(args.file), BATCH_MEDIA_TYPE, {})
     account = await require_account_by_email(args.as_email)
     batch = await off_loop(lambda budget: parse_batch(body, budget))
-    answers = await store_batch(account, batch, scopes=None, timed=False)
+    answers = await store_batch(account, batch, timed=False)
     stored = sum(1 for a in answers if a.status == 201)
     again = sum(1 for a in answers if a.status == 200)
     failed = [a for a in answers if a.status >= 400]

@@ -169,6 +169,17 @@ def require_writable(actor: Actor, repo: RepositoryRow | None, hidden: dict[str,
     return repo
 
 
+async def require_verifier_on(
+    session: AsyncSession, actor: Actor, repository_id: int, hidden: dict[str, list[str]]
+) -> RepositoryRow:
+    """The repository of a finding or report that `actor` is about to check: writable, open, and the actor a
+    verifier (in that order, so a hidden repository answers `hidden` before anything else)."""
+    repo = require_writable(actor, await repository_by_id(session, repository_id), hidden)
+    require_verifier(actor)
+    require_not_paused(actor, repo)
+    return repo
+
+
 def require_report_writable(
     actor: Actor, *, visibility: str, submitted_by_id: int, hidden: dict[str, list[str]]
 ) -> None:

@@ -1,6 +1,7 @@
 """Report API (bearer token): submit reports (one, or a batch), record checks and report-level verdicts. Each route
-is a `body_route` (`app.kernel.intake`): the body is parsed, validated and scanned off the event loop before the
-service opens its transaction."""
+is a `body_route` (`app.kernel.intake`): the bearer check requires the route's scope (the one check of it), the body
+is parsed, validated and scanned off the event loop (`app.reports.intake`), then the service opens its
+transaction."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from starlette.routing import BaseRoute
 
 from app.accounts.service import ApiCaller, bearer_caller, refused_subject, remembered_bearer_caller
 from app.kernel.answers import answer_response
-from app.kernel.errors import NotFound, ValidationError
-from app.kernel.intake import Body, Budget, body_route, json_object, refused_window
+from app.kernel.errors import NotFound
+from app.kernel.intake import body_route, refused_window
 from app.kernel.text import ascii_int
-from app.reports import batch, sarif, service
+from app.reports import batch, intake, sarif, service
 from app.reports.policy import SUBMIT_SCOPES, VERIFY_SCOPES, require_scope
 from app.reports.validation import ReportInput, VerdictInput
 
@@ -38,33 +39,6 @@ def _client_ip(request: Request) -> str | None:
     return request.client.host if request.client else None
 
 
-def sarif_as_json(media_type: str) -> str:
-    return (
-        f"this body is a SARIF 2.1.0 log sent as {media_type or 'no content type'}: send it with "
-        f"Content-Type: {sarif.SARIF_MEDIA_TYPE} (add ?commit_sha= when the log names no revision; docs/sarif.md)"
-    )
-
-
-def parse_report(body: Body, budget: Budget) -> tuple[ReportInput, sarif.SarifReport | None]:
-    """A Scan Format v1 body, or a SARIF 2.1.0 log mapped onto one (docs/sarif.md; the commit and the checkout
-    root may come as parameters), validated and scanned for secrets."""
-    document = json_object(body, budget)
-    if body.media_type != sarif.SARIF_MEDIA_TYPE:
-        if sarif.is_sarif(document):
-            # otherwise the envelope's rules answer (commit_sha, model, document "is required"), naming no cause
-            raise ValidationError({"content_type": [sarif_as_json(body.media_type)]})
-        return service.prepare_report(document, budget), None
-    mapped = sarif.sarif_to_report(
-        document,
-        commit_sha=body.query.get("commit_sha"),
-        source_root=body.query.get("source_root"),
-        budget=budget,
-    )
-    assert mapped.report is not None
-    service.scan_report(mapped.report, budget)
-    return mapped.report, mapped
-
-
 async def submit_report(
     request: Request, caller: ApiCaller, parsed: tuple[ReportInput, sarif.SarifReport | None]
 ) -> Response:
@@ -73,7 +47,7 @@ async def submit_report(
     report, mapped = parsed
     p = request.path_params
     result, created = await service.store_report(
-        caller.account, p["host"], p["owner"], p["name"], report, scopes=caller.scopes, token_id=caller.token_id
+        caller.account, p["host"], p["owner"], p["name"], report, token_id=caller.token_id
     )
     if mapped is not None:
         result = msgspec.structs.replace(result, sarif=mapped.summary())
@@ -84,17 +58,8 @@ async def submit_batch(request: Request, caller: ApiCaller, parsed: batch.Batch)
     """200 with one answer line per request line, in order (docs/domain.md §9 "Batches")."""
     subject = refused_subject(caller)
     allowance = None if subject is None else batch.Allowance(refused_window(), subject)
-    answers = await batch.store_batch(
-        caller.account, parsed, scopes=caller.scopes, token_id=caller.token_id, allowance=allowance
-    )
+    answers = await batch.store_batch(caller.account, parsed, token_id=caller.token_id, allowance=allowance)
     return Response(batch.encode_lines(answers), media_type=batch.BATCH_MEDIA_TYPE)
-
-
-def _verdict(check: bool) -> Callable[[Body, Budget], VerdictInput]:
-    def parse(body: Body, budget: Budget) -> VerdictInput:
-        return service.prepare_verdict(json_object(body, budget), budget, check=check)
-
-    return parse
 
 
 async def record_check(request: Request, caller: ApiCaller, check: VerdictInput) -> Response:
@@ -103,7 +68,6 @@ async def record_check(request: Request, caller: ApiCaller, check: VerdictInput)
         request.path_params["canonical_public_id"],
         check,
         client_ip=_client_ip(request),
-        scopes=caller.scopes,
     )
     return answer_response(result, status_code=201)
 
@@ -112,9 +76,7 @@ async def record_confirmation(request: Request, caller: ApiCaller, verdict: Verd
     scan_id = ascii_int(request.path_params["scan_id"])
     if scan_id is None:
         raise NotFound({"report": ["not found"]})
-    result = await service.store_confirmation(
-        caller.account, scan_id, verdict, client_ip=_client_ip(request), scopes=caller.scopes
-    )
+    result = await service.store_confirmation(caller.account, scan_id, verdict, client_ip=_client_ip(request))
     return answer_response(result, status_code=201)
 
 
@@ -123,7 +85,7 @@ routes: list[BaseRoute] = [
         "/api/v1/repos/{host}/{owner}/{name}/reports",
         submit_report,
         authenticate=_caller(SUBMIT_SCOPES, remembered=True),
-        parse=parse_report,
+        parse=intake.parse_report,
         allowance=refused_subject,
     ),
     body_route(
@@ -137,14 +99,14 @@ routes: list[BaseRoute] = [
         "/api/v1/findings/{canonical_public_id}/checks",
         record_check,
         authenticate=_caller(VERIFY_SCOPES),
-        parse=_verdict(check=True),
+        parse=intake.parse_check,
         allowance=refused_subject,
     ),
     body_route(
         "/api/v1/reports/{scan_id}/confirmations",
         record_confirmation,
         authenticate=_caller(VERIFY_SCOPES),
-        parse=_verdict(check=False),
+        parse=intake.parse_confirmation,
         allowance=refused_subject,
     ),
 ]

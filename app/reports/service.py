@@ -1,15 +1,15 @@
-"""Reports, checks and confirmations: the only writers of scans, occurrences, canonical findings and checks;
-bodies prepared off the loop, then one transaction each (docs/domain.md §1.2-§1.5, §2.6, §9; docs/security.md
-"Body budget")."""
+"""Reports, checks and confirmations: the only writers of scans, occurrences, canonical findings and checks, one
+transaction each, of bodies `app.reports.intake` prepared off the loop (docs/domain.md §1.2-§1.5, §2.6, §9;
+docs/security.md "Body budget")."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, ParamSpec
+from typing import Any
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.exc import IntegrityError
@@ -19,7 +19,7 @@ from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.answers import as_json
 from app.kernel.errors import Forbidden, NotFound, ValidationError
-from app.kernel.intake import Budget, off_loop
+from app.kernel.intake import off_loop
 from app.kernel.purge import purge_after_commit
 from app.kernel.quotas import exempt_from_quotas
 from app.kernel.shared_cache import ATLAS_TAG, repository_tag
@@ -28,22 +28,20 @@ from app.ops.secrets import client_ip_hash
 from app.record.outbox import mark_dirty, mark_scan_dirty, settle_new_report
 from app.record.public import public_scan
 from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, registry_counts_moved
-from app.reports.assimilation import FIND_KNOWN, REFRESH_COUNTERS, Assimilated, assimilate_report, prints_of
+from app.reports.assimilation import Assimilated, assimilate_report, prints_of
+from app.reports.counters import REFRESH_COUNTERS
+from app.reports.intake import prepare_report, prepare_verdict
 from app.reports.models import CanonicalFindingCheck, ScanConfirmation
 from app.reports.policy import (
-    RECENT_REPORTS,
     SUBMIT_SCOPES,
     VERIFY_SCOPES,
-    Actor,
-    RepositoryRow,
     load_actor,
     load_submitter,
-    repository_by_id,
     require_acting_state,
     require_not_paused,
     require_report_writable,
     require_scope,
-    require_verifier,
+    require_verifier_on,
     require_within_limits,
     require_writable,
 )
@@ -56,10 +54,10 @@ from app.reports.quorum import (
     tally_many,
     why_not_counted,
 )
-from app.reports.secrets_scanner import SCAN_BUDGET_SECONDS, scan_fields
+from app.reports.report_sql import COUNTED_INSERT_SCAN, EXEMPT_INSERT_SCAN, STORED_RUN, VERIFY_SCAN, scan_values
 from app.reports.serializers import check_response, confirmation_response, report_answer, report_response
 from app.reports.types import Check, Confirmation, Report
-from app.reports.validation import ReportInput, VerdictInput, validate_check, validate_confirmation, validate_report
+from app.reports.validation import ReportInput, VerdictInput
 
 UNREGISTERED = {"repository": ["is not registered"]}
 FINDING_NOT_FOUND = {"finding": ["not found"]}
@@ -95,33 +93,9 @@ async def _subject(session: AsyncSession, query: TextClause, subject_id: object,
     return row
 
 
-async def _verifier_on(
-    session: AsyncSession, actor: Actor, repository_id: int, hidden: dict[str, list[str]]
-) -> RepositoryRow:
-    """The repository of a finding or report that `actor` is about to check: writable, open, and the actor a
-    verifier (in that order, so a hidden repository answers `hidden` before anything else)."""
-    repo = require_writable(actor, await repository_by_id(session, repository_id), hidden)
-    require_verifier(actor)
-    require_not_paused(actor, repo)
-    return repo
-
-
 # --- reports ---------------------------------------------------------------------------------------------
 
-P = ParamSpec("P")
-
 RUN_ID_TAKEN = {"run_id": ["this agent run was already submitted"]}
-
-# What makes a second submission of a run "the same report": the retry of a request whose answer was lost (an
-# outage at commit time), answered with the stored report instead of a 422 (docs/reliability.md "Retries").
-_SAME_RUN = Fragment("""
-SELECT id FROM scans
-WHERE submitted_by_id = :aid AND run_id = :run_id AND repository_id = :rid AND commit_sha = :sha
-  AND model IS NOT DISTINCT FROM :model AND prompt_version IS NOT DISTINCT FROM :prompt_version
-  AND provenance = :provenance AND review_kind = :review_kind AND notes IS NOT DISTINCT FROM :notes
-  AND raw_document = :raw_document
-""")
-
 
 # An account's reports queue here, one at a time per process, before they take a pooled connection: queued on the
 # account row's lock instead, a burst of one token held the whole pool (docs/security.md "Body budget").
@@ -137,41 +111,21 @@ async def _one_writer(account_id: int) -> AsyncIterator[None]:
         yield
 
 
-def scan_report(report: ReportInput, budget: Budget) -> None:
-    """422 when the report carries a secret (docs/domain.md §9)."""
-    fields = {
-        "model": report.model,
-        "prompt_version": report.prompt_version,
-        "run_id": report.run_id,
-        "notes": report.notes,
-        "document": report.document,
-    }
-    scan_fields(fields, budget=min(SCAN_BUDGET_SECONDS, budget.remaining()))
-
-
-def prepare_report(body: dict[str, Any], budget: Budget) -> ReportInput:
-    """A report body validated and scanned for secrets (CPU work: on an intake thread, before any transaction)."""
-    report = validate_report(body)
-    budget.check()
-    scan_report(report, budget)
-    return report
-
-
-async def submit_report_once(
+async def submit_report(
     account: Account,
     host: str,
     owner: str,
     name: str,
     body: dict[str, Any],
     *,
-    client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
-) -> tuple[dict[str, Any], bool]:
-    """`store_report` of a request body (prepared off the event loop), its answer as plain JSON values."""
+) -> dict[str, Any]:
+    """Submit one report body: prepared off the event loop (`intake.prepare_report`), then `store_report`; the 201
+    body as plain JSON values (for a retry of a stored run, the stored report)."""
     require_scope(scopes, SUBMIT_SCOPES)
     report = await off_loop(lambda budget: prepare_report(body, budget))
-    stored, created = await store_report(account, host, owner, name, report, scopes=scopes)
-    return as_json(stored), created
+    stored, _created = await store_report(account, host, owner, name, report)
+    return as_json(stored)
 
 
 async def store_report(
@@ -181,7 +135,6 @@ async def store_report(
     name: str,
     report: ReportInput,
     *,
-    scopes: frozenset[str] | None = None,
     token_id: int | None = None,
 ) -> tuple[Report, bool]:
     """Store a prepared report in one transaction, saying whether it stored it (True) or found the same run already
@@ -191,24 +144,24 @@ async def store_report(
     The lean path (docs/benchmarks.md "Ingest capacity"): the report's rows are written once, linked as they are
     inserted, and the answer is built from what the statements returned; nothing it wrote is read back.
 
-    `token_id`: the API token the request came with, checked again in the first statement (its 401 when revoked)."""
-    require_scope(scopes, SUBMIT_SCOPES)
+    `token_id`: the API token the request came with, checked again in the first statement (its 401 when revoked);
+    its scope was checked once, by the caller (the route's bearer check, or `submit_report`)."""
     prints = prints_of(report.findings)  # CPU work, before any lock is taken
     async with _one_writer(account.id), db.transaction() as session:
         actor, found = await load_submitter(session, account.id, host, owner, name, token_id=token_id)
         require_acting_state(actor)
         repo = require_writable(actor, found, UNREGISTERED)
         require_not_paused(actor, repo)
-        values = {**_scan_values(actor.id, repo.id, report), "repository_id": repo.id, "fingerprints": prints.wanted}
+        values = {**scan_values(actor.id, repo.id, report), "repository_id": repo.id, "fingerprints": prints.wanted}
         # the insert and the canonicals known by the findings' fingerprints (the repository row is locked: no other
         # report adds any meanwhile), one row per canonical found, or one without
         if exempt_from_quotas(actor):  # no quota to count: a stored run is learnt from the insert
-            inserted = (await session.execute(_INSERT_SCAN_FINDING, values)).all()
+            inserted = (await session.execute(EXEMPT_INSERT_SCAN, values)).all()
         else:
             # the stored run and the §9 counts too, one snapshot taken after the account row was locked (a
             # concurrent submission by this account has committed or not yet begun): a retry is answered before
             # the quotas count it, and a refused report's insert goes with the transaction's rollback
-            inserted = (await session.execute(_COUNTED_INSERT_SCAN, values)).all()
+            inserted = (await session.execute(COUNTED_INSERT_SCAN, values)).all()
             first = inserted[0]
             if first.stored_id is not None:
                 if not first.same:
@@ -233,7 +186,7 @@ async def store_report(
         )
         verified = await _new_report_verified(session, assimilated, report.commit_sha)
         if verified:
-            await session.execute(_VERIFY_SCAN, {"id": scan_id})
+            await session.execute(VERIFY_SCAN, {"id": scan_id})
         listing = repo.listing_status
         recount: Fragment | None = RECALCULATE
         if listing == "pending":  # the report lists it: the recount's own statement announces the repository first
@@ -276,73 +229,10 @@ def _unrolled_report_tags(repository_id: int, listing: str) -> set[str]:
     return {repository_tag(repository_id), ATLAS_TAG} if listing == "listed" else {repository_tag(repository_id)}
 
 
-# A new report's row; the same run_id stored by this account (a retry, or a concurrent request) inserts nothing
-_INSERT_SCAN_SQL = Fragment("""
-INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, run_id, provenance,
-                   review_kind, notes, findings_count, review_status, visibility, raw_document)
-VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review_kind, :notes, :findings_count,
-        'quarantined', 'public', :raw_document)
-ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
-RETURNING id
-""")
-
-# `_INSERT_SCAN_FINDING` with what a quota-counted account's report must know first, in the snapshot the insert
-# reads: the stored report of its run (and whether it is the same report: `_SAME_RUN`) and its §9 counts (before
-# this insert)
-_COUNTED_INSERT_SCAN = statement(
-    """
-WITH stored AS (
-  SELECT id, id IN ({same_run}) AS same FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id
-), recent AS ({recent}), inserted AS ({insert}), known AS ({known})
-SELECT (SELECT id FROM inserted) AS scan_id, s.id AS stored_id, s.same, r.per_minute, r.per_repo_minute, r.per_day,
-       k.*
-FROM recent r LEFT JOIN stored s ON TRUE LEFT JOIN known k ON TRUE
-""",
-    same_run=_SAME_RUN,
-    recent=RECENT_REPORTS,
-    insert=_INSERT_SCAN_SQL,
-    known=FIND_KNOWN,
-)
-# A new report's row (`_INSERT_SCAN_SQL`) and the canonicals known by the report's fingerprints (`FIND_KNOWN`), for a quota-exempt account
-_INSERT_SCAN_FINDING = statement(
-    """
-WITH inserted AS ({insert}), known AS ({known})
-SELECT i.scan_id, k.* FROM (SELECT (SELECT id FROM inserted) AS scan_id) i LEFT JOIN known k ON TRUE
-""",
-    insert=_INSERT_SCAN_SQL,
-    known=FIND_KNOWN,
-)
-
-# verified_at of a new report whose every canonical meets quorum at its commit (§1.5; it has no confirmations yet)
-_VERIFY_SCAN = text("UPDATE scans SET verified_at = now() WHERE id = :id")
-
-# the stored scan of this account's run, and whether it is the same report (`_SAME_RUN`'s test)
-_STORED_RUN = statement(
-    "SELECT id, id IN ({same_run}) AS same FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id",
-    same_run=_SAME_RUN,
-)
-
-
-def _scan_values(account_id: int, repository_id: int, report: ReportInput) -> dict[str, Any]:
-    return {
-        "aid": account_id,
-        "rid": repository_id,
-        "sha": report.commit_sha,
-        "model": report.model,
-        "prompt_version": report.prompt_version,
-        "run_id": report.run_id,
-        "provenance": report.provenance,
-        "review_kind": report.review_kind,
-        "notes": report.notes,
-        "findings_count": len(report.findings),
-        "raw_document": report.raw_document,
-    }
-
-
 async def _stored_run(session: AsyncSession, account_id: int, repository_id: int, report: ReportInput) -> int | None:
     """The id of this account's stored report of `report.run_id` when it is the same report, None when the run is
     not stored; the run stored with other content is a 422."""
-    row = (await session.execute(_STORED_RUN, _scan_values(account_id, repository_id, report))).first()
+    row = (await session.execute(STORED_RUN, scan_values(account_id, repository_id, report))).first()
     if row is None:
         return None
     if not row.same:
@@ -360,35 +250,9 @@ async def _new_report_verified(session: AsyncSession, assimilated: Assimilated, 
     return all(meets_quorum(tallies.get(cid, Tally())) for cid in ids)
 
 
-def _report_only(
-    once: Callable[P, Awaitable[tuple[dict[str, Any], bool]]],
-) -> Callable[P, Awaitable[dict[str, Any]]]:
-    async def submit_report(*args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
-        report, _created = await once(*args, **kwargs)
-        return report
-
-    return submit_report
-
-
-# Validate and store one report, assimilate its findings, recalculate the repository's metrics and mark its
-# infestation keys dirty, all in one transaction; returns the 201 body (or, for a retry of a stored run, the stored
-# report). The same signature as `submit_report_once`, which also says whether it stored anything.
-submit_report = _report_only(submit_report_once)
-
-
 # --- checks ----------------------------------------------------------------------------------------------
 
 CHECK_TAKEN = {"commit_sha": ["you already checked this finding at this commit"]}
-
-
-def prepare_verdict(body: dict[str, Any], budget: Budget, *, check: bool) -> VerdictInput:
-    """A check (`check=True`) or report-level verdict body, validated and scanned for secrets (on an intake thread)."""
-    verdict = validate_check(body) if check else validate_confirmation(body)
-    budget.check()
-    scan_fields(
-        {"notes": verdict.notes, "evidence": verdict.evidence}, budget=min(SCAN_BUDGET_SECONDS, budget.remaining())
-    )
-    return verdict
 
 
 async def record_check(
@@ -399,10 +263,10 @@ async def record_check(
     client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
 ) -> dict[str, Any]:
-    """`store_check` of a request body (prepared off the event loop), its answer as plain JSON values."""
+    """Record a check body: prepared off the event loop, then `store_check`; its answer as plain JSON values."""
     require_scope(scopes, VERIFY_SCOPES)
     check = await off_loop(lambda budget: prepare_verdict(body, budget, check=True))
-    return as_json(await store_check(account, canonical_public_id, check, client_ip=client_ip, scopes=scopes))
+    return as_json(await store_check(account, canonical_public_id, check, client_ip=client_ip))
 
 
 async def store_check(
@@ -411,11 +275,9 @@ async def store_check(
     check: VerdictInput,
     *,
     client_ip: str | None = None,
-    scopes: frozenset[str] | None = None,
 ) -> Check:
     """A verdict on a canonical finding at a commit (§1.5), then its quorum, the affected reports' verification
-    and the repository metrics, in one transaction."""
-    require_scope(scopes, VERIFY_SCOPES)
+    and the repository metrics, in one transaction (the scope checked by the caller, as `store_report`'s)."""
     try:
         public_id = uuid.UUID(str(canonical_public_id))
     except ValueError:
@@ -430,7 +292,7 @@ async def store_check(
             FINDING_NOT_FOUND,
         )
         canonical_id, repository_id = int(found[0]), int(found[1])
-        await _verifier_on(session, actor, repository_id, FINDING_NOT_FOUND)
+        await require_verifier_on(session, actor, repository_id, FINDING_NOT_FOUND)
         assert check.commit_sha is not None
         # serialize checks on one canonical so each quorum recompute sees the others
         await session.execute(text("SELECT 1 FROM canonical_findings WHERE id = :id FOR UPDATE"), {"id": canonical_id})
@@ -500,10 +362,11 @@ async def record_confirmation(
     client_ip: str | None = None,
     scopes: frozenset[str] | None = None,
 ) -> dict[str, Any]:
-    """`store_confirmation` of a request body (prepared off the event loop), its answer as plain JSON values."""
+    """Record a report-level verdict body: prepared off the event loop, then `store_confirmation`; its answer as
+    plain JSON values."""
     require_scope(scopes, VERIFY_SCOPES)
     verdict = await off_loop(lambda budget: prepare_verdict(body, budget, check=False))
-    return as_json(await store_confirmation(account, scan_id, verdict, client_ip=client_ip, scopes=scopes))
+    return as_json(await store_confirmation(account, scan_id, verdict, client_ip=client_ip))
 
 
 async def store_confirmation(
@@ -512,10 +375,8 @@ async def store_confirmation(
     verdict: VerdictInput,
     *,
     client_ip: str | None = None,
-    scopes: frozenset[str] | None = None,
 ) -> Confirmation:
     """A report-level verdict (confirmed/disputed), copied onto checks of the report's canonicals at its commit."""
-    require_scope(scopes, VERIFY_SCOPES)
     ip_hash = await client_ip_hash(client_ip)
     async with db.transaction() as session:
         actor = await load_actor(session, account.id, lock=False)
@@ -527,7 +388,7 @@ async def store_confirmation(
         )
         repository_id, submitter_id, visibility = int(found[0]), int(found[1]), str(found[2])
         require_report_writable(actor, visibility=visibility, submitted_by_id=submitter_id, hidden=REPORT_NOT_FOUND)
-        await _verifier_on(session, actor, repository_id, REPORT_NOT_FOUND)
+        await require_verifier_on(session, actor, repository_id, REPORT_NOT_FOUND)
         if submitter_id == actor.id:
             raise Forbidden({"account": ["conflict of interest: you submitted this report"]})
         await session.execute(text("SELECT 1 FROM scans WHERE id = :id FOR UPDATE"), {"id": scan_id})

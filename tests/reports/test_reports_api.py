@@ -15,9 +15,12 @@ from sqlalchemy import text
 from app.accounts.models import Account
 from app.accounts.service import create_token
 from app.kernel import db
+from app.kernel.answers import as_json
 from app.kernel.errors import ValidationError
+from app.kernel.intake import off_loop
 from app.registry.models import Repository
-from app.reports.service import submit_report, submit_report_once
+from app.reports.intake import prepare_report
+from app.reports.service import store_report, submit_report
 from tests import factories
 from tests.reports.support import COMMIT, finding, report_body, row_counts
 
@@ -338,12 +341,19 @@ async def test_check_and_confirmation_endpoints(client: httpx.AsyncClient) -> No
     assert (await post(client, "/api/v1/reports/abc/confirmations", verify, confirmation)).status_code == 404
 
 
+async def submitted(account: Account, repo: Repository, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """`submit_report`'s two steps, keeping whether the second stored the report (False: the run was stored)."""
+    report = await off_loop(lambda budget: prepare_report(body, budget))
+    stored, created = await store_report(account, repo.host, repo.owner, repo.name, report)
+    return as_json(stored), created
+
+
 async def test_concurrent_submissions_of_one_run_store_one_report() -> None:
     account = await factories.create_account(state="active")
     repo = await factories.create_repository()
     body = report_body(run_id="racing-run")
     results = await asyncio.gather(
-        *(submit_report_once(account, repo.host, repo.owner, repo.name, dict(body)) for _ in range(3)),
+        *(submitted(account, repo, dict(body)) for _ in range(3)),
         return_exceptions=True,
     )
     assert all(isinstance(r, tuple) for r in results), results

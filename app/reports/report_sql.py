@@ -1,0 +1,87 @@
+"""The statements a report's transaction runs to insert it (`service.store_report`), composed with the §9 counts of
+`policy` and the known canonicals of `assimilation`; their rendering, and that of the last statement
+(`app.record.outbox.settle_new_report`), is checked in as `tests/reports/golden/*.sql`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+
+from app.kernel.sql import Fragment, statement
+from app.reports.assimilation import FIND_KNOWN
+from app.reports.policy import RECENT_REPORTS
+from app.reports.validation import ReportInput
+
+# What makes a second submission of a run "the same report": the retry of a request whose answer was lost (an
+# outage at commit time), answered with the stored report instead of a 422 (docs/reliability.md "Retries").
+_SAME_RUN = Fragment("""
+SELECT id FROM scans
+WHERE submitted_by_id = :aid AND run_id = :run_id AND repository_id = :rid AND commit_sha = :sha
+  AND model IS NOT DISTINCT FROM :model AND prompt_version IS NOT DISTINCT FROM :prompt_version
+  AND provenance = :provenance AND review_kind = :review_kind AND notes IS NOT DISTINCT FROM :notes
+  AND raw_document = :raw_document
+""")
+
+# A new report's row; the same run_id stored by this account (a retry, or a concurrent request) inserts nothing
+_INSERT_SCAN = Fragment("""
+INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, run_id, provenance,
+                   review_kind, notes, findings_count, review_status, visibility, raw_document)
+VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review_kind, :notes, :findings_count,
+        'quarantined', 'public', :raw_document)
+ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
+RETURNING id
+""")
+
+# `EXEMPT_INSERT_SCAN` with what a quota-counted account's report must know first, in the snapshot the insert
+# reads: the stored report of its run (and whether it is the same report: `_SAME_RUN`) and its §9 counts (before
+# this insert)
+COUNTED_INSERT_SCAN = statement(
+    """
+WITH stored AS (
+  SELECT id, id IN ({same_run}) AS same FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id
+), recent AS ({recent}), inserted AS ({insert}), known AS ({known})
+SELECT (SELECT id FROM inserted) AS scan_id, s.id AS stored_id, s.same, r.per_minute, r.per_repo_minute, r.per_day,
+       k.*
+FROM recent r LEFT JOIN stored s ON TRUE LEFT JOIN known k ON TRUE
+""",
+    same_run=_SAME_RUN,
+    recent=RECENT_REPORTS,
+    insert=_INSERT_SCAN,
+    known=FIND_KNOWN,
+)
+# A new report's row (`_INSERT_SCAN`) and the canonicals known by the report's fingerprints (`FIND_KNOWN`), for a
+# quota-exempt account
+EXEMPT_INSERT_SCAN = statement(
+    """
+WITH inserted AS ({insert}), known AS ({known})
+SELECT i.scan_id, k.* FROM (SELECT (SELECT id FROM inserted) AS scan_id) i LEFT JOIN known k ON TRUE
+""",
+    insert=_INSERT_SCAN,
+    known=FIND_KNOWN,
+)
+
+# verified_at of a new report whose every canonical meets quorum at its commit (§1.5; it has no confirmations yet)
+VERIFY_SCAN = text("UPDATE scans SET verified_at = now() WHERE id = :id")
+
+# the stored scan of this account's run, and whether it is the same report (`_SAME_RUN`'s test)
+STORED_RUN = statement(
+    "SELECT id, id IN ({same_run}) AS same FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id",
+    same_run=_SAME_RUN,
+)
+
+
+def scan_values(account_id: int, repository_id: int, report: ReportInput) -> dict[str, Any]:
+    return {
+        "aid": account_id,
+        "rid": repository_id,
+        "sha": report.commit_sha,
+        "model": report.model,
+        "prompt_version": report.prompt_version,
+        "run_id": report.run_id,
+        "provenance": report.provenance,
+        "review_kind": report.review_kind,
+        "notes": report.notes,
+        "findings_count": len(report.findings),
+        "raw_document": report.raw_document,
+    }

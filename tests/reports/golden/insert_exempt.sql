@@ -1,0 +1,16 @@
+WITH inserted AS (
+INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, run_id, provenance,
+                   review_kind, notes, findings_count, review_status, visibility, raw_document)
+VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review_kind, :notes, :findings_count,
+        'quarantined', 'public', :raw_document)
+ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
+RETURNING id
+), known AS (
+SELECT c.fingerprint, c.id, c.public_id, c.status, c.pattern_key,
+       (SELECT count(DISTINCT f.scan_id) FROM scan_findings f WHERE f.canonical_finding_id = c.id) AS prior,
+       c.status = 'open' AND c.confirmations_count = 0 AND c.disputes_count = 0 AND c.verified_at IS NULL
+         AND NOT EXISTS (SELECT 1 FROM canonical_finding_checks ch WHERE ch.canonical_finding_id = c.id) AS unchecked
+FROM canonical_findings c
+WHERE c.repository_id = :repository_id AND c.fingerprint = ANY(CAST(:fingerprints AS text[]))
+)
+SELECT i.scan_id, k.* FROM (SELECT (SELECT id FROM inserted) AS scan_id) i LEFT JOIN known k ON TRUE

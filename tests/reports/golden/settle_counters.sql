@@ -1,0 +1,77 @@
+WITH riding AS (
+WITH occ AS (
+  SELECT f.canonical_finding_id AS canonical_id, f.id, f.scan_id, s.submitted_by_id, s.model, s.commit_sha,
+         s.inserted_at
+  FROM scan_findings f JOIN scans s ON s.id = f.scan_id WHERE f.canonical_finding_id = ANY(CAST(:ids AS bigint[]))
+), stats AS (
+  SELECT canonical_id, count(DISTINCT scan_id) AS detections, count(DISTINCT submitted_by_id) AS submitters,
+         count(DISTINCT model) AS models,
+         (array_agg(commit_sha ORDER BY inserted_at, id))[1] AS first_commit,
+         (array_agg(commit_sha ORDER BY inserted_at DESC, id DESC))[1] AS last_commit
+  FROM occ GROUP BY canonical_id
+)
+UPDATE canonical_findings c SET
+  detections_count = stats.detections, distinct_submitters_count = stats.submitters,
+  distinct_models_count = stats.models, first_seen_commit_sha = stats.first_commit,
+  last_seen_commit_sha = stats.last_commit, updated_at = now()
+FROM stats
+WHERE c.id = stats.canonical_id
+  AND (c.detections_count, c.distinct_submitters_count, c.distinct_models_count,
+       c.first_seen_commit_sha, c.last_seen_commit_sha)
+      IS DISTINCT FROM (stats.detections, stats.submitters, stats.models, stats.first_commit, stats.last_commit)
+), 
+listed_repository AS (
+  INSERT INTO published_repositories AS p (repository_id, listed)
+  SELECT CAST(:repository_id AS bigint), TRUE WHERE CAST(:listed AS boolean)
+  ON CONFLICT (repository_id) DO UPDATE SET listed = TRUE WHERE NOT p.listed
+  RETURNING p.repository_id, p.opaque_id
+), repository_key AS (
+  SELECT coalesce((SELECT opaque_id FROM listed_repository),
+                  (SELECT opaque_id FROM published_repositories WHERE repository_id = :repository_id)) AS opaque_id
+), published AS (
+  INSERT INTO published_findings (scan_finding_id, public_id, scan_id, repository_id, canonical_id)
+  SELECT f.id, f.public_id, f.scan_id, :repository_id, f.canonical_finding_id FROM scan_findings f
+  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL AND CAST(:listed AS boolean)
+  ORDER BY f.id
+  ON CONFLICT (scan_finding_id) DO NOTHING
+  RETURNING scan_finding_id, public_id, canonical_id
+), statuses AS (
+  INSERT INTO published_canonicals AS pc (canonical_id, public_id, repository_id, status)
+  SELECT c.id, c.public_id, c.repository_id, c.status FROM canonical_findings c
+  WHERE c.id IN (SELECT canonical_finding_id FROM scan_findings WHERE scan_id = :scan_id)
+    AND (CAST(:listed AS boolean) OR EXISTS (SELECT 1 
+FROM published_findings AS p 
+WHERE p.canonical_id = c.id OFFSET 0))
+  ORDER BY c.id
+  ON CONFLICT (canonical_id) DO UPDATE SET status = EXCLUDED.status WHERE pc.status <> EXCLUDED.status
+  RETURNING pc.canonical_id, pc.public_id, pc.status
+), entries AS (
+  INSERT INTO changes (kind, finding, canonical, repository_id, repository_key, pattern_key, status)
+  SELECT kind, finding, canonical, repository_id, repository_key, pattern_key, status FROM (
+    SELECT 1 AS step, repository_id AS n, 'repository.listed' AS kind, CAST(NULL AS uuid) AS finding,
+           CAST(NULL AS uuid) AS canonical, repository_id, opaque_id AS repository_key,
+           CAST(NULL AS text) AS pattern_key, CAST(NULL AS text) AS status
+    FROM listed_repository
+    UNION ALL
+    SELECT 2, i.scan_finding_id, 'finding.published', i.public_id, c.public_id, CAST(:repository_id AS bigint),
+           (SELECT opaque_id FROM repository_key), NULLIF(c.pattern_key, ''), NULL
+    FROM published i JOIN canonical_findings c ON c.id = i.canonical_id
+    UNION ALL
+    SELECT 3, canonical_id, 'finding.status', NULL, public_id, NULL, NULL, NULL, status FROM statuses
+  ) e
+  ORDER BY step, n
+  RETURNING id
+), dirty AS (
+
+INSERT INTO infestation_dirty_keys AS d (pattern_key, reason, repository_ids)
+SELECT k, :reason, repos FROM (SELECT unnest(CAST(:keys AS text[])), ARRAY[CAST(:repository_id AS bigint)]) AS keys(k, repos)
+WHERE k IS NOT NULL AND k <> ''
+ORDER BY k
+ON CONFLICT (pattern_key) DO UPDATE
+  SET version = d.version + 1, dirtied_at = now(), reason = EXCLUDED.reason,
+      repository_ids = CASE WHEN d.repository_ids IS NOT NULL AND EXCLUDED.repository_ids IS NOT NULL THEN (
+        SELECT CASE WHEN count(DISTINCT r) <= 64 THEN array_agg(DISTINCT r ORDER BY r) END
+        FROM unnest(d.repository_ids || EXCLUDED.repository_ids) AS r) END
+ RETURNING d.pattern_key
+)
+SELECT CAST(NULL AS text) AS listing, (SELECT count(*) FROM entries) AS entries, (SELECT count(*) FROM dirty) AS dirty
