@@ -114,7 +114,7 @@ async def measure_lists(
 
 
 async def measure_reads(dsn: str, results: dict[str, Any], runs: int) -> None:
-    from app.infestations import queries
+    from app.infestations import memberships, queries
     from app.reports.finding_memory import pattern_key
 
     hot = pattern_key(HOT_TITLE)
@@ -128,13 +128,15 @@ async def measure_reads(dsn: str, results: dict[str, Any], runs: int) -> None:
     results["instances_page_deep"] = summary(
         await timed(lambda: queries.list_instances_page(hot, limit=50, cursor=deep_cursor), runs)
     )
-    results["pattern_repos_page"] = summary(await timed(lambda: queries.list_pattern_repos_page(hot, limit=64), runs))
+    results["pattern_repos_page"] = summary(
+        await timed(lambda: memberships.list_pattern_repos_page(hot, limit=64), runs)
+    )
     with psycopg.connect(dsn) as conn:
         repo_id = conn.execute(
             "SELECT repository_id FROM infestation_pattern_repos GROUP BY repository_id ORDER BY count(*) DESC LIMIT 1"
         ).fetchone()[0]  # type: ignore[index]
     results["repo_infestations"] = summary(
-        await timed(lambda: queries.list_repository_infestations(repo_id, limit=50), runs)
+        await timed(lambda: memberships.list_repository_infestations(repo_id, limit=50), runs)
     )
     for name in ("get_hot", "instances_page_first", "instances_page_deep", "pattern_repos_page", "repo_infestations"):
         print(f"  {name}: {json.dumps(results[name])}", flush=True)
@@ -155,12 +157,12 @@ def measure_guard(dsn: str, results: dict[str, Any], runs: int) -> None:
 
     from sqlalchemy import Select, true
 
-    from app.infestations import queries
+    from app.infestations import memberships, queries
     from app.kernel.sql import Window, render
     from app.reports.finding_memory import pattern_key
 
     def composed() -> list[Select[Any]]:
-        return [queries._ranked(Window(30)), queries._get(), queries._instances(), queries._pattern_repos()]
+        return [queries._ranked(Window(30)), queries._get(), queries._instances(), memberships._pattern_repos()]
 
     names = ("min_repos", "since", "limit", "key", "fetch")
     guarded = [_psycopg_params(render(q).sql, names) for q in composed()]
@@ -168,6 +170,7 @@ def measure_guard(dsn: str, results: dict[str, Any], runs: int) -> None:
     with (
         mock.patch.object(queries, "visible_scan", lambda _: true()),
         mock.patch.object(queries, "visible_occurrence", lambda _: true()),
+        mock.patch.object(memberships, "visible_occurrence", lambda _: true()),
         mock.patch.object(queries, "shown_pattern", lambda *_: true()),
     ):
         bare = [_psycopg_params(render(q).sql, names) for q in composed()]

@@ -49,7 +49,7 @@ def _summary(values: list[float], scale: float) -> dict[str, float]:
 async def _reads(runs: int) -> dict[str, list[float]]:
     import hashlib
 
-    from app.infestations import queries
+    from app.infestations import memberships, queries
     from app.kernel import db
 
     hot = hashlib.sha256(HOT_TITLE.encode()).hexdigest()
@@ -62,7 +62,7 @@ async def _reads(runs: int) -> dict[str, list[float]]:
             "get": lambda: queries.get_infestation(hot),
             "ledger_first": lambda: queries.list_instances_page(hot, limit=50),
             "ledger_next": lambda: queries.list_instances_page(hot, limit=50, cursor=cursor),
-            "satellites": lambda: queries.list_pattern_repos_page(hot, limit=64),
+            "satellites": lambda: memberships.list_pattern_repos_page(hot, limit=64),
         }
         timings: dict[str, list[float]] = {name: [] for name in READS}
         for n in range(runs + WARMUP):
@@ -126,13 +126,15 @@ def _statements() -> dict[str, str]:
     from app.infestations import queries
 
     if hasattr(queries, "_RANKED"):
+        from app.infestations import memberships
+
         return {
             "list_30d": queries._RANKED[30].text,
             "list_open_30d": queries._STATUS_RANKED[30].text,
             "get": queries._GET.text,
             "ledger_first": queries._INSTANCES[False].text,
             "ledger_next": queries._INSTANCES[True].text,
-            "satellites": queries._REPOS[False].text,
+            "satellites": memberships._REPOS[False].text,
         }
     baseline: Any = queries  # the tree before issue 23: module-level SQL strings with `{after}` slots
     after = "(i.updated_at, i.canonical_finding_id) < (:cursor_at, :cursor_id)"

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from app.infestations import queries
+from app.infestations import memberships, queries
 from app.infestations.constellation import constellation_layout
 from app.infestations.hub import SATELLITE_CAP, hub_layout
 from app.infestations.rows import MIN_REPOS_CHOICES, ListOptions, list_options
@@ -191,7 +191,7 @@ async def _show_data(request: Request, *, with_repositories: bool = True) -> dic
         if not with_repositories:
             return empty
         repos_cursor = request.query_params.get("repos_cursor") or None
-        return await queries.list_pattern_repos_page(key, limit=SATELLITE_CAP, cursor=repos_cursor)
+        return await memberships.list_pattern_repos_page(key, limit=SATELLITE_CAP, cursor=repos_cursor)
 
     found, instances, repositories = await asyncio.gather(
         _infestation(key),

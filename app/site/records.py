@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.sessions import current_account
 from app.accounts.viewer import viewer_for
-from app.infestations.queries import list_repository_infestations
+from app.infestations.memberships import list_repository_infestations
 from app.infestations.types import repository_infestation
 from app.kernel import db
 from app.kernel.actors import Viewer, can_moderate, in_good_standing

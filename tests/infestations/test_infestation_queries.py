@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from app.infestations import maintenance
+from app.infestations.memberships import list_pattern_repos_page, list_repository_infestations
 from app.infestations.queries import (
     get_infestation,
     list_infestations,
@@ -19,8 +20,6 @@ from app.infestations.queries import (
     list_infestations_rollup,
     list_instances,
     list_instances_page,
-    list_pattern_repos_page,
-    list_repository_infestations,
     parse_pattern_key,
     ranked_list_sql,
 )

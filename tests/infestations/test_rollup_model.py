@@ -24,11 +24,11 @@ from sqlalchemy import text
 from app.accounts.models import Account
 from app.infestations import dirty_queue, maintenance
 from app.infestations.legacy import get_infestation_legacy, list_infestations_legacy
+from app.infestations.memberships import list_pattern_repos_page
 from app.infestations.queries import (
     get_infestation,
     list_infestations_rollup,
     list_instances_page,
-    list_pattern_repos_page,
 )
 from app.kernel import db
 from app.kernel.errors import DomainError
