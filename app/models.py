@@ -19,7 +19,7 @@ from app.maintainers.models import (
     WebhookDelivery,
 )
 from app.ops.models import AppSecret, InstanceLease, JobRun
-from app.record.changes import Change, PublishedCanonical, PublishedFinding, PublishedRepository
+from app.record.models import Change, PublishedCanonical, PublishedFinding, PublishedRepository
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, CanonicalFindingCheck, Scan, ScanConfirmation, ScanFinding
 

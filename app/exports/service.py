@@ -25,7 +25,8 @@ from app.kernel.config import ConfigError, settings
 from app.kernel.errors import NotFound, ServiceUnavailable
 from app.kernel.sql import Fragment, outer, statement
 from app.maintainers.statement_queries import statement_hides_after
-from app.record.changes import PublishedRepository, snapshot_cursor, withdrawals_after
+from app.record.changes import snapshot_cursor, withdrawals_after
+from app.record.models import PublishedRepository
 from app.record.public import listed_repository, public_join, visible_pattern
 from app.record.takedowns import TakedownKeyedCache
 

@@ -9,6 +9,7 @@ from app.kernel import db
 from app.kernel.paging import Page
 from app.kernel.sql import outer, statement
 from app.record import changes
+from app.record.models import FINDING_STATEMENT, FINDING_WITHDRAWN, LISTED_KIND, PUBLISHED, STATUS
 from app.record.public import listed_repository, public_join
 
 DEFAULT_LIMIT = 100
@@ -40,14 +41,14 @@ ORDER BY ch.seq
 """,
     listed=listed_repository(),
     public=public_join(),
-    with_status=outer("ch.kind").in_((changes.STATUS, changes.FINDING_STATEMENT)),
+    with_status=outer("ch.kind").in_((STATUS, FINDING_STATEMENT)),
 )
 
 
 def render(row: Any) -> dict[str, Any]:
     """One entry as served: `seq`, `at`, `kind`, then the ids the kind carries that current visibility allows."""
     entry: dict[str, Any] = {"seq": row.seq, "at": row.at, "kind": row.kind}
-    if row.kind == changes.PUBLISHED:
+    if row.kind == PUBLISHED:
         entry["finding"] = row.finding
         if row.finding_public:
             entry |= {
@@ -56,11 +57,11 @@ def render(row: Any) -> dict[str, Any]:
                 "repository_id": row.repository_key,
                 "pattern_key": row.pattern_key,
             }
-    elif row.kind == changes.STATUS:
+    elif row.kind == STATUS:
         entry["canonical"] = row.canonical
         if row.canonical_public:
             entry["status"] = row.status
-    elif row.kind == changes.FINDING_STATEMENT:
+    elif row.kind == FINDING_STATEMENT:
         # the finding's current statement when the entry was written (none: a hide left none); shown only while that
         # statement is not hidden and the finding is public (docs/domain.md "Maintainers")
         entry["canonical"] = row.canonical
@@ -68,9 +69,9 @@ def render(row: Any) -> dict[str, Any]:
             entry |= {"status": row.statement_status, "justification": row.statement_justification}
         if row.reason is not None:  # a moderator's hide
             entry["reason"] = row.reason
-    elif row.kind == changes.FINDING_WITHDRAWN:
+    elif row.kind == FINDING_WITHDRAWN:
         entry |= {"finding": row.finding, "reason": row.reason}
-    elif row.kind == changes.LISTED_KIND:
+    elif row.kind == LISTED_KIND:
         if row.slug is not None:
             entry["repository"] = row.slug
         entry["repository_id"] = row.repository_key

@@ -10,7 +10,7 @@ from msgspec import Meta
 from app.kernel.answers import UNSET, Answer, Timestamp, UnsetType, Uuid, enum
 from app.kernel.paging import Page
 from app.maintainers.models import VEX_JUSTIFICATIONS, VEX_STATUSES
-from app.record.changes import KINDS, REASONS
+from app.record.models import KINDS, REASONS
 from app.reports.models import CANONICAL_STATUSES
 
 

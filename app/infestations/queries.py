@@ -38,7 +38,7 @@ from app.kernel import db, flags
 from app.kernel.metrics import LIST_DURATION
 from app.kernel.paging import Page, Pages, after_keyset
 from app.kernel.sql import WINDOW_DAYS, Window, compiled
-from app.record.changes import PublishedRepository
+from app.record.models import PublishedRepository
 from app.record.public import shown_pattern, visible_occurrence, visible_scan
 from app.registry.models import Repository
 from app.reports.models import CANONICAL_STATUSES, CanonicalFinding

@@ -17,7 +17,8 @@ from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.audit import AuditEvent
 from app.maintainers.models import FindingStatement
-from app.record.changes import FINDING_STATEMENT, Change, next_seq_of
+from app.record.changes import next_seq_of
+from app.record.models import FINDING_STATEMENT, Change
 from app.record.public import has_public_occurrence, listed_repository, public_scan, repositories, scan_findings, scans
 from app.reports.models import CanonicalFinding, ScanFinding
 

@@ -28,7 +28,7 @@ from app.maintainers.models import (
     RepositoryMaintainer,
 )
 from app.maintainers.statement_queries import SHOWN, StatementView, current_of, statement_by_id
-from app.record.changes import FINDING_STATEMENT, Change, PublishedRepository
+from app.record.models import FINDING_STATEMENT, Change, PublishedRepository
 from app.record.outbox import ring_webhooks_after_commit
 from app.record.public import LISTED, has_public_occurrence
 from app.registry.models import Repository

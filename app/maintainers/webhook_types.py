@@ -10,7 +10,7 @@ from app.kernel.answers import Answer, Timestamp, Uuid, enum, iso
 from app.kernel.paging import Page
 from app.maintainers.destinations import MAX_URL_LENGTH
 from app.maintainers.webhooks import DeliveryView, Registered, WebhookView
-from app.record.changes import KINDS
+from app.record.models import KINDS
 
 
 class WebhookRegistration(Struct, kw_only=True):

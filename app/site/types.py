@@ -10,7 +10,7 @@ from msgspec import Meta
 from app.infestations.types import Infestation, RepositoryInfestation
 from app.kernel.answers import UNSET, Answer, Sha, Timestamp, UnsetType, Uuid, enum
 from app.maintainers.statement_types import MaintainerStatement, RepositoryMaintainerEntry
-from app.record.changes import REASONS
+from app.record.models import REASONS
 from app.registry.types import PublicRepository
 from app.reports.types import CheckVerdict, Provenance, Severity
 

@@ -12,6 +12,7 @@ from alembic import op
 
 from app.kernel.audit import COMMIT_ORDER_LOCK
 from app.record import changes
+from app.record.models import COMMIT_SEQUENCE, NUMBERING_FUNCTION, NUMBERING_TRIGGER
 
 revision = "0005"
 down_revision = "0004"
@@ -79,9 +80,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("canonical_id", name=op.f("pk_published_canonicals")),
     )
     op.create_index("published_canonicals_repository_idx", "published_canonicals", ["repository_id"])
-    op.execute(f"CREATE SEQUENCE {changes.COMMIT_SEQUENCE} AS bigint OWNED BY changes.seq")
-    op.execute(changes.NUMBERING_FUNCTION)
-    op.execute(changes.NUMBERING_TRIGGER)
+    op.execute(f"CREATE SEQUENCE {COMMIT_SEQUENCE} AS bigint OWNED BY changes.seq")
+    op.execute(NUMBERING_FUNCTION)
+    op.execute(NUMBERING_TRIGGER)
     # what is public at upgrade time is announced from seq 1, so a mirror that starts at the beginning is complete
     bind = op.get_bind()
     bind.execute(sa.text(f"SELECT pg_advisory_xact_lock({COMMIT_ORDER_LOCK})"))
@@ -96,4 +97,4 @@ def downgrade() -> None:
     op.drop_table("published_findings")
     op.drop_table("published_repositories")
     op.drop_table("changes")
-    op.execute(f"DROP SEQUENCE IF EXISTS {changes.COMMIT_SEQUENCE}")
+    op.execute(f"DROP SEQUENCE IF EXISTS {COMMIT_SEQUENCE}")

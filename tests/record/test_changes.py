@@ -16,6 +16,7 @@ from app.feed.queries import changes_page
 from app.kernel import db
 from app.moderation import service as moderation
 from app.record import changes
+from app.record.models import FINDING_WITHDRAWN, LISTED_KIND, PUBLISHED, REPOSITORY_WITHDRAWN, STATUS
 from app.record.outbox import mark_scan_dirty
 from app.registry.models import Repository
 from app.reports.service import submit_report
@@ -49,11 +50,11 @@ async def test_a_report_announces_its_repository_findings_and_their_status_in_it
 
     got = await entries()
     assert [e["kind"] for e in got] == [
-        changes.LISTED_KIND,
-        changes.PUBLISHED,
-        changes.PUBLISHED,
-        changes.STATUS,
-        changes.STATUS,
+        LISTED_KIND,
+        PUBLISHED,
+        PUBLISHED,
+        STATUS,
+        STATUS,
     ]
     assert [e["seq"] for e in got] == sorted(e["seq"] for e in got)
     assert {e["finding"] for e in got[1:3]} == {f["public_id"] for f in report["findings"]}
@@ -73,7 +74,7 @@ async def test_a_status_change_is_announced_once_and_a_check_that_changes_nothin
     await reach_quorum(canonical, "confirmed")  # two more confirmations: still verified
 
     new = (await entries())[before:]
-    assert [(e["kind"], e["canonical"], e["status"]) for e in new] == [(changes.STATUS, canonical, "verified")]
+    assert [(e["kind"], e["canonical"], e["status"]) for e in new] == [(STATUS, canonical, "verified")]
 
 
 async def test_withdrawals_say_their_reason_class_and_a_return_is_announced_again() -> None:
@@ -96,18 +97,18 @@ async def test_withdrawals_say_their_reason_class_and_a_return_is_announced_agai
     got = await entries()
     story = [(e["kind"], e["reason"]) for e in got[3:]]
     assert story == [
-        (changes.FINDING_WITHDRAWN, "moderation"),
-        (changes.PUBLISHED, None),
-        (changes.STATUS, None),  # announced again with the finding: a mirror dropped it at the withdrawal
-        (changes.FINDING_WITHDRAWN, "repository"),
-        (changes.REPOSITORY_WITHDRAWN, None),  # after its findings
-        (changes.LISTED_KIND, None),
-        (changes.PUBLISHED, None),
-        (changes.STATUS, None),
-        (changes.FINDING_WITHDRAWN, "deleted"),  # written before the rows went
-        (changes.REPOSITORY_WITHDRAWN, None),
+        (FINDING_WITHDRAWN, "moderation"),
+        (PUBLISHED, None),
+        (STATUS, None),  # announced again with the finding: a mirror dropped it at the withdrawal
+        (FINDING_WITHDRAWN, "repository"),
+        (REPOSITORY_WITHDRAWN, None),  # after its findings
+        (LISTED_KIND, None),
+        (PUBLISHED, None),
+        (STATUS, None),
+        (FINDING_WITHDRAWN, "deleted"),  # written before the rows went
+        (REPOSITORY_WITHDRAWN, None),
     ]
-    assert {e["finding"] for e in got if e["kind"] == changes.FINDING_WITHDRAWN} == {occurrence}
+    assert {e["finding"] for e in got if e["kind"] == FINDING_WITHDRAWN} == {occurrence}
     assert {e["repository_key"] for e in got if e["kind"].startswith("repository.")} == {opaque}
     assert len(got) == mark + 2
     assert await scalar("SELECT count(*) FROM published_findings") == 0
@@ -127,7 +128,7 @@ async def test_a_finding_that_never_was_public_never_appears() -> None:
     r = quarantined
     await moderation.change_repository_listing(moderator, r.host, r.owner, r.name, "pending", "reviewed", NOTES)
 
-    assert await kinds() == [changes.LISTED_KIND]  # the listed repository, announced with its report's change
+    assert await kinds() == [LISTED_KIND]  # the listed repository, announced with its report's change
 
 
 async def test_the_seed_announces_what_is_public_once_set_based() -> None:
@@ -144,7 +145,7 @@ async def test_the_seed_announces_what_is_public_once_set_based() -> None:
         assert await changes.sync_all(session) == 0
 
     got = await entries()
-    assert [e["kind"] for e in got] == [changes.LISTED_KIND, changes.LISTED_KIND, changes.PUBLISHED, changes.STATUS]
+    assert [e["kind"] for e in got] == [LISTED_KIND, LISTED_KIND, PUBLISHED, STATUS]
     assert (got[2]["finding"], got[3]["canonical"], got[3]["status"]) == (
         str(occurrence.public_id),
         str(canonical.public_id),
@@ -161,7 +162,7 @@ async def test_a_transaction_writing_many_entries_commits_them_numbered_in_order
         await session.execute(
             text(
                 "INSERT INTO changes (kind, finding, reason) "
-                f"SELECT '{changes.FINDING_WITHDRAWN}', gen_random_uuid(), 'repository' FROM generate_series(1, 20000)"
+                f"SELECT '{FINDING_WITHDRAWN}', gen_random_uuid(), 'repository' FROM generate_series(1, 20000)"
             )
         )
     took = time.monotonic() - started
@@ -188,7 +189,7 @@ async def test_the_snapshot_cursor_covers_what_the_snapshot_sees_and_counts_late
     async with db.read_session(replica=False) as session:
         assert await changes.withdrawals_after(session, cursor) == 1
         page = await changes_page(cursor=cursor, limit=10)
-        assert [e["kind"] for e in page["entries"]] == [changes.FINDING_WITHDRAWN]
+        assert [e["kind"] for e in page["entries"]] == [FINDING_WITHDRAWN]
         assert await changes.withdrawals_after(session, page["next_cursor"] or "") == 0
         assert (await changes_page(cursor=None, limit=3))["next_cursor"] == cursor  # the 3 entries before
 

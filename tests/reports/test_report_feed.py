@@ -10,6 +10,7 @@ from typing import Any
 
 from app.kernel import db
 from app.record import changes
+from app.record.models import LISTED_KIND, PUBLISHED, STATUS
 from app.reports.service import submit_report
 from tests import factories
 from tests.reports.support import finding, report_body
@@ -43,7 +44,7 @@ async def test_a_new_reports_entries_are_what_the_whole_diff_would_write_in_its_
         report_body([finding(file="src/a.py", title="SQL injection in login")], run_id="feed-1"),
     )  # fmt: skip
     got = await _entries_after(head)
-    assert [e["kind"] for e in got] == [changes.LISTED_KIND, changes.PUBLISHED, changes.STATUS]
+    assert [e["kind"] for e in got] == [LISTED_KIND, PUBLISHED, STATUS]
     assert got[1]["finding"] == first["findings"][0]["public_id"]
     assert got[1]["repository_key"] == got[0]["repository_key"] is not None
     await _nothing_left_to_announce()
@@ -60,7 +61,7 @@ async def test_a_new_reports_entries_are_what_the_whole_diff_would_write_in_its_
     got = await _entries_after(head)
     # listed already: no listing entry; both findings published (ids in position order), only the new canonical's
     # status is news (the known one was announced open, and is still open)
-    assert [e["kind"] for e in got] == [changes.PUBLISHED, changes.PUBLISHED, changes.STATUS]
+    assert [e["kind"] for e in got] == [PUBLISHED, PUBLISHED, STATUS]
     assert [e["finding"] for e in got[:2]] == [f["public_id"] for f in second["findings"]]
     assert {e["repository_key"] for e in got[:2]} == {(await _entries_after(0))[0]["repository_key"]}
     assert got[2]["canonical"] == second["findings"][0]["canonical_public_id"]
@@ -69,7 +70,7 @@ async def test_a_new_reports_entries_are_what_the_whole_diff_would_write_in_its_
     pending = await factories.create_repository("acme", "feed-pending", listing_status="pending")
     head = await _head()
     await submit_report(agent, pending.host, pending.owner, pending.name, report_body([finding()], run_id="feed-3"))
-    assert [e["kind"] for e in await _entries_after(head)] == [changes.LISTED_KIND, changes.PUBLISHED, changes.STATUS]
+    assert [e["kind"] for e in await _entries_after(head)] == [LISTED_KIND, PUBLISHED, STATUS]
     assert await scalar("SELECT listing_status FROM repositories WHERE id = :id", id=pending.id) == "listed"
     await _nothing_left_to_announce()
 
