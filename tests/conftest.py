@@ -165,11 +165,11 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 async def tiny_statement_timeout(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
     """This process's new connections cap every statement at 0.2 s, as `tarakan serve` does with DB_STATEMENT_TIMEOUT."""
-    from app.kernel import db
+    from app.kernel import db, engines
 
     await db.dispose_engines()
     monkeypatch.setenv("DB_STATEMENT_TIMEOUT", "0.2")
-    monkeypatch.setattr(db, "_statement_timeout", 0.0)
+    monkeypatch.setattr(engines, "_statement_timeout", 0.0)
     db.limit_statements()
     yield
     await db.dispose_engines()

@@ -1,27 +1,27 @@
-"""Database engines, sessions and the one transaction helper every service uses (docs/architecture.md "The
-kernel's rules in words": transactions)."""
+"""Database sessions, replica routing and the one transaction helper every service uses (docs/architecture.md "The
+kernel's rules in words": transactions); the engines are app.kernel.engines'."""
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import os
-import select
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 import psycopg
-from sqlalchemy import Connection, MetaData, event, text
+from sqlalchemy import MetaData, text
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase
 
 from app.kernel import aftercommit, outages
 from app.kernel.config import settings, transaction_pooling
+from app.kernel.engines import dispose_engines as dispose_engines  # re-exported: callers say db.dispose_engines()
+from app.kernel.engines import engine_for
+from app.kernel.engines import limit_statements as limit_statements  # re-exported: app.main calls db.limit_statements()
 from app.kernel.metrics import REPLICA_CONFLICTS, REPLICA_FALLBACKS, REPLICA_LAG, REPLICA_SKIPS
 from app.kernel.sql import Fragment, statement
 
@@ -38,12 +38,7 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
 
-_engines: dict[tuple[int, str], AsyncEngine] = {}
-CONNECT_TIMEOUT = 5  # seconds to open a connection (libpq connect_timeout): a silent host fails, then 503s
 REPLICA_RETRY_SECONDS = 5.0  # after a replica failure, public reads use the primary this long before trying again
-CLIENT_CHECK_MS = 1000
-PREPARE_AFTER = 5  # uses of a statement on a connection before psycopg prepares it (its default; direct connections)
-_statement_timeout = 0.0  # seconds; 0 = no cap (see limit_statements)
 _replica_down_until: dict[str, float] = {}
 _open_transactions: contextvars.ContextVar[int] = contextvars.ContextVar("open_transactions", default=0)
 # Set for the request right after a moderator's write, so it reads its own write from the primary.
@@ -102,102 +97,6 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def limit_statements() -> None:
-    """Cap every SQL statement of this process's connections at DB_STATEMENT_TIMEOUT (the web server calls this
-    as it starts: a page never waits on a runaway query; the CLI and the worker's long maintenance run without
-    the cap). Applies to engines created afterwards."""
-    global _statement_timeout
-    _statement_timeout = settings().db_statement_timeout
-
-
-def _engine_for(url: str) -> AsyncEngine:
-    # one engine per event loop: pooled async connections belong to the loop that opened them
-    key = (id(asyncio.get_running_loop()), url)
-    engine = _engines.get(key)
-    if engine is None:
-        cfg = settings()
-        pooled = transaction_pooling()
-        # Behind PgBouncer in transaction mode nothing is prepared (a prepared statement lives on one server
-        # connection). On a direct connection psycopg prepares a statement from its PREPARE_AFTER-th use: Postgres
-        # then skips parsing and analysing it each time (docs/benchmarks.md "Ingest capacity").
-        connect_args: dict[str, object] = {
-            "prepare_threshold": None if pooled else PREPARE_AFTER,
-            "connect_timeout": CONNECT_TIMEOUT,
-        }
-        if not pooled:  # startup options, no extra round trip (a transaction pooler refuses them: see below)
-            # a process killed mid-statement (OOM, SIGKILL) leaves its backend running the statement, holding its
-            # locks, until it next writes to the socket; checked every second, it stops at once (docs/scaling.md).
-            # A prepared statement is still planned for its parameters each time (force_custom_plan): a generic
-            # plan, chosen once for every pattern key, would serve a 12,000-instance key as it serves a 1-instance
-            # one (docs/benchmarks.md "Ingest capacity").
-            options = [f"-c client_connection_check_interval={CLIENT_CHECK_MS}", "-c plan_cache_mode=force_custom_plan"]
-            if _statement_timeout > 0:
-                options.append(f"-c statement_timeout={int(_statement_timeout * 1000)}")
-            connect_args["options"] = " ".join(options)
-        engine = create_async_engine(
-            url,
-            # DB_POOL_SIZE plus as many again, all kept once opened: an overflow connection was closed when given
-            # back, so 32 concurrent requests opened and closed a connection (a Postgres backend) nearly per request
-            pool_size=2 * cfg.db_pool_size,
-            max_overflow=0,
-            # a bounded wait for a free connection; sqlalchemy.exc.TimeoutError after it is a 503 (app.kernel.outages)
-            pool_timeout=cfg.db_pool_timeout,
-            # no pre-ping (a round trip on every checkout): `_closed_by_server` looks at the socket instead
-            pool_pre_ping=False,
-            connect_args=connect_args,
-        )
-        if _statement_timeout > 0 and pooled:
-            _cap_every_transaction(engine, int(_statement_timeout * 1000))
-        event.listen(engine.sync_engine, "checkout", _refuse_closed)
-        event.listen(engine.sync_engine, "handle_error", _drop_stale_prepared)
-        _engines[key] = engine
-    return engine
-
-
-def _closed_by_server(connection: psycopg.AsyncConnection[Any]) -> bool:
-    """An idle pooled connection the server has ended (a restart, `pg_terminate_backend`): its socket is readable
-    (the server's last message and the end of the stream wait there) or gone. One `poll` system call, no round
-    trip. A connection that died silently (a host gone without a word) is not seen here: its first statement
-    fails, SQLAlchemy invalidates it and every connection pooled before it, and a public read that failed so runs
-    once more (`RequestReads.retry`)."""
-    if connection.closed or connection.broken:
-        return True
-    try:
-        fd = connection.pgconn.socket
-    except psycopg.OperationalError:
-        return True
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLPRI)
-    return bool(poller.poll(0))
-
-
-def _refuse_closed(dbapi_connection: Any, record: Any, proxy: Any) -> None:
-    # the pool's documented custom pessimistic check: DisconnectionError makes it open a fresh connection instead
-    if _closed_by_server(dbapi_connection.driver_connection):
-        raise sa_exc.DisconnectionError("the server closed this pooled connection")
-
-
-def _drop_stale_prepared(context: ExceptionContext) -> None:
-    """A schema change made while the process serves (a migration) that moves a prepared statement's result type
-    fails that statement on every connection that prepared it, for good: count it as a lost connection, so the pool
-    drops its connections (a public read that failed so runs once more: `RequestReads.retry`)."""
-    error = context.original_exception
-    if isinstance(error, psycopg.errors.FeatureNotSupported) and "cached plan must not change result type" in str(
-        error
-    ):
-        context.is_disconnect = True
-
-
-def _cap_every_transaction(engine: AsyncEngine, milliseconds: int) -> None:
-    """Behind PgBouncer in transaction mode the next transaction may run on another server connection, and a
-    session `SET` would stay on a connection other clients share: each transaction sets its own cap (`SET LOCAL`,
-    one round trip more per transaction; `set_config(..., true)` is `SET LOCAL` with a parameter)."""
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def cap(connection: Connection) -> None:
-        connection.exec_driver_sql("SELECT set_config('statement_timeout', %s, true)", (str(milliseconds),))
-
-
 # (DATABASE_URL, DATABASE_REPLICA_URL) as found in the environment -> as `settings()` normalizes them: read at
 # every call (tests and operators change them) without building every setting on each read of a request
 _urls: dict[tuple[str, str | None], tuple[str, str | None]] = {}
@@ -216,7 +115,7 @@ def _database_urls() -> tuple[str, str | None]:
 
 
 def engine() -> AsyncEngine:
-    return _engine_for(_database_urls()[0])
+    return engine_for(_database_urls()[0])
 
 
 # A read's statements each commit on their own (no BEGIN, no ROLLBACK: one round trip per statement). Under READ
@@ -269,13 +168,6 @@ def primary_reads() -> Iterator[None]:
         yield
     finally:
         reset_primary_reads(token)
-
-
-async def dispose_engines(url: str | None = None) -> None:
-    """Close this loop's pools (all of them, or only the one for `url`, e.g. a replica that goes away)."""
-    loop_id = id(asyncio.get_running_loop())
-    for key in [k for k in _engines if k[0] == loop_id and (url is None or k[1] == url)]:
-        await _engines.pop(key).dispose()
 
 
 def in_transaction() -> bool:
@@ -365,7 +257,7 @@ async def _replica_or_primary(*, transaction: bool) -> tuple[AsyncSession, bool]
     if known and state.marker >= marker and state.lag > cfg.database_replica_max_lag:
         REPLICA_SKIPS.labels(reason="lagging").inc()
         return primary(), False
-    session = async_sessionmaker(_engine_for(url), expire_on_commit=False)()
+    session = async_sessionmaker(engine_for(url), expire_on_commit=False)()
     try:
         await _open_read(session, transaction=transaction)
         if not (known and state.marker >= marker):
@@ -394,7 +286,7 @@ async def probe_replica() -> float | None:
         return None
     state = _replicas.setdefault(url, ReplicaState())
     try:
-        async with async_sessionmaker(_engine_for(url), expire_on_commit=False)() as session:
+        async with async_sessionmaker(engine_for(url), expire_on_commit=False)() as session:
             await _open_read(session, transaction=False)
             await _probe(session, state)
             await session.rollback()
@@ -431,7 +323,7 @@ async def read_session(*, replica: bool = True, transaction: bool = False) -> As
     `_AUTOCOMMIT`.
 
     A read that hits a recovery conflict on the replica, or a pooled connection that died (no pre-ping: see
-    `_engine_for`), marks the request for one more run on the primary (app.kernel.security): after a Postgres
+    `engine_for`), marks the request for one more run on the primary (app.kernel.security): after a Postgres
     restart, a GET costs no failure; the first statement on each dead connection still fails elsewhere (writes)."""
     on_replica = False
     try:

@@ -1,5 +1,5 @@
 """A process killed mid-statement (OOM killer, SIGKILL) does not leave its Postgres backend running the statement and
-holding its locks: every connection checks its client's socket (`client_connection_check_interval`, app/kernel/db.py;
+holding its locks: every connection checks its client's socket (`client_connection_check_interval`, app/kernel/engines.py;
 docs/scaling.md "Stopping a worker mid-refresh")."""
 
 from __future__ import annotations

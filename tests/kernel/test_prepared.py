@@ -1,4 +1,4 @@
-"""Prepared statements on direct connections (app/kernel/db.py `_engine_for`): a statement prepared on a pooled
+"""Prepared statements on direct connections (app/kernel/engines.py `engine_for`): a statement prepared on a pooled
 connection whose result type a schema change moved (a migration run while the process serves) fails once, which
 drops the pool's connections, and runs again at the next try instead of failing on that connection for good."""
 
@@ -13,7 +13,7 @@ from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.kernel import db
+from app.kernel import db, engines
 from app.reports.policy import REPORT_PLANS, load_submitter
 from app.reports.service import submit_report
 from tests import factories
@@ -39,14 +39,14 @@ async def test_a_result_type_changed_under_a_prepared_statement_fails_once_then_
         other.execute("CREATE TABLE prepared_probe (id bigint PRIMARY KEY, v integer)")
         try:
             other.execute("INSERT INTO prepared_probe VALUES (1, 7)")
-            assert await _probe(db.PREPARE_AFTER + 1) == 7
+            assert await _probe(engines.PREPARE_AFTER + 1) == 7
             # still planned for its parameters each time: no generic plan for a skewed pattern key
             assert await scalar("SHOW plan_cache_mode") == "force_custom_plan"
             other.execute("ALTER TABLE prepared_probe ALTER COLUMN v TYPE text")
             with pytest.raises(sa_exc.DBAPIError, match="cached plan must not change result type") as failed:
                 await _probe(1)
             assert failed.value.connection_invalidated  # a public read that fails so runs once more (read_session)
-            assert await _probe(db.PREPARE_AFTER + 1) == "7"
+            assert await _probe(engines.PREPARE_AFTER + 1) == "7"
         finally:
             await db.dispose_engines()
             other.execute("DROP TABLE prepared_probe")

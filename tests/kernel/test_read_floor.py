@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from psycopg.pq import TransactionStatus
 from sqlalchemy import text
 
-from app.kernel import db, outages
+from app.kernel import db, engines, outages
 from app.registry import queries as registry_queries
 from tests import factories
 
@@ -59,7 +59,7 @@ def terminate_our_backends() -> int:
 def silent_deaths(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dead connections the checkout cannot see (a host gone without closing its sockets): only their first
     statement finds out."""
-    monkeypatch.setattr(db, "_closed_by_server", lambda connection: False)
+    monkeypatch.setattr(engines, "_closed_by_server", lambda connection: False)
 
 
 async def fill_pool(connections: int) -> None:
@@ -137,7 +137,7 @@ async def capped(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     await db.dispose_engines()
     monkeypatch.setenv("DB_STATEMENT_TIMEOUT", "0.2")
     monkeypatch.setenv("DB_TRANSACTION_POOLING", "1" if request.param else "0")
-    monkeypatch.setattr(db, "_statement_timeout", 0.0)
+    monkeypatch.setattr(engines, "_statement_timeout", 0.0)
     db.limit_statements()
     yield request.param
     await db.dispose_engines()
