@@ -89,6 +89,7 @@ MODULES: dict[str, Module] = {
     ),
     # its pure tests only: the API and CLI tests of SARIF start Bandit and the CLI, ~40 s for each mutant that lives
     "sarif": Module("app/reports/sarif.py", (SARIF,), pure=(SARIF,)),
+    "sarif_runs": Module("app/reports/sarif_runs.py", (SARIF,), pure=(SARIF,)),
     "validation": Module(
         "app/reports/validation.py",
         ("tests/reports/test_validation_mutants.py", "tests/reports/test_report_validation.py"),

@@ -16,16 +16,14 @@ from app.kernel.errors import DomainError, ValidationError
 from app.kernel.intake import Budget
 from app.kernel.text import UNCLEAN_MESSAGE
 from app.reports.sarif import (
-    MAX_BASES,
     MAX_RESULTS_PER_RUN,
-    MAX_RULES_PER_RUN,
     MAX_RUNS,
-    MAX_URI,
     SarifReport,
     is_sarif,
     normalize_source_root,
     sarif_to_report,
 )
+from app.reports.sarif_runs import MAX_BASES, MAX_RULES_PER_RUN, MAX_URI
 
 COMMIT = "c" * 40
 LOCATION = "runs[0].results[0].locations[0].physicalLocation"
