@@ -144,7 +144,7 @@ def transaction_pooling() -> bool:
     return _bool("DB_TRANSACTION_POOLING", False)
 
 
-def read_from_rollup() -> bool:
+def read_from_rollup_default() -> bool:
     """The rollup read flag's default, for a database where `tarakan flags set` never wrote it: the runtime value is
     `app.kernel.flags.read_from_rollup()` (docs/domain.md §13 "Feature flag and Cutover gates")."""
     return _bool("INFESTATIONS_READ_FROM_ROLLUP", True)

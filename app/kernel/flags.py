@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 READ_FROM_ROLLUP = "infestations.read_from_rollup"
 
 # every flag this code knows, with the default a database without its row gets
-DEFAULTS: dict[str, Callable[[], bool]] = {READ_FROM_ROLLUP: config.read_from_rollup}
+DEFAULTS: dict[str, Callable[[], bool]] = {READ_FROM_ROLLUP: config.read_from_rollup_default}
 
 # a change reaches every process within this + one request (the bound is 2 s)
 POLL_SECONDS = 1.0
