@@ -50,7 +50,7 @@ KeyOf = Callable[[Request], Hashable]
 
 
 @dataclass(frozen=True)
-class Kept:
+class KeptPage:
     """One rendered 200: its headers (ETag included) and body."""
 
     headers: tuple[tuple[bytes, bytes], ...]
@@ -68,8 +68,8 @@ class RenderCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[Hashable, Kept] = OrderedDict()
-        self._inflight: dict[tuple[int, Hashable], asyncio.Future[Kept | None]] = {}
+        self._entries: OrderedDict[Hashable, KeptPage] = OrderedDict()
+        self._inflight: dict[tuple[int, Hashable], asyncio.Future[KeptPage | None]] = {}
         self._takedown = -1
         self.bytes = 0
         # observability for tests and operators
@@ -77,7 +77,7 @@ class RenderCache:
         self.hits = 0
         self.version_reads = 0  # shared_version() reads that went to the database
 
-    def get(self, key: Hashable) -> Kept | None:
+    def get(self, key: Hashable) -> KeptPage | None:
         kept = self._entries.get(key)
         if kept is None:
             return None
@@ -92,7 +92,7 @@ class RenderCache:
     def fits(self, size: int) -> bool:
         return size <= self.max_bytes // ENTRY_SHARE
 
-    def put(self, key: Hashable, kept: Kept) -> None:
+    def put(self, key: Hashable, kept: KeptPage) -> None:
         if not self.fits(kept.size):
             return
         old = self._entries.pop(key, None)
@@ -234,7 +234,7 @@ def path_and_query(request: Request) -> Hashable:
     return (scope["path"], scope["query_string"])
 
 
-def answer(request: Request, kept: Kept) -> Response:
+def serve_kept(request: Request, kept: KeptPage) -> Response:
     """The kept page, or a 304 when the client holds it (no rendering either way)."""
     if etag_matches(request, kept.etag):
         response = Response(status_code=304)
@@ -247,8 +247,8 @@ def answer(request: Request, kept: Kept) -> Response:
     return response
 
 
-async def _keep(response: Response, limit: int) -> tuple[Kept | None, Response]:
-    """The response as a Kept page when it may be shared (a public 200 without cookies, small enough), and the
+async def _keep(response: Response, limit: int) -> tuple[KeptPage | None, Response]:
+    """The response as a KeptPage when it may be shared (a public 200 without cookies, small enough), and the
     response to send now (a stream that ran past `limit` goes on streaming, not kept)."""
     cache_control = response.headers.get("cache-control", "")
     if response.status_code != 200 or not cache_control.startswith("public") or "set-cookie" in response.headers:
@@ -271,7 +271,7 @@ async def _keep(response: Response, limit: int) -> tuple[Kept | None, Response]:
     headers = [(k, v) for k, v in response.raw_headers if k != b"content-length"]
     if "etag" not in response.headers:
         headers.append((b"etag", etag.encode()))
-    return Kept(headers=tuple(headers), body=body, etag=etag), response
+    return KeptPage(headers=tuple(headers), body=body, etag=etag), response
 
 
 async def _chain(head: list[bytes], rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
@@ -318,7 +318,7 @@ def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
             if kept is not None:
                 store.hits += 1
                 RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
-                return answer(request, kept)
+                return serve_kept(request, kept)
             flight = (id(asyncio.get_running_loop()), full_key)
             running = store._inflight.get(flight)
             if running is not None:  # another visitor is rendering this very page: wait for it
@@ -326,9 +326,9 @@ def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
                 if kept is not None:
                     store.hits += 1
                     RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
-                    return answer(request, kept)
+                    return serve_kept(request, kept)
                 return await handler(request)
-            future: asyncio.Future[Kept | None] = asyncio.get_running_loop().create_future()
+            future: asyncio.Future[KeptPage | None] = asyncio.get_running_loop().create_future()
             store._inflight[flight] = future
             kept = None
             try:
@@ -347,7 +347,7 @@ def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
             store.renders += 1
             store.put(full_key, kept)
             RENDER_CACHE_REQUESTS.labels(outcome="miss").inc()
-            return answer(request, kept)
+            return serve_kept(request, kept)
 
         return serve
 
