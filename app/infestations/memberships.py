@@ -12,15 +12,15 @@ from app.infestations.queries import (
     _ALL_TIME,
     _REPRESENTATIVE,
     PAGE_MAX,
-    PR,
-    M,
-    P,
-    R,
     _newest_first,
     _pages,
     _sample_visible,
     guarded_map,
     parse_pattern_key,
+    pattern_repos,
+    patterns,
+    published_repositories,
+    repositories,
 )
 from app.infestations.rows import clamp, membership_entry, newest_first_page, with_repository_share
 from app.kernel import db, flags
@@ -32,27 +32,34 @@ from app.record.public import visible_occurrence
 def _pattern_repos() -> Select[Any]:
     query = (
         select(
-            M.c.repository_id.label("id"),
-            M.c.repository_id,
-            PR.c.opaque_id.label("repository_uuid"),
-            R.c.host,
-            R.c.owner,
-            R.c.name,
-            M.c.primary_status.label("status"),
-            M.c.severity,
-            M.c.title,
-            M.c.instance_count,
-            M.c.open_count,
-            M.c.sample_occurrence_public_id.label("occurrence_public_id"),
-            M.c.last_seen_at.label("updated_at"),
+            pattern_repos.c.repository_id.label("id"),
+            pattern_repos.c.repository_id,
+            published_repositories.c.opaque_id.label("repository_uuid"),
+            repositories.c.host,
+            repositories.c.owner,
+            repositories.c.name,
+            pattern_repos.c.primary_status.label("status"),
+            pattern_repos.c.severity,
+            pattern_repos.c.title,
+            pattern_repos.c.instance_count,
+            pattern_repos.c.open_count,
+            pattern_repos.c.sample_occurrence_public_id.label("occurrence_public_id"),
+            pattern_repos.c.last_seen_at.label("updated_at"),
         )
-        .select_from(M.join(R, R.c.id == M.c.repository_id).outerjoin(PR, PR.c.repository_id == M.c.repository_id))
-        .where(M.c.pattern_key == bindparam("key"), visible_occurrence(M.c.sample_occurrence_public_id))
+        .select_from(
+            pattern_repos.join(repositories, repositories.c.id == pattern_repos.c.repository_id).outerjoin(
+                published_repositories, published_repositories.c.repository_id == pattern_repos.c.repository_id
+            )
+        )
+        .where(
+            pattern_repos.c.pattern_key == bindparam("key"),
+            visible_occurrence(pattern_repos.c.sample_occurrence_public_id),
+        )
     )
-    return _newest_first(query, M.c.last_seen_at, M.c.repository_id)
+    return _newest_first(query, pattern_repos.c.last_seen_at, pattern_repos.c.repository_id)
 
 
-_REPOS = _pages(_pattern_repos(), M.c.last_seen_at, M.c.repository_id)
+_REPOS = _pages(_pattern_repos(), pattern_repos.c.last_seen_at, pattern_repos.c.repository_id)
 
 
 async def list_pattern_repos_page(
@@ -75,25 +82,27 @@ async def list_pattern_repos_page(
 
 def _repository_infestations() -> Select[Any]:
     # a visible membership (its repository listed, its sample's report public) implies a visible pattern
-    sv = _sample_visible(M)
+    sv = _sample_visible(pattern_repos)
     return (
         select(
-            P.c.pattern_key,
+            patterns.c.pattern_key,
             *_REPRESENTATIVE,
             *_ALL_TIME,
             sv.c.sample_visible,
-            M.c.instance_count.label("repository_instance_count"),
-            M.c.open_count.label("repository_open_count"),
-            M.c.primary_status.label("repository_status"),
-            M.c.sample_occurrence_public_id.label("repository_occurrence_public_id"),
+            pattern_repos.c.instance_count.label("repository_instance_count"),
+            pattern_repos.c.open_count.label("repository_open_count"),
+            pattern_repos.c.primary_status.label("repository_status"),
+            pattern_repos.c.sample_occurrence_public_id.label("repository_occurrence_public_id"),
         )
-        .select_from(M.join(P, P.c.pattern_key == M.c.pattern_key).join(sv, true()))
+        .select_from(
+            pattern_repos.join(patterns, patterns.c.pattern_key == pattern_repos.c.pattern_key).join(sv, true())
+        )
         .where(
-            M.c.repository_id == bindparam("repository_id"),
-            P.c.repo_count >= bindparam("min_repos"),
-            visible_occurrence(M.c.sample_occurrence_public_id),
+            pattern_repos.c.repository_id == bindparam("repository_id"),
+            patterns.c.repo_count >= bindparam("min_repos"),
+            visible_occurrence(pattern_repos.c.sample_occurrence_public_id),
         )
-        .order_by(P.c.repo_count.desc(), P.c.pattern_key.asc())
+        .order_by(patterns.c.repo_count.desc(), patterns.c.pattern_key.asc())
         .limit(bindparam("limit"))
     )
 

@@ -100,37 +100,49 @@ async def list_infestations_dated(options: ListOptions) -> DatedList:
 
 # Statements are composed with Core once, at import, and compiled to the text that runs (docs/architecture.md
 # "Composing SQL"): a request binds parameters only, and the plan tests EXPLAIN exactly what runs.
-P = InfestationPattern.__table__.alias("p")
-SW = InfestationPatternStatusWindow.__table__.alias("sw")
-I = InfestationPatternInstance.__table__.alias("i")  # noqa: E741
-M = InfestationPatternRepo.__table__.alias("m")
-R = Repository.__table__.alias("r")
-C = CanonicalFinding.__table__.alias("c")
+patterns = InfestationPattern.__table__.alias("p")
+status_windows = InfestationPatternStatusWindow.__table__.alias("sw")
+instances = InfestationPatternInstance.__table__.alias("i")
+pattern_repos = InfestationPatternRepo.__table__.alias("m")
+repositories = Repository.__table__.alias("r")
+canonicals = CanonicalFinding.__table__.alias("c")
 # the repository's opaque id (the change feed's and the export's `repository_id`), served as `repository_uuid`
-PR = PublishedRepository.__table__.alias("pr")
+published_repositories = PublishedRepository.__table__.alias("pr")
 
-_REPRESENTATIVE = (P.c.title, P.c.severity, P.c.sample_file_path, P.c.sample_occurrence_public_id)
-_ALL_TIME = tuple(P.c[name] for name in (*WINDOWED_AGGREGATES, "first_seen_at"))
+_REPRESENTATIVE = (
+    patterns.c.title,
+    patterns.c.severity,
+    patterns.c.sample_file_path,
+    patterns.c.sample_occurrence_public_id,
+)
+_ALL_TIME = tuple(patterns.c[name] for name in (*WINDOWED_AGGREGATES, "first_seen_at"))
 
 
 def _windowed(name: str, window: Window) -> ColumnElement[Any]:
-    return P.c[f"{name}_{window}d"]
+    return patterns.c[f"{name}_{window}d"]
 
 
 def _sample_visible(walked: FromClause | None = None) -> FromClause:
     """`sv.sample_visible`: the pattern row's sample is visible, once per row (`OFFSET 0`: not inlined into both the
     select list and the WHERE), which `shown_pattern` reuses. `walked`: the row the list walks when `p` is joined to
     it; naming it runs the probe above the join, so the planner still walks the rank index and stops at `limit`."""
-    columns = [visible_occurrence(P.c.sample_occurrence_public_id).label("sample_visible")]
+    columns = [visible_occurrence(patterns.c.sample_occurrence_public_id).label("sample_visible")]
     if walked is not None:
         columns.append(walked.c.pattern_key.label("walked"))
-    return select(*columns).correlate(P, *([] if walked is None else [walked])).offset(0).lateral("sv")
+    return select(*columns).correlate(patterns, *([] if walked is None else [walked])).offset(0).lateral("sv")
 
 
 def _list_row(sv: FromClause, *counts: ColumnElement[Any]) -> list[ColumnElement[Any]]:
     """A ranked list's row: the pattern's representative fields, all-time first_seen_at and the guard's flag, then
     `counts`."""
-    return [P.c.pattern_key, *_REPRESENTATIVE, P.c.first_seen_at, P.c.refreshed_at, sv.c.sample_visible, *counts]
+    return [
+        patterns.c.pattern_key,
+        *_REPRESENTATIVE,
+        patterns.c.first_seen_at,
+        patterns.c.refreshed_at,
+        sv.c.sample_visible,
+        *counts,
+    ]
 
 
 def _walk(
@@ -148,25 +160,31 @@ def _ranked(window: Window) -> Select[Any]:
     repo_count, last_seen_at = _windowed("repo_count", window), _windowed("last_seen_at", window)
     return (
         select(*_list_row(sv, *(_windowed(name, window).label(name) for name in WINDOWED_AGGREGATES)))
-        .select_from(P.join(sv, true()))
-        .where(*_walk(repo_count, last_seen_at, P.c.pattern_key, sv))
-        .order_by(repo_count.desc(), last_seen_at.desc().nulls_last(), P.c.pattern_key.asc())
+        .select_from(patterns.join(sv, true()))
+        .where(*_walk(repo_count, last_seen_at, patterns.c.pattern_key, sv))
+        .order_by(repo_count.desc(), last_seen_at.desc().nulls_last(), patterns.c.pattern_key.asc())
         .limit(bindparam("limit"))
     )
 
 
 def _status_ranked(window: Window) -> Select[Any]:
     # the (status, window) rows on their one partial rank index, walked like the unfiltered list
-    sv = _sample_visible(SW)
+    sv = _sample_visible(status_windows)
     return (
-        select(*_list_row(sv, SW.c.repo_count, SW.c.instance_count, SW.c.last_seen_at))
-        .select_from(SW.join(P, P.c.pattern_key == SW.c.pattern_key).join(sv, true()))
-        .where(
-            SW.c.status == bindparam("status"),
-            SW.c.window_days == int(window),
-            *_walk(SW.c.repo_count, SW.c.last_seen_at, SW.c.pattern_key, sv),
+        select(
+            *_list_row(sv, status_windows.c.repo_count, status_windows.c.instance_count, status_windows.c.last_seen_at)
         )
-        .order_by(SW.c.repo_count.desc(), SW.c.last_seen_at.desc(), SW.c.pattern_key.asc())
+        .select_from(
+            status_windows.join(patterns, patterns.c.pattern_key == status_windows.c.pattern_key).join(sv, true())
+        )
+        .where(
+            status_windows.c.status == bindparam("status"),
+            status_windows.c.window_days == int(window),
+            *_walk(status_windows.c.repo_count, status_windows.c.last_seen_at, status_windows.c.pattern_key, sv),
+        )
+        .order_by(
+            status_windows.c.repo_count.desc(), status_windows.c.last_seen_at.desc(), status_windows.c.pattern_key.asc()
+        )
         .limit(bindparam("limit"))
     )
 
@@ -241,14 +259,14 @@ def _shown_patterns(*columns: ColumnElement[Any]) -> Select[Any]:
     """Pattern rows with their all-time map and `sample_visible`, only those still shown (the read-time guard)."""
     sv = _sample_visible()
     return (
-        select(P.c.pattern_key, *_REPRESENTATIVE, *_ALL_TIME, *columns, sv.c.sample_visible)
-        .select_from(P.join(sv, true()))
-        .where(shown_pattern(P.c.pattern_key, sv.c.sample_visible))
+        select(patterns.c.pattern_key, *_REPRESENTATIVE, *_ALL_TIME, *columns, sv.c.sample_visible)
+        .select_from(patterns.join(sv, true()))
+        .where(shown_pattern(patterns.c.pattern_key, sv.c.sample_visible))
     )
 
 
 def _get() -> Select[Any]:
-    return _shown_patterns(P.c.refreshed_at).where(P.c.pattern_key == bindparam("key"))
+    return _shown_patterns(patterns.c.refreshed_at).where(patterns.c.pattern_key == bindparam("key"))
 
 
 _GET = compiled(_get())
@@ -287,35 +305,35 @@ def _pages(query: Select[Any], updated_at: ColumnElement[Any], row_id: ColumnEle
 def _instances() -> Select[Any]:
     query = (
         select(
-            I.c.canonical_finding_id.label("id"),
-            C.c.public_id,
-            I.c.sample_occurrence_public_id.label("occurrence_public_id"),
-            I.c.status,
-            I.c.severity,
-            I.c.title,
-            I.c.file_path,
-            C.c.detections_count,
-            C.c.confirmations_count,
-            R.c.host,
-            R.c.owner,
-            R.c.name,
-            I.c.repository_id,
-            PR.c.opaque_id.label("repository_uuid"),
-            I.c.sample_commit_sha.label("commit_sha"),
-            I.c.sample_scan_id.label("scan_id"),
-            I.c.updated_at,
+            instances.c.canonical_finding_id.label("id"),
+            canonicals.c.public_id,
+            instances.c.sample_occurrence_public_id.label("occurrence_public_id"),
+            instances.c.status,
+            instances.c.severity,
+            instances.c.title,
+            instances.c.file_path,
+            canonicals.c.detections_count,
+            canonicals.c.confirmations_count,
+            repositories.c.host,
+            repositories.c.owner,
+            repositories.c.name,
+            instances.c.repository_id,
+            published_repositories.c.opaque_id.label("repository_uuid"),
+            instances.c.sample_commit_sha.label("commit_sha"),
+            instances.c.sample_scan_id.label("scan_id"),
+            instances.c.updated_at,
         )
         .select_from(
-            I.join(R, R.c.id == I.c.repository_id)
-            .join(C, C.c.id == I.c.canonical_finding_id)
-            .outerjoin(PR, PR.c.repository_id == I.c.repository_id)
+            instances.join(repositories, repositories.c.id == instances.c.repository_id)
+            .join(canonicals, canonicals.c.id == instances.c.canonical_finding_id)
+            .outerjoin(published_repositories, published_repositories.c.repository_id == instances.c.repository_id)
         )
-        .where(I.c.pattern_key == bindparam("key"), visible_scan(I.c.sample_scan_id))
+        .where(instances.c.pattern_key == bindparam("key"), visible_scan(instances.c.sample_scan_id))
     )
-    return _newest_first(query, I.c.updated_at, I.c.canonical_finding_id)
+    return _newest_first(query, instances.c.updated_at, instances.c.canonical_finding_id)
 
 
-_INSTANCES = _pages(_instances(), I.c.updated_at, I.c.canonical_finding_id)
+_INSTANCES = _pages(_instances(), instances.c.updated_at, instances.c.canonical_finding_id)
 
 
 async def _fetch_instances(pattern_key: str, *, limit: int, cursor: str | None) -> Page[dict[str, Any]]:
@@ -345,8 +363,8 @@ async def list_instances_page(pattern_key: str, *, limit: int = 50, cursor: str 
 
 _NEWEST = compiled(
     _shown_patterns()
-    .where(P.c.repo_count >= 2, P.c.first_seen_at.is_not(None))
-    .order_by(P.c.first_seen_at.desc(), P.c.pattern_key)
+    .where(patterns.c.repo_count >= 2, patterns.c.first_seen_at.is_not(None))
+    .order_by(patterns.c.first_seen_at.desc(), patterns.c.pattern_key)
     .limit(bindparam("limit"))
 )
 
