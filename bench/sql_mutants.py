@@ -41,15 +41,15 @@ class SqlMutant:
     tests: tuple[str, ...]
 
 
-def _public_scan_flipped(s: FromClause = public.S) -> ColumnElement[bool]:
+def _public_scan_flipped(s: FromClause = public.scan_alias) -> ColumnElement[bool]:
     return s.c.visibility != public.PUBLIC
 
 
-def _listed_repository_flipped(r: FromClause = public.R) -> ColumnElement[bool]:
+def _listed_repository_flipped(r: FromClause = public.repository_alias) -> ColumnElement[bool]:
     return r.c.listing_status != public.LISTED
 
 
-def _public_join_or(s: FromClause = public.S, r: FromClause = public.R) -> ColumnElement[bool]:
+def _public_join_or(s: FromClause = public.scan_alias, r: FromClause = public.repository_alias) -> ColumnElement[bool]:
     return or_(public.public_scan(s), public.listed_repository(r))
 
 
@@ -82,7 +82,7 @@ def _has_public_occurrence_any_scan(canonical_id: ColumnElement[Any] | None = No
 
 
 def _public_canonical_or(
-    r: FromClause = public.R, canonical_id: ColumnElement[Any] | None = None
+    r: FromClause = public.repository_alias, canonical_id: ColumnElement[Any] | None = None
 ) -> ColumnElement[bool]:
     return or_(public.listed_repository(r), public.has_public_occurrence(canonical_id))
 

@@ -40,7 +40,16 @@ from app.record.models import (
     Change,
     PublishedFinding,
 )
-from app.record.public import LISTED, R, S, listed_repository, public_join, repositories, scan_findings, scans
+from app.record.public import (
+    LISTED,
+    listed_repository,
+    public_join,
+    repositories,
+    repository_alias,
+    scan_alias,
+    scan_findings,
+    scans,
+)
 
 # ---- the read contract (the export and the tombstones use these) ------------------------------------------------
 
@@ -95,11 +104,15 @@ async def withdrawn_finding(session: AsyncSession, public_id: uuid.UUID | str) -
     return row.at, str(row.reason)
 
 
-_F = scan_findings.alias("f")
+_finding_alias = scan_findings.alias("f")
 _OCCURRENCE_PUBLIC = compiled(
     select(ONE)
-    .select_from(_F.join(S, S.c.id == _F.c.scan_id).join(R, R.c.id == S.c.repository_id))
-    .where(_F.c.public_id == bindparam("id"), public_join())
+    .select_from(
+        _finding_alias.join(scan_alias, scan_alias.c.id == _finding_alias.c.scan_id).join(
+            repository_alias, repository_alias.c.id == scan_alias.c.repository_id
+        )
+    )
+    .where(_finding_alias.c.public_id == bindparam("id"), public_join())
 )
 
 

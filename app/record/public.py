@@ -26,20 +26,20 @@ scan_findings = _table(
 pattern_instances = _table(
     "infestation_pattern_instances", column("pattern_key", Text), column("sample_scan_id", BigInteger)
 )
-R, S = repositories.alias("r"), scans.alias("s")
+repository_alias, scan_alias = repositories.alias("r"), scans.alias("s")
 
 
-def listed_repository(r: FromClause = R) -> ColumnElement[bool]:
+def listed_repository(r: FromClause = repository_alias) -> ColumnElement[bool]:
     """`r.listing_status = 'listed'`: the repository half of the join set."""
     return r.c.listing_status == LISTED
 
 
-def public_scan(s: FromClause = S) -> ColumnElement[bool]:
+def public_scan(s: FromClause = scan_alias) -> ColumnElement[bool]:
     """`s.visibility = 'public'`: the report half of the join set."""
     return s.c.visibility == PUBLIC
 
 
-def public_join(s: FromClause = S, r: FromClause = R) -> ColumnElement[bool]:
+def public_join(s: FromClause = scan_alias, r: FromClause = repository_alias) -> ColumnElement[bool]:
     """An occurrence joined to its scan `s` and repository `r` is in the join set."""
     return and_(public_scan(s), listed_repository(r))
 
@@ -57,7 +57,9 @@ def has_public_occurrence(canonical_id: ColumnElement[Any] | None = None) -> Col
     )
 
 
-def public_canonical(r: FromClause = R, canonical_id: ColumnElement[Any] | None = None) -> ColumnElement[bool]:
+def public_canonical(
+    r: FromClause = repository_alias, canonical_id: ColumnElement[Any] | None = None
+) -> ColumnElement[bool]:
     """The canonical, joined to its repository `r`, is in the join set: the grain of the infestation rollups."""
     return and_(listed_repository(r), has_public_occurrence(canonical_id))
 

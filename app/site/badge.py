@@ -13,7 +13,7 @@ from app.kernel.shared_cache import repository_tag
 from app.kernel.sql import statement
 from app.kernel.templating import environment
 from app.kernel.web import document_response
-from app.record.public import S, listed_repository
+from app.record.public import listed_repository, scan_alias
 from app.record.rendered import rendered_once
 from app.site.sarif import NOT_PUBLIC, public_repository
 
@@ -24,7 +24,7 @@ CHAR_WIDTH = 7  # Verdana 11px, roughly; shields measures glyphs, a badge this s
 PADDING = 10
 
 # the reports the repository metrics count (`app.registry.metrics`): summary-only findings are counted, not shown
-_COUNTED_SCAN = S.c.visibility.in_(("public", "public_summary"))
+_COUNTED_SCAN = scan_alias.c.visibility.in_(("public", "public_summary"))
 
 _COUNTS = statement(
     """
