@@ -36,17 +36,21 @@ RANGE_ROWS = 100_000
 # drain's refreshes of keys in those buckets wait for it (docs/domain.md §5.4)
 WINDOW_RANGE_ROWS = 5_000
 
-_C, _R = CanonicalFinding.__table__.alias("c"), Repository.__table__.alias("r")
-_P = InfestationPattern.__table__.alias("p")
-_PUBLIC_CANONICALS = _C.join(_R, _R.c.id == _C.c.repository_id)
+_canonicals, _repositories = CanonicalFinding.__table__.alias("c"), Repository.__table__.alias("r")
+_patterns = InfestationPattern.__table__.alias("p")
+_PUBLIC_CANONICALS = _canonicals.join(_repositories, _repositories.c.id == _canonicals.c.repository_id)
 
 # Distinct keys of the public join set, keyset-paged (chained cursor: key > :after).
 _SOURCE_KEYS_PAGE = compiled(
-    select(_C.c.pattern_key)
+    select(_canonicals.c.pattern_key)
     .distinct()
     .select_from(_PUBLIC_CANONICALS)
-    .where(_C.c.pattern_key > bindparam("after"), _C.c.pattern_key != "", public_canonical(_R, _C.c.id))
-    .order_by(_C.c.pattern_key)
+    .where(
+        _canonicals.c.pattern_key > bindparam("after"),
+        _canonicals.c.pattern_key != "",
+        public_canonical(_repositories, _canonicals.c.id),
+    )
+    .order_by(_canonicals.c.pattern_key)
     .limit(bindparam("limit"))
 )
 
@@ -54,13 +58,13 @@ _SOURCE_KEYS_PAGE = compiled(
 _BACKED = (
     select(ONE)
     .select_from(_PUBLIC_CANONICALS)
-    .where(_C.c.pattern_key == _P.c.pattern_key, public_canonical(_R, _C.c.id))
+    .where(_canonicals.c.pattern_key == _patterns.c.pattern_key, public_canonical(_repositories, _canonicals.c.id))
     .exists()
 )
 _ORPHANS_PAGE = compiled(
-    select(_P.c.pattern_key, (~_BACKED).label("orphan"))
-    .where(_P.c.pattern_key > bindparam("after"))
-    .order_by(_P.c.pattern_key)
+    select(_patterns.c.pattern_key, (~_BACKED).label("orphan"))
+    .where(_patterns.c.pattern_key > bindparam("after"))
+    .order_by(_patterns.c.pattern_key)
     .limit(bindparam("limit"))
 )
 
