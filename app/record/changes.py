@@ -33,6 +33,7 @@ from app.record.models import (
     COMMIT_SEQUENCE,
     FINDING_WITHDRAWN,
     LISTED_KIND,
+    NUMBER_PENDING,
     PUBLISHED,
     REPOSITORY_WITHDRAWN,
     STATUS,
@@ -441,12 +442,3 @@ async def sync_all(session: AsyncSession) -> int:
     await session.execute(_COMMIT_ORDER)
     await session.execute(text(NUMBER_PENDING))  # anything this transaction wrote before, in its order
     return await _run(session, _PREPARED["all"], {})
-
-
-# Number this transaction's pending entries now (the lock is held): the deferred trigger then finds none.
-NUMBER_PENDING = """
-UPDATE changes c SET seq = n.seq
-FROM (SELECT id, nextval('changes_commit_seq') AS seq
-      FROM (SELECT id FROM changes WHERE seq IS NULL ORDER BY id) pending) n
-WHERE c.id = n.id
-"""

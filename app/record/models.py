@@ -138,3 +138,11 @@ CREATE CONSTRAINT TRIGGER changes_number_at_commit AFTER INSERT ON changes
 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.seq IS NULL)
 EXECUTE FUNCTION changes_number_at_commit()
 """
+
+# Number this transaction's pending entries now (the lock is held): the deferred trigger then finds none.
+NUMBER_PENDING = """
+UPDATE changes c SET seq = n.seq
+FROM (SELECT id, nextval('changes_commit_seq') AS seq
+      FROM (SELECT id FROM changes WHERE seq IS NULL ORDER BY id) pending) n
+WHERE c.id = n.id
+"""
