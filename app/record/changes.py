@@ -33,7 +33,7 @@ from app.record.models import (
     COMMIT_SEQUENCE,
     FINDING_WITHDRAWN,
     LISTED_KIND,
-    NUMBER_PENDING,
+    NUMBER_PENDING_STATEMENT,
     PUBLISHED,
     REPOSITORY_WITHDRAWN,
     STATUS,
@@ -440,5 +440,5 @@ async def sync_all(session: AsyncSession) -> int:
     (bench data). It takes the commit-order lock first and numbers entries as it inserts them, so other writers'
     commits wait for it (run it when a bulk load or an upgrade runs anyway)."""
     await session.execute(_COMMIT_ORDER)
-    await session.execute(text(NUMBER_PENDING))  # anything this transaction wrote before, in its order
+    await session.execute(NUMBER_PENDING_STATEMENT)  # anything this transaction wrote before, in its order
     return await _run(session, _PREPARED["all"], {})

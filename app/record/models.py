@@ -146,3 +146,4 @@ FROM (SELECT id, nextval('changes_commit_seq') AS seq
       FROM (SELECT id FROM changes WHERE seq IS NULL ORDER BY id) pending) n
 WHERE c.id = n.id
 """
+NUMBER_PENDING_STATEMENT = text(NUMBER_PENDING)
