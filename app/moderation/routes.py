@@ -273,11 +273,17 @@ async def repository_listing(request: Request, actor: Account, form: FormData) -
     )
 
 
-async def account_change(request: Request, actor: Account, form: FormData) -> Response:
+async def _target_account(request: Request) -> dict[str, Any]:
+    """The account a moderator's form names (`{handle}` in the path), or 404."""
     handle = request.path_params["handle"]
     target = await queries.get_account(handle)
     if target is None:
         raise NotFound({"account": ["not found"]}, message=f"No account @{handle}.")
+    return target
+
+
+async def account_change(request: Request, actor: Account, form: FormData) -> Response:
+    target = await _target_account(request)
     return await _act(
         request,
         form,
@@ -297,10 +303,7 @@ async def account_change(request: Request, actor: Account, form: FormData) -> Re
 
 
 async def account_statements_hide(request: Request, actor: Account, form: FormData) -> Response:
-    handle = request.path_params["handle"]
-    target = await queries.get_account(handle)
-    if target is None:
-        raise NotFound({"account": ["not found"]}, message=f"No account @{handle}.")
+    target = await _target_account(request)
     return await _act(
         request,
         form,
