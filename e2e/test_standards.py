@@ -31,7 +31,7 @@ from app.accounts.models import Account
 from app.accounts.sessions import COOKIE_NAME, open_session
 from app.kernel import db
 from app.kernel.actors import ANONYMOUS
-from app.maintainers.models import RepositoryMaintainer
+from app.maintainers.models import RepositoryMaintainer, Webhook
 from app.maintainers.service import claim_repository
 from app.maintainers.statements import StatementInput, record_statement
 from app.moderation.service import (
@@ -112,11 +112,15 @@ async def withdrawn_finding(submitter: Account, moderator: Account) -> str:
 
 
 async def maintained(repo: Repository, moderator: Account) -> None:
-    """The maintain page with everything on it: a verified maintainer (a moderator sees the form that ends it) and the
-    moderator's own pending claim (the token to commit, the verify form)."""
+    """The maintain page with everything on it: a verified maintainer (a moderator sees the form that ends it), the
+    maintainer's webhook (a moderator sees the form that deletes it) and the moderator's own pending claim (the token
+    to commit, the verify form)."""
     keeper = await factories.create_account(email="keeper@example.com", handle="keeper")
     async with db.transaction() as session:
         session.add(RepositoryMaintainer(repository_id=repo.id, account_id=keeper.id))
+        session.add(
+            Webhook(repository_id=repo.id, owner_id=keeper.id, url="https://hooks.example.com/t", secret="s" * 32)
+        )
     await claim_repository(moderator.id, repo.host, repo.owner, repo.name)
 
 
