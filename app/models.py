@@ -21,7 +21,16 @@ from app.maintainers.models import (
 from app.ops.models import AppSecret, InstanceLease, JobRun
 from app.record.models import Change, PublishedCanonical, PublishedFinding, PublishedRepository
 from app.registry.models import Repository
-from app.reports.models import CanonicalFinding, CanonicalFindingCheck, Scan, ScanConfirmation, ScanFinding
+from app.reports.models import (
+    CanonicalFinding,
+    CanonicalFindingCheck,
+    ForgeCommit,
+    ForgeFile,
+    ReportRefusal,
+    Scan,
+    ScanConfirmation,
+    ScanFinding,
+)
 
 metadata = Base.metadata
 
@@ -34,6 +43,8 @@ __all__ = [
     "CanonicalFindingCheck",
     "Change",
     "FindingStatement",
+    "ForgeCommit",
+    "ForgeFile",
     "InfestationDirtyKey",
     "InfestationPattern",
     "InfestationPatternInstance",
@@ -46,6 +57,7 @@ __all__ = [
     "PublishedCanonical",
     "PublishedFinding",
     "PublishedRepository",
+    "ReportRefusal",
     "Repository",
     "RepositoryMaintainer",
     "RuntimeSetting",

@@ -11,13 +11,18 @@ from app.kernel.db import Base
 LISTING_STATUSES = ("pending", "listed", "quarantined")
 REPOSITORY_STATUSES = ("unscanned", "scanning", "findings", "reviewed", "stale")
 PARTICIPATION_MODES = ("unclaimed", "community", "maintainer_verified", "curated", "paused")
+# the forge's metadata: looked up (found), to look up again (pending: the forge failed), never asked (unchecked)
+METADATA_STATES = ("unchecked", "pending", "found")
 
 
 class Repository(Timestamps, Base):
     __tablename__ = "repositories"
     __table_args__ = (
         *closed_sets(
-            listing_status=LISTING_STATUSES, status=REPOSITORY_STATUSES, participation_mode=PARTICIPATION_MODES
+            listing_status=LISTING_STATUSES,
+            status=REPOSITORY_STATUSES,
+            participation_mode=PARTICIPATION_MODES,
+            metadata_state=METADATA_STATES,
         ),
         Index("repositories_host_owner_name_idx", "host", "owner", "name", unique=True),
         Index("repositories_status_idx", "status"),
@@ -48,3 +53,12 @@ class Repository(Timestamps, Base):
     participation_mode: Mapped[str] = mapped_column(Text, server_default="unclaimed")
     listing_status: Mapped[str] = mapped_column(Text, server_default="listed")
     submitted_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"))
+    # the forge's own record (app/registry/metadata.py)
+    default_branch: Mapped[str | None] = mapped_column(Text)
+    forge_id: Mapped[str | None] = mapped_column(Text)
+    metadata_state: Mapped[str] = mapped_column(Text, server_default="unchecked")
+    metadata_etag: Mapped[str | None] = mapped_column(Text)
+    metadata_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    forge_missing_runs: Mapped[int] = mapped_column(Integer, server_default="0")
+    forge_redirect: Mapped[str | None] = mapped_column(Text)  # the name the forge redirected to, for moderators
+    observed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     ForeignKey,
@@ -13,6 +15,7 @@ from sqlalchemy import (
     LargeBinary,
     Text,
     Uuid,
+    func,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -38,6 +41,8 @@ DISPOSITIONS = ("new", "matches_existing", "regression", "not_reproduced")
 CANONICAL_STATUSES = ("open", "verified", "disputed", "fixed")
 CHECK_VERDICTS = ("confirmed", "disputed", "fixed")
 CONFIRMATION_VERDICTS = ("confirmed", "disputed")
+# a finding's evidence at its commit (docs/domain.md "Evidence at the commit"): confirmed and unchecked may publish
+EVIDENCE_STATES = ("confirmed", "pending", "refused", "expired", "unchecked")
 
 PATTERN_PRESENT = "pattern_key IS NOT NULL AND pattern_key <> ''"
 
@@ -65,6 +70,7 @@ class Scan(Timestamps, Base):
             postgresql_where=text("run_id IS NOT NULL"),
         ),
         Index("scans_inserted_at_idx", text("inserted_at DESC"), "id"),
+        Index("scans_evidence_due_idx", "evidence_next_at", postgresql_where=text("evidence_next_at IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -88,6 +94,11 @@ class Scan(Timestamps, Base):
     reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     reviewed_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"))
     raw_document: Mapped[str | None] = mapped_column(Text)
+    # NULL while its evidence is pending: the stored half of `publishable` (app/record/public.py)
+    published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    commit_committed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    evidence_attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    evidence_next_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class ScanFinding(Timestamps, Base):
@@ -95,7 +106,7 @@ class ScanFinding(Timestamps, Base):
 
     __tablename__ = "scan_findings"
     __table_args__ = (
-        *closed_sets(severity=SEVERITIES, disposition=DISPOSITIONS),
+        *closed_sets(severity=SEVERITIES, disposition=DISPOSITIONS, evidence_state=EVIDENCE_STATES),
         CheckConstraint(
             "(line_start IS NULL AND line_end IS NULL) OR "
             "(line_start >= 1 AND line_end >= line_start AND line_end <= 1000000)",
@@ -123,6 +134,13 @@ class ScanFinding(Timestamps, Base):
     claimed_canonical_public_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     # a SARIF result's partialFingerprints, as the scanner wrote them (docs/sarif.md)
     partial_fingerprints: Mapped[dict[str, str] | None] = mapped_column(JSONB(none_as_null=True))
+    # NULL while a gate holds the occurrence back (evidence, embargo, low signal): see app/record/public.py
+    published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    evidence_state: Mapped[str] = mapped_column(Text, server_default="unchecked")
+    evidence_reason: Mapped[str | None] = mapped_column(Text)
+    anchor: Mapped[str | None] = mapped_column(Text)  # sha256 of the cited lines (app/forge/lines.py)
+    rule_id: Mapped[str | None] = mapped_column(Text)  # a SARIF result's ruleId
+    held_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class CanonicalFinding(Timestamps, Base):
@@ -171,6 +189,8 @@ class CanonicalFinding(Timestamps, Base):
     confirmations_count: Mapped[int] = mapped_column(Integer, server_default="0")
     disputes_count: Mapped[int] = mapped_column(Integer, server_default="0")
     verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # is the code still there? newest first, at most 20 (docs/domain.md "Observations")
+    observations: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
 
 
 class Verdict(Timestamps):
@@ -218,3 +238,42 @@ class ScanConfirmation(Verdict, Base):
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     scan_id: Mapped[int] = mapped_column(ForeignKey("scans.id", ondelete="CASCADE"))
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"))
+
+
+class ForgeCommit(Base):
+    """What a forge said of a commit: in the repository's default-branch history or not (the evidence cache)."""
+
+    __tablename__ = "forge_commits"
+
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    commit_sha: Mapped[str] = mapped_column(Text, primary_key=True)
+    present: Mapped[bool] = mapped_column(Boolean)
+    committed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    checked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ForgeFile(Base):
+    """A file at a commit: whether it is there, and one sha256 per line (app/forge/lines.py), so the anchor of any
+    range is computed without fetching it again."""
+
+    __tablename__ = "forge_files"
+
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    commit_sha: Mapped[str] = mapped_column(Text, primary_key=True)
+    path: Mapped[str] = mapped_column(Text, primary_key=True)
+    present: Mapped[bool] = mapped_column(Boolean)
+    line_digests: Mapped[bytes | None] = mapped_column(LargeBinary)
+    checked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ReportRefusal(Base):
+    """One refused submission (the evidence check): who, where, why. Non-authoritative: the earned-trust count."""
+
+    __tablename__ = "report_refusals"
+    __table_args__ = (Index("report_refusals_account_inserted_idx", "account_id", "inserted_at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    repository_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id", ondelete="SET NULL"))
+    reason: Mapped[str] = mapped_column(Text)
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
