@@ -64,6 +64,17 @@ OLDEST_REFRESHED_AGE = Gauge(
     "Age of the least recently refreshed rollup row",
     multiprocess_mode=_DB_GAUGE,
 )
+# the evidence gate (docs/operations.md "TarakanEvidencePendingOld"): findings whose report waits for the forge
+EVIDENCE_PENDING = Gauge(
+    "tarakan_evidence_pending",
+    "Finding occurrences whose evidence is pending (their reports wait for a re-check at the forge)",
+    multiprocess_mode=_DB_GAUGE,
+)
+EVIDENCE_OLDEST_PENDING_AGE = Gauge(
+    "tarakan_evidence_oldest_pending_seconds",
+    "Age of the oldest report whose evidence is pending (0 when none is)",
+    multiprocess_mode=_DB_GAUGE,
+)
 
 # Dependency outages (app.kernel.outages, docs/reliability.md)
 DEPENDENCY_FAILURES = Counter(

@@ -10,6 +10,8 @@ from app.kernel import db
 from app.kernel.metrics import (
     DIRTY_BACKLOG,
     DIRTY_OLDEST_AGE,
+    EVIDENCE_OLDEST_PENDING_AGE,
+    EVIDENCE_PENDING,
     JOB_LAST_SUCCESS,
     NEWEST_REFRESHED_AGE,
     OLDEST_REFRESHED_AGE,
@@ -21,6 +23,8 @@ from app.kernel.metrics import (
 # drain that refreshed a key (app/infestations/dirty_queue.py: the pipeline-stopped alert's signal)
 FLEET_JOBS = ("recompute_windows", "reconcile", "drain")
 
+# pending evidence (docs/operations.md "TarakanEvidencePendingOld"): both read through scans_evidence_due_idx, the
+# partial index of reports the worker will re-check, so the scrape stays cheap however many findings are stored
 _GAUGES_SQL = """
 SELECT
   (SELECT count(*) FROM infestation_dirty_keys) AS backlog,
@@ -30,7 +34,11 @@ SELECT
   (SELECT count(*) FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
    WHERE d.delivered_at IS NULL AND w.disabled_at IS NULL) AS webhook_pending,
   (SELECT EXTRACT(EPOCH FROM now() - min(next_attempt_at)) FROM webhook_deliveries
-   WHERE delivered_at IS NULL AND next_attempt_at <= now()) AS webhook_oldest_due
+   WHERE delivered_at IS NULL AND next_attempt_at <= now()) AS webhook_oldest_due,
+  (SELECT count(*) FROM scans s JOIN scan_findings f ON f.scan_id = s.id
+   WHERE s.evidence_next_at IS NOT NULL AND f.evidence_state = 'pending') AS evidence_pending,
+  (SELECT EXTRACT(EPOCH FROM now() - min(inserted_at)) FROM scans
+   WHERE evidence_next_at IS NOT NULL) AS evidence_oldest_pending
 """
 
 _JOB_RUNS_SQL = """
@@ -75,6 +83,8 @@ async def refresh_gauges() -> None:
     OLDEST_REFRESHED_AGE.set(float(row.oldest_refresh or 0))
     WEBHOOK_PENDING.set(float(row.webhook_pending))
     WEBHOOK_OLDEST_DUE_AGE.set(float(row.webhook_oldest_due or 0))
+    EVIDENCE_PENDING.set(float(row.evidence_pending))
+    EVIDENCE_OLDEST_PENDING_AGE.set(float(row.evidence_oldest_pending or 0))
     for name, finished in runs:
         JOB_LAST_SUCCESS.labels(fleet_job=name).set(float(finished))
     await db.probe_replica()  # tarakan_replica_lag_seconds (a replica that does not answer leaves it as it was)
