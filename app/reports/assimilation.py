@@ -89,15 +89,17 @@ WHERE f.id = v.id
 _STORE_TEMPLATE = """
 INSERT INTO scan_findings
   (scan_id, position, file_path, line_start, line_end, severity, title, description, disposition,
-   claimed_canonical_public_id, partial_fingerprints, canonical_finding_id, fingerprint)
+   claimed_canonical_public_id, partial_fingerprints, canonical_finding_id, fingerprint, evidence_state, anchor,
+   rule_id)
 SELECT :scan_id, n.position, n.file_path, n.line_start, n.line_end, n.severity, n.title, n.description,
-       n.disposition, n.claimed, n.partials, {canonical_id}, n.fingerprint
+       n.disposition, n.claimed, n.partials, {canonical_id}, n.fingerprint, n.evidence_state, n.anchor, n.rule_id
 FROM unnest(CAST(:positions AS integer[]), CAST(:file_paths AS text[]), CAST(:line_starts AS integer[]),
             CAST(:line_ends AS integer[]), CAST(:severities AS text[]), CAST(:titles AS text[]),
             CAST(:descriptions AS text[]), CAST(:dispositions AS text[]), CAST(:claimed AS uuid[]),
-            CAST(:partials AS jsonb[]), CAST(:canonical_ids AS bigint[]), CAST(:fingerprints AS text[]))
+            CAST(:partials AS jsonb[]), CAST(:canonical_ids AS bigint[]), CAST(:fingerprints AS text[]),
+            CAST(:evidence_states AS text[]), CAST(:anchors AS text[]), CAST(:rule_ids AS text[]))
      WITH ORDINALITY AS n(position, file_path, line_start, line_end, severity, title, description, disposition,
-                          claimed, partials, canonical_id, fingerprint, ord)
+                          claimed, partials, canonical_id, fingerprint, evidence_state, anchor, rule_id, ord)
 {new}
 ORDER BY n.ord
 RETURNING id, public_id
@@ -190,7 +192,7 @@ def _canonical(row: Any) -> Canonical:
 
 
 @dataclass(frozen=True)
-class Prints:
+class Fingerprints:
     """A report's findings' v2 and v1 fingerprints, in position order, and what `FIND_KNOWN` looks up."""
 
     v2: list[str]
@@ -201,9 +203,9 @@ class Prints:
         return sorted({*self.v2, *self.legacy})
 
 
-def prints_of(findings: Sequence[FindingInput]) -> Prints:
+def fingerprints_of(findings: Sequence[FindingInput]) -> Fingerprints:
     """The fingerprints of a report's findings (computed once, before its transaction)."""
-    return Prints(
+    return Fingerprints(
         [fingerprint(f.file_path, f.line_start, f.title) for f in findings],
         [legacy_fingerprint(f.file_path, f.line_start, f.line_end, f.title) for f in findings],
     )
@@ -216,27 +218,27 @@ async def _resolve(
     model: str | None,
     occurrences: Sequence[Mapping[Any, Any]],
     *,
-    prints_found: tuple[Prints, Iterable[Any]] | None = None,
+    fingerprints_found: tuple[Fingerprints, Iterable[Any]] | None = None,
     store: Mapping[str, Any] | None = None,
 ) -> Assimilated:
     """Every occurrence's canonical (known, upgraded from v1, or inserted now) and disposition, in position order:
     a read, at most an insert, and a statement only for what is rare (a v1 upgrade, a concurrent insert).
-    `prints_found`: the occurrences' fingerprints and the `FIND_KNOWN` rows a caller read for them already.
+    `fingerprints_found`: the occurrences' fingerprints and the `FIND_KNOWN` rows a caller read for them already.
     `store`: `_STORE`'s per-finding parameters (the occurrences are a new report's findings, not stored yet): when
     canonicals are inserted, the findings go in with them (`_INSERT_AND_STORE`, `Assimilated.stored`)."""
     out = Assimilated()
     if not occurrences:
         return out
-    if prints_found is None:
-        computed = Prints(
+    if fingerprints_found is None:
+        computed = Fingerprints(
             [fingerprint(o["file_path"], o["line_start"], o["title"]) for o in occurrences],
             [legacy_fingerprint(o["file_path"], o["line_start"], o["line_end"], o["title"]) for o in occurrences],
         )
         found = await session.execute(_FIND, {"repository_id": repository_id, "fingerprints": computed.wanted})
-        prints_found = (computed, found)
-    prints, legacies = prints_found[0].v2, prints_found[0].legacy
+        fingerprints_found = (computed, found)
+    prints, legacies = fingerprints_found[0].v2, fingerprints_found[0].legacy
     known: dict[str, tuple[Canonical, int | None]] = {
-        str(r.fingerprint): (_canonical(r), int(r.prior)) for r in prints_found[1]
+        str(r.fingerprint): (_canonical(r), int(r.prior)) for r in fingerprints_found[1]
     }
     resolved: dict[str, tuple[Canonical, int | None]] = {}  # v2 fingerprint -> (canonical, prior reports or None)
     new: dict[str, Mapping[Any, Any]] = {}  # v2 fingerprint -> its first occurrence, to insert
@@ -351,13 +353,13 @@ async def assimilate_report(
     commit_sha: str,
     model: str | None,
     findings: Sequence[FindingInput],
-    prints_found: tuple[Prints, Iterable[Any]] | None = None,
+    fingerprints_found: tuple[Fingerprints, Iterable[Any]] | None = None,
     defer_counters: bool = False,
 ) -> tuple[Assimilated, list[tuple[int, uuid.UUID]]]:
     """Store a new report's findings linked to their canonicals (the submit path): the assimilation and each
     finding's (id, public_id), in order. A fixed number of statements per report, whatever its number of
     findings (a 200-finding report is one request's work, docs/security.md); nothing re-read that it wrote.
-    `prints_found`: `prints_of(findings)` and the `FIND_KNOWN` rows the caller read with its scan's insert.
+    `fingerprints_found`: `fingerprints_of(findings)` and the `FIND_KNOWN` rows the caller read with its scan's insert.
     `defer_counters`: the known canonicals' counters may be left to the caller (`Assimilated.counters_due`)."""
     occurrences = [
         {
@@ -384,9 +386,12 @@ async def assimilate_report(
                     for f in findings],
         "partials": [None if f.partial_fingerprints is None else json.dumps(f.partial_fingerprints)
                      for f in findings],
+        "evidence_states": [f.evidence_state for f in findings],
+        "anchors": [f.anchor for f in findings],
+        "rule_ids": [f.rule_id for f in findings],
     }  # fmt: skip
     assimilated = await _resolve(
-        session, repository_id, commit_sha, model, occurrences, prints_found=prints_found, store=store
+        session, repository_id, commit_sha, model, occurrences, fingerprints_found=fingerprints_found, store=store
     )
     if not findings:
         return assimilated, []

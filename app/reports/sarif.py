@@ -4,11 +4,13 @@ log (docs/sarif.md)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.kernel.errors import ValidationError
 from app.kernel.intake import Budget
+from app.kernel.text import is_clean
 from app.reports.sarif_runs import (
     MAX_URI,
     Run,
@@ -41,7 +43,8 @@ SCORE_BANDS = ((9.0, "critical"), (7.0, "high"), (4.0, "medium"), (0.1, "low"))
 NOT_PROBLEMS = frozenset({"pass", "notApplicable"})
 # GitHub code scanning's own upload limits: no real tool's log needs more, and each bounds a loop over the log
 MAX_RUNS, MAX_RESULTS_PER_RUN = 20, 25_000  # and MAX_RULES_PER_RUN (app.reports.sarif_runs)
-MAX_ARGUMENTS, MAX_ARGUMENT = 20, 200  # message arguments filled into a rule's message string
+MAX_ARGUMENTS, MAX_ARGUMENT = 20, 200
+MAX_RULE_ID = 200  # message arguments filled into a rule's message string
 
 
 @dataclass
@@ -287,6 +290,7 @@ def sarif_to_report(
     report = SarifReport(body={})
     findings: list[dict[str, Any]] = []
     origins: list[str] = []  # the SARIF path of each finding, to name the validator's errors
+    rule_ids: list[str | None] = []
     for run, raw in zip(runs, raw_runs, strict=True):
         for k, result in enumerate(raw.get("results", [])):
             where = f"{run.path}.results[{k}]"
@@ -328,6 +332,7 @@ def sarif_to_report(
                 finding["partial_fingerprints"] = fingerprints
             findings.append(finding)
             origins.append(where)
+            rule_ids.append(_rule_id(result, rule))
     guid = as_dict(raw_runs[0].get("automationDetails")).get("guid")
     report.body = {
         "commit_sha": sha,
@@ -338,13 +343,28 @@ def sarif_to_report(
         "document": {"tarakan_scan_format": 1, "source": "sarif", "findings": findings},
     }
     try:
-        report.report = validate_report(report.body)
+        validated = validate_report(report.body)
     except ValidationError as exc:
-        raise ValidationError({_sarif_path(key, origins): messages for key, messages in exc.errors.items()}) from None
+        raise ValidationError(sarif_errors(exc.errors, origins)) from None
+    findings_in = [replace(f, rule_id=r) for f, r in zip(validated.findings, rule_ids, strict=True)]
+    report.report = replace(validated, findings=findings_in, sarif_origins=tuple(origins))
     return report
 
 
-def _sarif_path(key: str, origins: list[str]) -> str:
+def _rule_id(result: dict[str, Any], rule: dict[str, Any]) -> str | None:
+    """The result's ruleId (else its rule's id), kept as `scan_findings.rule_id`."""
+    rule_id = capped(result.get("ruleId", rule.get("id")))
+    if not isinstance(rule_id, str) or not rule_id.strip() or not is_clean(rule_id):
+        return None
+    return rule_id[:MAX_RULE_ID]
+
+
+def sarif_errors(errors: dict[str, list[str]], origins: Sequence[str]) -> dict[str, list[str]]:
+    """Errors named by Scan Format v1 fields (`findings[2].line_end`) named by their place in the log."""
+    return {_sarif_path(key, origins): messages for key, messages in errors.items()}
+
+
+def _sarif_path(key: str, origins: Sequence[str]) -> str:
     """A Scan Format v1 field name (`findings[3].title`, `model`, `document.findings[3].x`) → where it came from
     in the log."""
     key = key.removeprefix("document.")
@@ -361,6 +381,7 @@ _FINDING_ORIGINS = {
     ".title": ".message",
     ".description": ".message",
     ".partial_fingerprints": ".partialFingerprints",
+    ".line_end": ".locations[0].physicalLocation.region.endLine",
 }
 _ENVELOPE_ORIGINS = {
     "model": "runs[0].tool.driver",

@@ -28,7 +28,7 @@ from app.ops.secrets import client_ip_hash
 from app.record.outbox import mark_dirty, mark_scan_dirty, settle_new_report
 from app.record.public import public_scan
 from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, registry_counts_moved
-from app.reports.assimilation import Assimilated, assimilate_report, prints_of
+from app.reports.assimilation import Assimilated, assimilate_report, fingerprints_of
 from app.reports.counters import REFRESH_COUNTERS
 from app.reports.intake import prepare_report, prepare_verdict
 from app.reports.models import CanonicalFindingCheck, ScanConfirmation
@@ -146,13 +146,17 @@ async def store_report(
 
     `token_id`: the API token the request came with, checked again in the first statement (its 401 when revoked);
     its scope was checked once, by the caller (the route's bearer check, or `submit_report`)."""
-    prints = prints_of(report.findings)  # CPU work, before any lock is taken
+    fingerprints = fingerprints_of(report.findings)  # CPU work, before any lock is taken
     async with _one_writer(account.id), db.transaction() as session:
         actor, found = await load_submitter(session, account.id, host, owner, name, token_id=token_id)
         require_acting_state(actor)
         repo = require_writable(actor, found, UNREGISTERED)
         require_not_paused(actor, repo)
-        values = {**scan_values(actor.id, repo.id, report), "repository_id": repo.id, "fingerprints": prints.wanted}
+        values = {
+            **scan_values(actor.id, repo.id, report),
+            "repository_id": repo.id,
+            "fingerprints": fingerprints.wanted,
+        }
         # the insert and the canonicals known by the findings' fingerprints (the repository row is locked: no other
         # report adds any meanwhile), one row per canonical found, or one without
         if exempt_from_quotas(actor):  # no quota to count: a stored run is learnt from the insert
@@ -181,7 +185,7 @@ async def store_report(
             commit_sha=report.commit_sha,
             model=report.model,
             findings=report.findings,
-            prints_found=(prints, [r for r in inserted if r.id is not None]),
+            fingerprints_found=(fingerprints, [r for r in inserted if r.id is not None]),
             defer_counters=True,
         )
         verified = await _new_report_verified(session, assimilated, report.commit_sha)

@@ -53,6 +53,10 @@ class FindingInput:
     disposition: str
     claimed_canonical_public_id: uuid.UUID | None
     partial_fingerprints: dict[str, str] | None = None
+    rule_id: str | None = None  # a SARIF result's ruleId
+    # what the evidence check found (app.reports.evidence), set before the report is stored
+    evidence_state: str = "unchecked"
+    anchor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class ReportInput:
     document: dict[str, Any]
     raw_document: str
     findings: list[FindingInput]
+    sarif_origins: tuple[str, ...] = ()  # a SARIF log's: each finding's result path (`runs[0].results[3]`)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import uuid
 import httpx
 
 from app.kernel import db
-from app.reports.assimilation import assimilate_report, prints_of
+from app.reports.assimilation import assimilate_report, fingerprints_of
 from app.reports.service import submit_report
 from app.reports.validation import validate_report
 from tests import factories
@@ -98,7 +98,7 @@ async def test_a_canonical_inserted_by_someone_else_meanwhile_is_counted_and_the
         # the lookup as it was before the first report's canonical existed: nothing known
         assimilated, stored = await assimilate_report(
             session, scan_id=scan.id, repository_id=repo.id, commit_sha=report.commit_sha, model=report.model,
-            findings=report.findings, prints_found=(prints_of(report.findings), []),
+            findings=report.findings, fingerprints_found=(fingerprints_of(report.findings), []),
         )  # fmt: skip
     assert [link.disposition for link in assimilated.links] == ["matches_existing", "new"]
     assert assimilated.links[0].canonical.public_id == uuid.UUID(first["findings"][0]["canonical_public_id"])
