@@ -9,18 +9,18 @@ from sqlalchemy import Select, bindparam, select, true
 
 from app.infestations.legacy import list_pattern_repos_legacy, list_repository_infestations_legacy
 from app.infestations.queries import (
-    _ALL_TIME,
-    _REPRESENTATIVE,
+    ALL_TIME_COLUMNS,
     PAGE_MAX,
-    _newest_first,
-    _pages,
-    _sample_visible,
+    REPRESENTATIVE_COLUMNS,
     guarded_map,
+    newest_first,
+    newest_first_pages,
     parse_pattern_key,
     pattern_repos,
     patterns,
     published_repositories,
     repositories,
+    sample_visible,
 )
 from app.infestations.rows import clamp, membership_entry, newest_first_page, with_repository_share
 from app.kernel import db, flags
@@ -56,10 +56,10 @@ def _pattern_repos() -> Select[Any]:
             visible_occurrence(pattern_repos.c.sample_occurrence_public_id),
         )
     )
-    return _newest_first(query, pattern_repos.c.last_seen_at, pattern_repos.c.repository_id)
+    return newest_first(query, pattern_repos.c.last_seen_at, pattern_repos.c.repository_id)
 
 
-_REPOS = _pages(_pattern_repos(), pattern_repos.c.last_seen_at, pattern_repos.c.repository_id)
+_REPOS = newest_first_pages(_pattern_repos(), pattern_repos.c.last_seen_at, pattern_repos.c.repository_id)
 
 
 async def list_pattern_repos_page(
@@ -82,12 +82,12 @@ async def list_pattern_repos_page(
 
 def _repository_infestations() -> Select[Any]:
     # a visible membership (its repository listed, its sample's report public) implies a visible pattern
-    sv = _sample_visible(pattern_repos)
+    sv = sample_visible(pattern_repos)
     return (
         select(
             patterns.c.pattern_key,
-            *_REPRESENTATIVE,
-            *_ALL_TIME,
+            *REPRESENTATIVE_COLUMNS,
+            *ALL_TIME_COLUMNS,
             sv.c.sample_visible,
             pattern_repos.c.instance_count.label("repository_instance_count"),
             pattern_repos.c.open_count.label("repository_open_count"),

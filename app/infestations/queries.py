@@ -109,20 +109,20 @@ canonicals = CanonicalFinding.__table__.alias("c")
 # the repository's opaque id (the change feed's and the export's `repository_id`), served as `repository_uuid`
 published_repositories = PublishedRepository.__table__.alias("pr")
 
-_REPRESENTATIVE = (
+REPRESENTATIVE_COLUMNS = (
     patterns.c.title,
     patterns.c.severity,
     patterns.c.sample_file_path,
     patterns.c.sample_occurrence_public_id,
 )
-_ALL_TIME = tuple(patterns.c[name] for name in (*WINDOWED_AGGREGATES, "first_seen_at"))
+ALL_TIME_COLUMNS = tuple(patterns.c[name] for name in (*WINDOWED_AGGREGATES, "first_seen_at"))
 
 
 def _windowed(name: str, window: Window) -> ColumnElement[Any]:
     return patterns.c[f"{name}_{window}d"]
 
 
-def _sample_visible(walked: FromClause | None = None) -> FromClause:
+def sample_visible(walked: FromClause | None = None) -> FromClause:
     """`sv.sample_visible`: the pattern row's sample is visible, once per row (`OFFSET 0`: not inlined into both the
     select list and the WHERE), which `shown_pattern` reuses. `walked`: the row the list walks when `p` is joined to
     it; naming it runs the probe above the join, so the planner still walks the rank index and stops at `limit`."""
@@ -137,7 +137,7 @@ def _list_row(sv: FromClause, *counts: ColumnElement[Any]) -> list[ColumnElement
     `counts`."""
     return [
         patterns.c.pattern_key,
-        *_REPRESENTATIVE,
+        *REPRESENTATIVE_COLUMNS,
         patterns.c.first_seen_at,
         patterns.c.refreshed_at,
         sv.c.sample_visible,
@@ -156,7 +156,7 @@ def _walk(
 
 
 def _ranked(window: Window) -> Select[Any]:
-    sv = _sample_visible()
+    sv = sample_visible()
     repo_count, last_seen_at = _windowed("repo_count", window), _windowed("last_seen_at", window)
     return (
         select(*_list_row(sv, *(_windowed(name, window).label(name) for name in WINDOWED_AGGREGATES)))
@@ -169,7 +169,7 @@ def _ranked(window: Window) -> Select[Any]:
 
 def _status_ranked(window: Window) -> Select[Any]:
     # the (status, window) rows on their one partial rank index, walked like the unfiltered list
-    sv = _sample_visible(status_windows)
+    sv = sample_visible(status_windows)
     return (
         select(
             *_list_row(sv, status_windows.c.repo_count, status_windows.c.instance_count, status_windows.c.last_seen_at)
@@ -257,9 +257,9 @@ def _oldest(times: Iterable[datetime | None]) -> datetime | None:
 
 def _shown_patterns(*columns: ColumnElement[Any]) -> Select[Any]:
     """Pattern rows with their all-time map and `sample_visible`, only those still shown (the read-time guard)."""
-    sv = _sample_visible()
+    sv = sample_visible()
     return (
-        select(patterns.c.pattern_key, *_REPRESENTATIVE, *_ALL_TIME, *columns, sv.c.sample_visible)
+        select(patterns.c.pattern_key, *REPRESENTATIVE_COLUMNS, *ALL_TIME_COLUMNS, *columns, sv.c.sample_visible)
         .select_from(patterns.join(sv, true()))
         .where(shown_pattern(patterns.c.pattern_key, sv.c.sample_visible))
     )
@@ -292,12 +292,12 @@ async def get_infestation_dated(pattern_key: str) -> tuple[dict[str, Any] | None
     return (None, None) if row is None else (guarded_map(row), row["refreshed_at"])
 
 
-def _newest_first(query: Select[Any], updated_at: ColumnElement[Any], row_id: ColumnElement[Any]) -> Select[Any]:
+def newest_first(query: Select[Any], updated_at: ColumnElement[Any], row_id: ColumnElement[Any]) -> Select[Any]:
     """A pattern's rows newest first on `(updated_at, id)`, `LIMIT :fetch`."""
     return query.order_by(updated_at.desc(), row_id.desc()).limit(bindparam("fetch"))
 
 
-def _pages(query: Select[Any], updated_at: ColumnElement[Any], row_id: ColumnElement[Any]) -> Pages:
+def newest_first_pages(query: Select[Any], updated_at: ColumnElement[Any], row_id: ColumnElement[Any]) -> Pages:
     """The first page of a newest-first list, and the pages after a cursor."""
     return {False: compiled(query), True: compiled(query.where(after_keyset(updated_at, row_id)))}
 
@@ -330,10 +330,10 @@ def _instances() -> Select[Any]:
         )
         .where(instances.c.pattern_key == bindparam("key"), visible_scan(instances.c.sample_scan_id))
     )
-    return _newest_first(query, instances.c.updated_at, instances.c.canonical_finding_id)
+    return newest_first(query, instances.c.updated_at, instances.c.canonical_finding_id)
 
 
-_INSTANCES = _pages(_instances(), instances.c.updated_at, instances.c.canonical_finding_id)
+_INSTANCES = newest_first_pages(_instances(), instances.c.updated_at, instances.c.canonical_finding_id)
 
 
 async def _fetch_instances(pattern_key: str, *, limit: int, cursor: str | None) -> Page[dict[str, Any]]:

@@ -54,25 +54,27 @@ COMBINATIONS = _combinations()
 
 
 # the comparison statement's public canonicals `c` and their pattern row `p`
-_C = _table("src", column("repository_id"), column("status"), column("inserted_at"), column("updated_at")).alias("c")
-_P = _table("infestation_patterns", column("refreshed_at")).alias("p")
+_canonicals = _table(
+    "src", column("repository_id"), column("status"), column("inserted_at"), column("updated_at")
+).alias("c")
+_patterns = _table("infestation_patterns", column("refreshed_at")).alias("p")
 
 
 def _aggregates() -> list[ColumnElement[Any]]:
     """One column per compared (aggregate, window, status) over the public canonicals: the legacy read."""
     parts: list[ColumnElement[Any]] = []
     for window, status, aggregates in COMBINATIONS:
-        where = [_C.c.updated_at >= Window(window).since] if window else []
+        where = [_canonicals.c.updated_at >= Window(window).since] if window else []
         if status:
-            where.append(_C.c.status == status)
+            where.append(_canonicals.c.status == status)
         for aggregate in aggregates:
             cond = list(where)
             if aggregate in _STATUS_COUNT:
-                cond.append(_C.c.status == _STATUS_COUNT[aggregate])
+                cond.append(_canonicals.c.status == _STATUS_COUNT[aggregate])
             expression: FunctionElement[Any] = {
-                "repo_count": func.count(distinct(_C.c.repository_id)),
-                "last_seen_at": func.max(_C.c.updated_at),
-                "first_seen_at": func.min(_C.c.inserted_at),
+                "repo_count": func.count(distinct(_canonicals.c.repository_id)),
+                "last_seen_at": func.max(_canonicals.c.updated_at),
+                "first_seen_at": func.min(_canonicals.c.inserted_at),
             }.get(aggregate, func.count())
             counted = expression.filter(*cond) if cond else expression
             parts.append(counted.label(_column(aggregate, window, status)))
@@ -83,7 +85,9 @@ def crossed_since_recompute(window: Window) -> ColumnElement[bool]:
     """Whether canonical `c` was inside window W at the last recompute of its key's rollup rows (`p.refreshed_at`:
     the pattern row's window columns and the status windows are recomputed together, docs/domain.md §5.4) and is
     outside now. Until the next hourly recompute that window's counts lag, by design: not a mismatch."""
-    return and_(_C.c.updated_at >= _P.c.refreshed_at - window.length, _C.c.updated_at < window.since)
+    return and_(
+        _canonicals.c.updated_at >= _patterns.c.refreshed_at - window.length, _canonicals.c.updated_at < window.since
+    )
 
 
 _CROSSED = [

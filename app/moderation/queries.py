@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, select
+from sqlalchemy import ColumnElement, FromClause, Select, select
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.kernel import db, paging
@@ -49,45 +49,38 @@ def _id_cursor(cursor: str | None) -> int | None:
 
 
 # One select per console noun, shared by its list and its detail read; filters are added per request.
-_S, _R, _A = Scan.__table__.alias("s"), Repository.__table__.alias("r"), Account.__table__.alias("a")
+_scans = Scan.__table__.alias("s")
+_repositories = Repository.__table__.alias("r")
+_accounts = Account.__table__.alias("a")  # also a report's submitter and an event's actor
+_events = AuditEvent.__table__.alias("e")
+
+
+def _columns(table: FromClause, *names: str) -> list[ColumnElement[Any]]:
+    return [table.c[name] for name in names]
+
+
 _REPORTS: Select[Any] = select(
-    _S.c.id,
-    _S.c.commit_sha,
-    _S.c.visibility,
-    _S.c.review_status,
-    _S.c.findings_count,
-    _S.c.inserted_at,
-    _S.c.moderation_reason,
-    _S.c.reviewed_at,
-    _R.c.host,
-    _R.c.owner,
-    _R.c.name,
-    _R.c.listing_status,
-    _A.c.handle.label("submitter_handle"),
-).select_from(_S.join(_R, _R.c.id == _S.c.repository_id).join(_A, _A.c.id == _S.c.submitted_by_id))
-_REPOSITORIES_T = Repository.__table__
-_REPOSITORIES: Select[Any] = select(
-    *(
-        _REPOSITORIES_T.c[name]
-        for name in ("id", "host", "owner", "name", "listing_status", "status", "scan_count", "open_findings_count")
-    ),
-    _REPOSITORIES_T.c.inserted_at,
-)
-_ACCOUNTS_T = Account.__table__
-_ACCOUNTS: Select[Any] = select(
-    *(
-        _ACCOUNTS_T.c[name]
-        for name in ("id", "handle", "platform_role", "trust_tier", "state", "last_seen_at", "inserted_at")
+    *_columns(_scans, "id", "commit_sha", "visibility", "review_status", "findings_count", "inserted_at"),
+    *_columns(_scans, "moderation_reason", "reviewed_at"),
+    *_columns(_repositories, "host", "owner", "name", "listing_status"),
+    _accounts.c.handle.label("submitter_handle"),
+).select_from(
+    _scans.join(_repositories, _repositories.c.id == _scans.c.repository_id).join(
+        _accounts, _accounts.c.id == _scans.c.submitted_by_id
     )
 )
-_E, _ACTOR = AuditEvent.__table__.alias("e"), Account.__table__.alias("a")
+_REPOSITORIES: Select[Any] = select(
+    *_columns(_repositories, "id", "host", "owner", "name", "listing_status", "status", "scan_count"),
+    *_columns(_repositories, "open_findings_count", "inserted_at"),
+)
+_ACCOUNTS: Select[Any] = select(
+    *_columns(_accounts, "id", "handle", "platform_role", "trust_tier", "state", "last_seen_at", "inserted_at")
+)
 _AUDIT_EVENTS: Select[Any] = select(
-    *(
-        _E.c[name]
-        for name in ("id", "action", "subject_type", "subject_id", "before", "after", "reason", "notes", "inserted_at")
-    ),
-    _ACTOR.c.handle.label("actor_handle"),
-).select_from(_E.outerjoin(_ACTOR, _ACTOR.c.id == _E.c.actor_id))
+    *_columns(_events, "id", "action", "subject_type", "subject_id", "before", "after", "reason", "notes"),
+    _events.c.inserted_at,
+    _accounts.c.handle.label("actor_handle"),
+).select_from(_events.outerjoin(_accounts, _accounts.c.id == _events.c.actor_id))
 
 
 async def _rows(statement: Select[Any], params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -101,13 +94,25 @@ async def _one(statement: Select[Any]) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
-def _newest_first(
-    query: Select[Any], cursor: str | None, inserted_at: ColumnElement[Any], row_id: ColumnElement[Any]
-) -> tuple[Select[Any], dict[str, Any]]:
-    params = cursor_params(cursor)
+async def _newest_first(
+    query: Select[Any], table: FromClause, *, limit: int, cursor: str | None
+) -> Page[dict[str, Any]]:
+    """A page keyset on `(inserted_at DESC, id DESC)`."""
+    params = cursor_params(cursor or None)
     if params:
-        query = query.where(after_keyset(inserted_at, row_id))
-    return query.order_by(inserted_at.desc(), row_id.desc()), params
+        query = query.where(after_keyset(table.c.inserted_at, table.c.id))
+    query = query.order_by(table.c.inserted_at.desc(), table.c.id.desc()).limit(limit + 1)
+    return keyset_page(await _rows(query, params), limit, BY_INSERTED_AT)
+
+
+async def _newest_ids_first(
+    query: Select[Any], table: FromClause, *, limit: int, cursor: str | None
+) -> Page[dict[str, Any]]:
+    """A page keyset on `id DESC`."""
+    if (after_id := _id_cursor(cursor)) is not None:
+        query = query.where(table.c.id < after_id)
+    query = query.order_by(table.c.id.desc()).limit(limit + 1)
+    return keyset_page(await _rows(query), limit, _by_id)
 
 
 async def list_recent_reports(
@@ -120,19 +125,18 @@ async def list_recent_reports(
     visibility = _choice("visibility", visibility, VISIBILITIES)
     query = _REPORTS
     if visibility is not None:
-        query = query.where(_S.c.visibility == visibility)
+        query = query.where(_scans.c.visibility == visibility)
     if repository:
         try:
             host, owner, name = parse_ref(repository)
         except ValidationError as exc:
             raise ValidationError(exc.errors, status_code=400) from None
-        query = query.where(_R.c.host == host, _R.c.owner == owner, _R.c.name == name)
-    query, params = _newest_first(query, cursor or None, _S.c.inserted_at, _S.c.id)
-    return keyset_page(await _rows(query.limit(limit + 1), params), limit, BY_INSERTED_AT)
+        query = query.where(_repositories.c.host == host, _repositories.c.owner == owner, _repositories.c.name == name)
+    return await _newest_first(query, _scans, limit=limit, cursor=cursor)
 
 
 async def get_report(scan_id: int) -> dict[str, Any] | None:
-    return await _one(_REPORTS.where(_S.c.id == scan_id))
+    return await _one(_REPORTS.where(_scans.c.id == scan_id))
 
 
 async def list_repositories(
@@ -143,17 +147,14 @@ async def list_repositories(
     listing_status = _choice("listing_status", listing_status, LISTING_STATUSES)
     query = _REPOSITORIES
     if listing_status is not None:
-        query = query.where(_REPOSITORIES_T.c.listing_status == listing_status)
-    if (after_id := _id_cursor(cursor)) is not None:
-        query = query.where(_REPOSITORIES_T.c.id < after_id)
-    query = query.order_by(_REPOSITORIES_T.c.id.desc()).limit(limit + 1)
-    return keyset_page(await _rows(query), limit, _by_id)
+        query = query.where(_repositories.c.listing_status == listing_status)
+    return await _newest_ids_first(query, _repositories, limit=limit, cursor=cursor)
 
 
 async def get_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
-    t = _REPOSITORIES_T
+    columns = _repositories.c
     return await _one(
-        _REPOSITORIES.where(t.c.host == host.lower(), t.c.owner == owner.lower(), t.c.name == name.lower())
+        _REPOSITORIES.where(columns.host == host.lower(), columns.owner == owner.lower(), columns.name == name.lower())
     )
 
 
@@ -170,25 +171,20 @@ async def list_accounts(
     state = _choice("state", state, ACCOUNT_STATES)
     query = _ACCOUNTS
     if platform_role is not None:
-        query = query.where(_ACCOUNTS_T.c.platform_role == platform_role)
+        query = query.where(_accounts.c.platform_role == platform_role)
     if state is not None:
-        query = query.where(_ACCOUNTS_T.c.state == state)
-    if (after_id := _id_cursor(cursor)) is not None:
-        query = query.where(_ACCOUNTS_T.c.id < after_id)
-    query = query.order_by(_ACCOUNTS_T.c.id.desc()).limit(limit + 1)
-    return keyset_page(await _rows(query), limit, _by_id)
+        query = query.where(_accounts.c.state == state)
+    return await _newest_ids_first(query, _accounts, limit=limit, cursor=cursor)
 
 
 async def get_account(handle: str) -> dict[str, Any] | None:
-    return await _one(_ACCOUNTS.where(_ACCOUNTS_T.c.handle == handle.strip().lower()))
+    return await _one(_ACCOUNTS.where(_accounts.c.handle == handle.strip().lower()))
 
 
 async def list_audit_events(*, limit: int | None = None, cursor: str | None = None) -> Page[dict[str, Any]]:
     """The audit log, newest first (keyset on the (inserted_at DESC, id DESC) index)."""
-    limit = clamp_limit(limit)
-    query, params = _newest_first(_AUDIT_EVENTS, cursor or None, _E.c.inserted_at, _E.c.id)
-    return keyset_page(await _rows(query.limit(limit + 1), params), limit, BY_INSERTED_AT)
+    return await _newest_first(_AUDIT_EVENTS, _events, limit=clamp_limit(limit), cursor=cursor)
 
 
 async def get_audit_event(event_id: int) -> dict[str, Any] | None:
-    return await _one(_AUDIT_EVENTS.where(_E.c.id == event_id))
+    return await _one(_AUDIT_EVENTS.where(_events.c.id == event_id))

@@ -11,15 +11,17 @@ from app.kernel.paging import DEFAULT_PAGE, Page, id_range_page, id_range_statem
 from app.record.public import listed_repository
 from app.registry.models import Repository
 
-_R = Repository.__table__
-_LISTED = select(_R.c.id, _R.c.host, _R.c.owner, _R.c.name).where(listed_repository(_R))
+_repositories = Repository.__table__
+_LISTED = select(_repositories.c.id, _repositories.c.host, _repositories.c.owner, _repositories.c.name).where(
+    listed_repository(_repositories)
+)
 # a range scan of the partial index repositories_listed_id_idx
 _STATEMENTS = id_range_statements(
     {
-        "api": _LISTED.add_columns(_R.c.canonical_url, _R.c.status, _R.c.updated_at),
-        "sitemap": _LISTED.add_columns(func.to_char(func.timezone("UTC", _R.c.updated_at), "YYYY-MM-DD")),
+        "api": _LISTED.add_columns(_repositories.c.canonical_url, _repositories.c.status, _repositories.c.updated_at),
+        "sitemap": _LISTED.add_columns(func.to_char(func.timezone("UTC", _repositories.c.updated_at), "YYYY-MM-DD")),
     },
-    _R.c.id,
+    _repositories.c.id,
 )
 
 

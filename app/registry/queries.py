@@ -28,10 +28,10 @@ search_cache: TakedownKeyedCache[list[dict[str, Any]]] = TakedownKeyedCache(
     lambda: SEARCH_CACHE_SECONDS, maxsize=SEARCH_CACHE_SIZE
 )
 
-_R = Repository.__table__.alias("r")
-_REPOSITORIES = select(
+_repositories = Repository.__table__.alias("r")
+_REPOSITORY_COLUMNS = select(
     *(
-        _R.c[name]
+        _repositories.c[name]
         for name in (
             "id",
             "host",
@@ -55,24 +55,28 @@ _REPOSITORIES = select(
     )
 )
 _REPOSITORY = compiled(
-    _REPOSITORIES.where(
-        _R.c.host == bindparam("host"), _R.c.owner == bindparam("owner"), _R.c.name == bindparam("name")
+    _REPOSITORY_COLUMNS.where(
+        _repositories.c.host == bindparam("host"),
+        _repositories.c.owner == bindparam("owner"),
+        _repositories.c.name == bindparam("name"),
     )
 )
 
 # `:prefix` and `:inside` are LIKE patterns of escaped user input (`escape_like`)
 _ESCAPE = "\\"
-_NAME_PREFIX = _R.c.name.like(bindparam("prefix"), escape=_ESCAPE)
+_NAME_PREFIX = _repositories.c.name.like(bindparam("prefix"), escape=_ESCAPE)
 _INSIDE: BindParameter[str] = bindparam("inside")
-_LISTED_NEWEST_FIRST = _REPOSITORIES.where(listed_repository(_R)).order_by(_R.c.inserted_at.desc(), _R.c.id.desc())
+_LISTED_NEWEST_FIRST = _REPOSITORY_COLUMNS.where(listed_repository(_repositories)).order_by(
+    _repositories.c.inserted_at.desc(), _repositories.c.id.desc()
+)
 _SEARCH_NAME_PREFIX = compiled(_LISTED_NEWEST_FIRST.where(_NAME_PREFIX).limit(bindparam("limit")))
 _SEARCH_OTHERS = compiled(
     _LISTED_NEWEST_FIRST.where(
         ~_NAME_PREFIX,
         or_(
-            _R.c.owner.like(_INSIDE, escape=_ESCAPE),
-            _R.c.name.like(_INSIDE, escape=_ESCAPE),
-            (_R.c.owner + "/" + _R.c.name).like(_INSIDE, escape=_ESCAPE),
+            _repositories.c.owner.like(_INSIDE, escape=_ESCAPE),
+            _repositories.c.name.like(_INSIDE, escape=_ESCAPE),
+            (_repositories.c.owner + "/" + _repositories.c.name).like(_INSIDE, escape=_ESCAPE),
         ),
     ).limit(bindparam("limit"))
 )

@@ -14,42 +14,50 @@ from app.record.public import public_join
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, Scan, ScanFinding
 
-F = ScanFinding.__table__.alias("f")  # the occurrence
-_S, _R, _C = Scan.__table__.alias("s"), Repository.__table__.alias("r"), CanonicalFinding.__table__
+occurrences = ScanFinding.__table__.alias("f")
+_scans, _repositories = Scan.__table__.alias("s"), Repository.__table__.alias("r")
+_canonicals = CanonicalFinding.__table__
 # the primary key walked from the cursor, each occurrence checked by index lookups (`LIMIT 1`: not flattened into
 # hash joins); a page costs what it reads (docs/seo.md "Streaming")
 _INDEXABLE = (
     select(ONE)
-    .select_from(_S.join(_R, _R.c.id == _S.c.repository_id))
-    .where(_S.c.id == F.c.scan_id, public_join(_S, _R))
+    .select_from(_scans.join(_repositories, _repositories.c.id == _scans.c.repository_id))
+    .where(_scans.c.id == occurrences.c.scan_id, public_join(_scans, _repositories))
     .limit(1)
     .lateral("indexable")
 )
 # the occurrence's canonical (`status`, `confirmations_count`; NULL when not yet assimilated)
-C = select(_C.c.status, _C.c.confirmations_count).where(_C.c.id == F.c.canonical_finding_id).limit(1).lateral("c")
+canonical = (
+    select(_canonicals.c.status, _canonicals.c.confirmations_count)
+    .where(_canonicals.c.id == occurrences.c.canonical_finding_id)
+    .limit(1)
+    .lateral("c")
+)
 
 
 def indexable_findings(*columns: ColumnElement[Any]) -> Select[Any]:
-    """`f.id` and `columns` (over `F` and `C`) of every indexable occurrence."""
-    return select(F.c.id, *columns).select_from(F.join(_INDEXABLE, true()).outerjoin(C, true()))
+    """`f.id` and `columns` (over `occurrences` and `canonical`) of every indexable occurrence."""
+    return select(occurrences.c.id, *columns).select_from(
+        occurrences.join(_INDEXABLE, true()).outerjoin(canonical, true())
+    )
 
 
 def indexable_findings_page(*columns: ColumnElement[Any], bounded: bool) -> Select[Any]:
     """The page statement with another select list (the sitemap renders its XML there). Reads `:after_id`,
     `:fetch` (and `:before_id`)."""
-    return id_range_select(indexable_findings(*columns), F.c.id, bounded=bounded)
+    return id_range_select(indexable_findings(*columns), occurrences.c.id, bounded=bounded)
 
 
 _STATEMENTS = id_range_statements(
     {
         "api": indexable_findings(
-            F.c.public_id,
-            F.c.updated_at,
-            C.c.status,
-            func.coalesce(C.c.confirmations_count, 0).label("confirmations_count"),
+            occurrences.c.public_id,
+            occurrences.c.updated_at,
+            canonical.c.status,
+            func.coalesce(canonical.c.confirmations_count, 0).label("confirmations_count"),
         )
     },
-    F.c.id,
+    occurrences.c.id,
 )
 
 

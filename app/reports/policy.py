@@ -59,9 +59,10 @@ def require_scope(scopes: frozenset[str] | None, needed: frozenset[str]) -> None
         raise Forbidden({"token": [f"needs one of the scopes {', '.join(sorted(needed))}"]})
 
 
-_A, _R = Account.__table__, Repository.__table__
-_ACTOR = select(*(_A.c[name] for name in ("id", "handle", "platform_role", "trust_tier", "state"))).where(
-    _A.c.id == bindparam("id")
+_accounts = Account.__table__
+_repositories = Repository.__table__
+_ACTOR = select(*(_accounts.c[name] for name in ("id", "handle", "platform_role", "trust_tier", "state"))).where(
+    _accounts.c.id == bindparam("id")
 )
 _LOAD_ACTOR = {False: compiled(_ACTOR), True: compiled(_ACTOR.with_for_update())}
 
@@ -133,12 +134,19 @@ def require_verifier(actor: Actor) -> None:
 # --- the repository written to ---------------------------------------------------------------------------
 
 _REPOSITORY = select(
-    *(_R.c[name] for name in ("id", "host", "owner", "name", "listing_status", "participation_mode", "submitted_by_id"))
+    *(
+        _repositories.c[name]
+        for name in ("id", "host", "owner", "name", "listing_status", "participation_mode", "submitted_by_id")
+    )
 ).with_for_update()
 _REPOSITORY_BY_NAME = compiled(
-    _REPOSITORY.where(_R.c.host == bindparam("host"), _R.c.owner == bindparam("owner"), _R.c.name == bindparam("name"))
+    _REPOSITORY.where(
+        _repositories.c.host == bindparam("host"),
+        _repositories.c.owner == bindparam("owner"),
+        _repositories.c.name == bindparam("name"),
+    )
 )
-_REPOSITORY_BY_ID = compiled(_REPOSITORY.where(_R.c.id == bindparam("id")))
+_REPOSITORY_BY_ID = compiled(_REPOSITORY.where(_repositories.c.id == bindparam("id")))
 
 
 def _repository(row: Any) -> RepositoryRow:

@@ -22,8 +22,8 @@ def public_pattern(repo_count: ColumnElement[int], pattern_key: ColumnElement[st
     return and_(repo_count >= 2, visible_pattern(pattern_key))
 
 
-P = InfestationPattern.__table__
-PUBLIC_PATTERN = public_pattern(P.c.repo_count, P.c.pattern_key)
+patterns = InfestationPattern.__table__
+PUBLIC_PATTERN = public_pattern(patterns.c.repo_count, patterns.c.pattern_key)
 
 
 @dataclass(frozen=True)
@@ -77,13 +77,13 @@ async def child_buckets(kind: str, size: int) -> list[Bucket]:
 
 # a range scan of the primary key
 _PATTERN_PAGE_FROM = (
-    select(P.c.pattern_key, func.to_char(func.timezone("UTC", P.c.updated_at), "YYYY-MM-DD"))
-    .where(PUBLIC_PATTERN, P.c.pattern_key > bindparam("after"), P.c.pattern_key >= bindparam("start"))
-    .order_by(P.c.pattern_key)
+    select(patterns.c.pattern_key, func.to_char(func.timezone("UTC", patterns.c.updated_at), "YYYY-MM-DD"))
+    .where(PUBLIC_PATTERN, patterns.c.pattern_key > bindparam("after"), patterns.c.pattern_key >= bindparam("start"))
+    .order_by(patterns.c.pattern_key)
     .limit(bindparam("fetch"))
 )
 _PATTERN_PAGE = compiled(_PATTERN_PAGE_FROM)
-_PATTERN_PAGE_BEFORE = compiled(_PATTERN_PAGE_FROM.where(P.c.pattern_key < bindparam("before")))
+_PATTERN_PAGE_BEFORE = compiled(_PATTERN_PAGE_FROM.where(patterns.c.pattern_key < bindparam("before")))
 
 
 def _key_cursor(row: Row[Any]) -> str:
