@@ -3,12 +3,15 @@ migrated once with Alembic; every test starts from empty tables."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
@@ -17,6 +20,48 @@ import redis
 
 from app.devservices import Postgres, Redis, Standby
 from tests.harness import ARTIFACTS
+
+FORGE_URL_SETTINGS = (
+    "FORGE_GITHUB_API_URL",
+    "FORGE_GITHUB_RAW_URL",
+    "FORGE_GITLAB_URL",
+    "FORGE_CODEBERG_URL",
+    "FORGE_TARAKAN_URL",
+)
+# never routed anywhere (RFC 5737): a test may set a forge base there to prove it is refused before any connection
+_UNROUTED = ipaddress.ip_network("192.0.2.0/24")
+
+
+def _stays_here(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address in _UNROUTED
+
+
+@pytest.fixture(autouse=True)
+def forge_stays_on_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing in the suite asks a real forge: a test starting with a forge base that is not loopback fails, and so
+    does any forge request the test makes elsewhere (every one goes through app.forge.http.get). A test may set a
+    public base to check a URL it builds, never ask it."""
+    names = [name for name in (*FORGE_URL_SETTINGS, "FORGE_RAW_URL_TEMPLATE") if os.environ.get(name)]
+    strays = [f"{name}={os.environ[name]}" for name in names if not _stays_here(os.environ[name])]
+    assert not strays, f"a forge base is not loopback: {', '.join(strays)}"
+    from app.forge import http as forge_http
+
+    real_get = forge_http.get
+
+    async def guarded_get(url: str, **kwargs: Any) -> forge_http.Reply:
+        # plain http elsewhere is refused before any connection (tests/maintainers/test_forge.py proves it)
+        asked = urlsplit(url).scheme == "https" or _stays_here(url)
+        assert not asked or _stays_here(url), f"the test asked a forge that is not loopback: {url}"
+        return await real_get(url, **kwargs)
+
+    monkeypatch.setattr(forge_http, "get", guarded_get)
 
 
 def _plain_url(url: str) -> str:
@@ -53,8 +98,11 @@ def services() -> Iterator[dict[str, str]]:
     # maintainer claims are verified against a forge: nothing in the suite leaves the machine, so the forge
     # of every host is a closed loopback port (a 503 "forge failed"); tests/maintainers plays the forge on its own
     # loopback server
-    for forge_setting in ("FORGE_GITHUB_RAW_URL", "FORGE_GITLAB_URL", "FORGE_CODEBERG_URL", "FORGE_TARAKAN_URL"):
+    for forge_setting in FORGE_URL_SETTINGS:
         os.environ.setdefault(forge_setting, "http://127.0.0.1:9")
+    # findings are checked at their commit only in the evidence tests, which opt in (EVIDENCE_CHECK=gate and the
+    # loopback forge of tests/forge/conftest.py)
+    os.environ.setdefault("EVIDENCE_CHECK", "off")
     from app.migrate import upgrade_to_head
 
     upgrade_to_head()

@@ -1,6 +1,5 @@
-"""The forge, as the rest of Tarakan asks it (docs/forge.md). Each function answers an `Answer`, never raises for
-anything the forge or the network does; `deadline` is a `time.monotonic()` instant: a request waits for the shared
-per-host rate only until then, and a request that cannot start in time answers `failed` ("rate")."""
+"""What the forge answers (docs/forge.md), the types of `app.forge.api`: each function there answers an `Answer`,
+never raises for anything the forge or the network does."""
 
 from __future__ import annotations
 

@@ -248,10 +248,89 @@ def forge_base_url(host: str) -> str | None:
 
 
 def check_forge_settings() -> None:
-    """Every forge setting at start (`serve`, `worker`): each host's base and FORGE_RAW_URL_TEMPLATE."""
+    """Every forge setting at start (`serve`, `worker`): each host's base, FORGE_RAW_URL_TEMPLATE, the API bases,
+    the bounds and EVIDENCE_CHECK; one warning line when the gate is on and a host has no token."""
     for host in FORGE_BASE_SETTINGS:
         forge_base_url(host)
+        forge_api_url(host)
     forge_raw_url_template()
+    forge_max_file_bytes()
+    forge_requests_per_second()
+    forge_burst()
+    forge_budget_seconds()
+    if evidence_check() == "gate":
+        bare = [host for host, name in FORGE_TOKEN_SETTINGS.items() if not forge_token(host)]
+        if bare:
+            _log.warning(
+                "EVIDENCE_CHECK=gate with no token for %s: their forges allow anonymous callers far fewer requests "
+                '(docs/forge.md "Tokens")',
+                ", ".join(bare),
+            )
+
+
+FORGE_TOKEN_SETTINGS = {
+    "github.com": "FORGE_GITHUB_TOKEN",
+    "gitlab.com": "FORGE_GITLAB_TOKEN",
+    "codeberg.org": "FORGE_CODEBERG_TOKEN",
+}
+
+
+def forge_api_url(host: str) -> str | None:
+    """The REST API base of `host`'s forge: FORGE_GITHUB_API_URL (default https://api.github.com) for github.com,
+    `{base}/api/v4` for GitLab, `{base}/api/v1` for Forgejo (codeberg.org; tarakan.lol only when FORGE_TARAKAN_URL
+    is set); None: no forge API for this host. Read at every request; checked at start."""
+    if host == "github.com":
+        raw = os.environ.get("FORGE_GITHUB_API_URL", "").strip()
+        if not raw:
+            return "https://api.github.com"
+        parts = urlsplit(raw)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ConfigError(f"FORGE_GITHUB_API_URL must be an http(s) base URL, got {raw!r}")
+        if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+            raise ConfigError(f"FORGE_GITHUB_API_URL may use plain http only to a loopback host, got {raw!r}")
+        return raw.rstrip("/")
+    base = forge_base_url(host)
+    if base is None:
+        return None
+    return f"{base}/api/v4" if host == "gitlab.com" else f"{base}/api/v1"
+
+
+def forge_token(host: str) -> str | None:
+    """`FORGE_GITHUB_TOKEN`, `FORGE_GITLAB_TOKEN`, `FORGE_CODEBERG_TOKEN`: sent only to that host's API base."""
+    name = FORGE_TOKEN_SETTINGS.get(host)
+    return (os.environ.get(name, "").strip() or None) if name else None
+
+
+def forge_max_file_bytes() -> int:
+    """`FORGE_MAX_FILE_BYTES` (1 MiB): the most of one forge answer (a file, a JSON body) that is read."""
+    return _int("FORGE_MAX_FILE_BYTES", 1024 * 1024, minimum=1024)
+
+
+def forge_requests_per_second() -> float:
+    """`FORGE_REQUESTS_PER_SECOND` (5): the rate of requests to one forge host, shared by every process."""
+    value = seconds("FORGE_REQUESTS_PER_SECOND", 5.0)
+    if value <= 0:
+        raise ConfigError("FORGE_REQUESTS_PER_SECOND must be > 0")
+    return value
+
+
+def forge_burst() -> int:
+    """`FORGE_BURST` (20): requests to one forge host that may go at once before the rate applies."""
+    return _int("FORGE_BURST", 20, minimum=1)
+
+
+def forge_budget_seconds() -> float:
+    """`FORGE_BUDGET_SECONDS` (3): the forge time one report's evidence check may spend before it is pending."""
+    return seconds("FORGE_BUDGET_SECONDS", 3.0)
+
+
+def evidence_check() -> str:
+    """`EVIDENCE_CHECK`: `gate` (default: findings are checked at their commit before they are public) or `off`
+    (no forge request but the claims'; evidence `unchecked`). Read at every report; checked at start."""
+    raw = os.environ.get("EVIDENCE_CHECK", "").strip().lower() or "gate"
+    if raw not in ("gate", "off"):
+        raise ConfigError(f"EVIDENCE_CHECK must be gate or off, got {raw!r}")
+    return raw
 
 
 def forge_raw_url_template() -> str | None:

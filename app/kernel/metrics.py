@@ -76,6 +76,11 @@ EVIDENCE_OLDEST_PENDING_AGE = Gauge(
     multiprocess_mode=_DB_GAUGE,
 )
 
+# Forge requests (app.forge, docs/forge.md): kind repository|commit|compare|raw|branch, outcome as app.forge.api's
+FORGE_REQUESTS = Counter(
+    "tarakan_forge_requests_total", "Requests to a forge by host, kind and outcome", ["host", "kind", "outcome"]
+)
+
 # Dependency outages (app.kernel.outages, docs/reliability.md)
 DEPENDENCY_FAILURES = Counter(
     "tarakan_dependency_failures_total",
