@@ -12,9 +12,11 @@ import httpx
 import pytest
 from starlette.routing import BaseRoute, Mount, Route
 
+from app.accounts.models import Account
 from app.kernel.intake import BodyRoute, require_json_counts
 from app.kernel.limits import MAX_JSON_CONTAINERS, MAX_JSON_VALUES
 from app.main import app
+from app.registry.models import Repository
 from tests import factories
 from tests.reports.support import finding, report_body, row_counts
 from tests.reports.test_reports_api import reports_url, token_for
@@ -33,6 +35,12 @@ def _routes(routes: list[BaseRoute]) -> list[Route]:
     return found
 
 
+async def _reporter(**account: str) -> tuple[Account, Repository, dict[str, str]]:
+    """An active account (`account`: other attributes), a listed repository, and an API token's headers."""
+    reporter = await factories.create_account(state="active", **account)
+    return reporter, await factories.create_repository(), await token_for(reporter)
+
+
 def test_every_route_with_an_unsafe_method_takes_its_body_through_the_intake() -> None:
     unsafe = [route for route in _routes(app.routes) if set(route.methods or ()) & UNSAFE]
     assert (
@@ -45,9 +53,7 @@ async def test_refused_submissions_cost_the_token_a_429_with_retry_after(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REFUSED_PER_MINUTE", "3")
-    account = await factories.create_account(state="active")
-    repo = await factories.create_repository()
-    headers = await token_for(account)
+    account, repo, headers = await _reporter()
     bad = report_body(findings=[finding(line_start=0)])
     for _ in range(3):
         refused = await client.post(reports_url(repo), headers=headers, json=bad)
@@ -66,9 +72,7 @@ async def test_moderators_are_not_charged_for_refusals(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REFUSED_PER_MINUTE", "2")
-    moderator = await factories.create_account(state="active", platform_role="moderator")
-    repo = await factories.create_repository()
-    headers = await token_for(moderator)
+    _, repo, headers = await _reporter(platform_role="moderator")
     for _ in range(4):
         refused = await client.post(reports_url(repo), headers=headers, json=report_body(commit_sha="nope"))
         assert refused.status_code == 422
@@ -79,10 +83,9 @@ async def test_a_body_past_its_processing_budget_is_a_413_naming_the_limit(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("BODY_BUDGET_SECONDS", "0.001")
-    account = await factories.create_account(state="active")
-    repo = await factories.create_repository()
+    _, repo, headers = await _reporter()
     body = report_body(findings=[finding(title=f"finding {i}", description="d" * 5000) for i in range(200)])
-    response = await client.post(reports_url(repo), headers=await token_for(account), json=body)
+    response = await client.post(reports_url(repo), headers=headers, json=body)
     assert response.status_code == 413
     assert "the per-request budget" in response.json()["errors"]["body"][0]
     assert (await row_counts())["scans"] == 0
@@ -134,9 +137,8 @@ async def test_integer_headers_are_ascii_digits_only() -> None:
 
 
 async def test_json_with_more_containers_than_the_parser_may_build_is_a_413(client: httpx.AsyncClient) -> None:
-    account = await factories.create_account(state="active")
-    repo = await factories.create_repository()
-    headers = {**(await token_for(account)), "Content-Type": "application/json"}
+    _, repo, headers = await _reporter()
+    headers["Content-Type"] = "application/json"
     nests = b"[" + b",".join([b"[]"] * (MAX_JSON_CONTAINERS + 1)) + b"]"
     body = b'{"commit_sha": "' + b"a" * 40 + b'", "document": {"findings": [], "meta": ' + nests + b"}}"
     response = await client.post(reports_url(repo), headers=headers, content=body)
@@ -169,9 +171,8 @@ async def test_json_with_more_values_than_the_parser_may_build_is_a_413_before_i
 ) -> None:
     """Issue 34: 465,943 keys in one object were parsed (a third of a second holding every thread) and only then
     refused, 422, for the document's length. Members are counted with the containers now, before parsing."""
-    account = await factories.create_account(state="active")
-    repo = await factories.create_repository()
-    headers = {**(await token_for(account)), "Content-Type": "application/json"}
+    _, repo, headers = await _reporter()
+    headers["Content-Type"] = "application/json"
     body = many_keys_report(465_943)
     assert len(body) <= 4 * 1024 * 1024
     response = await client.post(reports_url(repo), headers=headers, content=body)
