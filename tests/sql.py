@@ -9,17 +9,18 @@ from typing import Any
 
 import httpx
 import psycopg
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 
 from app.kernel import db
 
 
-async def rows(sql: str, **params: Any) -> list[dict[str, Any]]:
+async def rows(sql: str | TextClause, **params: Any) -> list[dict[str, Any]]:
+    statement = text(sql) if isinstance(sql, str) else sql
     async with db.read_session(replica=False) as session:
-        return [dict(r) for r in (await session.execute(text(sql), params)).mappings().all()]
+        return [dict(r) for r in (await session.execute(statement, params)).mappings().all()]
 
 
-async def one(sql: str, **params: Any) -> dict[str, Any] | None:
+async def one(sql: str | TextClause, **params: Any) -> dict[str, Any] | None:
     found = await rows(sql, **params)
     return found[0] if found else None
 

@@ -17,7 +17,7 @@ from app.record.public import public_join
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from tests import factories
-from tests.sql import rows
+from tests.sql import one, rows
 
 WINDOW_DAYS = (7, 30, 90, 365)
 STATUS_FILTERS: tuple[str | None, ...] = (None, "open", "verified", "disputed", "fixed")
@@ -148,23 +148,17 @@ async def back_rollups_with_visible_rows(*, reuse: bool = False) -> None:
     public report), and every pattern and membership without a sample that report's occurrence. `reuse` backs them
     with the first visible report already stored instead of a new one (tests that count every public URL)."""
     if reuse:
-        async with db.read_session(replica=False) as session:
-            row = (
-                (
-                    await session.execute(
-                        statement(
-                            "SELECT s.repository_id AS repo, s.id AS scan, s.commit_sha AS sha, f.public_id AS occ "
-                            "FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
-                            "JOIN repositories r ON r.id = s.repository_id "
-                            "WHERE {public} ORDER BY f.id LIMIT 1",
-                            public=public_join(),
-                        )
-                    )
-                )
-                .mappings()
-                .one()
+        first_visible = await one(
+            statement(
+                "SELECT s.repository_id AS repo, s.id AS scan, s.commit_sha AS sha, f.public_id AS occ "
+                "FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
+                "JOIN repositories r ON r.id = s.repository_id "
+                "WHERE {public} ORDER BY f.id LIMIT 1",
+                public=public_join(),
             )
-        params = dict(row)
+        )
+        assert first_visible is not None, "reuse=True needs a visible report stored"
+        params = first_visible
     else:
         author = await factories.create_account()
         repo = await factories.create_repository()

@@ -18,7 +18,7 @@ from app.reports.models import CANONICAL_STATUSES
 from e2e.seed import seed_pattern
 from tests import factories
 from tests.infestations.support import ago, back_rollups_with_visible_rows
-from tests.sql import get_while_locked
+from tests.sql import get_while_locked, scalar
 
 NOTES = "Quarantined while its history is checked."
 OPEN = "/infestations.json?status=open&days=365"
@@ -91,16 +91,10 @@ async def test_a_quarantine_is_reflected_at_the_next_status_list(client: httpx.A
     [before] = items(await client.get(OPEN))
     sample = before["sample_occurrence_public_id"]
     assert sample is not None
-    async with db.read_session(replica=False) as session:
-        repository_id = (
-            await session.execute(
-                text(
-                    "SELECT s.repository_id FROM scan_findings f JOIN scans s ON s.id = f.scan_id "
-                    "WHERE f.public_id = CAST(:id AS uuid)"
-                ),
-                {"id": sample},
-            )
-        ).scalar_one()
+    repository_id = await scalar(
+        "SELECT s.repository_id FROM scan_findings f JOIN scans s ON s.id = f.scan_id WHERE f.public_id = CAST(:id AS uuid)",
+        id=sample,
+    )
     [repo] = [r for r in seeded.repositories if r.id == repository_id]
     await service.change_repository_listing(
         moderator, repo.host, repo.owner, repo.name, "quarantined", "malware", NOTES

@@ -13,6 +13,7 @@ from app.ops import gauges
 from app.record import outbox
 from app.reports.finding_memory import pattern_key
 from tests import factories
+from tests.sql import execute
 
 METRIC_NAMES = {
     "tarakan_infestations_list_seconds",
@@ -77,14 +78,11 @@ async def test_metrics_exposes_every_rollup_metric_and_live_gauges(client: httpx
 
 
 async def f_pattern_refreshed_minutes_ago(minutes: int) -> None:
-    async with db.transaction() as session:
-        await session.execute(
-            text(
-                "UPDATE infestation_patterns SET refreshed_at = now() - make_interval(mins => :m) "
-                "WHERE pattern_key = (SELECT min(pattern_key) FROM infestation_patterns)"
-            ),
-            {"m": minutes},
-        )
+    await execute(
+        "UPDATE infestation_patterns SET refreshed_at = now() - make_interval(mins => :m) "
+        "WHERE pattern_key = (SELECT min(pattern_key) FROM infestation_patterns)",
+        m=minutes,
+    )
 
 
 async def test_last_successful_fleet_jobs_are_unix_timestamps_from_job_runs(client: httpx.AsyncClient) -> None:

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import httpx
-from sqlalchemy import text
 
-from app.kernel import db
 from app.kernel.web import PRIVATE_CACHE, PUBLIC_CACHE, SHARED_CACHE
 from e2e.seed import seed_pattern
 from tests import factories
 from tests.moderation.support import act_as
+from tests.sql import rows
 
 
 def tags(response: httpx.Response) -> set[str]:
@@ -42,19 +41,13 @@ async def test_pages_name_what_they_show_and_privileged_answers_carry_no_tags(cl
         assert tags(await client.get(path)) == {f"r:{repo.id}", pattern}, path
     for path in (f"/repos/{slug}/badge.svg", f"/repos/{slug}/reports.atom"):
         assert tags(await client.get(path)) == {f"r:{repo.id}"}, path
-    async with db.read_session(replica=False) as session:
-        occurrence = (
-            await session.execute(
-                text(
-                    "SELECT f.id, f.public_id FROM scan_findings f JOIN scans s ON s.id = f.scan_id"
-                    " WHERE s.repository_id = :r"
-                ),
-                {"r": repo.id},
-            )
-        ).one()
-    expected = {f"r:{repo.id}", f"o:{occurrence.id}"}
+    [occurrence] = await rows(
+        "SELECT f.id, f.public_id FROM scan_findings f JOIN scans s ON s.id = f.scan_id WHERE s.repository_id = :r",
+        r=repo.id,
+    )
+    expected = {f"r:{repo.id}", f"o:{occurrence['id']}"}
     assert tags(await client.get(f"/repos/{slug}/findings.sarif")) == expected
-    for path in (f"/findings/{occurrence.public_id}", f"/findings/{occurrence.public_id}.json"):
+    for path in (f"/findings/{occurrence['public_id']}", f"/findings/{occurrence['public_id']}.json"):
         assert tags(await client.get(path)) == {*expected, pattern}, path  # it links the pattern while it spreads
 
     # a page that names nothing promises no shared lifetime
@@ -62,7 +55,7 @@ async def test_pages_name_what_they_show_and_privileged_answers_carry_no_tags(cl
     assert search.headers["Cache-Control"] == PUBLIC_CACHE and "xkey" not in search.headers
 
     await act_as(client, await factories.create_account(platform_role="moderator", state="active"))
-    for path in (f"/repos/{slug}", f"/repos/{slug}.json", f"/findings/{occurrence.public_id}"):
+    for path in (f"/repos/{slug}", f"/repos/{slug}.json", f"/findings/{occurrence['public_id']}"):
         privileged = await client.get(path)
         assert privileged.status_code == 200, path
         assert privileged.headers["Cache-Control"] == PRIVATE_CACHE and "xkey" not in privileged.headers, path
