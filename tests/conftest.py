@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from app.devservices import Postgres, Redis, Standby
+from app.forge.demo import DemoForge
 from tests.harness import ARTIFACTS
 
 FORGE_URL_SETTINGS = (
@@ -199,6 +200,24 @@ def clean_database(services: dict[str, str]) -> None:
     flags.forget()
     registry_queries.search_cache.reset()
     rendered.reset()  # ids restart with the tables, so a version could come back with other rows behind it
+
+
+@pytest.fixture(scope="session")
+def forge_server() -> Iterator[DemoForge]:
+    server = DemoForge().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def forge(forge_server: DemoForge, monkeypatch: pytest.MonkeyPatch) -> DemoForge:
+    """The loopback forge (app.forge.demo), empty, as the forge of every host: it holds only what the test adds
+    (`forge.add_repository`, `forge.add_commit`, ...) and logs every request (`forge.requests()`). Evidence tests
+    also set EVIDENCE_CHECK=gate."""
+    forge_server.reset()
+    for name, value in forge_server.settings().items():
+        monkeypatch.setenv(name, value)
+    return forge_server
 
 
 @pytest.fixture

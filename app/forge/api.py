@@ -62,7 +62,7 @@ def _trouble(host: str, reply: http.Reply) -> Answer[Any] | None:
         return Answer("not_modified", host, status=status, etag=reply.headers.get("etag"))
     if status in (404, 410):
         return Answer("missing", host, detail=f"{host} answered {status}", status=status)
-    rate = "x-ratelimit-remaining" in reply.headers or "retry-after" in reply.headers
+    rate = reply.headers.get("x-ratelimit-remaining", "").strip() == "0" or "retry-after" in reply.headers
     if status >= 500 or status == 429 or (status == 403 and rate):
         return Answer("failed", host, detail=f"{host} answered {status}", status=status)
     if 300 <= status < 400:
@@ -99,7 +99,7 @@ async def repository(
     )  # fmt: skip
     trouble = _trouble(host, reply)
     if trouble is not None:
-        if 300 <= reply.status < 400:
+        if trouble.outcome == "refused" and 300 <= reply.status < 400:
             redirect = await _redirected(forge, reply.headers.get("location", ""), deadline)
             trouble = Answer("refused", host, detail=trouble.detail, status=reply.status, redirect=redirect)
         return _count("repository", trouble)
