@@ -27,7 +27,7 @@ from app.kernel.sql import Fragment, outer, statement
 from app.maintainers.statement_queries import statement_hides_after
 from app.record.changes import snapshot_cursor, withdrawals_after
 from app.record.models import PublishedRepository
-from app.record.public import listed_repository, public_join, visible_pattern
+from app.record.public import listed_repository, public_occurrence, visible_pattern
 from app.record.takedowns import TakedownKeyedCache
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ ORDER BY f.id
     slug=_SLUG,
     opaque_id=_OPAQUE_ID,
     maintainer_statement=_MAINTAINER_STATEMENT,
-    public=public_join(),
+    public=public_occurrence(),
 )
 
 # Derived rows (the atlas rollups): what the atlas shows, under the read-time guard; they follow a takedown after

@@ -10,7 +10,7 @@ from app.kernel.paging import Page
 from app.kernel.sql import outer, statement
 from app.record import changes
 from app.record.models import FINDING_STATEMENT, FINDING_WITHDRAWN, LISTED_KIND, PUBLISHED, STATUS
-from app.record.public import listed_repository, public_join
+from app.record.public import listed_repository, public_occurrence
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1_000
@@ -40,7 +40,7 @@ LEFT JOIN LATERAL (
 ORDER BY ch.seq
 """,
     listed=listed_repository(),
-    public=public_join(),
+    public=public_occurrence(),
     with_status=outer("ch.kind").in_((STATUS, FINDING_STATEMENT)),
 )
 

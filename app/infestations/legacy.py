@@ -25,7 +25,7 @@ from app.kernel import db
 from app.kernel.metrics import LIST_DURATION
 from app.kernel.paging import Page, Pages, after_keyset
 from app.kernel.sql import Fragment, Slot, compose, outer, statement
-from app.record.public import public_canonical, public_join, public_scan
+from app.record.public import public_canonical, public_occurrence, public_scan, published_occurrence
 
 # One row per canonical in the public join set (§3), narrowed by `{where}`. EXISTS instead of joining occurrences:
 # a canonical with many public occurrences must count once, and the distinct counts then stay cheap.
@@ -101,7 +101,7 @@ LEFT JOIN LATERAL (
 """,
     public=public_canonical(),
     rank=status_rank(outer("c.status")),
-    public_scan=public_scan(),
+    public_scan=and_(published_occurrence(), public_scan()),
 )
 
 
@@ -134,7 +134,7 @@ LIMIT :fetch
 """,
     outer("rows.updated_at"),
     outer("rows.id"),
-    public=public_join(),
+    public=public_occurrence(),
 )
 
 
@@ -232,7 +232,7 @@ FROM agg JOIN rep USING (pattern_key, repository_id) JOIN repositories r ON r.id
 
 
 def _memberships(where: Slot) -> Fragment:
-    instances = compose(_INSTANCE_SOURCE, unknown=literal(UNKNOWN_TITLE), where=where, public=public_join())
+    instances = compose(_INSTANCE_SOURCE, unknown=literal(UNKNOWN_TITLE), where=where, public=public_occurrence())
     return compose(_MEMBERSHIPS, instances=instances, rank=status_rank(outer("inst.status")))
 
 

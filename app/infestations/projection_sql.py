@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from functools import cache
 
-from sqlalchemy import ColumnElement, TextClause, column, literal
+from sqlalchemy import ColumnElement, TextClause, and_, column, literal
 
 from app.infestations.keys import rows_of_keys
 from app.infestations.models import COUNTS, UNKNOWN_TITLE, WINDOWED_AGGREGATES, status_rank
 from app.kernel.sql import WINDOW_DAYS, Fragment, Name, Window, compose, join, names, statement
-from app.record.public import listed_repository, public_scan
+from app.record.public import listed_repository, public_scan, published_occurrence
 from app.reports.models import CANONICAL_STATUSES
 
 # The representative instance: open-preferring, then newest (docs/domain.md §4.2).
@@ -89,7 +89,7 @@ removed AS (
 SELECT (SELECT count(*) FROM src) AS instances, (SELECT count(*) FROM upserted) AS written,
        (SELECT count(*) FROM removed) AS removed
 """,
-        public=public_scan(),
+        public=and_(published_occurrence(), public_scan()),
         unknown=literal(UNKNOWN_TITLE),
         listed=listed_repository(),
         keys_c=rows_of_keys(shape, "c"),

@@ -19,7 +19,15 @@ from app.kernel.audit import AuditEvent
 from app.maintainers.models import FindingStatement
 from app.record.changes import next_seq_of
 from app.record.models import FINDING_STATEMENT, Change
-from app.record.public import has_public_occurrence, listed_repository, public_scan, repositories, scan_findings, scans
+from app.record.public import (
+    has_public_occurrence,
+    listed_repository,
+    public_scan,
+    published_occurrence,
+    repositories,
+    scan_findings,
+    scans,
+)
 from app.reports.models import CanonicalFinding, ScanFinding
 
 SHOWN = "shown"
@@ -176,7 +184,7 @@ async def repository_statements(
     newest_public = (
         select(f.c.public_id)
         .select_from(f.join(s, s.c.id == f.c.scan_id))
-        .where(f.c.canonical_finding_id == CanonicalFinding.id, public_scan(s))
+        .where(f.c.canonical_finding_id == CanonicalFinding.id, published_occurrence(f), public_scan(s))
         .order_by(f.c.id.desc())
         .limit(1)
         .correlate_except(f, s)

@@ -44,7 +44,7 @@ from app.record.models import (
 from app.record.public import (
     LISTED,
     listed_repository,
-    public_join,
+    public_occurrence,
     repositories,
     repository_alias,
     scan_alias,
@@ -113,7 +113,7 @@ _OCCURRENCE_PUBLIC = compiled(
             repository_alias, repository_alias.c.id == scan_alias.c.repository_id
         )
     )
-    .where(_finding_alias.c.public_id == bindparam("id"), public_join())
+    .where(_finding_alias.c.public_id == bindparam("id"), public_occurrence(_finding_alias))
 )
 
 
@@ -252,7 +252,7 @@ def _still_public(*, probe: bool) -> ColumnElement[bool]:
     query = (
         select(ONE)
         .select_from(f.join(s, s.c.id == f.c.scan_id).join(r, r.c.id == s.c.repository_id))
-        .where(f.c.id == outer("p.scan_finding_id"), f.c.canonical_finding_id.is_not(None), public_join(s, r))
+        .where(f.c.id == outer("p.scan_finding_id"), f.c.canonical_finding_id.is_not(None), public_occurrence(f, s, r))
     )
     return _exists(query, probe=probe)
 
@@ -300,7 +300,11 @@ def _statements(scope: str, *, deleting: bool = False) -> list[TextClause]:
         findings_withdrawn,
         repositories_withdrawn,
         statement(
-            _FINDINGS_PUBLISHED, findings=where["findings"], public=public_join(), kind=literal(PUBLISHED), seq=seq
+            _FINDINGS_PUBLISHED,
+            findings=where["findings"],
+            public=public_occurrence(),
+            kind=literal(PUBLISHED),
+            seq=seq,
         ),
         statement(
             _STATUSES,
@@ -335,7 +339,8 @@ INSERT INTO changes (kind, canonical, status) SELECT {kind}, public_id, status F
 # A new report (`:scan_id`): nothing of it was ever published, so nothing can be withdrawn; the scan diff less its
 # three withdrawal statements (its repository's listing, its findings, its canonicals' statuses), as CTEs of one
 # statement (the report's last: app.record.outbox `settle_new_report`). `:listed` is the repository's listing as the
-# transaction left it (a new report is public, so its findings are public exactly when it is listed). No CTE reads
+# transaction left it and the report public (so its published findings are public exactly then: a report published
+# by the evidence worker may have been hidden meanwhile). No CTE reads
 # what a sibling writes (they all see the statement's one snapshot): the findings' repository key is the row the
 # first CTE inserted or the one that was there; a canonical is announced when its findings are published now
 # (`:listed`) or were before. One INSERT writes the entries in the scan diff's order (listing, findings by id,
@@ -353,7 +358,8 @@ listed_repository AS (
 ), published AS (
   INSERT INTO published_findings (scan_finding_id, public_id, scan_id, repository_id, canonical_id)
   SELECT f.id, f.public_id, f.scan_id, :repository_id, f.canonical_finding_id FROM scan_findings f
-  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL AND CAST(:listed AS boolean)
+  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL AND f.published_at IS NOT NULL
+    AND CAST(:listed AS boolean)
   ORDER BY f.id
   ON CONFLICT (scan_finding_id) DO NOTHING
   RETURNING scan_finding_id, public_id, canonical_id

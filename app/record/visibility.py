@@ -16,11 +16,12 @@ def repository_visible(viewer: Viewer, listing_status: str) -> bool:
     return viewer.privileged or listing_status != "quarantined"
 
 
-def report_access(viewer: Viewer, *, listing_status: str, visibility: str) -> Access:
-    """What `viewer` may see of one report: everything, its header, or nothing."""
+def report_access(viewer: Viewer, *, listing_status: str, visibility: str, published: bool = True) -> Access:
+    """What `viewer` may see of one report: everything, its header, or nothing. `published`: the report (or the
+    occurrence read) is not held back by a gate; an unpublished one is the privileged viewers' only."""
     if viewer.privileged:
         return "full"
-    if not repository_visible(viewer, listing_status):
+    if not published or not repository_visible(viewer, listing_status):
         return "hidden"
     if visibility == "public":
         return "full"

@@ -15,14 +15,15 @@ from app.registry.stats import invalidate_registry_stats, invalidate_registry_st
 RECALCULATE = Fragment("""
 WITH visible AS (
   SELECT id, inserted_at FROM scans
-  WHERE repository_id = :repository_id AND visibility IN ('public', 'public_summary')
+  WHERE repository_id = :repository_id AND visibility IN ('public', 'public_summary') AND published_at IS NOT NULL
 ), scan_stats AS (
   SELECT count(*) AS scans, max(inserted_at) AS last_scanned FROM visible
 ), canonical_stats AS (
   SELECT count(*) FILTER (WHERE c.status <> 'fixed') AS open, count(*) FILTER (WHERE c.status = 'verified') AS verified
   FROM canonical_findings c
   WHERE c.repository_id = :repository_id
-    AND EXISTS (SELECT 1 FROM scan_findings f JOIN visible v ON v.id = f.scan_id WHERE f.canonical_finding_id = c.id)
+    AND EXISTS (SELECT 1 FROM scan_findings f JOIN visible v ON v.id = f.scan_id
+                WHERE f.canonical_finding_id = c.id AND f.published_at IS NOT NULL)
 ), target AS (
   SELECT scans, last_scanned, open, verified,
          CASE WHEN scans = 0 THEN 'unscanned' WHEN open > 0 THEN 'findings' ELSE 'reviewed' END AS status

@@ -10,7 +10,7 @@ from app.kernel import db
 from app.kernel.cache import SingleFlightCache
 from app.kernel.config import settings
 from app.kernel.sql import statement
-from app.record.public import listed_repository
+from app.record.public import listed_repository, published_scan
 from app.registry.models import Repository
 
 _STATS_SQL = statement(
@@ -31,14 +31,15 @@ _CONTRIBUTORS_SQL = statement(
     SELECT count(*) FROM (
       SELECT s.submitted_by_id AS account_id
       FROM scans s JOIN repositories r ON r.id = s.repository_id
-      WHERE {listed} AND s.visibility IN ('public', 'public_summary')
+      WHERE {listed} AND s.visibility IN ('public', 'public_summary') AND {published}
       UNION
       SELECT c.account_id
       FROM scan_confirmations c JOIN scans s ON s.id = c.scan_id JOIN repositories r ON r.id = s.repository_id
-      WHERE {listed} AND s.visibility IN ('public', 'public_summary')
+      WHERE {listed} AND s.visibility IN ('public', 'public_summary') AND {published}
     ) AS contributors
     """,
     listed=listed_repository(),
+    published=published_scan(),
 )
 
 

@@ -24,7 +24,8 @@ from app.reports.validation import FindingInput
 
 _OCCURRENCES = """
 SELECT id, file_path, line_start, line_end, severity, title, description, disposition
-FROM scan_findings WHERE scan_id = :scan_id ORDER BY position, id
+FROM scan_findings WHERE scan_id = :scan_id AND canonical_finding_id IS NULL AND published_at IS NOT NULL
+ORDER BY position, id
 """
 
 # the canonicals already known by any of the given fingerprints (v2, or v1 for the legacy upgrade), with how many
@@ -32,7 +33,8 @@ FROM scan_findings WHERE scan_id = :scan_id ORDER BY position, id
 # no checks give (then a report cannot move it): one query per report, whatever its number of findings
 FIND_KNOWN = Fragment("""
 SELECT c.fingerprint, c.id, c.public_id, c.status, c.pattern_key,
-       (SELECT count(DISTINCT f.scan_id) FROM scan_findings f WHERE f.canonical_finding_id = c.id) AS prior,
+       (SELECT count(DISTINCT f.scan_id) FROM scan_findings f
+        WHERE f.canonical_finding_id = c.id AND f.published_at IS NOT NULL) AS prior,
        c.status = 'open' AND c.confirmations_count = 0 AND c.disputes_count = 0 AND c.verified_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM canonical_finding_checks ch WHERE ch.canonical_finding_id = c.id) AS unchecked
 FROM canonical_findings c
@@ -74,7 +76,7 @@ _INSERT = _INSERT_SQL.statement()
 # how many reports already carry each canonical (a legacy upgrade's, or one a concurrent report inserted)
 _PRIOR = """
 SELECT canonical_finding_id, count(DISTINCT scan_id) FROM scan_findings
-WHERE canonical_finding_id = ANY(CAST(:ids AS bigint[])) GROUP BY canonical_finding_id
+WHERE canonical_finding_id = ANY(CAST(:ids AS bigint[])) AND published_at IS NOT NULL GROUP BY canonical_finding_id
 """
 
 _LINK = """
@@ -413,7 +415,8 @@ async def assimilate_report(
 
 
 async def assimilate_scan(session: AsyncSession, scan: Scan) -> set[str]:
-    """Link every occurrence of `scan` stored unlinked, in position order; returns the pattern keys touched."""
+    """Link every published occurrence of `scan` stored unlinked, in position order (a refused or expired one stays
+    unlinked: it counts nowhere); returns the pattern keys touched."""
     occurrences = (await session.execute(text(_OCCURRENCES), {"scan_id": scan.id})).mappings().all()
     if not occurrences:
         return set()

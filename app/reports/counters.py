@@ -1,5 +1,6 @@
 """A canonical finding's counters (detections, distinct submitters and models, first and last seen commit), counted
-again from its occurrences over all visibilities (docs/domain.md §2)."""
+again from its published occurrences over all visibilities (docs/domain.md §2): one a gate holds back counts once
+it is published."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ REFRESH_COUNTERS = Fragment("""
 WITH occ AS (
   SELECT f.canonical_finding_id AS canonical_id, f.id, f.scan_id, s.submitted_by_id, s.model, s.commit_sha,
          s.inserted_at
-  FROM scan_findings f JOIN scans s ON s.id = f.scan_id WHERE f.canonical_finding_id = ANY(CAST(:ids AS bigint[]))
+  FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+  WHERE f.canonical_finding_id = ANY(CAST(:ids AS bigint[])) AND f.published_at IS NOT NULL
 ), stats AS (
   SELECT canonical_id, count(DISTINCT scan_id) AS detections, count(DISTINCT submitted_by_id) AS submitters,
          count(DISTINCT model) AS models,

@@ -10,7 +10,7 @@ from sqlalchemy import ColumnElement, Select, func, select, true
 
 from app.kernel.paging import DEFAULT_PAGE, Page, id_range_page, id_range_select, id_range_statements, stream_entries
 from app.kernel.sql import ONE
-from app.record.public import public_join
+from app.record.public import public_occurrence
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, Scan, ScanFinding
 
@@ -22,7 +22,7 @@ _canonicals = CanonicalFinding.__table__
 _INDEXABLE = (
     select(ONE)
     .select_from(_scans.join(_repositories, _repositories.c.id == _scans.c.repository_id))
-    .where(_scans.c.id == occurrences.c.scan_id, public_join(_scans, _repositories))
+    .where(_scans.c.id == occurrences.c.scan_id, public_occurrence(occurrences, _scans, _repositories))
     .limit(1)
     .lateral("indexable")
 )

@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import ARRAY, Text, any_, bindparam, cast, select, text
+from sqlalchemy import ARRAY, Boolean, Text, and_, any_, bindparam, cast, or_, select, text
 
 from app.kernel import db
 from app.kernel.actors import ANONYMOUS, Viewer
 from app.kernel.sql import compiled
-from app.record.public import listed_repository, public_join
+from app.record.public import listed_repository, public_occurrence, published_scan
 from app.record.visibility import report_access, visible_visibilities
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, Scan, ScanFinding
@@ -38,7 +38,11 @@ _REPORTS = select(
         )
     )
 )
-_VISIBLE = _S.c.visibility == any_(cast(bindparam("visibilities"), ARRAY(Text)))  # the viewer's visibilities
+# the viewer's visibilities; a report a gate holds back (`published_at` NULL) for privileged viewers only
+_VISIBLE = and_(
+    _S.c.visibility == any_(cast(bindparam("visibilities"), ARRAY(Text))),
+    or_(published_scan(_S), bindparam("unpublished", type_=Boolean)),
+)
 _NEWEST_FIRST = (_S.c.inserted_at.desc(), _S.c.id.desc())
 
 _REPOSITORY_REPORTS = compiled(
@@ -52,7 +56,7 @@ SELECT f.scan_id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f
        c.status, c.pattern_key
 FROM scan_findings f
 LEFT JOIN canonical_findings c ON c.id = f.canonical_finding_id
-WHERE f.scan_id = ANY(CAST(:scan_ids AS bigint[]))
+WHERE f.scan_id = ANY(CAST(:scan_ids AS bigint[])) AND (f.published_at IS NOT NULL OR :unpublished)
 ORDER BY f.scan_id DESC, f.position, f.id
 LIMIT :limit
 """
@@ -72,7 +76,8 @@ SELECT f.id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line
        r.id AS repository_id, r.host, r.owner, r.name, r.listing_status,
        c.id AS canonical_id, c.public_id AS canonical_public_id, c.status, c.pattern_key,
        c.confirmations_count, c.disputes_count, c.detections_count, c.last_seen_commit_sha,
-       EXISTS (SELECT 1 FROM infestation_patterns p WHERE p.pattern_key = c.pattern_key) AS has_infestation
+       EXISTS (SELECT 1 FROM infestation_patterns p WHERE p.pattern_key = c.pattern_key) AS has_infestation,
+       f.published_at IS NOT NULL AND s.published_at IS NOT NULL AS published
 FROM scan_findings f
 JOIN scans s ON s.id = f.scan_id
 JOIN repositories r ON r.id = s.repository_id
@@ -98,7 +103,12 @@ async def list_repository_reports(
         rows = (
             await session.execute(
                 _REPOSITORY_REPORTS,
-                {"repository_id": repository_id, "visibilities": visible_visibilities(viewer), "limit": limit},
+                {
+                    "repository_id": repository_id,
+                    "visibilities": visible_visibilities(viewer),
+                    "unpublished": viewer.privileged,
+                    "limit": limit,
+                },
             )
         ).mappings()
         reports = []
@@ -110,7 +120,8 @@ async def list_repository_reports(
         if full:
             findings = (
                 await session.execute(
-                    text(_FINDINGS_OF_REPORTS), {"scan_ids": list(full), "limit": FINDINGS_PER_PAGE_MAX}
+                    text(_FINDINGS_OF_REPORTS),
+                    {"scan_ids": list(full), "limit": FINDINGS_PER_PAGE_MAX, "unpublished": viewer.privileged},
                 )
             ).mappings()
             for finding in findings:
@@ -123,7 +134,10 @@ async def list_recent_public_reports(*, viewer: Viewer = ANONYMOUS, limit: int =
     limit = max(1, min(limit, RECENT_REPORTS_MAX))
     async with db.read_session() as session:
         rows = (
-            await session.execute(_RECENT_REPORTS, {"visibilities": visible_visibilities(viewer), "limit": limit})
+            await session.execute(
+                _RECENT_REPORTS,
+                {"visibilities": visible_visibilities(viewer), "unpublished": viewer.privileged, "limit": limit},
+            )
         ).mappings()
         reports = []
         for row in rows:
@@ -140,7 +154,10 @@ async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> di
         row = (await session.execute(text(_FINDING), {"public_id": public_id})).mappings().first()
         if row is None:
             return None
-        if report_access(viewer, listing_status=row["listing_status"], visibility=row["visibility"]) != "full":
+        access = report_access(
+            viewer, listing_status=row["listing_status"], visibility=row["visibility"], published=row["published"]
+        )
+        if access != "full":
             return None
         finding = dict(row)
         checks: list[dict[str, Any]] = []
@@ -161,7 +178,7 @@ _NEWEST_PUBLIC_OCCURRENCE = compiled(
         .join(_S, _S.c.id == _F.c.scan_id)
         .join(_R, _R.c.id == _S.c.repository_id)
     )
-    .where(_C.c.public_id == bindparam("canonical_public_id"), public_join(_S, _R))
+    .where(_C.c.public_id == bindparam("canonical_public_id"), public_occurrence(_F, _S, _R))
     .order_by(*_NEWEST_FIRST, _F.c.id.desc())
     .limit(1)
 )

@@ -237,7 +237,7 @@ async def recompute_scan_verification(session: AsyncSession, scan_id: int) -> bo
             await session.execute(
                 text(
                     "SELECT DISTINCT canonical_finding_id FROM scan_findings "
-                    "WHERE scan_id = :id AND canonical_finding_id IS NOT NULL ORDER BY 1"
+                    "WHERE scan_id = :id AND canonical_finding_id IS NOT NULL AND published_at IS NOT NULL ORDER BY 1"
                 ),
                 {"id": scan_id},
             )
@@ -263,7 +263,8 @@ async def recompute_scans_at_commit(session: AsyncSession, canonical_id: int, co
             await session.execute(
                 text(
                     "SELECT DISTINCT s.id FROM scans s JOIN scan_findings f ON f.scan_id = s.id "
-                    "WHERE f.canonical_finding_id = :cid AND s.commit_sha = :sha ORDER BY s.id"
+                    "WHERE f.canonical_finding_id = :cid AND s.commit_sha = :sha AND f.published_at IS NOT NULL "
+                    "ORDER BY s.id"
                 ),
                 {"cid": canonical_id, "sha": commit_sha},
             )

@@ -12,7 +12,7 @@ from app.infestations.models import InfestationPattern
 from app.kernel import db
 from app.kernel.paging import Page, clamp_limit, keyset_page
 from app.kernel.sql import compiled, outer, statement
-from app.record.public import listed_repository, public_join, visible_pattern
+from app.record.public import listed_repository, public_occurrence, visible_pattern
 from app.registry.models import Repository
 
 
@@ -55,7 +55,7 @@ _BUCKETS = {
           WHERE {public}
         ) t GROUP BY page ORDER BY page
     """,
-        public=public_join(),
+        public=public_occurrence(),
     ),
     "infestations": statement(
         """
@@ -131,6 +131,7 @@ _PUBLIC_REPORTS_SQL = text(
            s.findings_count, s.confirmations_count, s.disputes_count, s.inserted_at, s.updated_at
     FROM scans s
     WHERE s.repository_id = :repository_id AND s.visibility IN ('public', 'public_summary')
+      AND s.published_at IS NOT NULL
     ORDER BY s.inserted_at DESC, s.id DESC
     LIMIT :limit
     """

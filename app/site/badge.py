@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from sqlalchemy import and_
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -13,7 +14,7 @@ from app.kernel.shared_cache import repository_tag
 from app.kernel.sql import statement
 from app.kernel.templating import environment
 from app.kernel.web import document_response
-from app.record.public import listed_repository, scan_alias
+from app.record.public import listed_repository, published_occurrence, published_scan, scan_alias
 from app.record.rendered import rendered_once
 from app.site.sarif import NOT_PUBLIC, public_repository
 
@@ -24,7 +25,7 @@ CHAR_WIDTH = 7  # Verdana 11px, roughly; shields measures glyphs, a badge this s
 PADDING = 10
 
 # the reports the repository metrics count (`app.registry.metrics`): summary-only findings are counted, not shown
-_COUNTED_SCAN = scan_alias.c.visibility.in_(("public", "public_summary"))
+_COUNTED_SCAN = and_(scan_alias.c.visibility.in_(("public", "public_summary")), published_scan())
 
 _COUNTS = statement(
     """
@@ -32,12 +33,13 @@ SELECT
   (SELECT count(*) FROM canonical_findings c
    WHERE c.repository_id = r.id AND c.status <> 'fixed'
      AND EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
-                 WHERE f.canonical_finding_id = c.id AND {counted})) AS open,
+                 WHERE f.canonical_finding_id = c.id AND {published} AND {counted})) AS open,
   EXISTS (SELECT 1 FROM scans s WHERE s.repository_id = r.id AND {counted}) AS scanned
 FROM repositories r
 WHERE r.id = :repository_id AND {listed}
 """,
     counted=_COUNTED_SCAN,
+    published=published_occurrence(),
     listed=listed_repository(),
 )
 

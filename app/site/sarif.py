@@ -21,7 +21,7 @@ from app.kernel.sql import compiled, statement
 from app.kernel.urls import finding_path, infestation_path, repo_path
 from app.kernel.web import document_response
 from app.maintainers.statement_queries import StatementView, current_by_canonical_ids
-from app.record.public import listed_repository, public_join
+from app.record.public import listed_repository, public_occurrence
 from app.record.rendered import rendered_once
 from app.registry.models import Repository
 
@@ -62,7 +62,7 @@ SELECT * FROM (
 ORDER BY id
 LIMIT :limit
 """,
-    public=public_join(),
+    public=public_occurrence(),
 )
 
 

@@ -17,6 +17,9 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from app.kernel.audit import COMMIT_ORDER_LOCK
+from app.record import changes
+
 revision = "0013"
 down_revision = "0012"
 branch_labels = None
@@ -113,6 +116,12 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_report_refusals"),
     )
     op.create_index("report_refusals_account_inserted_idx", "report_refusals", ["account_id", "inserted_at"])
+    # the change feed's seed (moved here from 0005: the join set's statements read the columns above); the whole
+    # diff is idempotent, so a feed 0005 seeded already gains nothing
+    bind = op.get_bind()
+    bind.execute(sa.text(f"SELECT pg_advisory_xact_lock({COMMIT_ORDER_LOCK})"))
+    for statement in changes.seed_statements():
+        bind.execute(statement)
 
 
 def downgrade() -> None:

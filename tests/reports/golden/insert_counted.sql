@@ -15,7 +15,8 @@ ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
 RETURNING id
 ), known AS (
 SELECT c.fingerprint, c.id, c.public_id, c.status, c.pattern_key,
-       (SELECT count(DISTINCT f.scan_id) FROM scan_findings f WHERE f.canonical_finding_id = c.id) AS prior,
+       (SELECT count(DISTINCT f.scan_id) FROM scan_findings f
+        WHERE f.canonical_finding_id = c.id AND f.published_at IS NOT NULL) AS prior,
        c.status = 'open' AND c.confirmations_count = 0 AND c.disputes_count = 0 AND c.verified_at IS NULL
          AND NOT EXISTS (SELECT 1 FROM canonical_finding_checks ch WHERE ch.canonical_finding_id = c.id) AS unchecked
 FROM canonical_findings c

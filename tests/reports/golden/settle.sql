@@ -10,7 +10,8 @@ listed_repository AS (
 ), published AS (
   INSERT INTO published_findings (scan_finding_id, public_id, scan_id, repository_id, canonical_id)
   SELECT f.id, f.public_id, f.scan_id, :repository_id, f.canonical_finding_id FROM scan_findings f
-  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL AND CAST(:listed AS boolean)
+  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL AND f.published_at IS NOT NULL
+    AND CAST(:listed AS boolean)
   ORDER BY f.id
   ON CONFLICT (scan_finding_id) DO NOTHING
   RETURNING scan_finding_id, public_id, canonical_id

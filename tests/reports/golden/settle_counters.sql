@@ -2,7 +2,8 @@ WITH riding AS (
 WITH occ AS (
   SELECT f.canonical_finding_id AS canonical_id, f.id, f.scan_id, s.submitted_by_id, s.model, s.commit_sha,
          s.inserted_at
-  FROM scan_findings f JOIN scans s ON s.id = f.scan_id WHERE f.canonical_finding_id = ANY(CAST(:ids AS bigint[]))
+  FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+  WHERE f.canonical_finding_id = ANY(CAST(:ids AS bigint[])) AND f.published_at IS NOT NULL
 ), stats AS (
   SELECT canonical_id, count(DISTINCT scan_id) AS detections, count(DISTINCT submitted_by_id) AS submitters,
          count(DISTINCT model) AS models,
@@ -31,7 +32,8 @@ listed_repository AS (
 ), published AS (
   INSERT INTO published_findings (scan_finding_id, public_id, scan_id, repository_id, canonical_id)
   SELECT f.id, f.public_id, f.scan_id, :repository_id, f.canonical_finding_id FROM scan_findings f
-  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL AND CAST(:listed AS boolean)
+  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL AND f.published_at IS NOT NULL
+    AND CAST(:listed AS boolean)
   ORDER BY f.id
   ON CONFLICT (scan_finding_id) DO NOTHING
   RETURNING scan_finding_id, public_id, canonical_id

@@ -1,14 +1,15 @@
 WITH recount AS (
 WITH visible AS (
   SELECT id, inserted_at FROM scans
-  WHERE repository_id = :repository_id AND visibility IN ('public', 'public_summary')
+  WHERE repository_id = :repository_id AND visibility IN ('public', 'public_summary') AND published_at IS NOT NULL
 ), scan_stats AS (
   SELECT count(*) AS scans, max(inserted_at) AS last_scanned FROM visible
 ), canonical_stats AS (
   SELECT count(*) FILTER (WHERE c.status <> 'fixed') AS open, count(*) FILTER (WHERE c.status = 'verified') AS verified
   FROM canonical_findings c
   WHERE c.repository_id = :repository_id
-    AND EXISTS (SELECT 1 FROM scan_findings f JOIN visible v ON v.id = f.scan_id WHERE f.canonical_finding_id = c.id)
+    AND EXISTS (SELECT 1 FROM scan_findings f JOIN visible v ON v.id = f.scan_id
+                WHERE f.canonical_finding_id = c.id AND f.published_at IS NOT NULL)
 ), target AS (
   SELECT scans, last_scanned, open, verified,
          CASE WHEN scans = 0 THEN 'unscanned' WHEN open > 0 THEN 'findings' ELSE 'reviewed' END AS status
@@ -38,7 +39,8 @@ listed_repository AS (
 ), published AS (
   INSERT INTO published_findings (scan_finding_id, public_id, scan_id, repository_id, canonical_id)
   SELECT f.id, f.public_id, f.scan_id, :repository_id, f.canonical_finding_id FROM scan_findings f
-  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL AND CAST(:listed AS boolean)
+  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL AND f.published_at IS NOT NULL
+    AND CAST(:listed AS boolean)
   ORDER BY f.id
   ON CONFLICT (scan_finding_id) DO NOTHING
   RETURNING scan_finding_id, public_id, canonical_id
