@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from bench.common import backfill, bench_parser, cpu_seconds, publish, timed_generate, vacuum_analyze
+from bench.common import bench_parser, cpu_seconds, listed_repositories, prepared_tier, publish
 from bench.services import throwaway_services
 from tests.harness import spawn
 
@@ -59,29 +59,6 @@ def submitter(dsn: str) -> str:
             await db.dispose_engines()
 
     return asyncio.run(token())
-
-
-def build_first_export() -> None:
-    """The registry's daily export, built before the run (as bench/capacity_bench.py does): otherwise the worker
-    builds it in its first minute, minutes of worker and Postgres CPU charged to the first sendings."""
-    from app.exports.service import rebuild_export
-    from app.kernel import db
-
-    async def go() -> None:
-        try:
-            await rebuild_export()
-        finally:
-            await db.dispose_engines()
-
-    asyncio.run(go())
-
-
-def repositories(dsn: str, count: int = 500) -> list[str]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT host, owner, name FROM repositories WHERE listing_status = 'listed' ORDER BY id LIMIT %s", (count,)
-        ).fetchall()
-    return [f"{h}/{o}/{n}" for h, o, n in rows]
 
 
 def report(n: int, findings: int, rng: random.Random) -> dict[str, Any]:
@@ -130,17 +107,9 @@ def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"tier": tier_name, "runs": args.runs, "shapes": []}
     with throwaway_services("tarakan-batch-bench-") as services:
         dsn = services.dsn
-        env = services.use(
-            REGISTRY_STATS_TTL="30",
-            INFESTATIONS_READ_FROM_ROLLUP="true",
-            EXPORT_DIR=str(services.pg.data_dir.parent / "exports"),
-        )
-        results["rows"], _ = timed_generate(dsn, tier_name)
-        backfill(None, concurrency=2)
-        vacuum_analyze(dsn)
-        build_first_export()
+        env, results["rows"] = prepared_tier(services, tier_name)
         token = submitter(dsn)
-        repos = repositories(dsn)
+        repos = ["/".join(coordinates) for coordinates in listed_repositories(dsn, 500)]
         web, base = services.serve(env)
         worker = spawn("worker", env=env, quiet=True)
         services.procs.append(worker)

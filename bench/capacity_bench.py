@@ -39,13 +39,12 @@ import uvloop
 from psycopg import sql
 
 from bench.common import (
-    backfill,
     bench_parser,
     cpu_seconds,
+    listed_repositories,
     pct,
+    prepared_tier,
     publish,
-    timed_generate,
-    vacuum_analyze,
     write_section,
 )
 from bench.infestations_bench import poll_lag
@@ -389,13 +388,7 @@ def run_config(
     bench_backends = BenchBackends(dsn)
     try:
         bases, cpu = start_processes(env, dsn, postmaster, web, workers, procs, bench_backends, cwd)
-        with psycopg.connect(dsn) as conn:
-            repos = [
-                (str(h), str(o), str(n))
-                for h, o, n in conn.execute(
-                    "SELECT host, owner, name FROM repositories WHERE listing_status = 'listed' ORDER BY id LIMIT 2000"
-                ).fetchall()
-            ]
+        repos = listed_repositories(dsn)
         steps = []
         rate = args.start_rate
         while rate <= args.max_rate:
@@ -448,39 +441,16 @@ def start_processes(
     return bases, cpu
 
 
-def build_first_export() -> None:
-    """The registry's daily export, built before the run: otherwise the worker builds it at its first minute, and
-    a bulk export of the whole tier (minutes of worker and Postgres CPU) lands in the first steps' figures."""
-    from app.exports.service import rebuild_export
-    from app.kernel import db
-
-    async def go() -> None:
-        try:
-            await rebuild_export()
-        finally:
-            await db.dispose_engines()
-
-    asyncio.run(go())
-
-
 def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"tier": tier_name, "configs": []}
     with throwaway_services("tarakan-capacity-bench-") as services:
         configure_postgres(services, server_options(args))
         results["shared_buffers"] = args.shared_buffers
         dsn = services.dsn
-        env = services.use(
-            REGISTRY_STATS_TTL="30",
-            INFESTATIONS_READ_FROM_ROLLUP="true",
-            EXPORT_DIR=str(services.pg.data_dir.parent / "exports"),
-        )
         t = time.perf_counter()
-        results["rows"], _ = timed_generate(dsn, tier_name)
-        backfill(None, concurrency=2)
-        vacuum_analyze(dsn)
-        build_first_export()
+        env, results["rows"] = prepared_tier(services, tier_name)
         results["setup_s"] = time.perf_counter() - t
-        print(f"[{tier_name}] generated and backfilled in {results['setup_s']:.0f}s", flush=True)
+        print(f"[{tier_name}] migrated, generated and backfilled in {results['setup_s']:.0f}s", flush=True)
         tokens = make_submitters(dsn, ACCOUNTS)
         seq = [0]
         assert services.pg.proc is not None
@@ -612,13 +582,7 @@ def profile_tree(
     bench_backends = BenchBackends(dsn)
     try:
         bases, cpu = start_processes(env, dsn, postmaster, 1, 1, procs, bench_backends, cwd)
-        with psycopg.connect(dsn) as conn:
-            repos = [
-                (str(h), str(o), str(n))
-                for h, o, n in conn.execute(
-                    "SELECT host, owner, name FROM repositories WHERE listing_status = 'listed' ORDER BY id LIMIT 2000"
-                ).fetchall()
-            ]
+        repos = listed_repositories(dsn)
         rate = args.profile
         uvloop.run(run_step(bases, tokens, repos, rate, 10, dsn, seq, cpu))  # warm: pools, caches, prepared plans
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -658,15 +622,7 @@ def run_profile(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
         configure_postgres(services, {**STATEMENT_STATS, **server_options(args)})
         results["shared_buffers"] = args.shared_buffers
         dsn = services.dsn
-        env = services.use(
-            REGISTRY_STATS_TTL="30",
-            INFESTATIONS_READ_FROM_ROLLUP="true",
-            EXPORT_DIR=str(services.pg.data_dir.parent / "exports"),
-        )
-        results["rows"], _ = timed_generate(dsn, tier_name)
-        backfill(None, concurrency=2)
-        vacuum_analyze(dsn)
-        build_first_export()
+        env, results["rows"] = prepared_tier(services, tier_name)
         tokens = make_submitters(dsn, ACCOUNTS)
         seq = [0]
         assert services.pg.proc is not None

@@ -21,6 +21,7 @@ import httpx
 import psycopg
 
 from bench.generate import TIERS
+from bench.services import Services
 from tests.harness import ROOT
 
 
@@ -65,6 +66,45 @@ def timed_generate(dsn: str, tier_name: str) -> tuple[dict[str, int], float]:
     started = time.perf_counter()
     rows = generate(dsn, TIERS[tier_name])
     return rows, time.perf_counter() - started
+
+
+def listed_repositories(dsn: str, count: int = 2000) -> list[tuple[str, str, str]]:
+    """The first `count` listed repositories' `(host, owner, name)`, in id order."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT host, owner, name FROM repositories WHERE listing_status = 'listed' ORDER BY id LIMIT %s", (count,)
+        ).fetchall()
+    return [(str(h), str(o), str(n)) for h, o, n in rows]
+
+
+def build_first_export() -> None:
+    """The registry's daily export, built before the run: otherwise the worker builds it in its first minute, and a
+    bulk export of the whole tier (minutes of worker and Postgres CPU) lands in the first figures."""
+    from app.exports.service import rebuild_export
+    from app.kernel import db
+
+    async def go() -> None:
+        try:
+            await rebuild_export()
+        finally:
+            await db.dispose_engines()
+
+    asyncio.run(go())
+
+
+def prepared_tier(services: Services, tier_name: str) -> tuple[dict[str, str], dict[str, int]]:
+    """The environment of a run against a live-like registry (stats cached 30 s, reads from the rollups, exports in
+    the throwaway folder) and the tier's row counts: generated, backfilled, analysed, its first export built."""
+    env = services.use(
+        REGISTRY_STATS_TTL="30",
+        INFESTATIONS_READ_FROM_ROLLUP="true",
+        EXPORT_DIR=str(services.pg.data_dir.parent / "exports"),
+    )
+    rows, _ = timed_generate(services.dsn, tier_name)
+    backfill(None, concurrency=2)
+    vacuum_analyze(services.dsn)
+    build_first_export()
+    return env, rows
 
 
 def backfill(progress: Callable[[str], None] | None, concurrency: int) -> int:

@@ -22,11 +22,18 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import psycopg
 import uvloop
 
 from bench.capacity_bench import Client, capacity_report, make_submitters
-from bench.common import backfill, bench_parser, cpu_seconds, publish, timed_generate, vacuum_analyze
+from bench.common import (
+    backfill,
+    bench_parser,
+    cpu_seconds,
+    listed_repositories,
+    publish,
+    timed_generate,
+    vacuum_analyze,
+)
 from bench.services import throwaway_services
 from tests.harness import ROOT, start_server, stop
 
@@ -95,13 +102,7 @@ def run(tier_name: str, args: Any) -> dict[str, Any]:
         backfill(None, concurrency=2)
         vacuum_analyze(services.dsn)
         tokens = make_submitters(services.dsn, TOKENS)
-        with psycopg.connect(services.dsn) as conn:
-            repos = [
-                (str(h), str(o), str(n))
-                for h, o, n in conn.execute(
-                    "SELECT host, owner, name FROM repositories WHERE listing_status = 'listed' ORDER BY id LIMIT 2000"
-                ).fetchall()
-            ]
+        repos = listed_repositories(services.dsn)
         kinds = _kinds(tokens, repos)
         servers: list[tuple[Path, subprocess.Popen[bytes], str]] = []
         try:
