@@ -188,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     command(sub, "migrate", _migrate, "apply database migrations")
 
     from app.accounts.cli import register as register_accounts
+    from app.evidence.cli import register as register_evidence
     from app.exports.cli import register as register_exports
     from app.infestations.cli import register as register_infestations
     from app.maintainers.cli import register as register_maintainers
@@ -207,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         register_maintainers,
         register_statements,
         register_exports,
+        register_evidence,
     ):
         register(sub)
     return parser

@@ -40,6 +40,7 @@ def _routes() -> list[BaseRoute]:
     from app.reports.routes import routes as report_routes
     from app.seo.routes import routes as seo_routes
     from app.site.routes import routes as site_routes
+    from app.trust.routes import routes as trust_routes
 
     return [
         *ops_routes,
@@ -55,6 +56,7 @@ def _routes() -> list[BaseRoute]:
         *registry_routes,
         *infestation_routes,
         *site_routes,
+        *trust_routes,
         *export_routes,
         Mount("/static", app=StaticFiles(directory=str(ROOT / "static")), name="static"),
     ]

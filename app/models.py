@@ -31,17 +31,20 @@ from app.reports.models import (
     ScanConfirmation,
     ScanFinding,
 )
+from app.trust.models import AccountSignal, FindingOutcome
 
 metadata = Base.metadata
 
 __all__ = [
     "Account",
+    "AccountSignal",
     "ApiToken",
     "AppSecret",
     "AuditEvent",
     "CanonicalFinding",
     "CanonicalFindingCheck",
     "Change",
+    "FindingOutcome",
     "FindingStatement",
     "ForgeCommit",
     "ForgeFile",

@@ -18,6 +18,7 @@ from arq.worker import Function, Worker, func, get_kwargs
 from arq.worker import Retry as Retry  # re-exported: tests assert the retry without importing arq
 from sqlalchemy import exc as sa_exc
 
+from app.evidence import observe as observations
 from app.exports import service as exports
 from app.feed.entries import rendered_entry
 from app.infestations import dirty_queue, maintenance, shadow_sampler
@@ -38,6 +39,7 @@ RECONCILE_LEASE = "reconcile"
 SHADOW_LEASE = "shadow_compare"
 EXPORT_LEASE = "export"
 MAINTAINER_RECHECK_LEASE = "maintainer_recheck"
+OBSERVE_LEASE = "observe"
 
 
 def _transient(exc: BaseException) -> bool:
@@ -173,6 +175,16 @@ async def maintainer_recheck_job(ctx: dict[str, Any], slot: str | None = None) -
     return await _singleton(ctx, MAINTAINER_RECHECK_LEASE, _slot(ctx, slot), run)
 
 
+async def observe_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """Daily: is the code still there? Every listed repository not observed today (app.evidence.observe), once
+    fleet-wide per slot. Returns False when another worker ran it."""
+
+    async def run() -> dict[str, Any]:
+        return (await observations.observe(limit=observations.DAILY_LIMIT)).summary()
+
+    return await _singleton(ctx, OBSERVE_LEASE, _slot(ctx, slot), run)
+
+
 async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, Any]:
     """One webhook delivery run (app.maintainers.delivery): new change-feed entries become deliveries, then due
     ones are sent for up to 30 s. Rung after every commit that wrote entries and every minute (the backstop); it
@@ -245,6 +257,7 @@ class WorkerSettings:
         func(export_job, keep_result=3600, timeout=3 * 3600, max_tries=1),
         func(maintainer_recheck_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
         func(deliver_webhooks, keep_result=60, timeout=300, max_tries=MAX_TRIES),
+        func(observe_job, keep_result=3600, timeout=12 * 3600, max_tries=1),
     ]
     cron_jobs = [
         cron(recompute_windows_job, minute=0, timeout=3 * 3600, max_tries=3),
@@ -254,6 +267,7 @@ class WorkerSettings:
         cron(export_job, timeout=3 * 3600, max_tries=1),  # every minute; builds when due (daily, after a takedown)
         cron(maintainer_recheck_job, hour=4, minute=45, timeout=3 * 3600, max_tries=3),  # daily
         cron(deliver_webhooks, timeout=300, max_tries=1),  # every minute: the backstop of the rings
+        cron(observe_job, hour=5, minute=45, timeout=12 * 3600, max_tries=1),  # daily
     ]
     on_startup = startup
     on_shutdown = shutdown

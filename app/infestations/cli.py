@@ -18,7 +18,8 @@ def _progress(line: str) -> None:
     print(line, flush=True)
 
 
-async def _jobs_drain(args: argparse.Namespace) -> int:
+async def drain_rollups(args: argparse.Namespace) -> int:
+    """The rollups' half of `tarakan jobs drain` (registered by the composition root, app/cli.py)."""
     from app.infestations.dirty_queue import dirty_backlog, drain_all
 
     refreshed = await drain_all()
@@ -169,10 +170,6 @@ def _ranges_option(parser: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     """Add this feature's subcommands to the `tarakan` parser."""
-    jobs = sub.add_parser("jobs", help="background jobs", description="background jobs")
-    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
-    command(jobs_sub, "drain", _jobs_drain, "run all pending rollup work, then exit")
-
     inf = sub.add_parser("infestations", help="infestation rollups", description="infestation rollups")
     inf_sub = inf.add_subparsers(dest="infestations_command", required=True, metavar="ACTION")
     refresh = command(inf_sub, "refresh", _refresh, "recompute one pattern key from source")

@@ -116,6 +116,8 @@ class ScanFinding(Timestamps, Base):
         Index("scan_findings_scan_id_idx", "scan_id"),
         Index("scan_findings_canonical_finding_id_idx", "canonical_finding_id"),
         Index("scan_findings_fingerprint_idx", "fingerprint"),
+        # the occurrences earned trust counts as refused (app/trust/outcomes.py): few, found without a scan
+        Index("scan_findings_refused_idx", "id", postgresql_where=text("evidence_state IN ('refused', 'expired')")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -153,6 +155,7 @@ class CanonicalFinding(Timestamps, Base):
         Index("canonical_findings_public_id_idx", "public_id", unique=True),
         Index("canonical_findings_repo_fingerprint_idx", "repository_id", "fingerprint", unique=True),
         Index("canonical_findings_repo_status_idx", "repository_id", "status"),
+        Index("canonical_findings_updated_idx", "updated_at"),  # what moved since earned trust's last run
         Index("canonical_findings_fingerprint_idx", "fingerprint"),
         Index(
             "canonical_findings_pattern_repo_idx",
@@ -270,7 +273,10 @@ class ReportRefusal(Base):
     """One refused submission (the evidence check): who, where, why. Non-authoritative: the earned-trust count."""
 
     __tablename__ = "report_refusals"
-    __table_args__ = (Index("report_refusals_account_inserted_idx", "account_id", "inserted_at"),)
+    __table_args__ = (
+        Index("report_refusals_account_inserted_idx", "account_id", "inserted_at"),
+        Index("report_refusals_inserted_idx", "inserted_at"),  # earned trust's look at what is new
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))

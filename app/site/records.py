@@ -33,6 +33,7 @@ from app.maintainers.statement_queries import (
 )
 from app.maintainers.statement_types import maintainer_statement, repository_maintainers
 from app.maintainers.statements import MAX_TEXT
+from app.record import observations
 from app.record.changes import withdrawn_finding
 from app.record.takedowns import Marks, page_marks
 from app.record.visibility import repository_visible
@@ -82,6 +83,7 @@ async def repository_page(request: Request) -> Response:
     infestations = await list_repository_infestations(repository["id"], limit=REPOSITORY_INFESTATIONS)
     # the maintainers' voice beside each finding: its current statement (a hidden one is gone at once)
     statements = await current_by_occurrences(f["public_id"] for r in reports for f in r["findings"])
+    observed = await observations.latest_by_occurrences(f["public_id"] for r in reports for f in r["findings"])
     maintainers = await current_maintainers(repository["id"])
     path = repo_path(repository["host"], repository["owner"], repository["name"])
     # for the shared cache (a privileged answer drops them, cache_headers): the repository, and the patterns whose
@@ -91,7 +93,7 @@ async def repository_page(request: Request) -> Response:
         return json_twin(
             RepositoryRecord(
                 repository=public_repository(repository),
-                reports=[_record_report(r, statements) for r in reports],
+                reports=[_record_report(r, statements, observed) for r in reports],
                 infestations=[repository_infestation(item) for item in infestations],
                 maintainers=repository_maintainers(maintainers),
             ),
@@ -111,7 +113,9 @@ async def repository_page(request: Request) -> Response:
     return page(request, "site/repository.html", context, json_url=twin_path(path), cache=cache_for(viewer), tags=tags)
 
 
-def _record_report(report: dict[str, Any], statements: dict[str, StatementView]) -> RecordReport:
+def _record_report(
+    report: dict[str, Any], statements: dict[str, StatementView], observed: dict[str, dict[str, Any]]
+) -> RecordReport:
     full = report["access"] == "full"  # summary-only: the header, nothing about its findings
     return RecordReport(
         id=report["id"],
@@ -123,13 +127,16 @@ def _record_report(report: dict[str, Any], statements: dict[str, StatementView])
         visibility=report["visibility"],
         inserted_at=iso(report["inserted_at"]),
         findings_count=report["findings_count"] if full else UNSET,
-        findings=[_record_finding(f, statements.get(str(f["public_id"]))) for f in report["findings"]]
+        findings=[_record_finding(f, statements.get(str(f["public_id"])), observed) for f in report["findings"]]
         if full
         else UNSET,
     )
 
 
-def _record_finding(f: dict[str, Any], statement: StatementView | None) -> RecordFinding:
+def _record_finding(
+    f: dict[str, Any], statement: StatementView | None, observed: dict[str, dict[str, Any]]
+) -> RecordFinding:
+    latest = observed.get(str(f["public_id"]))
     return RecordFinding(
         public_id=str(f["public_id"]),
         title=f["title"],
@@ -141,6 +148,7 @@ def _record_finding(f: dict[str, Any], statement: StatementView | None) -> Recor
         pattern_key=f["pattern_key"],
         url=finding_path(f["public_id"]),
         maintainer_statement=maintainer_statement(statement),
+        observation=observations.observation(latest) if latest else None,
     )
 
 
@@ -187,7 +195,8 @@ async def finding_page(request: Request) -> Response:
         raise NotFound({"finding": ["not found"]}, message="No public finding is recorded at this address.")
     statement = await current_statement(finding["canonical_id"]) if finding["canonical_id"] is not None else None
     if wants_json(request):
-        return json_twin(_finding_record(finding, statement), cache=cache_for(viewer), tags=finding_tags(finding))
+        record = _finding_record(finding, statement, await observations.ledger(finding["canonical_id"]))
+        return json_twin(record, cache=cache_for(viewer), tags=finding_tags(finding))
     return await render_finding(request, viewer, finding, statement)
 
 
@@ -218,6 +227,7 @@ async def render_finding(
         "vex_statuses": VEX_STATUSES,
         "vex_justifications": VEX_JUSTIFICATIONS,
         "statement_max_text": MAX_TEXT,
+        "observed": [observations.words(e) for e in await observations.ledger(finding["canonical_id"])],
     }
     cache = cache_for(viewer)
     account = await current_account(request) if viewer.account_id is not None else None
@@ -271,7 +281,7 @@ def finding_tags(finding: dict[str, Any]) -> list[str]:
     return tags
 
 
-def _finding_record(f: dict[str, Any], statement: StatementView | None) -> FindingRecord:
+def _finding_record(f: dict[str, Any], statement: StatementView | None, ledger: list[dict[str, Any]]) -> FindingRecord:
     detail = FindingDetail(
         public_id=str(f["public_id"]),
         title=f["title"],
@@ -299,7 +309,12 @@ def _finding_record(f: dict[str, Any], statement: StatementView | None) -> Findi
         )
         for c in f["checks"]
     ]
-    return FindingRecord(finding=detail, checks=checks, maintainer_statement=maintainer_statement(statement))
+    return FindingRecord(
+        finding=detail,
+        checks=checks,
+        maintainer_statement=maintainer_statement(statement),
+        observations=[observations.observation(e) for e in ledger],
+    )
 
 
 routes: list[BaseRoute] = [

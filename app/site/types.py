@@ -11,6 +11,7 @@ from app.infestations.types import Infestation, RepositoryInfestation
 from app.kernel.answers import UNSET, Answer, Sha, Timestamp, UnsetType, Uuid, enum
 from app.maintainers.statement_types import MaintainerStatement, RepositoryMaintainerEntry
 from app.record.models import REASONS
+from app.record.observations import Observation
 from app.registry.types import PublicRepository
 from app.reports.types import CheckVerdict, Provenance, Severity
 
@@ -54,6 +55,7 @@ class RecordFinding(Answer):
     pattern_key: str | None
     url: str
     maintainer_statement: MaintainerStatement | None
+    observation: Annotated[Observation | None, Meta(description="the newest look at the default branch's head")] = None
 
 
 class RecordReport(Answer):
@@ -114,6 +116,9 @@ class FindingRecord(Answer):
     finding: FindingDetail
     checks: list[FindingCheck]
     maintainer_statement: MaintainerStatement | None
+    observations: Annotated[
+        list[Observation], Meta(description="is the code still there? the default branch's head, newest first, last 20")
+    ] = []
 
 
 class Tombstone(Answer):
