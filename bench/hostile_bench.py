@@ -150,23 +150,12 @@ async def _setup(sessions: int) -> Target:
     from app.accounts.sessions import open_session
     from app.kernel import db
     from app.registry.service import register_repository
-    from tests import factories
 
     try:
         account = await create_account("bench@example.com", "bench", platform_role="moderator", state="active")
         token = await create_token(account.id, ["findings:submit"])
         await register_repository("github.com", "bench", "hostile", submitted_by_id=account.id)
-        # the form routes' subjects: a member's account and a listed repository with a public report
-        member = await factories.create_account()
-        repo = await factories.create_repository()
-        scan, _canonical, _occurrence = await factories.create_instance(repo, member, "SQL injection in login handler")
-        values = {
-            "host": repo.host,
-            "owner": repo.owner,
-            "name": repo.name,
-            "scan_id": str(scan.id),
-            "handle": member.handle,
-        }
+        values = (await support.form_subjects()).path_values()
         opened = [await open_session(account.id) for _ in range(sessions)]
     finally:
         await db.dispose_engines()

@@ -18,9 +18,11 @@ from urllib.parse import urlencode
 import httpx
 from sqlalchemy import text
 
+from app.accounts.models import Account
 from app.kernel import db, queue
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
+from app.reports.models import CanonicalFinding, Scan, ScanFinding
 from tests.sql import execute, scalar
 
 PASSWORD = "correct horse battery staple"
@@ -736,6 +738,31 @@ def router_body_routes() -> list[tuple[str, str]]:
 def form_routes() -> list[tuple[str, str]]:
     """The HTML form routes: every body route of the router outside /api/."""
     return [(method, path) for method, path in router_body_routes() if not path.startswith("/api/")]
+
+
+@dataclass(frozen=True)
+class FormSubjects:
+    """The form routes' subjects: a member's account and a listed repository with a public report."""
+
+    member: Account
+    repository: Repository
+    scan: Scan
+    canonical: CanonicalFinding
+    occurrence: ScanFinding
+
+    def path_values(self) -> dict[str, str]:
+        repository = self.repository
+        names = {"host": repository.host, "owner": repository.owner, "name": repository.name}
+        return {**names, "scan_id": str(self.scan.id), "handle": self.member.handle}
+
+
+async def form_subjects() -> FormSubjects:
+    from tests import factories
+
+    member = await factories.create_account()
+    repository = await factories.create_repository()
+    found = await factories.create_instance(repository, member, "SQL injection in login handler")
+    return FormSubjects(member, repository, *found)
 
 
 def fill_path(template: str, values: dict[str, str], default: str | None = None) -> str:

@@ -39,6 +39,7 @@ from tests.system.support import (
     default_skeleton,
     fill_path,
     form_routes,
+    form_subjects,
     router_body_routes,
     send_while_polling,
     shapes_for,
@@ -162,19 +163,16 @@ def only_waited(probe: Probe) -> bool:
 async def test_every_body_route_survives_every_hostile_shape_with_healthz_live() -> None:
     moderator = await factories.create_account(platform_role="moderator")
     token = await create_token(moderator.id, list(TOKEN_SCOPES))
-    target = await factories.create_account()  # a member: the account form's subject
-    repo = await factories.create_repository()
-    scan, canonical, occurrence = await factories.create_instance(repo, target, "SQL injection in login handler")
+    subjects = await form_subjects()
+    target, repo = subjects.member, subjects.repository
     values = {
-        "host": repo.host,
-        "owner": repo.owner,
-        "name": repo.name,
-        "canonical_public_id": str(canonical.public_id),
-        "scan_id": str(scan.id),
-        "handle": target.handle,
+        **subjects.path_values(),
+        "canonical_public_id": str(subjects.canonical.public_id),
         # another account's claim: a body that gets through the intake meets a 404, never the forge
         "claim_id": str((await claim_repository(target.id, repo.host, repo.owner, repo.name))[0].id),
-        "ref": str(occurrence.public_id),  # a finding page's statement form (the moderator maintains nothing: 403)
+        "ref": str(
+            subjects.occurrence.public_id
+        ),  # a finding page's statement form (the moderator maintains nothing: 403)
         "statement_id": "1",  # no such statement: a form that gets through the intake meets a 404
         "webhook_id": "1",  # no such webhook: a body that gets through the intake meets a 404
     }
