@@ -18,7 +18,6 @@ from arq.worker import Function, Worker, func, get_kwargs
 from arq.worker import Retry as Retry  # re-exported: tests assert the retry without importing arq
 from sqlalchemy import exc as sa_exc
 
-from app.evidence import observe as observations
 from app.exports import service as exports
 from app.feed.entries import rendered_entry
 from app.infestations import dirty_queue, maintenance, shadow_sampler
@@ -29,6 +28,7 @@ from app.kernel.metrics import WORKER_RECONNECTS, start_metrics_server
 from app.kernel.queue import close_pools, enqueue_drain, enqueue_webhooks
 from app.maintainers import delivery, recheck
 from app.ops import leases
+from app.registry import metadata
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,7 +39,8 @@ RECONCILE_LEASE = "reconcile"
 SHADOW_LEASE = "shadow_compare"
 EXPORT_LEASE = "export"
 MAINTAINER_RECHECK_LEASE = "maintainer_recheck"
-OBSERVE_LEASE = "observe"
+METADATA_PENDING_LEASE = "metadata_pending"
+METADATA_REFRESH_LEASE = "metadata_refresh"
 
 
 def _transient(exc: BaseException) -> bool:
@@ -175,14 +176,24 @@ async def maintainer_recheck_job(ctx: dict[str, Any], slot: str | None = None) -
     return await _singleton(ctx, MAINTAINER_RECHECK_LEASE, _slot(ctx, slot), run)
 
 
-async def observe_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
-    """Daily: is the code still there? Every listed repository not observed today (app.evidence.observe), once
-    fleet-wide per slot. Returns False when another worker ran it."""
+async def metadata_pending_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """Every five minutes: the forge's record of repositories registered while it failed (app.registry.metadata),
+    once fleet-wide per slot. Returns False when another worker ran it."""
 
-    async def run() -> dict[str, Any]:
-        return (await observations.observe(limit=observations.DAILY_LIMIT)).summary()
+    async def run() -> dict[str, int]:
+        return await metadata.look_up_pending()
 
-    return await _singleton(ctx, OBSERVE_LEASE, _slot(ctx, slot), run)
+    return await _singleton(ctx, METADATA_PENDING_LEASE, _slot(ctx, slot), run)
+
+
+async def metadata_refresh_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """Daily: listed repositories' forge records refreshed with their ETags, and the `forge_missing` quarantine
+    (app.registry.metadata), once fleet-wide per slot. Returns False when another worker ran it."""
+
+    async def run() -> dict[str, int]:
+        return await metadata.refresh_listed()
+
+    return await _singleton(ctx, METADATA_REFRESH_LEASE, _slot(ctx, slot), run)
 
 
 async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -257,7 +268,8 @@ class WorkerSettings:
         func(export_job, keep_result=3600, timeout=3 * 3600, max_tries=1),
         func(maintainer_recheck_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
         func(deliver_webhooks, keep_result=60, timeout=300, max_tries=MAX_TRIES),
-        func(observe_job, keep_result=3600, timeout=12 * 3600, max_tries=1),
+        func(metadata_pending_job, keep_result=3600, timeout=600, max_tries=1),
+        func(metadata_refresh_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
     ]
     cron_jobs = [
         cron(recompute_windows_job, minute=0, timeout=3 * 3600, max_tries=3),
@@ -267,7 +279,8 @@ class WorkerSettings:
         cron(export_job, timeout=3 * 3600, max_tries=1),  # every minute; builds when due (daily, after a takedown)
         cron(maintainer_recheck_job, hour=4, minute=45, timeout=3 * 3600, max_tries=3),  # daily
         cron(deliver_webhooks, timeout=300, max_tries=1),  # every minute: the backstop of the rings
-        cron(observe_job, hour=5, minute=45, timeout=12 * 3600, max_tries=1),  # daily
+        cron(metadata_pending_job, minute=set(range(0, 60, 5)), timeout=600, max_tries=1),
+        cron(metadata_refresh_job, hour=5, minute=15, timeout=3 * 3600, max_tries=3),  # daily
     ]
     on_startup = startup
     on_shutdown = shutdown

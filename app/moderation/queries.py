@@ -71,7 +71,7 @@ _REPORTS: Select[Any] = select(
 )
 _REPOSITORIES: Select[Any] = select(
     *_columns(_repositories, "id", "host", "owner", "name", "listing_status", "status", "scan_count"),
-    *_columns(_repositories, "open_findings_count", "inserted_at"),
+    *_columns(_repositories, "open_findings_count", "inserted_at", "forge_redirect", "forge_missing_runs"),
 )
 _ACCOUNTS: Select[Any] = select(
     *_columns(_accounts, "id", "handle", "platform_role", "trust_tier", "state", "last_seen_at", "inserted_at")

@@ -21,6 +21,7 @@ from app.maintainers import service as maintainers
 from app.maintainers import statements, webhooks
 from app.maintainers.models import STATEMENT_VISIBILITIES
 from app.record.outbox import mark_repository_dirty, mark_scan_dirty
+from app.registry.listing_status import set_listing_status
 from app.registry.metrics import recalculate_repository_metrics, registry_changed
 from app.registry.models import LISTING_STATUSES, Repository
 from app.registry.validation import validate_repo_ref
@@ -171,11 +172,7 @@ async def change_repository_listing(
             raise NotFound({"repository": [f"no repository {slug}"]})
         if repo.listing_status == listing_status:
             raise ValidationError({"listing_status": [f"is already {listing_status}"]})
-        before = {"listing_status": repo.listing_status}
-        repo.listing_status = listing_status
-        repo.updated_at = db.utcnow()
-        await session.flush()
-        await mark_repository_dirty(session, repo.id, "listing_change")
+        before = await set_listing_status(session, repo, listing_status)
         return Change("repository", slug, before, {"listing_status": listing_status})
 
     return await _act(actor.id, "repository.listing", step, errors=errors, reason=reason_t, notes=notes_t)

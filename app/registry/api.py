@@ -38,6 +38,11 @@ def repository_json(repository: models.Repository) -> Repository:
         open_findings_count=repository.open_findings_count,
         verified_findings_count=repository.verified_findings_count,
         url=repository_url(repository),
+        default_branch=repository.default_branch,
+        description=repository.description,
+        primary_language=repository.primary_language,
+        stars_count=repository.stars_count,
+        metadata=repository.metadata_state,
     )
 
 

@@ -51,6 +51,8 @@ _REPOSITORY_COLUMNS = select(
             "participation_mode",
             "listing_status",
             "inserted_at",
+            "default_branch",
+            "metadata_state",
         )
     )
 )

@@ -15,6 +15,7 @@ from app.kernel.actors import require_good_standing, viewer_of
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.quotas import DailyQuota, require_within_quota
 from app.record.visibility import repository_visible
+from app.registry import metadata
 from app.registry.metrics import registry_counts_moved
 from app.registry.models import LISTING_STATUSES, Repository
 from app.registry.validation import canonical_url, validate_repo_ref
@@ -54,14 +55,17 @@ async def register_repository(
     """Register a repository, or return the existing one unchanged. Returns (repository, created).
 
     With `submitted_by_id` (an account's registration): Forbidden unless the account may act, NotFound for a
-    repository it may not see, RateLimited past its daily quota of new repositories. A new repository has no
-    findings, so inserting it (even as listed) changes no infestation rollup; the registry stats are dropped at
-    most once per TTL (`registry_counts_moved`).
+    repository it may not see, RateLimited past its daily quota of new repositories. A new name is first looked up
+    on its forge, outside the transaction (app.registry.metadata: ValidationError on `name` when the forge has no
+    such public repository). A new repository has no findings, so inserting it (even as listed) changes no
+    infestation rollup; the registry stats are dropped at most once per TTL (`registry_counts_moved`).
     """
     host, owner, name = validate_repo_ref(host, owner, name)
     if listing_status not in LISTING_STATUSES:
         raise ValidationError({"listing_status": [f"must be one of {', '.join(LISTING_STATUSES)}"]})
     same = (Repository.host == host, Repository.owner == owner, Repository.name == name)
+    known = await get_repository(host, owner, name)
+    lookup = metadata.Lookup("unchecked") if known is not None else await metadata.look_up(host, owner, name)
     async with db.transaction() as session:
         actor = None
         if submitted_by_id is not None:
@@ -83,6 +87,7 @@ async def register_repository(
                     canonical_url=canonical_url(host, owner, name),
                     listing_status=listing_status,
                     submitted_by_id=submitted_by_id,
+                    **lookup.values(),
                 )
                 .on_conflict_do_nothing(index_elements=["host", "owner", "name"])
                 .returning(Repository.id)

@@ -11,6 +11,11 @@ from msgspec import Meta, Struct
 from app.kernel.answers import Answer, Timestamp, iso
 from app.kernel.urls import repo_path
 
+METADATA_WORDS = (
+    "the forge's record: found (looked up), pending (the forge failed; the worker looks it up again) or unchecked "
+    "(never asked: the evidence check is off for this host, or it was registered before it existed)"
+)
+
 
 class Repository(Answer):
     id: int
@@ -24,6 +29,11 @@ class Repository(Answer):
     open_findings_count: int
     verified_findings_count: int
     url: str
+    default_branch: str | None
+    description: str | None
+    primary_language: str | None
+    stars_count: int
+    metadata: Annotated[str, Meta(description=METADATA_WORDS)]
 
 
 class PublicRepository(Answer):
@@ -44,6 +54,8 @@ class PublicRepository(Answer):
     participation_mode: str | None
     listing_status: str
     url: Annotated[str, Meta(description="the page's path")]
+    default_branch: str | None
+    metadata: Annotated[str, Meta(description=METADATA_WORDS)]
 
 
 def public_repository(row: Mapping[str, Any]) -> PublicRepository:
@@ -66,6 +78,8 @@ def public_repository(row: Mapping[str, Any]) -> PublicRepository:
         participation_mode=row["participation_mode"],
         listing_status=row["listing_status"],
         url=repo_path(row["host"], row["owner"], row["name"]),
+        default_branch=row["default_branch"],
+        metadata=row["metadata_state"],
     )
 
 

@@ -33,6 +33,11 @@ REPOSITORY_KEYS = {
     "open_findings_count",
     "verified_findings_count",
     "url",
+    "default_branch",
+    "description",
+    "primary_language",
+    "stars_count",
+    "metadata",
 }
 
 
