@@ -18,6 +18,7 @@ from arq.worker import Function, Worker, func, get_kwargs
 from arq.worker import Retry as Retry  # re-exported: tests assert the retry without importing arq
 from sqlalchemy import exc as sa_exc
 
+from app.evidence import observe as observations
 from app.exports import service as exports
 from app.feed.entries import rendered_entry
 from app.infestations import dirty_queue, maintenance, shadow_sampler
@@ -41,6 +42,7 @@ EXPORT_LEASE = "export"
 MAINTAINER_RECHECK_LEASE = "maintainer_recheck"
 METADATA_PENDING_LEASE = "metadata_pending"
 METADATA_REFRESH_LEASE = "metadata_refresh"
+OBSERVE_LEASE = "observe"
 
 
 def _transient(exc: BaseException) -> bool:
@@ -176,6 +178,16 @@ async def maintainer_recheck_job(ctx: dict[str, Any], slot: str | None = None) -
     return await _singleton(ctx, MAINTAINER_RECHECK_LEASE, _slot(ctx, slot), run)
 
 
+async def observe_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """Daily: is the code still there? Every listed repository not observed today (app.evidence.observe), once
+    fleet-wide per slot. Returns False when another worker ran it."""
+
+    async def run() -> dict[str, Any]:
+        return (await observations.observe(limit=observations.DAILY_LIMIT)).summary()
+
+    return await _singleton(ctx, OBSERVE_LEASE, _slot(ctx, slot), run)
+
+
 async def metadata_pending_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
     """Every five minutes: the forge's record of repositories registered while it failed (app.registry.metadata),
     once fleet-wide per slot. Returns False when another worker ran it."""
@@ -270,6 +282,7 @@ class WorkerSettings:
         func(deliver_webhooks, keep_result=60, timeout=300, max_tries=MAX_TRIES),
         func(metadata_pending_job, keep_result=3600, timeout=600, max_tries=1),
         func(metadata_refresh_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
+        func(observe_job, keep_result=3600, timeout=12 * 3600, max_tries=1),
     ]
     cron_jobs = [
         cron(recompute_windows_job, minute=0, timeout=3 * 3600, max_tries=3),
@@ -281,6 +294,7 @@ class WorkerSettings:
         cron(deliver_webhooks, timeout=300, max_tries=1),  # every minute: the backstop of the rings
         cron(metadata_pending_job, minute=set(range(0, 60, 5)), timeout=600, max_tries=1),
         cron(metadata_refresh_job, hour=5, minute=15, timeout=3 * 3600, max_tries=3),  # daily
+        cron(observe_job, hour=5, minute=45, timeout=12 * 3600, max_tries=1),  # daily
     ]
     on_startup = startup
     on_shutdown = shutdown

@@ -89,7 +89,7 @@ SELECT json_build_object(
   'disposition', f.disposition, 'commit_sha', s.commit_sha, 'reported_at', s.inserted_at,
   'confirmations_count', c.confirmations_count, 'disputes_count', c.disputes_count,
   'verified_at', c.verified_at, 'status_updated_at', c.updated_at,
-  'maintainer_statement', {maintainer_statement}
+  'maintainer_statement', {maintainer_statement}, 'observations', c.observations
 )::text
 FROM scan_findings f
 JOIN scans s ON s.id = f.scan_id

@@ -9,7 +9,7 @@ from app.kernel import db
 from app.kernel.paging import Page
 from app.kernel.sql import outer, statement
 from app.record import changes
-from app.record.models import FINDING_STATEMENT, FINDING_WITHDRAWN, LISTED_KIND, PUBLISHED, STATUS
+from app.record.models import FINDING_OBSERVED, FINDING_STATEMENT, FINDING_WITHDRAWN, LISTED_KIND, PUBLISHED, STATUS
 from app.record.public import listed_repository, public_occurrence
 
 DEFAULT_LIMIT = 100
@@ -20,6 +20,7 @@ MAX_LIMIT = 1_000
 _PAGE = statement(
     """
 SELECT ch.seq, ch.at, ch.kind, ch.finding, ch.canonical, ch.repository_key, ch.pattern_key, ch.status, ch.reason,
+       ch.commit_sha,
        CASE WHEN {listed} THEN r.host || '/' || r.owner || '/' || r.name END AS slug,
        fp.found IS NOT NULL AS finding_public,
        cp.found IS NOT NULL AS canonical_public,
@@ -41,7 +42,7 @@ ORDER BY ch.seq
 """,
     listed=listed_repository(),
     public=public_occurrence(),
-    with_status=outer("ch.kind").in_((STATUS, FINDING_STATEMENT)),
+    with_status=outer("ch.kind").in_((STATUS, FINDING_STATEMENT, FINDING_OBSERVED)),
 )
 
 
@@ -69,6 +70,12 @@ def render(row: Any) -> dict[str, Any]:
             entry |= {"status": row.statement_status, "justification": row.statement_justification}
         if row.reason is not None:  # a moderator's hide
             entry["reason"] = row.reason
+    elif row.kind == FINDING_OBSERVED:  # the canonical's code seen in another state (app/evidence/observe.py)
+        entry["canonical"] = row.canonical
+        if row.canonical_public:
+            entry |= {"state": row.status, "commit": row.commit_sha}
+            if row.reason is not None:
+                entry["reason"] = row.reason
     elif row.kind == FINDING_WITHDRAWN:
         entry |= {"finding": row.finding, "reason": row.reason}
     elif row.kind == LISTED_KIND:

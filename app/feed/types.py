@@ -10,7 +10,8 @@ from msgspec import Meta
 from app.kernel.answers import UNSET, Answer, Timestamp, UnsetType, Uuid, enum
 from app.kernel.paging import Page
 from app.maintainers.models import VEX_JUSTIFICATIONS, VEX_STATUSES
-from app.record.models import KINDS, REASONS
+from app.record.models import KINDS, OBSERVATION_REASONS, REASONS
+from app.record.observations import STATES
 from app.reports.models import CANONICAL_STATUSES
 
 
@@ -40,8 +41,17 @@ class ChangeEntry(Answer):
         Annotated[str, enum(VEX_JUSTIFICATIONS, "finding.statement: the OpenVEX justification")] | UnsetType | None
     ) = UNSET
     reason: (
-        Annotated[str, enum(REASONS, "finding.withdrawn: why; finding.statement: `moderation` for a hide")] | UnsetType
+        Annotated[
+            str,
+            enum(
+                (*REASONS, *OBSERVATION_REASONS),
+                "finding.withdrawn: why; finding.statement: `moderation` for a hide; finding.observed: why absent",
+            ),
+        ]
+        | UnsetType
     ) = UNSET
+    state: Annotated[str, enum(STATES, "finding.observed: the code at the default branch's head")] | UnsetType = UNSET
+    commit: Annotated[str, Meta(description="finding.observed: the head commit read")] | UnsetType = UNSET
 
 
 def _id(entry: Mapping[str, Any], key: str) -> str | UnsetType:
@@ -61,6 +71,8 @@ def change_entry(entry: Mapping[str, Any]) -> ChangeEntry:
         status=entry.get("status", UNSET),
         justification=entry.get("justification", UNSET),
         reason=entry.get("reason", UNSET),
+        state=entry.get("state", UNSET),
+        commit=entry.get("commit", UNSET),
     )
 
 

@@ -25,6 +25,7 @@ from app.kernel.urls import repo_path
 from app.kernel.web import PRIVATE_CACHE, page
 from app.maintainers import forge, queries, service, webhooks
 from app.maintainers.types import claim_answer
+from app.record.observations import repository_latest
 from app.registry.models import Repository
 from app.registry.service import get_repository
 
@@ -107,6 +108,7 @@ async def _render(
         "webhooks": await webhooks.repository_webhooks(repository.id) if can_moderate(account) else [],
         "errors": errors or {},
         "verified": request.query_params.get("verified") == "1",
+        "observed": await repository_latest(repository.id),
     }
     response = page(request, "maintainers/maintain.html", context, status_code=status_code, cache=PRIVATE_CACHE)
     response.headers.update(headers or {})

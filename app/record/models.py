@@ -32,8 +32,11 @@ LISTED_KIND = "repository.listed"
 REPOSITORY_WITHDRAWN = "repository.withdrawn"
 # a maintainer's statement (docs/domain.md "Maintainers"): written by the statement service in its transaction
 FINDING_STATEMENT = "finding.statement"
-KINDS = (PUBLISHED, STATUS, FINDING_WITHDRAWN, LISTED_KIND, REPOSITORY_WITHDRAWN, FINDING_STATEMENT)
+# a published canonical's code seen in another state at its default branch's head (app/evidence/observe.py)
+FINDING_OBSERVED = "finding.observed"
+KINDS = (PUBLISHED, STATUS, FINDING_WITHDRAWN, LISTED_KIND, REPOSITORY_WITHDRAWN, FINDING_STATEMENT, FINDING_OBSERVED)
 WITHDRAWAL_KINDS = (FINDING_WITHDRAWN, REPOSITORY_WITHDRAWN)
+OBSERVATION_REASONS = ("file_missing", "lines_changed")  # why an observation found the code absent
 REASONS = ("moderation", "repository", "deleted")
 
 COMMIT_SEQUENCE = "changes_commit_seq"
@@ -44,7 +47,7 @@ class Change(Base):
 
     __tablename__ = "changes"
     __table_args__ = (
-        *closed_sets(kind=KINDS, reason=REASONS),
+        *closed_sets(kind=KINDS, reason=(*REASONS, *OBSERVATION_REASONS)),
         Index("changes_seq_idx", "seq", unique=True),
         Index("changes_unnumbered_idx", "id", postgresql_where=text("seq IS NULL")),
         Index("changes_finding_idx", "finding", postgresql_where=text("finding IS NOT NULL")),
@@ -69,6 +72,7 @@ class Change(Base):
     # finding.statement: the statement (finding_statements.id) the entry announces, rendered from its current
     # visibility; no FK (entries outlive deletes)
     statement_id: Mapped[int | None] = mapped_column(BigInteger)
+    commit_sha: Mapped[str | None] = mapped_column(Text)  # finding.observed: the head commit observed
 
 
 class PublishedRepository(Base):

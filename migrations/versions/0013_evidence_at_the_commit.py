@@ -8,7 +8,8 @@ Create Date: 2026-12-02 07:00:00
 "Evidence at the commit"): NULL while a gate holds the report or the occurrence back, set by the transaction that
 publishes it. Both default to now(): every insert that passes its gates is published as it is written, and the rows
 already stored migrate as published (PostgreSQL fills an ADD COLUMN's constant default without a rewrite; now() is
-evaluated once, at the upgrade). Rows already stored are `unchecked`.
+evaluated once, at the upgrade). Rows already stored are `unchecked`. The change feed gains the kind
+`finding.observed` (observations: docs/domain.md "Observations"), its reasons and `changes.commit_sha`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ depends_on = None
 EVIDENCE_STATES = "('confirmed', 'pending', 'refused', 'expired', 'unchecked')"
 METADATA_STATES = "('unchecked', 'pending', 'found')"
 TZ = sa.DateTime(timezone=True)
+_KINDS = (
+    "'finding.published', 'finding.status', 'finding.withdrawn', 'repository.listed', 'repository.withdrawn', "
+    "'finding.statement'"
+)
+_REASONS = "'moderation', 'repository', 'deleted'"
+
+
+def _feed_checks(kinds: str, reasons: str) -> None:
+    for name, condition in (("ck_changes_kind", f"kind IN ({kinds})"), ("ck_changes_reason", f"reason IN ({reasons})")):
+        op.drop_constraint(op.f(name), "changes", type_="check")
+        op.create_check_constraint(op.f(name), "changes", sa.text(condition))
 
 
 def upgrade() -> None:
@@ -116,6 +128,8 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_report_refusals"),
     )
     op.create_index("report_refusals_account_inserted_idx", "report_refusals", ["account_id", "inserted_at"])
+    op.add_column("changes", sa.Column("commit_sha", sa.Text(), nullable=True))  # finding.observed: the head read
+    _feed_checks(f"{_KINDS}, 'finding.observed'", f"{_REASONS}, 'file_missing', 'lines_changed'")
     # the change feed's seed (moved here from 0005: the join set's statements read the columns above); the whole
     # diff is idempotent, so a feed 0005 seeded already gains nothing
     bind = op.get_bind()
@@ -125,6 +139,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("DELETE FROM changes WHERE kind = 'finding.observed'")
+    _feed_checks(_KINDS, _REASONS)
+    op.drop_column("changes", "commit_sha")
     op.drop_table("report_refusals")
     op.drop_table("forge_files")
     op.drop_table("forge_commits")

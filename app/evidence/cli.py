@@ -1,0 +1,36 @@
+"""`tarakan evidence observe`: the daily observation run by hand, or one repository now (docs/domain.md
+"Observations")."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from app.kernel.cli import command, group
+from app.kernel.errors import ValidationError
+
+
+async def _observe(args: argparse.Namespace) -> int:
+    from app.evidence.observe import observe, repository_id
+
+    if args.limit < 1:
+        raise ValidationError({"limit": ["must be at least 1"]})
+    repository = await repository_id(args.repo) if args.repo else None
+    result = await observe(repository=repository, limit=args.limit)
+    for line in result.skipped:
+        print(f"skipped: {line}")
+    print(
+        f"observed: {result.observed} finding(s) in {result.repositories} repository(ies), "
+        f"{result.changed} change(s) announced"
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add this feature's subcommands to the `tarakan` parser."""
+    evidence = group(sub, "evidence", "evidence at the commit: observations")
+    observe = command(evidence, "observe", _observe, "is the code still there? observe the default branch's head")
+    observe.add_argument(
+        "--repo", metavar="HOST/OWNER/NAME", help="observe this listed repository now, even if observed today"
+    )
+    observe.add_argument("--limit", type=int, default=1000, metavar="N", help="at most N repositories (default: 1000)")

@@ -1,0 +1,122 @@
+"""The observation ledger as the public record shows it (written by app/evidence/observe.py): a canonical's
+`observations`, newest first, on its occurrences' pages and twins, the repository twin, the maintain page and the
+export (docs/domain.md "Observations")."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Annotated, Any
+
+from msgspec import Meta
+from sqlalchemy import text
+
+from app.kernel import db
+from app.kernel.answers import Answer, Timestamp, enum
+from app.kernel.sql import statement
+from app.record.models import OBSERVATION_REASONS
+from app.record.public import public_occurrence
+
+STATES = ("present", "moved", "absent")
+MAINTAIN_ROWS = 200
+
+
+class Observation(Answer):
+    """One look at the default branch's head: is the finding's code still there?"""
+
+    commit: Annotated[str, Meta(description="the default branch's head that was read")]
+    branch: str
+    state: Annotated[str, enum(STATES, "present: at the same lines; moved: elsewhere in the file; absent")]
+    line_start: Annotated[int | None, Meta(description="where the lines are now (present, moved)")]
+    line_end: int | None
+    reason: Annotated[str | None, enum(OBSERVATION_REASONS, "absent only: why")]
+    at: Timestamp
+
+
+def observation(entry: dict[str, Any]) -> Observation:
+    return Observation(
+        commit=str(entry["commit"]),
+        branch=str(entry.get("branch") or ""),
+        state=str(entry["state"]),
+        line_start=entry.get("line_start"),
+        line_end=entry.get("line_end"),
+        reason=entry.get("reason"),
+        at=str(entry["at"]),
+    )
+
+
+def words(entry: dict[str, Any]) -> str:
+    """The observation in words: "not in the code at abc1234 on main, 3 Dec: the lines changed"."""
+    at = datetime.fromisoformat(str(entry["at"]))
+    where = f"{str(entry['commit'])[:7]} on {entry.get('branch') or 'the default branch'}, {at.day} {at:%b}"
+    span = f"lines {entry['line_start']}–{entry['line_end']}" if entry.get("line_start") else None
+    if entry["state"] == "moved":
+        return f"moved to {span} at {where}"
+    if entry["state"] == "present":
+        return f"in the code at {where}" + (f" ({span})" if span else " (its file)")
+    why = "the file is gone" if entry.get("reason") == "file_missing" else "the lines changed"
+    return f"not in the code at {where}: {why}"
+
+
+def _entries(value: Any) -> list[dict[str, Any]]:
+    raw = json.loads(value) if isinstance(value, str) else value
+    return [e for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
+
+
+_LEDGER = text("SELECT observations FROM canonical_findings WHERE id = :id")
+_LATEST = text(
+    "SELECT f.public_id, c.observations -> 0 AS latest FROM scan_findings f "
+    "JOIN canonical_findings c ON c.id = f.canonical_finding_id "
+    "WHERE f.public_id = ANY(CAST(:ids AS uuid[])) AND jsonb_array_length(c.observations) > 0"
+)
+# the maintain page: each observed finding of the repository, linked by its newest publishable occurrence
+_REPOSITORY = statement(
+    """
+SELECT o.public_id, o.title, o.file_path, c.observations -> 0 AS latest
+FROM canonical_findings c
+JOIN LATERAL (
+  SELECT f.public_id, f.title, f.file_path
+  FROM scan_findings f JOIN scans s ON s.id = f.scan_id JOIN repositories r ON r.id = s.repository_id
+  WHERE f.canonical_finding_id = c.id AND {public}
+  ORDER BY s.inserted_at DESC, f.id DESC LIMIT 1
+) o ON TRUE
+WHERE c.repository_id = :repository_id AND jsonb_array_length(c.observations) > 0
+ORDER BY c.id
+LIMIT :limit
+""",
+    public=public_occurrence(),
+)
+
+
+async def ledger(canonical_id: int | None) -> list[dict[str, Any]]:
+    """The canonical's ledger, newest first (empty when never observed)."""
+    if canonical_id is None:
+        return []
+    async with db.read_session() as session:
+        value = (await session.execute(_LEDGER, {"id": canonical_id})).scalar()
+    return _entries(value)
+
+
+async def latest_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[str, dict[str, Any]]:
+    """The newest observation of each occurrence's canonical, by occurrence public id (str)."""
+    ids = sorted({str(p) for p in public_ids})
+    if not ids:
+        return {}
+    async with db.read_session() as session:
+        rows = (await session.execute(_LATEST, {"ids": ids})).all()
+    return {str(r.public_id): e[0] for r in rows if (e := _entries([r.latest]))}
+
+
+async def repository_latest(repository_id: int) -> list[dict[str, Any]]:
+    """The maintain page's rows: occurrence `public_id`, `title`, `file_path`, the newest observation's `words`."""
+    async with db.read_session(replica=False) as session:
+        rows = (await session.execute(_REPOSITORY, {"repository_id": repository_id, "limit": MAINTAIN_ROWS})).all()
+    found = []
+    for r in rows:
+        entries = _entries([r.latest])
+        if entries:
+            found.append({"public_id": r.public_id, "title": r.title, "file_path": r.file_path, **entries[0]})
+            found[-1]["words"] = words(entries[0])
+    return found
