@@ -19,6 +19,7 @@ from arq.worker import Retry as Retry  # re-exported: tests assert the retry wit
 from sqlalchemy import exc as sa_exc
 
 from app.evidence import observe as observations
+from app.evidence import recheck as evidence
 from app.exports import service as exports
 from app.feed.entries import rendered_entry
 from app.infestations import dirty_queue, maintenance, shadow_sampler
@@ -42,6 +43,7 @@ EXPORT_LEASE = "export"
 MAINTAINER_RECHECK_LEASE = "maintainer_recheck"
 METADATA_PENDING_LEASE = "metadata_pending"
 METADATA_REFRESH_LEASE = "metadata_refresh"
+EVIDENCE_RECHECK_LEASE = "evidence_recheck"
 OBSERVE_LEASE = "observe"
 
 
@@ -208,6 +210,23 @@ async def metadata_refresh_job(ctx: dict[str, Any], slot: str | None = None) -> 
     return await _singleton(ctx, METADATA_REFRESH_LEASE, _slot(ctx, slot), run)
 
 
+async def evidence_recheck_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """Every 30 s: pending reports whose re-check is due, checked at the forge and published, rescheduled or
+    expired (app.evidence.recheck), once fleet-wide per half-minute slot. Returns False when another worker ran it."""
+    when = _slot(ctx, slot) if slot is not None else _half_minute(ctx)
+
+    async def run() -> dict[str, int]:
+        return (await evidence.recheck_pending()).summary()
+
+    return await _singleton(ctx, EVIDENCE_RECHECK_LEASE, when, run)
+
+
+def _half_minute(ctx: dict[str, Any]) -> datetime:
+    score = ctx.get("score")
+    when = datetime.fromtimestamp(score / 1000, tz=UTC) if score else datetime.now(UTC)
+    return when.replace(second=when.second - when.second % 30, microsecond=0)
+
+
 async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, Any]:
     """One webhook delivery run (app.maintainers.delivery): new change-feed entries become deliveries, then due
     ones are sent for up to 30 s. Rung after every commit that wrote entries and every minute (the backstop); it
@@ -282,6 +301,7 @@ class WorkerSettings:
         func(deliver_webhooks, keep_result=60, timeout=300, max_tries=MAX_TRIES),
         func(metadata_pending_job, keep_result=3600, timeout=600, max_tries=1),
         func(metadata_refresh_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
+        func(evidence_recheck_job, keep_result=60, timeout=300, max_tries=1),
         func(observe_job, keep_result=3600, timeout=12 * 3600, max_tries=1),
     ]
     cron_jobs = [
@@ -294,6 +314,7 @@ class WorkerSettings:
         cron(deliver_webhooks, timeout=300, max_tries=1),  # every minute: the backstop of the rings
         cron(metadata_pending_job, minute=set(range(0, 60, 5)), timeout=600, max_tries=1),
         cron(metadata_refresh_job, hour=5, minute=15, timeout=3 * 3600, max_tries=3),  # daily
+        cron(evidence_recheck_job, second={0, 30}, timeout=300, max_tries=1),
         cron(observe_job, hour=5, minute=45, timeout=12 * 3600, max_tries=1),  # daily
     ]
     on_startup = startup

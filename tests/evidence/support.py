@@ -36,10 +36,15 @@ class Pending:
 
 
 async def pending_report(
-    repo: Repository, author: Account, findings: list[tuple[str, str]], *, run_id: str | None = None
+    repo: Repository,
+    author: Account,
+    findings: list[tuple[str, str]],
+    *,
+    run_id: str | None = None,
+    commit_sha: str | None = None,
 ) -> Pending:
-    """A report of `findings` ((path, title) each) whose evidence is pending."""
-    scan = await factories.create_scan(repo, author)
+    """A report of `findings` ((path, title) each, lines 1-3) whose evidence is pending."""
+    scan = await factories.create_scan(repo, author, commit_sha=commit_sha)
     async with db.transaction() as session:
         params = {"id": scan.id, "run_id": run_id, "n": len(findings)}
         inserted_at = (await session.execute(_HOLD, params)).scalar_one()
