@@ -168,6 +168,14 @@ async def in_history(
     if reply.status == 422:
         return _count("compare", Answer("missing", host, detail=f"{host} has no commit {sha}", status=422))
     trouble = _trouble(host, reply)
+    if trouble is not None and trouble.outcome == "missing" and forge.shape == "forgejo":
+        # Forgejo and Gitea before 1.23 compare branches and tags only: the commit's existence stands in (a fork's
+        # commits are not served under the parent's name there)
+        _count("compare", trouble)
+        exists = await commit(host, owner, name, sha, deadline=deadline)
+        if exists.outcome != "found":
+            return Answer(exists.outcome, host, detail=exists.detail, status=exists.status)
+        return Answer("found", host, True, status=exists.status)
     if trouble is not None:
         return _count("compare", trouble)
     try:

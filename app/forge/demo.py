@@ -70,6 +70,7 @@ class DemoForge:
         self._limits: dict[str, tuple[float, int | None]] = {}  # host -> (reset epoch, Retry-After)
         self._ids = 1000
         self.redirects: dict[str, str] = {}  # path under a host's prefix -> Location answered with a 302
+        self.old_compare: set[str] = set()  # Forgejo hosts whose compare knows branches only (before Gitea 1.23)
 
     # the store
 

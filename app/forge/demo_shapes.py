@@ -181,7 +181,7 @@ def _forgejo(forge: DemoForge, host: str, path: list[str], headers: dict[str, st
     if rest[0] == "compare" and len(rest) == 2 and "..." in rest[1]:
         base, head_sha = rest[1].split("...", 1)
         history = repo.branches.get(base)
-        if history is None or head_sha not in repo.commits:
+        if history is None or head_sha not in repo.commits or host in forge.old_compare:
             return NOT_FOUND
         ahead = 0 if head_sha in history else 1
         return 200, {"total_commits": ahead, "commits": [], "files": []}, {}

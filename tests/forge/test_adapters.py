@@ -96,3 +96,11 @@ async def test_tarakan_lol_has_a_forge_only_when_its_url_is_set(
     assert not api.evidence_enabled("example.org")
     monkeypatch.setenv("EVIDENCE_CHECK", "off")
     assert not api.evidence_enabled("github.com")
+
+
+async def test_an_older_forgejo_compare_falls_back_to_the_commit(forge: DemoForge) -> None:
+    widget(forge, "codeberg.org")
+    forge.old_compare.add("codeberg.org")  # its compare answers 404 for a commit id
+    assert (await api.in_history("codeberg.org", "acme", "widget", "trunk", OLD)).value is True
+    assert (await api.in_history("codeberg.org", "acme", "widget", "trunk", "d" * 40)).outcome == "missing"
+    assert len(forge.requests("codeberg.org", "/git/commits/")) == 2

@@ -65,7 +65,7 @@ async def test_the_rate_is_shared_and_waited_for_until_the_deadline(
     started = time.monotonic()
     outcomes = await asyncio.gather(caller(), caller())  # two callers, one bucket: 4 at once, then 10 a second
     elapsed = time.monotonic() - started
-    assert outcomes == [["found"] * 4] * 2
+    assert list(outcomes) == [["found"] * 4] * 2
     assert elapsed >= 0.35, elapsed  # the 4 past the burst waited about 0.1 s each
     # the bucket is empty: a caller whose deadline comes before the next token answers "rate" without asking
     monkeypatch.setenv("FORGE_REQUESTS_PER_SECOND", "1")

@@ -22,7 +22,7 @@ def test_vector_2_whitespace_crlf_and_blank_lines() -> None:
     assert line_count(digests) == 4  # `\r\n` counts once; a last line without a newline counts
     assert anchor(digests, 1, 3) == V2  # stripped of ASCII whitespace, the blank line dropped
     lines = hashlib.sha256(b"a = 1").digest() + hashlib.sha256(b"b = 2").digest()
-    assert V2 == "sha256:" + hashlib.sha256(lines).hexdigest()
+    assert "sha256:" + hashlib.sha256(lines).hexdigest() == V2
     assert anchor(digests, 2, 2) is None  # all blank
     assert anchor(line_digests(b"a = 1\n\xc2\xa0b = 2\n"), 1, 2) != V2  # a non-breaking space is content
 
