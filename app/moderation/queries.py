@@ -36,12 +36,14 @@ def clamp_limit(limit: int | None) -> int:
     return paging.clamp_limit(limit, MAX_LIMIT, default=DEFAULT_LIMIT)
 
 
-def _choice(field: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
+def _only(query: Select[Any], column: ColumnElement[Any], value: str | None, allowed: tuple[str, ...]) -> Select[Any]:
+    """The rows whose `column` is `value` (all of them when none is given); a 400 naming the column if `value` is
+    not one of `allowed`."""
     if value is None or value == "":
-        return None
+        return query
     if value not in allowed:
-        raise ValidationError({field: [f"must be one of {', '.join(allowed)}"]}, status_code=400)
-    return value
+        raise ValidationError({column.name: [f"must be one of {', '.join(allowed)}"]}, status_code=400)
+    return query.where(column == value)
 
 
 def _id_cursor(cursor: str | None) -> int | None:
@@ -121,18 +123,14 @@ async def list_recent_reports(
     """Newest reports first (keyset on inserted_at DESC, id DESC), optionally for one `host/owner/name`."""
     from app.kernel.refs import parse_ref
 
-    limit = clamp_limit(limit)
-    visibility = _choice("visibility", visibility, VISIBILITIES)
-    query = _REPORTS
-    if visibility is not None:
-        query = query.where(_scans.c.visibility == visibility)
+    query = _only(_REPORTS, _scans.c.visibility, visibility, VISIBILITIES)
     if repository:
         try:
             host, owner, name = parse_ref(repository)
         except ValidationError as exc:
             raise ValidationError(exc.errors, status_code=400) from None
         query = query.where(_repositories.c.host == host, _repositories.c.owner == owner, _repositories.c.name == name)
-    return await _newest_first(query, _scans, limit=limit, cursor=cursor)
+    return await _newest_first(query, _scans, limit=clamp_limit(limit), cursor=cursor)
 
 
 async def get_report(scan_id: int) -> dict[str, Any] | None:
@@ -143,12 +141,8 @@ async def list_repositories(
     *, listing_status: str | None = None, limit: int | None = None, cursor: str | None = None
 ) -> Page[dict[str, Any]]:
     """Newest repositories first (keyset on id DESC), optionally one listing status."""
-    limit = clamp_limit(limit)
-    listing_status = _choice("listing_status", listing_status, LISTING_STATUSES)
-    query = _REPOSITORIES
-    if listing_status is not None:
-        query = query.where(_repositories.c.listing_status == listing_status)
-    return await _newest_ids_first(query, _repositories, limit=limit, cursor=cursor)
+    query = _only(_REPOSITORIES, _repositories.c.listing_status, listing_status, LISTING_STATUSES)
+    return await _newest_ids_first(query, _repositories, limit=clamp_limit(limit), cursor=cursor)
 
 
 async def get_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
@@ -166,15 +160,9 @@ async def list_accounts(
     cursor: str | None = None,
 ) -> Page[dict[str, Any]]:
     """Newest accounts first (keyset on id DESC), optionally one role and/or state."""
-    limit = clamp_limit(limit)
-    platform_role = _choice("platform_role", platform_role, PLATFORM_ROLES)
-    state = _choice("state", state, ACCOUNT_STATES)
-    query = _ACCOUNTS
-    if platform_role is not None:
-        query = query.where(_accounts.c.platform_role == platform_role)
-    if state is not None:
-        query = query.where(_accounts.c.state == state)
-    return await _newest_ids_first(query, _accounts, limit=limit, cursor=cursor)
+    query = _only(_ACCOUNTS, _accounts.c.platform_role, platform_role, PLATFORM_ROLES)
+    query = _only(query, _accounts.c.state, state, ACCOUNT_STATES)
+    return await _newest_ids_first(query, _accounts, limit=clamp_limit(limit), cursor=cursor)
 
 
 async def get_account(handle: str) -> dict[str, Any] | None:
