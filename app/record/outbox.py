@@ -94,16 +94,16 @@ _MARK_REPORT_KEYS = compose(
 _settle_statements: dict[tuple[Fragment | None, Fragment | None], TextClause] = {}
 
 
-def _settle_statement(recount: Fragment | None, riding: Fragment | None) -> TextClause:
-    found = _settle_statements.get((recount, riding))
+def _settle_statement(recount: Fragment | None, alongside: Fragment | None) -> TextClause:
+    found = _settle_statements.get((recount, alongside))
     if found is None:
-        found = _settle_statements[recount, riding] = statement(
+        found = _settle_statements[recount, alongside] = statement(
             _SETTLE_NEW_REPORT,
             recount=join(
                 "",
                 [
                     Fragment("") if recount is None else compose("recount AS ({recount}), ", recount=recount),
-                    Fragment("") if riding is None else compose("riding AS ({riding}), ", riding=riding),
+                    Fragment("") if alongside is None else compose("alongside AS ({s}), ", s=alongside),
                 ],
             ),
             entries=changes.NEW_SCAN_ENTRIES,
@@ -123,20 +123,20 @@ async def settle_new_report(
     *,
     listed: bool,
     recount: Fragment | None = None,
-    riding: tuple[Fragment, Mapping[str, Any]] | None = None,
+    alongside: tuple[Fragment, Mapping[str, Any]] | None = None,
 ) -> tuple[int, str | None]:
     """A report stored in this transaction (whose repository row the caller holds locked): what it published is
     announced on the change feed (`changes.NEW_SCAN_ENTRIES`) and its keys (the caller's assimilation knows them)
     marked dirty, in one statement, with the repository's `recount` (a data-modifying statement that reads
-    none of the rows this one writes and returns the listing it set, or nothing when nothing moved) riding along.
-    `listed`: the repository's listing once the report is stored (a recount that rides here must leave it as it
-    is). `riding`: one more data-modifying statement with its parameters, under the same rule, whose result is not
+    none of the rows this one writes and returns the listing it set, or nothing when nothing moved) as a CTE.
+    `listed`: the repository's listing once the report is stored (a recount run here must leave it as it
+    is). `alongside`: one more data-modifying statement with its parameters, under the same rule, whose result is not
     read. Returns how many keys were marked and what the recount returned."""
     unique = sorted({k for k in keys if k})
     params = {"scan_id": scan_id, "repository_id": repository_id, "listed": listed, "keys": unique}
-    rider, rider_params = (None, {}) if riding is None else riding
-    settle = _settle_statement(recount, rider)
-    row = (await session.execute(settle, {**rider_params, **params, "reason": "assimilate"})).one()
+    extra, extra_params = (None, {}) if alongside is None else alongside
+    settle = _settle_statement(recount, extra)
+    row = (await session.execute(settle, {**extra_params, **params, "reason": "assimilate"})).one()
     if row.entries:
         ring_webhooks_after_commit()
     return _marked(row.dirty, "assimilate"), row.listing

@@ -201,7 +201,7 @@ async def store_report(
         due = assimilated.counters_due  # the known canonicals' counters ride in the last statement too
         marked, _set = await settle_new_report(
             session, int(scan_id), repo.id, assimilated.keys, listed=listing == "listed", recount=recount,
-            riding=(REFRESH_COUNTERS, {"ids": due}) if due else None,
+            alongside=(REFRESH_COUNTERS, {"ids": due}) if due else None,
         )  # fmt: skip
         if not marked:
             purge_after_commit(_unrolled_report_tags(repo.id, listing))

@@ -18,6 +18,7 @@ from app.kernel import db
 from jobs import worker
 from tests import factories
 from tests.evidence.support import Pending, pending_report
+from tests.harness import tarakan
 
 COMMIT = "e" * 40
 WHEN = datetime(2026, 11, 30, 12, 0).astimezone()
@@ -111,3 +112,13 @@ async def test_undecided_after_seven_days_expires_and_releases_the_run(
     entries = (await client.get("/api/v1/changes")).json()["entries"]
     assert [e for e in entries if e["kind"] == "finding.published"] == []
     assert (await client.get(f"/findings/{held.findings[0][1]}.json")).status_code == 404
+
+
+async def test_the_cli_runs_the_due_re_checks_now(gate: DemoForge) -> None:
+    held = await _held()
+    async with db.transaction() as session:
+        await session.execute(text("UPDATE scans SET evidence_next_at = now() WHERE id = :id"), {"id": held.scan_id})
+    done = await tarakan("evidence", "recheck")
+    assert done.code == 0, done.err
+    assert done.out.strip() == "published: 1, rescheduled: 0, expired: 0"
+    assert (await _scan(held.scan_id)).published_at is not None

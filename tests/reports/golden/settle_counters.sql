@@ -1,4 +1,4 @@
-WITH riding AS (
+WITH alongside AS (
 WITH occ AS (
   SELECT f.canonical_finding_id AS canonical_id, f.id, f.scan_id, s.submitted_by_id, s.model, s.commit_sha,
          s.inserted_at

@@ -27,7 +27,7 @@ WHERE r.id = :repository_id
       IS DISTINCT FROM (t.scans, t.last_scanned, t.open, t.verified, t.status,
                         CASE WHEN r.listing_status = 'pending' AND t.scans > 0 THEN 'listed' ELSE r.listing_status END)
 RETURNING r.listing_status
-), riding AS (
+), alongside AS (
 WITH occ AS (
   SELECT f.canonical_finding_id AS canonical_id, f.id, f.scan_id, s.submitted_by_id, s.model, s.commit_sha,
          s.inserted_at
