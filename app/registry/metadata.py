@@ -1,4 +1,4 @@
-"""The forge's record of a repository (docs/domain.md §7 "Repository metadata"): looked up before a registration's
+"""The forge's record of a repository (docs/domain.md §1.1, docs/forge.md): looked up before a registration's
 transaction, looked up again by the worker while `pending`, refreshed by the daily run with the stored ETag, and the
 `forge_missing` quarantine of a listed repository the forge no longer has. Network outside every transaction."""
 
@@ -120,6 +120,7 @@ async def _apply(repository_id: int, answer: forge.Answer[RepoInfo]) -> str:
                     return "forge_id_changed"
                 why = f"{repo.host} now gives {slug} to another repository (id {info.forge_id}, was {repo.forge_id})"
                 await quarantine_forge_missing(session, repo, why)
+                repo.metadata_checked_at = db.utcnow()
                 return "quarantined"
             for column, value in _found_values(info, answer.etag).items():
                 setattr(repo, column, value)
@@ -135,7 +136,7 @@ async def _apply(repository_id: int, answer: forge.Answer[RepoInfo]) -> str:
             if repo.forge_missing_runs >= MISSING_RUNS and repo.metadata_state == "pending":
                 repo.metadata_state = "unchecked"  # not listed: nothing to take down, no more retries
         elif answer.outcome == "refused":
-            repo.forge_redirect = answer.redirect
+            repo.forge_redirect = answer.redirect or repo.forge_redirect  # a 401 says nothing of the name
             if repo.metadata_state == "pending":  # nothing to store: the daily run asks again
                 repo.metadata_state = "unchecked"
         else:  # failed: a pending one is retried after PENDING_RETRY, a refresh tomorrow
