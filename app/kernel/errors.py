@@ -57,6 +57,10 @@ class Conflict(DomainError):
     status_code, title = 409, "Conflict"
 
 
+class TooLarge(DomainError):
+    status_code, title = 413, "Too large"
+
+
 class Unauthorized(DomainError):
     """No (valid) credential: API clients are told the scheme; the HTML page offers the login form."""
 

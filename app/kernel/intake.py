@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from app.kernel import ratelimit
 from app.kernel.config import settings
-from app.kernel.errors import BadRequest, DomainError, ValidationError
+from app.kernel.errors import BadRequest, DomainError, TooLarge, ValidationError
 from app.kernel.forms import FormLimits
 from app.kernel.limits import MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_JSON_VALUES, body_limit, too_large
 from app.kernel.text import ascii_int
@@ -53,15 +53,13 @@ class Budget:
             raise over_budget(self.seconds)
 
 
-class OverBudget(DomainError):
+class OverBudget(TooLarge):
     """The 413 of a body that needed more than its request's budget (a batch tells it from its lines' own faults)."""
 
 
 def over_budget(seconds: float) -> DomainError:
     return OverBudget(
         {"body": [f"needed more than {seconds:g} s of processing (the per-request budget); send a smaller document"]},
-        status_code=413,
-        title="Too large",
         message=f"The request took more than this address's processing budget ({seconds:g} s) to read.",
     )
 
@@ -145,17 +143,13 @@ def require_json_counts(raw: bytes) -> None:
     than MAX_JSON_VALUES values and member names."""
     containers, values = _counts(raw)
     if containers > MAX_JSON_CONTAINERS:
-        raise DomainError(
+        raise TooLarge(
             {"body": [f"must hold at most {MAX_JSON_CONTAINERS} JSON objects and arrays"]},
-            status_code=413,
-            title="Too large",
             message=f"The request body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays.",
         )
     if values > MAX_JSON_VALUES:
-        raise DomainError(
+        raise TooLarge(
             {"body": [f"must hold at most {MAX_JSON_VALUES} JSON values and member names"]},
-            status_code=413,
-            title="Too large",
             message=f"The request body holds more than {MAX_JSON_VALUES} JSON values and member names.",
         )
 

@@ -10,7 +10,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.kernel.asgi import HTTPMiddleware
 from app.kernel.config import settings
-from app.kernel.errors import BadRequest, DomainError, NotFound
+from app.kernel.errors import BadRequest, DomainError, NotFound, TooLarge
 from app.kernel.text import UNCLEAN_MESSAGE, ascii_int, is_clean
 from app.kernel.web import error_response
 
@@ -32,10 +32,8 @@ def body_limit(path: str) -> int:
 
 
 def too_large(limit: int) -> DomainError:
-    return DomainError(
+    return TooLarge(
         {"body": [f"must be at most {limit} bytes"]},
-        status_code=413,
-        title="Too large",
         message=f"The request body is larger than this address accepts ({limit} bytes).",
     )
 
