@@ -1,6 +1,7 @@
 """The public join set and the read-time guard (app/record/public.py, docs/domain.md §3 and §5.7) evaluated by
-Postgres against real rows: a public report on a listed repository is the only thing shown, whatever else exists
-(summary-only and restricted reports, quarantined and pending repositories, hard-deleted reports, NULL ids). Each
+Postgres against real rows: a published occurrence of a public, published report on a listed repository is the only
+thing shown, whatever else exists (summary-only, restricted and held reports, held occurrences, quarantined and
+pending repositories, hard-deleted reports, NULL ids). Each
 condition is built here at test time, so the mutation run of bench/mutation.py reaches it; the consumers' compiled
 statements are covered by the SQL-text mutants (bench/sql_mutants.py)."""
 
@@ -20,6 +21,7 @@ from app.record.public import (
     listed_repository,
     public_canonical,
     public_join,
+    public_occurrence,
     public_scan,
     repositories,
     scan_findings,
@@ -55,11 +57,17 @@ async def _world() -> World:
         ("restricted", listed, "restricted"),
         ("quarantined", quarantined, "public"),
         ("pending", pending, "public"),
+        ("held", listed, "public"),  # its report held back by a gate (evidence pending)
+        ("gated", listed, "public"),  # a published report, its occurrence held back
     ]:
         scan = await create_scan(repository, account, visibility=visibility)
         canonical = await create_canonical(repository, f"{name} finding")
         occurrence = await create_occurrence(scan, canonical)
         made[name] = (scan, (canonical, occurrence))
+    async with db.transaction() as session:
+        await session.execute(scans.update().where(scans.c.id == made["held"][0].id).values(published_at=None))
+        gated = made["gated"][1][1].id
+        await session.execute(scan_findings.update().where(scan_findings.c.id == gated).values(published_at=None))
     return World(
         scans={name: scan.id for name, (scan, _) in made.items()},
         occurrences={name: pair[1].public_id for name, (_, pair) in made.items()},
@@ -76,7 +84,7 @@ async def _value(condition: ColumnElement[bool]) -> bool:
 async def test_a_report_is_visible_only_public_on_a_listed_repository() -> None:
     world = await _world()
     for name, scan_id in world.scans.items():
-        assert await _value(visible_scan(literal(scan_id, BigInteger))) is (name == "shown"), name
+        assert await _value(visible_scan(literal(scan_id, BigInteger))) is (name in ("shown", "gated")), name
     assert await _value(visible_scan(literal(None, BigInteger))) is False
     assert await _value(visible_scan(literal(max(world.scans.values()) + 1, BigInteger))) is False
 
@@ -90,6 +98,19 @@ async def test_an_occurrence_is_visible_only_in_a_visible_report() -> None:
     o = scan_findings.alias("o")
     async with db.read_session() as session:
         rows = await session.execute(select(o.c.public_id, visible_occurrence(o.c.public_id)))
+        judged: dict[uuid.UUID, bool] = {row[0]: row[1] for row in rows}
+    assert judged == {public_id: name == "shown" for name, public_id in world.occurrences.items()}
+
+
+async def test_an_occurrence_is_in_the_join_set_only_published_in_a_public_report() -> None:
+    world = await _world()
+    f, s, r = scan_findings.alias("f"), scans.alias("s"), repositories.alias("r")
+    async with db.read_session() as session:
+        rows = await session.execute(
+            select(f.c.public_id, public_occurrence(f, s, r))
+            .join(s, s.c.id == f.c.scan_id)
+            .join(r, r.c.id == s.c.repository_id)
+        )
         judged: dict[uuid.UUID, bool] = {row[0]: row[1] for row in rows}
     assert judged == {public_id: name == "shown" for name, public_id in world.occurrences.items()}
 
@@ -109,6 +130,8 @@ async def test_the_join_set_is_public_reports_on_listed_repositories() -> None:
         "restricted": (False, False, True),
         "quarantined": (False, True, False),
         "pending": (False, True, False),
+        "held": (False, False, True),
+        "gated": (True, True, True),
     }
 
 
@@ -175,7 +198,11 @@ pattern_instances = _table(
 
 async def test_a_pattern_is_shown_while_one_instance_sample_is_visible() -> None:
     world = await _world()
-    samples = {"p-shown": ["summary", "shown"], "p-hidden": ["restricted", "quarantined", "pending"], "p-none": []}
+    samples = {
+        "p-shown": ["summary", "shown"],
+        "p-hidden": ["restricted", "quarantined", "pending", "held"],
+        "p-none": [],
+    }
     async with db.transaction() as session:
         for key, names in samples.items():
             for name in names:
