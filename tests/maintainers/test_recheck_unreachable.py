@@ -8,6 +8,7 @@ from __future__ import annotations
 import httpx
 
 from app.maintainers import recheck
+from tests.conftest import reset_rate_counters
 from tests.maintainers.statement_support import published, verified_maintainer
 from tests.maintainers.support import Answer, Forge
 from tests.sql import execute, one, scalar
@@ -39,11 +40,13 @@ async def test_a_redirect_or_401_that_persists_ends_the_maintainership(client: h
         Answer(429, headers={"Retry-After": "60"}),
         Answer(403, headers={"Retry-After": "60"}),
     ):
+        reset_rate_counters()  # the time the forge said to wait has passed (app.forge.http keeps its "stop until")
         forge.answers[path] = limited
         assert await recheck.recheck_maintainers() == []
         assert await streak() == {"unreachable_checks": 0, "started": False, "ended_reason": None}
 
     # a redirect: counted once a day, however often the recheck runs
+    reset_rate_counters()
     forge.answers[path] = Answer(302, headers={"Location": "https://elsewhere.example/"})
     assert await recheck.recheck_maintainers() == []
     assert await recheck.recheck_maintainers() == []
