@@ -25,12 +25,11 @@ _HIDDEN = {"repository": ["not found"]}
 _DAY = timedelta(days=1)
 
 
-async def _acting_account(session: AsyncSession, account_id: int) -> Account:
+async def _acting_account(session: AsyncSession, account_id: int, *, lock: bool = True) -> Account:
     """The registering account as stored now, locked: concurrent registrations by one account are counted one
     after another against its quota."""
-    account = (
-        await session.execute(select(Account).where(Account.id == account_id).with_for_update())
-    ).scalar_one_or_none()
+    query = select(Account).where(Account.id == account_id)
+    account = (await session.execute(query.with_for_update() if lock else query)).scalar_one_or_none()
     if account is None:
         raise Forbidden({"account": ["does not exist"]})
     require_good_standing(account)
@@ -49,6 +48,14 @@ async def _registered_today(session: AsyncSession, account_id: int) -> int:
     )
 
 
+async def _may_register(account_id: int) -> None:
+    """The account's standing and quota before its forge lookup (checked again under the lock): a refused
+    account spends none of the forge's rate, which every report's evidence check shares."""
+    async with db.read_session(replica=False) as session:
+        account = await _acting_account(session, account_id, lock=False)
+        require_within_quota(account, REGISTRATIONS_PER_DAY, await _registered_today(session, account.id))
+
+
 async def register_repository(
     host: str, owner: str, name: str, *, listing_status: str = "listed", submitted_by_id: int | None = None
 ) -> tuple[Repository, bool]:
@@ -64,8 +71,11 @@ async def register_repository(
     if listing_status not in LISTING_STATUSES:
         raise ValidationError({"listing_status": [f"must be one of {', '.join(LISTING_STATUSES)}"]})
     same = (Repository.host == host, Repository.owner == owner, Repository.name == name)
-    known = await get_repository(host, owner, name)
-    lookup = metadata.Lookup("unchecked") if known is not None else await metadata.look_up(host, owner, name)
+    lookup = metadata.Lookup("unchecked")  # a known name is answered as stored: no lookup
+    if await get_repository(host, owner, name) is None:
+        if submitted_by_id is not None:
+            await _may_register(submitted_by_id)
+        lookup = await metadata.look_up(host, owner, name)
     async with db.transaction() as session:
         actor = None
         if submitted_by_id is not None:

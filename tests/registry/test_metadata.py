@@ -15,6 +15,7 @@ from app.forge.demo import DemoForge
 from app.kernel import db
 from app.kernel.audit import AuditEvent
 from app.kernel.errors import ValidationError
+from app.kernel.quotas import DailyQuota
 from app.registry import metadata
 from app.registry.models import Repository
 from tests import factories
@@ -196,3 +197,17 @@ async def test_the_gate_off_asks_nothing_and_stores_unchecked(client: httpx.Asyn
     assert (created.status_code, created.json()["metadata"]) == (201, "unchecked")
     assert await metadata.refresh_listed() == {} and await metadata.look_up_pending() == {}
     assert forge.requests() == []
+
+
+async def test_an_account_that_may_not_register_costs_the_forge_nothing(
+    client: httpx.AsyncClient, gate: DemoForge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.registry import service
+
+    restricted = await bearer("repositories:write", state="restricted")
+    assert (await post(client, WIDGET, restricted)).status_code == 403
+    monkeypatch.setattr(service, "REGISTRATIONS_PER_DAY", DailyQuota("repository registrations", 1, 1, 1))
+    member = await bearer("repositories:write")
+    assert (await post(client, WIDGET, member)).status_code == 201
+    assert (await post(client, {**WIDGET, "name": "nothing"}, member)).status_code == 429  # not a 422
+    assert len(gate.requests()) == 1
