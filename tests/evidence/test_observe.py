@@ -22,6 +22,7 @@ from app.reports.models import Scan, ScanFinding
 from tests.factories import create_account, create_canonical, create_occurrence, create_repository, create_scan, sha
 from tests.harness import tarakan
 from tests.maintainers.support import Answer, Forge
+from tests.moderation.support import act_as
 
 OWNER, NAME = "acme", "widget"
 C1, C2 = sha("c1"), sha("c2")
@@ -180,6 +181,9 @@ async def test_present_moved_and_absent_at_the_default_branch_head(github: GitHu
     record = (await client.get(f"/repos/github.com/{OWNER}/{NAME}.json")).json()
     latest = {f["public_id"]: f["observation"] for r in record["reports"] for f in r["findings"]}
     assert latest[str(a.public_id)]["state"] == "present" and latest[str(b.public_id)]["line_start"] == 4
+    await act_as(client, await create_account())  # the maintain page lists each finding's newest look
+    maintain = await client.get(f"/repos/github.com/{OWNER}/{NAME}/maintain")
+    assert f"(c.py): not in the code at {C2[:7]} on main, {day}: the file is gone" in maintain.text
 
 
 async def test_the_ledger_keeps_the_last_twenty_and_the_feed_says_each_change_once(
