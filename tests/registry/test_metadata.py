@@ -18,6 +18,7 @@ from app.kernel.errors import ValidationError
 from app.kernel.quotas import DailyQuota
 from app.registry import metadata
 from app.registry.models import Repository
+from jobs import worker
 from tests import factories
 from tests.moderation.support import act_as, make_account
 from tests.registry.test_registry_api import bearer, post
@@ -83,7 +84,8 @@ async def test_a_failing_forge_leaves_it_pending_until_the_worker_finds_it(
     async with db.transaction() as session:
         repo = (await session.execute(select(Repository))).scalar_one()
         repo.metadata_checked_at = None
-    assert await metadata.look_up_pending() == {"found": 1}
+    ctx = {"worker_id": "w", "job_id": "cron:metadata", "job_try": 1}
+    assert await worker.metadata_pending_job(ctx, slot="2026-12-02T07:05:00+00:00") is True  # the worker's job
     repo = await stored()
     assert (repo.metadata_state, repo.default_branch, repo.stars_count) == ("found", "trunk", 17)
     assert (await client.get("/repos/github.com/acme/widget.json")).json()["repository"]["metadata"] == "found"
