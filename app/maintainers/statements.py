@@ -177,6 +177,15 @@ async def _announce(
     ring_webhooks_after_commit()  # the repository's webhooks get the entry (docs/domain.md "Webhooks")
 
 
+async def _current(session: AsyncSession, canonical_id: int) -> tuple[int, str] | None:
+    """The canonical's current statement `(id, status)` as this transaction sees it, or None."""
+    current_sql = select(FindingStatement.id, FindingStatement.status).where(
+        current_of(literal(canonical_id, BigInteger))
+    )
+    current = (await session.execute(current_sql)).first()
+    return None if current is None else (int(current[0]), str(current[1]))
+
+
 async def _lock_canonical(session: AsyncSession, canonical_id: int) -> None:
     """The canonical finding's row lock orders its statements and their visibility changes (and so their feed
     entries) one after another."""
@@ -286,18 +295,8 @@ async def change_visibility(
     before = {"visibility": row.visibility}
     row.visibility = visibility
     await session.flush()
-    current = (
-        await session.execute(
-            select(FindingStatement.id, FindingStatement.status).where(current_of(literal(canonical_id, BigInteger)))
-        )
-    ).first()
-    await _announce(
-        session,
-        canonical_id,
-        repository_id,
-        None if current is None else (int(current[0]), str(current[1])),
-        reason=HIDE_REASON if visibility == HIDDEN else None,
-    )
+    current = await _current(session, canonical_id)
+    await _announce(session, canonical_id, repository_id, current, reason=HIDE_REASON if visibility == HIDDEN else None)
     return VisibilityChange(statement_id, before, {"visibility": visibility})
 
 
@@ -351,20 +350,7 @@ async def hide_statements_by(session: AsyncSession, author_id: int, *, actor_id:
             continue  # hidden meanwhile by a moderator (the lock orders us after them)
         hidden += ids
         repositories.add(repository_id)
-        current = (
-            await session.execute(
-                select(FindingStatement.id, FindingStatement.status).where(
-                    current_of(literal(canonical_id, BigInteger))
-                )
-            )
-        ).first()
-        await _announce(
-            session,
-            canonical_id,
-            repository_id,
-            None if current is None else (int(current[0]), str(current[1])),
-            reason=HIDE_REASON,
-        )
+        await _announce(session, canonical_id, repository_id, await _current(session, canonical_id), reason=HIDE_REASON)
     if repositories:
         purge_after_commit({repository_tag(r) for r in repositories})
     return HiddenStatements(sorted(hidden), sorted(repositories))
