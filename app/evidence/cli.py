@@ -19,6 +19,8 @@ async def _observe(args: argparse.Namespace) -> int:
     result = await observe(repository=repository, limit=args.limit)
     for line in result.skipped:
         print(f"skipped: {line}")
+    if result.left:
+        print(f"left for a later run: {result.left} repository(ies) (their forge failed, or EVIDENCE_CHECK=off)")
     print(
         f"observed: {result.observed} finding(s) in {result.repositories} repository(ies), "
         f"{result.changed} change(s) announced"

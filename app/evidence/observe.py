@@ -132,6 +132,7 @@ class RunResult:
     observed: int = 0
     changed: int = 0
     skipped: list[str] = field(default_factory=list)  # "host/owner/name: why"
+    left: int = 0  # not visited: their host failed earlier in the run, or no forge is asked for it
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -139,6 +140,7 @@ class RunResult:
             "observed": self.observed,
             "changed": self.changed,
             "skipped": len(self.skipped),
+            "left": self.left,
         }
 
 
@@ -334,11 +336,8 @@ async def observe(*, repository: int | None = None, limit: int = 1000, now: date
     result, stopped = RunResult(), set[str]()
     for row in rows:
         target = _Repository(int(row.id), row.host, row.owner, row.name, row.default_branch)
-        if target.host in stopped:
-            result.skipped.append(f"{target.slug}: {target.host} failed earlier in this run")
-            continue
-        if not forge.evidence_enabled(target.host):
-            result.skipped.append(f"{target.slug}: no forge is asked for {target.host} (EVIDENCE_CHECK)")
+        if target.host in stopped or not forge.evidence_enabled(target.host):
+            result.left += 1
             continue
         try:
             await observe_repository(target, result, now)

@@ -228,8 +228,11 @@ async def test_daily_once_a_day_repo_always_and_unpublished_findings_unannounced
     async with db.transaction() as session:  # a pending report's finding: not publishable, never observed
         await session.execute(text("UPDATE scan_findings SET published_at = NULL WHERE id = :id"), {"id": held.id})
     github.commit(C1, {"c.py": "a = 1\nb = 2\n", "d.py": "x\n"})
-    github.head(C1)
     today = datetime.now(UTC)
+    github.forge.answers[f"/api/repos/{OWNER}/{NAME}/commits/main"] = Answer(503, b"down")
+    down = await observe(now=today)  # the forge failing: nothing written, the repository left for the next run
+    assert (down.repositories, len(down.skipped), await _ledger(announced)) == (0, 1, [])
+    github.head(C1)
     assert (await observe(now=today)).repositories == 1
     github.head(C2)  # the code changed, but the daily run already came today
     github.commit(C2, {})
