@@ -1,10 +1,12 @@
-"""`python -m app` (./run): embedded Postgres/Valkey when DATABASE_URL/REDIS_URL are unset, migrate, seed demo
-data into an empty database, then serve the web app and an arq worker until Ctrl-C or SIGTERM."""
+"""`python -m app` (./run): embedded Postgres/Valkey when DATABASE_URL/REDIS_URL are unset (and then the demo forge,
+for the FORGE_* bases that are unset), migrate, seed demo data into an empty database, then serve the web app and an
+arq worker until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
+from app.devforge import DEMO_FORGE_DIR, DEMO_FORGE_URL, EXAMPLES_FORGE, FolderForge
 from app.devservices import Postgres, Redis, free_port, pdeathsig
 
 _die_with_parent = pdeathsig(signal.SIGTERM)  # children get SIGTERM if this launcher dies, even by SIGKILL
@@ -32,19 +35,39 @@ def _wait_http(url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 
     raise RuntimeError(f"the web server did not answer {url}")
 
 
-def paste_line(environ: Mapping[str, str]) -> str:
-    """`export DATABASE_URL=... REDIS_URL=... BASE_URL=...`: what a second terminal needs to reach this one."""
-    return "export " + " ".join(f"{k}={shlex.quote(environ[k])}" for k in ("DATABASE_URL", "REDIS_URL", "BASE_URL"))
+_PASTED = ("DATABASE_URL", "REDIS_URL", "BASE_URL")
+
+
+def paste_line(environ: Mapping[str, str], forge: Mapping[str, str] | None = None) -> str:
+    """`export DATABASE_URL=... REDIS_URL=... BASE_URL=...` and the demo forge's settings: what a second terminal
+    needs to reach this one."""
+    pairs = [(k, environ[k]) for k in _PASTED] + sorted((forge or {}).items())
+    return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in pairs)
+
+
+def start_demo_forge(data: Path) -> tuple[FolderForge, dict[str, str]]:
+    """The embedded default's forge (README "What the two commands do"): the README's example repositories copied
+    into `data`/forge, where the seed adds its own; every FORGE_* base that is unset points at it."""
+    folder = data / "forge"
+    shutil.copytree(EXAMPLES_FORGE, folder, dirs_exist_ok=True)
+    forge = FolderForge(folder).start()
+    chosen = {k: v for k, v in forge.settings().items() if not os.environ.get(k)}
+    chosen |= {DEMO_FORGE_DIR: str(folder), DEMO_FORGE_URL: forge.url}
+    os.environ.update(chosen)
+    return forge, chosen
 
 
 def main() -> int:
     t0 = time.perf_counter()
     data = Path(os.environ.get("APP_DATA_DIR", ".data")).resolve()
-    services: list[Postgres | Redis] = []
+    services: list[Postgres | Redis | FolderForge] = []
+    forge_settings: dict[str, str] = {}
     if not os.environ.get("DATABASE_URL"):
         pg = Postgres(data / "pg").start()
         services.append(pg)
         os.environ["DATABASE_URL"] = pg.url
+        forge, forge_settings = start_demo_forge(data)
+        services.append(forge)
     if not os.environ.get("REDIS_URL"):
         redis = Redis(data / "redis").start()
         services.append(redis)
@@ -90,7 +113,9 @@ def main() -> int:
         _wait_http(f"http://127.0.0.1:{port}/healthz", procs)
         print(f"[run] Tarakan is up at http://127.0.0.1:{port}/ ({time.perf_counter() - t0:.1f}s)")
         print("[run] for the tarakan CLI in another terminal, paste:")
-        print(paste_line(os.environ))
+        print(paste_line(os.environ, forge_settings))
+        if forge_settings:
+            print(f"[run] demo forge: {forge_settings[DEMO_FORGE_URL]}/ serving {forge_settings[DEMO_FORGE_DIR]}")
         print(
             f"[run] metrics: http://127.0.0.1:{port}/metrics (web), http://127.0.0.1:{worker_metrics}/metrics (worker)"
         )

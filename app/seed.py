@@ -7,11 +7,13 @@ import argparse
 import asyncio
 import hashlib
 import logging
+import os
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
@@ -20,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app.accounts.models import Account
 from app.accounts.service import create_account, get_account_by_email
+from app.devforge import DEMO_FORGE_DIR, publish_repository
 from app.kernel import db
 from app.kernel.cli import command
 from app.kernel.errors import ValidationError
@@ -205,9 +208,48 @@ async def _demo_accounts() -> tuple[Account, int]:
     return moderator, created
 
 
+def _forge_folder() -> Path | None:
+    """The demo forge's folder (./run's, DEMO_FORGE_DIR): the seed puts its repositories and the files its findings
+    cite there, so the evidence gate finds them; unset (tests, a real forge), it writes nothing."""
+    folder = os.environ.get(DEMO_FORGE_DIR)
+    return Path(folder) if folder else None
+
+
+def _metadata(repository: Repository) -> dict[str, Any]:
+    [(language, stars, description)] = [
+        (lang, stars, text_) for owner, name, lang, stars, text_ in DEMO_REPOSITORIES
+        if (owner, name) == (repository.owner, repository.name)
+    ]  # fmt: skip
+    return {"language": language, "stars": stars, "description": description}
+
+
+def _cited_file(finding: dict[str, Any]) -> bytes:
+    """A file holding the seeded finding's lines (none blank, so each has an anchor)."""
+    start, end = finding["line_start"], finding["line_end"]
+    lines = [f"# demo source, line {n}" for n in range(1, end + 6)]
+    for n in range(start, end + 1):
+        lines[n - 1] = f"    unsafe_step({n - start}, {finding['title']!r})"
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _publish_to_forge(folder: Path, reports: list[SeedReport], anchor: datetime) -> None:
+    """Each demo repository with its reports' commits (derived from its id: written at run time), oldest first."""
+    for repository in {r.repository.id: r.repository for r in reports}.values():
+        mine = [r for r in reports if r.repository.id == repository.id]
+        commits = sorted((seeded_times(r, anchor)[0] - timedelta(hours=1), r.body["commit_sha"]) for r in mine)
+        files = {f["file"]: _cited_file(f) for r in mine for f in r.body["document"]["findings"]}
+        meta = _metadata(repository)
+        publish_repository(folder, "github.com", repository.owner, repository.name, meta,
+                           [(sha, at) for at, sha in commits], files)  # fmt: skip
+
+
 async def _demo_repositories() -> list[Repository]:
     repositories: list[Repository] = []
+    folder = _forge_folder()
     for owner, name, language, stars, description in DEMO_REPOSITORIES:
+        if folder is not None and not (folder / "github.com" / owner / name / "repository.json").exists():
+            meta = {"language": language, "stars": stars, "description": description}
+            publish_repository(folder, "github.com", owner, name, meta)  # found at registration, no commit yet
         repo, created = await register_repository("github.com", owner, name, listing_status="listed")
         if created:  # forge metadata is not part of registration; the seed fills it in like a sync would
             async with db.transaction() as session:
@@ -348,6 +390,9 @@ async def seed_demo(*, if_empty: bool) -> dict[str, Any]:
     repositories = await _retrying("the repositories", _demo_repositories)
     reports = pattern_reports(repositories) + one_off_reports(repositories)
     already = await _existing_run_ids(moderator.id, [r.run_id for r in reports])
+    anchor = await _anchor()
+    if (folder := _forge_folder()) is not None:
+        _publish_to_forge(folder, reports, anchor)
 
     submitted = 0
     for report in reports:
@@ -358,7 +403,6 @@ async def seed_demo(*, if_empty: bool) -> dict[str, Any]:
         await _retrying("a report", partial(submit_report, moderator, repo.host, repo.owner, repo.name, report.body))
         submitted += 1
 
-    anchor = await _anchor()
     undated = await _undated(moderator.id, reports, anchor)
     if undated:
         await _retrying("the statuses and dates", lambda: _apply_statuses_and_times(undated, anchor))
