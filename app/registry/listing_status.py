@@ -16,6 +16,9 @@ async def set_listing_status(session: AsyncSession, repository: Repository, list
     """The one listing write of a locked row (a moderator's action and the registry's `forge_missing` quarantine):
     the delist-safe key discovery finds the patterns it already feeds. Returns the audit event's `before`."""
     before = {"listing_status": repository.listing_status}
+    if listing_status == "listed" and repository.listing_status == "quarantined":
+        # listed again by a moderator: the name as the forge has it now, counted afresh (no forge_missing loop)
+        repository.forge_missing_runs, repository.forge_id = 0, None
     repository.listing_status = listing_status
     repository.updated_at = db.utcnow()
     await session.flush()

@@ -16,11 +16,12 @@ from app.kernel import db
 from app.kernel.audit import AuditEvent
 from app.kernel.errors import ValidationError
 from app.kernel.quotas import DailyQuota
+from app.moderation.service import change_repository_listing
 from app.registry import metadata
 from app.registry.models import Repository
 from jobs import worker
 from tests import factories
-from tests.moderation.support import act_as, make_account
+from tests.moderation.support import NOTES, act_as, make_account
 from tests.registry.test_registry_api import bearer, post
 
 WIDGET = {"host": "github.com", "owner": "acme", "name": "widget"}
@@ -176,6 +177,11 @@ async def test_the_name_given_to_another_repository_quarantines_at_once(
     assert (repo.listing_status, repo.forge_id) == ("quarantined", "4242")
     [event] = await quarantine_events()
     assert "9999" in (event.notes or "")
+    moderator = await make_account("mod", platform_role="moderator")
+    await change_repository_listing(moderator, "github.com", "acme", "widget", "listed", "the new one is fine", NOTES)
+    assert await metadata.refresh_listed() == {"found": 1}  # a moderator's listing takes the name as it is now
+    repo = await stored()
+    assert (repo.listing_status, repo.forge_id) == ("listed", "9999")
 
 
 async def test_a_redirect_is_recorded_for_moderators_and_not_acted_on(
