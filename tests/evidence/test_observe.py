@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,13 +12,13 @@ from sqlalchemy import text
 
 from app.evidence.observe import observe
 from app.forge import lines
+from app.forge.demo import DemoForge
 from app.kernel import db
 from app.record import changes
 from app.registry.models import Repository
 from app.reports.models import Scan, ScanFinding
 from tests.factories import create_account, create_canonical, create_occurrence, create_repository, create_scan, sha
 from tests.harness import tarakan
-from tests.maintainers.support import Answer, Forge
 from tests.moderation.support import act_as
 
 OWNER, NAME = "acme", "widget"
@@ -29,38 +26,34 @@ C1, C2 = sha("c1"), sha("c2")
 
 
 class GitHub:
-    """The loopback forge as GitHub: a branch head per repository and files per commit; 404 for anything else."""
+    """The loopback forge (app.forge.demo) as github.com holding acme/widget: commits off the branch until `head`."""
 
-    def __init__(self, forge: Forge) -> None:
+    def __init__(self, forge: DemoForge, branch: str) -> None:
         self.forge = forge
+        forge.add_repository("github.com", OWNER, NAME, default_branch=branch)
 
-    def commit(self, sha_: str, files: dict[str, str], owner: str = OWNER, name: str = NAME) -> None:
-        for path, body in files.items():
-            self.forge.answers[f"/github.com/{owner}/{name}/{sha_}/{path}"] = Answer(200, body.encode())
+    def commit(self, sha_: str, files: dict[str, str]) -> None:
+        encoded = {path: body.encode() for path, body in files.items()}
+        self.forge.add_commit("github.com", OWNER, NAME, sha_, encoded, on_default_branch=False)
 
-    def head(self, sha_: str, branch: str = "main", owner: str = OWNER, name: str = NAME) -> None:
-        doc = {"sha": sha_, "commit": {"committer": {"date": "2026-12-01T10:00:00Z"}}}
-        self.forge.answers[f"/api/repos/{owner}/{name}/commits/{branch}"] = Answer(200, json.dumps(doc).encode())
+    def head(self, sha_: str, branch: str = "main") -> None:
+        self.forge.set_head("github.com", OWNER, NAME, branch, sha_)
 
     def asked(self) -> int:
-        return len(self.forge.asked)
+        return len(self.forge.requests())
 
 
 @pytest.fixture
-def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[GitHub]:
-    served = Forge()
-    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
-    thread.start()
-    served.serve_hosts(monkeypatch)
-    monkeypatch.setenv("FORGE_GITHUB_API_URL", served.base("api"))
+def gated(forge: DemoForge, monkeypatch: pytest.MonkeyPatch) -> DemoForge:
     monkeypatch.setenv("EVIDENCE_CHECK", "gate")
     monkeypatch.setenv("FORGE_REQUESTS_PER_SECOND", "1000")  # the shared rate is the forge tests' business
     monkeypatch.setenv("FORGE_BURST", "1000")
-    try:
-        yield GitHub(served)
-    finally:
-        served.server.shutdown()
-        served.server.server_close()
+    return forge
+
+
+@pytest.fixture
+def github(gated: DemoForge) -> GitHub:
+    return GitHub(gated, "main")
 
 
 async def _repository(default_branch: str | None = "main") -> Repository:
@@ -187,16 +180,10 @@ async def test_present_moved_and_absent_at_the_default_branch_head(github: GitHu
 
 
 async def test_the_ledger_keeps_the_last_twenty_and_the_feed_says_each_change_once(
-    github: GitHub, client: httpx.AsyncClient
+    gated: DemoForge, client: httpx.AsyncClient
 ) -> None:
+    github = GitHub(gated, "trunk")
     repository = await _repository(default_branch=None)  # asked of the forge
-    github.forge.answers[f"/api/repos/{OWNER}/{NAME}"] = Answer(
-        200,
-        json.dumps(
-            {"id": 7, "full_name": f"{OWNER}/{NAME}", "default_branch": "trunk", "description": None,
-             "language": None, "stargazers_count": 0, "private": False, "archived": False}
-        ).encode(),
-    )  # fmt: skip
     scan = await create_scan(repository, await create_account(), commit_sha=C1)
     finding = await _finding(repository, scan, "a.py", 3)
     await _announce(scan)
@@ -229,9 +216,10 @@ async def test_daily_once_a_day_repo_always_and_unpublished_findings_unannounced
         await session.execute(text("UPDATE scan_findings SET published_at = NULL WHERE id = :id"), {"id": held.id})
     github.commit(C1, {"c.py": "a = 1\nb = 2\n", "d.py": "x\n"})
     today = datetime.now(UTC)
-    github.forge.answers[f"/api/repos/{OWNER}/{NAME}/commits/main"] = Answer(503, b"down")
+    github.forge.fail("github.com", 503)
     down = await observe(now=today)  # the forge failing: nothing written, the repository left for the next run
     assert (down.repositories, len(down.skipped), await _ledger(announced)) == (0, 1, [])
+    github.forge.fail("github.com", 0)
     github.head(C1)
     assert (await observe(now=today)).repositories == 1
     github.head(C2)  # the code changed, but the daily run already came today
