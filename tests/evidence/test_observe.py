@@ -3,24 +3,30 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema_rs
 import pytest
 from sqlalchemy import text
 
 from app.evidence.observe import observe
+from app.exports import service as exports
 from app.forge import lines
 from app.forge.demo import DemoForge
 from app.kernel import db
 from app.record import changes
 from app.registry.models import Repository
 from app.reports.models import Scan, ScanFinding
+from tests.exports.support import records
 from tests.factories import create_account, create_canonical, create_occurrence, create_repository, create_scan, sha
 from tests.harness import tarakan
 from tests.moderation.support import act_as
 
+ROOT = Path(__file__).resolve().parents[2]
 OWNER, NAME = "acme", "widget"
 C1, C2 = sha("c1"), sha("c2")
 
@@ -114,7 +120,9 @@ B_PY = "def f(x):\n    eval(x)\n    return x\n"
 D_PY = "x = 1\npickle.loads(data)\n"
 
 
-async def test_present_moved_and_absent_at_the_default_branch_head(github: GitHub, client: httpx.AsyncClient) -> None:
+async def test_present_moved_and_absent_at_the_default_branch_head(
+    github: GitHub, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     repository = await _repository()
     scan = await create_scan(repository, await create_account(), commit_sha=C1)
     digests = {p: lines.line_digests(body.encode()) for p, body in {"a.py": A_PY, "b.py": B_PY}.items()}
@@ -174,6 +182,13 @@ async def test_present_moved_and_absent_at_the_default_branch_head(github: GitHu
     record = (await client.get(f"/repos/github.com/{OWNER}/{NAME}.json")).json()
     latest = {f["public_id"]: f["observation"] for r in record["reports"] for f in r["findings"]}
     assert latest[str(a.public_id)]["state"] == "present" and latest[str(b.public_id)]["line_start"] == 4
+    written = await exports.write_export(tmp_path)  # the export carries each record's ledger, valid against its schema
+    schema = json.loads((ROOT / "docs" / "schemas" / "finding.schema.json").read_text())
+    exported = {r["finding"]: r for r in records(tmp_path, "findings.ndjson.gz")}
+    assert written["files"] and len(exported) == 5
+    for record in exported.values():
+        jsonschema_rs.validator_for(schema, validate_formats=True).validate(record)
+    assert [o["state"] for o in exported[str(d.public_id)]["observations"]] == ["absent", "present"]
     await act_as(client, await create_account())  # the maintain page lists each finding's newest look
     maintain = await client.get(f"/repos/github.com/{OWNER}/{NAME}/maintain")
     assert f"(c.py): not in the code at {C2[:7]} on main, {day}: the file is gone" in maintain.text
