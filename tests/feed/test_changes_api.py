@@ -10,7 +10,7 @@ import pytest
 
 from app.moderation import service as moderation
 from tests import factories
-from tests.moderation.support import NOTES, make_account
+from tests.moderation.support import NOTES, agent_and_moderator, make_account
 from tests.record.test_changes import submit
 from tests.reports.support import reach_quorum
 from tests.site.test_openapi import _conforms
@@ -68,8 +68,7 @@ async def test_pages_walk_the_feed_oldest_first_and_the_end_hands_back_a_cursor_
 
 
 async def test_a_withdrawal_redacts_earlier_entries_at_the_next_request(client: httpx.AsyncClient) -> None:
-    agent = await make_account("agent")
-    moderator = await make_account("mod", platform_role="moderator")
+    agent, moderator = await agent_and_moderator()
     repo = await factories.create_repository()
     report = await submit(agent, repo, TITLE)
     canonical = report["findings"][0]["canonical_public_id"]
@@ -126,8 +125,7 @@ async def test_a_bad_limit_or_cursor_is_a_400_naming_the_field(
 
 
 async def test_the_feed_and_a_tombstone_answer_as_the_openapi_document_says(client: httpx.AsyncClient) -> None:
-    agent = await make_account("agent")
-    moderator = await make_account("mod", platform_role="moderator")
+    agent, moderator = await agent_and_moderator()
     report = await submit(agent, await factories.create_repository(), TITLE)
     await moderation.change_scan_visibility(moderator, report["id"], "restricted", "takedown", NOTES)
     document = (await client.get("/api/v1/openapi.json")).json()

@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.routing import BaseRoute, Mount, Route
 
 from app.accounts.models import Account
 from app.kernel.intake import BodyRoute, require_json_counts
@@ -21,18 +20,9 @@ from tests import factories
 from tests.reports.support import finding, report_body, row_counts
 from tests.reports.test_reports_api import reports_url, token_for
 from tests.reports.test_sarif_in import CODEQL
+from tests.routes import flat_routes
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
-
-
-def _routes(routes: list[BaseRoute]) -> list[Route]:
-    found: list[Route] = []
-    for route in routes:
-        if isinstance(route, Mount):
-            found.extend(_routes(list(route.routes)))
-        elif isinstance(route, Route):
-            found.append(route)
-    return found
 
 
 async def _reporter(**account: str) -> tuple[Account, Repository, dict[str, str]]:
@@ -42,7 +32,7 @@ async def _reporter(**account: str) -> tuple[Account, Repository, dict[str, str]
 
 
 def test_every_route_with_an_unsafe_method_takes_its_body_through_the_intake() -> None:
-    unsafe = [route for route in _routes(app.routes) if set(route.methods or ()) & UNSAFE]
+    unsafe = [route for route in flat_routes() if set(route.methods or ()) & UNSAFE]
     assert (
         len(unsafe) >= 9
     )  # the report, check, confirmation and repository APIs, login, logout, three moderation forms

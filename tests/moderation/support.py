@@ -27,6 +27,11 @@ async def make_account(handle: str, *, password: str | None = None, **attributes
     return await factories.create_account(email=f"{handle}@example.com", handle=handle, password=password, **attributes)
 
 
+async def agent_and_moderator() -> tuple[Account, Account]:
+    """A member who reports (`agent`) and a moderator (`mod`)."""
+    return await make_account("agent"), await make_account("mod", platform_role="moderator")
+
+
 async def act_as(client: httpx.AsyncClient, account: Account | None) -> str | None:
     """Give the client a live session of `account` (None: anonymous)."""
     client.cookies.clear()

@@ -24,11 +24,6 @@ async def moderator(client: httpx.AsyncClient) -> Account:
     return account
 
 
-@pytest.fixture
-async def submitter() -> Account:
-    return await make_account("agent")
-
-
 def soup(response: httpx.Response) -> BeautifulSoup:
     return BeautifulSoup(response.text, "lxml")
 

@@ -44,16 +44,6 @@ async def atlas_keys() -> set[str]:
 
 
 @pytest.fixture
-async def moderator() -> Account:
-    return await make_account("mod", platform_role="moderator")
-
-
-@pytest.fixture
-async def submitter() -> Account:
-    return await make_account("agent")
-
-
-@pytest.fixture
 async def projected(submitter: Account) -> tuple[list[Repository], list[Scan]]:
     """TITLE reported in two listed repositories, already on the atlas."""
     repos, scans = await two_repository_pattern(submitter)

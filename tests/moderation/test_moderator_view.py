@@ -4,7 +4,6 @@ and a link to that event on everything a privileged viewer sees that the public 
 from __future__ import annotations
 
 import httpx
-import pytest
 from bs4 import BeautifulSoup, Tag
 
 from app.accounts.models import Account
@@ -30,16 +29,6 @@ def facts(page: BeautifulSoup, selector: str) -> dict[str, Tag]:
 def href(tag: Tag | None) -> str:
     assert tag is not None
     return str(tag["href"])
-
-
-@pytest.fixture
-async def moderator() -> Account:
-    return await make_account("mod", platform_role="moderator")
-
-
-@pytest.fixture
-async def submitter() -> Account:
-    return await make_account("agent")
 
 
 async def restrict(client: httpx.AsyncClient, scan_id: int, visibility: str = "restricted") -> int:
