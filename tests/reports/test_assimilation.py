@@ -20,6 +20,7 @@ from app.reports.quorum import recompute_canonical_status
 from app.reports.service import record_check, submit_report
 from tests import factories
 from tests.reports.support import finding, insert_v1_finding, report_body, row_counts
+from tests.sql import execute, scalar
 
 SHA_A, SHA_B, SHA_C = "a" * 40, "b" * 40, "c" * 40
 
@@ -240,27 +241,18 @@ async def test_submit_marks_its_keys_dirty_in_the_same_transaction() -> None:
 async def test_a_submit_whose_dirty_write_fails_stores_nothing() -> None:
     account = await factories.create_account(state="active")
     repo = await factories.create_repository()
-    async with db.transaction() as session:
-        await session.execute(
-            text(
-                "CREATE FUNCTION refuse_dirty() RETURNS trigger LANGUAGE plpgsql AS"
-                " $$ BEGIN RAISE EXCEPTION 'dirty keys unavailable'; END $$"
-            )
-        )
-        await session.execute(
-            text(
-                "CREATE TRIGGER refuse_dirty BEFORE INSERT ON infestation_dirty_keys"
-                " FOR EACH ROW EXECUTE FUNCTION refuse_dirty()"
-            )
-        )
+    await execute(
+        "CREATE FUNCTION refuse_dirty() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'dirty keys unavailable'; END $$"
+    )
+    await execute(
+        "CREATE TRIGGER refuse_dirty BEFORE INSERT ON infestation_dirty_keys FOR EACH ROW EXECUTE FUNCTION refuse_dirty()"
+    )
     try:
         with pytest.raises(DBAPIError, match="dirty keys unavailable"):
             await submit(account, repo, [finding()])
     finally:
-        async with db.transaction() as session:
-            await session.execute(text("DROP TRIGGER refuse_dirty ON infestation_dirty_keys"))
-            await session.execute(text("DROP FUNCTION refuse_dirty()"))
+        await execute("DROP TRIGGER refuse_dirty ON infestation_dirty_keys")
+        await execute("DROP FUNCTION refuse_dirty()")
     assert all(count == 0 for count in (await row_counts()).values())
-    async with db.read_session(replica=False) as session:
-        scan_count = (await session.execute(text("SELECT scan_count FROM repositories"))).scalar_one()
-    assert scan_count == 0
+    assert await scalar("SELECT scan_count FROM repositories") == 0
