@@ -22,13 +22,13 @@ from app.reports.assimilation import assimilate_scan
 from app.reports.models import Scan
 from app.reports.quorum import recompute_scan_verification
 
-Decided = Literal["confirmed", "refused", "expired"]
+Decided = Literal["confirmed", "unchecked", "refused", "expired"]
 
 
 @dataclass(frozen=True)
 class Decision:
-    """One pending occurrence's outcome: `confirmed` (with its anchor) is published; `refused` (with its reason)
-    and `expired` never are."""
+    """One pending occurrence's outcome: `confirmed` (with its anchor) and `unchecked` (the gate was switched off
+    meanwhile) are published; `refused` (with its reason) and `expired` never are."""
 
     finding_id: int
     state: Decided
@@ -54,7 +54,7 @@ _LOCK_REPOSITORY = text("SELECT listing_status FROM repositories WHERE id = :rep
 
 _DECIDE = text("""
 UPDATE scan_findings f SET evidence_state = v.state, anchor = v.anchor, evidence_reason = v.reason,
-  published_at = CASE WHEN v.state = 'confirmed' THEN now() END, updated_at = now()
+  published_at = CASE WHEN v.state IN ('confirmed', 'unchecked') THEN now() END, updated_at = now()
 FROM unnest(CAST(:ids AS bigint[]), CAST(:states AS text[]), CAST(:anchors AS text[]), CAST(:reasons AS text[]))
   AS v(id, state, anchor, reason)
 WHERE f.id = v.id AND f.scan_id = :scan_id AND f.evidence_state = 'pending'

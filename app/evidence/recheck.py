@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import text
 
 from app.evidence.publish import Decision, publish_decided
+from app.forge import api as forge
 from app.kernel import db
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,12 @@ async def recheck_report(scan_id: int, *, now: datetime, out: Rechecked) -> None
         return  # published or gone meanwhile
     head = rows[0]
     pending = [r for r in rows if r.id is not None]
+    if not forge.evidence_enabled(str(head.host)):  # the gate is off now: published as a report sent with it off
+        unchecked = [Decision(int(r.id), "unchecked") for r in pending]
+        async with db.transaction() as session:
+            if await publish_decided(session, scan_id, unchecked) is not None:
+                out.published.append(scan_id)
+        return
     result = await check_evidence(
         int(head.repository_id),
         str(head.host),

@@ -122,3 +122,15 @@ async def test_the_cli_runs_the_due_re_checks_now(gate: DemoForge) -> None:
     assert done.code == 0, done.err
     assert done.out.strip() == "published: 1, rescheduled: 0, expired: 0"
     assert (await _scan(held.scan_id)).published_at is not None
+
+
+async def test_with_the_gate_switched_off_a_pending_report_is_published_unchecked(
+    gate: DemoForge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = await _held()
+    monkeypatch.setenv("EVIDENCE_CHECK", "off")
+    gate.down()  # and no forge request is made
+    asked = len(gate.requests())
+    done = await recheck.recheck_pending(now=held.inserted_at + timedelta(minutes=1))
+    assert done.published == [held.scan_id] and len(gate.requests()) == asked
+    assert await _states(held.scan_id) == [("unchecked", True, True), ("unchecked", True, True)]
