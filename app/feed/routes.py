@@ -8,25 +8,15 @@ from starlette.routing import BaseRoute, Route
 
 from app.feed import queries
 from app.feed.types import change_page
-from app.kernel.errors import BadRequest
-from app.kernel.text import ascii_int
+from app.kernel.paging import strict_limit
 from app.kernel.web import json_twin
 
 # polled by mirrors, and a takedown must show at the next request: shared caches revalidate every time
 FEED_CACHE = "no-cache"
 
 
-def _limit(raw: str | None) -> int:
-    if raw is None:
-        return queries.DEFAULT_LIMIT
-    value = ascii_int(raw)
-    if value is None or not 1 <= value <= queries.MAX_LIMIT:
-        raise BadRequest({"limit": [f"must be an integer from 1 to {queries.MAX_LIMIT}"]})
-    return value
-
-
 async def changes_api(request: Request) -> Response:
-    limit = _limit(request.query_params.get("limit"))
+    limit = strict_limit(request.query_params.get("limit"), default=queries.DEFAULT_LIMIT, maximum=queries.MAX_LIMIT)
     cursor = request.query_params.get("cursor")
     page = await queries.changes_page(cursor=cursor, limit=limit)  # a malformed cursor is a 400 (InvalidCursor)
     return json_twin(change_page(page), cache=FEED_CACHE)

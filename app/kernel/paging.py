@@ -13,8 +13,9 @@ from typing import Any, Generic, TypedDict, TypeVar
 from sqlalchemy import ColumnElement, Row, Select, TextClause, bindparam, tuple_
 
 from app.kernel import db
-from app.kernel.errors import ValidationError
+from app.kernel.errors import BadRequest, ValidationError
 from app.kernel.sql import compiled
+from app.kernel.text import ascii_int
 
 DEFAULT_PAGE = 1_000
 MAX_PAGE = 5_000  # the largest page any list reads in one statement (sitemap streams, bulk listings)
@@ -42,6 +43,17 @@ class InvalidCursor(ValidationError):
 
     def __init__(self, message: str = "is not a cursor this server issued") -> None:
         super().__init__({"cursor": [message]})
+
+
+def strict_limit(raw: str | None, *, default: int, maximum: int) -> int:
+    """A `limit` query parameter read strictly: absent is `default`; anything but ASCII digits from 1 to `maximum`
+    is a 400 naming it."""
+    if raw is None:
+        return default
+    value = ascii_int(raw)
+    if value is None or not 1 <= value <= maximum:
+        raise BadRequest({"limit": [f"must be an integer from 1 to {maximum}"]})
+    return value
 
 
 def clamp_limit(limit: int | None, maximum: int = MAX_PAGE, *, default: int = DEFAULT_PAGE) -> int:

@@ -11,8 +11,9 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.service import ApiCaller, bearer_caller, refused_subject, require_scope
 from app.kernel.answers import answer_response
-from app.kernel.errors import BadRequest, NotFound, ValidationError
+from app.kernel.errors import NotFound, ValidationError
 from app.kernel.intake import Body, Budget, body_route, json_object
+from app.kernel.paging import strict_limit
 from app.kernel.text import ascii_int
 from app.maintainers import destinations, webhooks
 from app.maintainers.routes import MAINTAIN_SCOPE, parse_empty
@@ -53,15 +54,6 @@ def _webhook_id(raw: str) -> int:
     return webhook_id
 
 
-def _limit(raw: str | None) -> int:
-    if raw is None:
-        return webhooks.DEFAULT_LOG_PAGE
-    value = ascii_int(raw)
-    if value is None or not 1 <= value <= webhooks.MAX_LOG_PAGE:
-        raise BadRequest({"limit": [f"must be an integer from 1 to {webhooks.MAX_LOG_PAGE}"]})
-    return value
-
-
 async def register(request: Request, caller: ApiCaller, url: str) -> Response:
     p = request.path_params
     registered = await webhooks.register_webhook(caller.account.id, p["host"], p["owner"], p["name"], url)
@@ -94,7 +86,9 @@ async def enable(request: Request, caller: ApiCaller, _: None) -> Response:
 async def deliveries(request: Request) -> Response:
     caller = await _maintainer(request)
     webhook_id = _webhook_id(request.path_params["webhook_id"])
-    limit = _limit(request.query_params.get("limit"))
+    limit = strict_limit(
+        request.query_params.get("limit"), default=webhooks.DEFAULT_LOG_PAGE, maximum=webhooks.MAX_LOG_PAGE
+    )
     page = await webhooks.deliveries_page(
         caller.account.id, webhook_id, cursor=request.query_params.get("cursor"), limit=limit
     )
