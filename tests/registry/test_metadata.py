@@ -192,6 +192,12 @@ async def test_a_redirect_is_recorded_for_moderators_and_not_acted_on(
     assert await metadata.refresh_listed() == {"refused": 1}
     repo = await stored()
     assert (repo.forge_redirect, repo.listing_status, repo.forge_missing_runs) == ("acme-labs/widget2", "listed", 0)
+    # a new registration of an old name is told the new one
+    gate.add_repository("github.com", "acme", "gadget")
+    gate.rename("github.com", "acme", "gadget", "acme", "gizmo")
+    old_name = await post(client, {**WIDGET, "name": "gadget"}, await bearer("repositories:write"))
+    assert old_name.status_code == 422, old_name.text
+    assert old_name.json()["errors"] == {"name": ["github.com now calls it acme/gizmo: register that name"]}
     moderator = await make_account("mod", platform_role="moderator")
     await act_as(client, moderator)
     console = (await client.get("/moderation/repositories")).text
