@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from starlette.datastructures import FormData
@@ -29,6 +29,8 @@ from app.moderation import queries, service
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
 
+T = TypeVar("T")
+
 CHOICES = {
     "visibilities": VISIBILITIES,
     "listing_statuses": LISTING_STATUSES,
@@ -41,6 +43,14 @@ CHOICES = {
 def _page(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> Response:
     # no Cache-Control here: the security middleware marks every console response no-store
     return page(request, name, {**CHOICES, **context}, status_code=status_code, cache=None)
+
+
+async def _subject(read: Callable[[int], Awaitable[T | None]], subject_id: int, field: str, noun: str) -> T:
+    """What a console path names by id (none past the bigint range), or the 404 naming it."""
+    found = await read(subject_id) if 0 < subject_id < 2**63 else None
+    if found is None:
+        raise NotFound({field: ["not found"]}, message=f"No {noun} with id {subject_id}.")
+    return found
 
 
 async def _moderator(request: Request) -> Account:
@@ -153,9 +163,7 @@ async def audit_event_page(request: Request) -> Response:
     except Unauthorized:
         return RedirectResponse(f"/login?next={quote(request.url.path, safe='')}", status_code=303)
     event_id = request.path_params["event_id"]
-    event = await queries.get_audit_event(event_id) if 0 < event_id < 2**63 else None
-    if event is None:
-        raise NotFound({"audit_event": ["not found"]}, message=f"No audit event with id {event_id}.")
+    event = await _subject(queries.get_audit_event, event_id, "audit_event", "audit event")
     context = {"account": account, "section": "audit", "event": event, "subject_href": await _subject_href(event)}
     return _page(request, "moderation/audit_event.html", context)
 
@@ -242,9 +250,7 @@ async def _act(
 
 async def scan_visibility(request: Request, actor: Account, form: FormData) -> Response:
     raw_id = request.path_params["scan_id"]
-    report = await queries.get_report(raw_id) if 0 < raw_id < 2**63 else None
-    if report is None:
-        raise NotFound({"report": ["not found"]}, message=f"No report with id {raw_id}.")
+    report = await _subject(queries.get_report, raw_id, "report", "report")
     return await _act(
         request,
         form,
@@ -335,9 +341,7 @@ async def maintainer_end(request: Request, actor: Account, form: FormData) -> Re
 
 async def statement_visibility(request: Request, actor: Account, form: FormData) -> Response:
     statement_id = request.path_params["statement_id"]
-    statement = await moderation_subject(statement_id) if 0 < statement_id < 2**63 else None
-    if statement is None:
-        raise NotFound({"statement": ["not found"]}, message=f"No statement with id {statement_id}.")
+    statement = await _subject(moderation_subject, statement_id, "statement", "statement")
     occurrence = statement["occurrence"]
     return await _act(
         request,
@@ -354,9 +358,7 @@ async def statement_visibility(request: Request, actor: Account, form: FormData)
 
 async def webhook_delete(request: Request, actor: Account, form: FormData) -> Response:
     webhook_id = request.path_params["webhook_id"]
-    hook = await webhooks.moderation_subject(webhook_id) if 0 < webhook_id < 2**63 else None
-    if hook is None:
-        raise NotFound({"webhook": ["not found"]}, message=f"No webhook with id {webhook_id}.")
+    hook = await _subject(webhooks.moderation_subject, webhook_id, "webhook", "webhook")
     return await _act(
         request,
         form,
