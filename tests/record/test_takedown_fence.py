@@ -14,6 +14,7 @@ import asyncio
 import httpx
 from sqlalchemy import text
 
+from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.audit import record_audit
 from app.moderation.service import change_repository_listing
@@ -75,22 +76,27 @@ class HeldQuarantine:
             await self._release.wait()
 
 
-async def overlapping_takedowns() -> tuple[HeldQuarantine, int, Repository]:
-    """Two repositories, `acme/first` and `acme/second`: start the quarantine of the first (held open), then
-    quarantine the second through the moderation service (it commits); returns the held one, the audit id the
-    second got, which is the higher, and the first."""
+async def takedown_subjects() -> tuple[Repository, Repository, Account]:
+    """Two listed repositories, `acme/first` and `acme/second`, and a moderator."""
     first, second = (
         await factories.create_repository("acme", "first"),
         await factories.create_repository("acme", "second"),
     )
-    moderator = await factories.create_account(platform_role="moderator")
+    return first, second, await factories.create_account(platform_role="moderator")
+
+
+async def overlapping_takedowns(
+    first: Repository, second: Repository, moderator: Account
+) -> tuple[HeldQuarantine, int]:
+    """Start the quarantine of `first` (held open), then quarantine `second` through the moderation service (it
+    commits); returns the held one and the audit id the second got, which is the higher."""
     held = HeldQuarantine(first)
     low = await held.start()
     outcome = await change_repository_listing(
         moderator, second.host, second.owner, second.name, "quarantined", REASON, NOTES
     )
     assert outcome.audit_event_id > low, "the takedown that commits first holds the higher audit id"
-    return held, outcome.audit_event_id, first
+    return held, outcome.audit_event_id
 
 
 async def fence() -> int:
@@ -101,8 +107,9 @@ async def fence() -> int:
 async def test_the_fence_moves_past_a_takedown_that_commits_after_a_higher_audit_id(
     client: httpx.AsyncClient,
 ) -> None:
+    first, second, moderator = await takedown_subjects()
     before = await fence()
-    held, high, _ = await overlapping_takedowns()
+    held, high = await overlapping_takedowns(first, second, moderator)
     seen = await fence()
     assert seen > before, "the committed takedown moved the fence"
     await held.commit()
@@ -115,6 +122,8 @@ async def test_the_fence_moves_past_a_takedown_that_commits_after_a_higher_audit
 async def test_the_render_cache_and_the_search_cache_see_a_takedown_that_commits_after_a_higher_audit_id(
     client: httpx.AsyncClient,
 ) -> None:
+    first, second, moderator = await takedown_subjects()
+    badge = f"/repos/{first.host}/{first.owner}/{first.name}/badge.svg"
     store = rendered.cache()
     assert store is not None
 
@@ -122,8 +131,7 @@ async def test_the_render_cache_and_the_search_cache_see_a_takedown_that_commits
         assert response.status_code == 200, response.text
         return sorted(item["name"] for item in response.json()["items"])
 
-    held, _, first = await overlapping_takedowns()
-    badge = f"/repos/{first.host}/{first.owner}/{first.name}/badge.svg"
+    held, _ = await overlapping_takedowns(first, second, moderator)
     # the second takedown is seen; the first has not committed: its repository is still public, and is kept so
     assert (await client.get(badge)).status_code == 200
     hits = store.hits
