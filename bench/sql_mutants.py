@@ -30,6 +30,8 @@ _QUORUM = ("tests/reports/test_quorum.py", "tests/reports/test_quorum_mutants.py
 # the legacy atlas path (the flag off) reads canonicals through public_canonical / has_public_occurrence directly
 _LEGACY = ("tests/infestations/test_legacy.py::test_counts_distinct_canonicals_over_the_public_join_only",)
 _RANK_PLAN = ("tests/infestations/test_infestation_queries.py::test_ranked_list_walks_the_rank_index_of_its_window",)
+# a report or an occurrence a gate holds back, on every public surface before and after its publication
+_PUBLICATION = ("tests/evidence/test_publication.py",)
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,14 @@ class SqlMutant:
 
 def _public_scan_flipped(s: FromClause = public.scan_alias) -> ColumnElement[bool]:
     return s.c.visibility != public.PUBLIC
+
+
+def _published_scan_always(s: FromClause = public.scan_alias) -> ColumnElement[bool]:
+    return s.c.id.is_not(None)
+
+
+def _published_occurrence_always(f: FromClause = public.finding_alias) -> ColumnElement[bool]:
+    return f.c.id.is_not(None)
 
 
 def _listed_repository_flipped(r: FromClause = public.repository_alias) -> ColumnElement[bool]:
@@ -117,6 +127,10 @@ def _qualified_reviewer_flipped(accounts: FromClause) -> ColumnElement[bool]:
 
 MUTANTS = (
     SqlMutant("public_scan: = becomes <>", public, "public_scan", _public_scan_flipped, _TAKEDOWNS),
+    SqlMutant("published_scan: always true", public, "published_scan", _published_scan_always, _PUBLICATION),
+    SqlMutant(
+        "published_occurrence: always true", public, "published_occurrence", _published_occurrence_always, _PUBLICATION
+    ),
     SqlMutant("listed_repository: = becomes <>", public, "listed_repository", _listed_repository_flipped, _TAKEDOWNS),
     SqlMutant("public_join: AND becomes OR", public, "public_join", _public_join_or, _TAKEDOWNS),
     SqlMutant("visible_scan: no listing predicate", public, "visible_scan", _visible_scan(listed=False), _TAKEDOWNS),
