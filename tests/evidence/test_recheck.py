@@ -5,6 +5,7 @@ public) and the run may be sent again (docs/domain.md "Evidence at the commit").
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,10 +16,12 @@ from sqlalchemy import text
 from app.evidence import recheck
 from app.forge.demo import DemoForge
 from app.kernel import db
+from app.reports.service import submit_report
 from jobs import worker
 from tests import factories
 from tests.evidence.support import Pending, pending_report
 from tests.harness import tarakan
+from tests.reports.support import finding, report_body
 
 COMMIT = "e" * 40
 WHEN = datetime(2026, 11, 30, 12, 0).astimezone()
@@ -134,3 +137,38 @@ async def test_with_the_gate_switched_off_a_pending_report_is_published_unchecke
     done = await recheck.recheck_pending(now=held.inserted_at + timedelta(minutes=1))
     assert done.published == [held.scan_id] and len(gate.requests()) == asked
     assert await _states(held.scan_id) == [("unchecked", True, True), ("unchecked", True, True)]
+
+
+async def test_a_report_sent_while_the_forge_is_down_is_published_once_it_is_back(
+    gate: DemoForge, client: httpx.AsyncClient
+) -> None:
+    author = await factories.create_account(state="active")
+    repo = await factories.create_repository("pendco", "pendrepo", listing_status="pending")
+    body = report_body(
+        [finding(title="Open redirect after login", file=HERE, line_start=1, line_end=2)],
+        commit_sha=COMMIT,
+        run_id="agent-run-down",
+    )
+    gate.down()
+    sent = await submit_report(author, repo.host, repo.owner, repo.name, body)
+    occurrence = sent["findings"][0]["public_id"]
+    assert sent["findings"][0]["evidence"]["state"] == "pending"
+    assert (await client.get(f"/findings/{occurrence}.json")).status_code == 404
+    assert "finding.published" not in (await client.get("/api/v1/changes")).text
+
+    gate.up()
+    due = (await _scan(int(sent["id"]))).evidence_next_at
+    assert (await recheck.recheck_pending(now=due)).published == [int(sent["id"])]
+    assert (await client.get(f"/findings/{occurrence}.json")).status_code == 200
+    entries = (await client.get("/api/v1/changes")).json()["entries"]
+    assert [e["finding"] for e in entries if e["kind"] == "finding.published"] == [occurrence]
+    assert (await _scan(int(sent["id"]))).commit_committed_at == WHEN
+
+
+async def test_two_runs_at_once_check_a_report_once(gate: DemoForge) -> None:
+    held = await _held()
+    gate.down()
+    due = (await _scan(held.scan_id)).evidence_next_at
+    runs = await asyncio.gather(recheck.recheck_pending(now=due), recheck.recheck_pending(now=due))
+    assert sorted(len(run.rescheduled) for run in runs) == [0, 1]
+    assert (await _scan(held.scan_id)).evidence_attempts == 1
