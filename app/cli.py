@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from app.kernel.cli import Handler, command
+from app.kernel.cli import Handler, command, group
 from app.kernel.config import (
     ConfigError,
     check_forge_settings,
@@ -166,6 +166,17 @@ def _redis_location() -> str:
     return f"{parts.hostname}:{parts.port}" if parts.hostname else "REDIS_URL"
 
 
+async def _jobs_drain(args: argparse.Namespace) -> int:
+    """`tarakan jobs drain`: the rollups' pending work, then earned trust's (what the worker does after commits)."""
+    from app.infestations.cli import drain_rollups
+    from app.trust.refresh import refresh
+
+    code = await drain_rollups(args)
+    result = await refresh()
+    print(f"earned trust: {result['accounts']} accounts counted")
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tarakan", description="Tarakan registry and infestation atlas")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -186,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="address of the metrics listener (default: $WORKER_METRICS_HOST or 127.0.0.1)",
     )  # fmt: skip
     command(sub, "migrate", _migrate, "apply database migrations")
+    command(group(sub, "jobs", "background jobs"), "drain", _jobs_drain, "run all pending rollup work, then exit")
 
     from app.accounts.cli import register as register_accounts
     from app.evidence.cli import register as register_evidence
@@ -197,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.registry.cli import register as register_registry
     from app.reports.cli import register as register_reports
     from app.seed import register as register_seed
+    from app.trust.cli import register as register_trust
 
     for register in (
         register_accounts,
@@ -209,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         register_statements,
         register_exports,
         register_evidence,
+        register_trust,
     ):
         register(sub)
     return parser

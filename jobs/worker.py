@@ -31,6 +31,7 @@ from app.kernel.queue import close_pools, enqueue_drain, enqueue_webhooks
 from app.maintainers import delivery, recheck
 from app.ops import leases
 from app.registry import metadata
+from app.trust import refresh as trust
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,10 +42,10 @@ RECONCILE_LEASE = "reconcile"
 SHADOW_LEASE = "shadow_compare"
 EXPORT_LEASE = "export"
 MAINTAINER_RECHECK_LEASE = "maintainer_recheck"
+OBSERVE_LEASE = "observe"
 METADATA_PENDING_LEASE = "metadata_pending"
 METADATA_REFRESH_LEASE = "metadata_refresh"
 EVIDENCE_RECHECK_LEASE = "evidence_recheck"
-OBSERVE_LEASE = "observe"
 
 
 def _transient(exc: BaseException) -> bool:
@@ -180,16 +181,6 @@ async def maintainer_recheck_job(ctx: dict[str, Any], slot: str | None = None) -
     return await _singleton(ctx, MAINTAINER_RECHECK_LEASE, _slot(ctx, slot), run)
 
 
-async def observe_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
-    """Daily: is the code still there? Every listed repository not observed today (app.evidence.observe), once
-    fleet-wide per slot. Returns False when another worker ran it."""
-
-    async def run() -> dict[str, Any]:
-        return (await observations.observe(limit=observations.DAILY_LIMIT)).summary()
-
-    return await _singleton(ctx, OBSERVE_LEASE, _slot(ctx, slot), run)
-
-
 async def metadata_pending_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
     """Every five minutes: the forge's record of repositories registered while it failed (app.registry.metadata),
     once fleet-wide per slot. Returns False when another worker ran it."""
@@ -225,6 +216,16 @@ def _half_minute(ctx: dict[str, Any]) -> datetime:
     score = ctx.get("score")
     when = datetime.fromtimestamp(score / 1000, tz=UTC) if score else datetime.now(UTC)
     return when.replace(second=when.second - when.second % 30, microsecond=0)
+
+
+async def observe_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
+    """Daily: is the code still there? Every listed repository not observed today (app.evidence.observe), once
+    fleet-wide per slot. Returns False when another worker ran it."""
+
+    async def run() -> dict[str, Any]:
+        return (await observations.observe(limit=observations.DAILY_LIMIT)).summary()
+
+    return await _singleton(ctx, OBSERVE_LEASE, _slot(ctx, slot), run)
 
 
 async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -290,6 +291,17 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     await db.dispose_engines()
 
 
+async def trust_refresh_job(ctx: dict[str, Any]) -> dict[str, int]:
+    """Earned trust's new outcomes and the signals they move (app/trust/refresh.py); idempotent, so every worker
+    may run it."""
+    return await _retrying(ctx, trust.refresh(holder=str(ctx.get("worker_id"))))
+
+
+async def trust_recompute_job(ctx: dict[str, Any]) -> dict[str, int]:
+    """Daily: earned trust from source, and every account's signal counted again."""
+    return await _retrying(ctx, trust.recompute(holder=str(ctx.get("worker_id"))))
+
+
 class WorkerSettings:
     functions = [
         func(drain_dirty_keys, keep_result=60, timeout=600, max_tries=MAX_TRIES),
@@ -299,10 +311,10 @@ class WorkerSettings:
         func(export_job, keep_result=3600, timeout=3 * 3600, max_tries=1),
         func(maintainer_recheck_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
         func(deliver_webhooks, keep_result=60, timeout=300, max_tries=MAX_TRIES),
+        func(observe_job, keep_result=3600, timeout=12 * 3600, max_tries=1),
         func(metadata_pending_job, keep_result=3600, timeout=600, max_tries=1),
         func(metadata_refresh_job, keep_result=3600, timeout=3 * 3600, max_tries=3),
         func(evidence_recheck_job, keep_result=60, timeout=300, max_tries=1),
-        func(observe_job, keep_result=3600, timeout=12 * 3600, max_tries=1),
     ]
     cron_jobs = [
         cron(recompute_windows_job, minute=0, timeout=3 * 3600, max_tries=3),
@@ -312,10 +324,12 @@ class WorkerSettings:
         cron(export_job, timeout=3 * 3600, max_tries=1),  # every minute; builds when due (daily, after a takedown)
         cron(maintainer_recheck_job, hour=4, minute=45, timeout=3 * 3600, max_tries=3),  # daily
         cron(deliver_webhooks, timeout=300, max_tries=1),  # every minute: the backstop of the rings
+        cron(observe_job, hour=5, minute=45, timeout=12 * 3600, max_tries=1),  # daily
         cron(metadata_pending_job, minute=set(range(0, 60, 5)), timeout=600, max_tries=1),
         cron(metadata_refresh_job, hour=5, minute=15, timeout=3 * 3600, max_tries=3),  # daily
         cron(evidence_recheck_job, second={0, 30}, timeout=300, max_tries=1),
-        cron(observe_job, hour=5, minute=45, timeout=12 * 3600, max_tries=1),  # daily
+        cron(trust_refresh_job, second=set(range(0, 60, 10)), timeout=60, max_tries=1),  # earned trust, in seconds
+        cron(trust_recompute_job, hour=5, minute=30, timeout=3 * 3600, max_tries=1),  # daily: the 365 days slide
     ]
     on_startup = startup
     on_shutdown = shutdown
