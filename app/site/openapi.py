@@ -53,6 +53,7 @@ from app.reports.types import (
 )
 from app.site.openapi_batch import BATCH
 from app.site.types import FindingRecord, Home, RepositoryRecord, Tombstone
+from app.trust.types import PrecisionAnswer, SignalAnswer
 
 _REPO_PARAMS = [param("host"), param("owner"), param("name")]
 
@@ -130,6 +131,10 @@ DOCUMENT: Schema = {
             }
         },
         "/index.json": get("getHome", "The home page's twin: stats, infestations, recent reports", Home),
+        "/api/v1/account/signal": secured_get(
+            "getAccountSignal", "The caller's own signal (any scope)", SignalAnswer, []
+        ),
+        "/stats/precision.json": get("getPrecision", "Precision by provenance, model and tool rule", PrecisionAnswer),
         "/infestations.json": get(
             "listInfestations",
             "The atlas: ranked infestations (filters are clamped, never refused)",
