@@ -33,9 +33,24 @@ class FindingOutcome(Inserted, Base):
     __table_args__ = (
         one_of("outcome", OUTCOMES),
         CheckConstraint("num_nonnulls(canonical_finding_id, scan_finding_id, refusal_id) = 1", name="one_subject"),
-        *(
-            Index(f"finding_outcomes_{column}_idx", column, unique=True, postgresql_where=text(f"{column} IS NOT NULL"))
-            for column in ("canonical_finding_id", "scan_finding_id", "refusal_id")
+        # one outcome per subject
+        Index(
+            "finding_outcomes_canonical_finding_id_idx",
+            "canonical_finding_id",
+            unique=True,
+            postgresql_where=text("canonical_finding_id IS NOT NULL"),
+        ),
+        Index(
+            "finding_outcomes_scan_finding_id_idx",
+            "scan_finding_id",
+            unique=True,
+            postgresql_where=text("scan_finding_id IS NOT NULL"),
+        ),
+        Index(
+            "finding_outcomes_refusal_id_idx",
+            "refusal_id",
+            unique=True,
+            postgresql_where=text("refusal_id IS NOT NULL"),
         ),
         Index("finding_outcomes_account_decided_idx", "account_id", "decided_at"),
         Index("finding_outcomes_decided_idx", "decided_at"),
