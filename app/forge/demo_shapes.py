@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
+
+_HEX = re.compile(r"[0-9a-f]{7,40}")  # a commit id, whole or abbreviated
 
 if TYPE_CHECKING:
     from app.forge.demo import Commit, DemoForge, Repo
@@ -35,8 +38,6 @@ def _resolve(repo: Repo, ref: str) -> Commit | None:
 
 
 def _malformed(repo: Repo, ref: str) -> bool:
-    from app.forge.demo import _HEX
-
     return ref != "HEAD" and ref not in repo.branches and not _HEX.fullmatch(ref)
 
 
