@@ -81,6 +81,15 @@ async def _statements(args: argparse.Namespace) -> int:
     return await _report(outcome, purges)
 
 
+async def _signal(args: argparse.Namespace) -> int:
+    from app.moderation.signal import pin_signal
+
+    actor = await require_account_by_email(args.as_email)
+    with purge.collect() as purges:
+        outcome = await pin_signal(actor, args.handle, args.pin, args.reason, args.notes)
+    return await _report(outcome, purges)
+
+
 async def _repos_delete(args: argparse.Namespace) -> int:
     from app.moderation.service import delete_repository
 
@@ -129,3 +138,8 @@ def register(sub: Any) -> None:
     hide = command(actions, "statements", _statements, "hide every shown maintainer statement of an account")
     hide.add_argument("handle", metavar="HANDLE")
     _common(hide)
+
+    pin = command(actions, "signal", _signal, "pin an account's gate (gated, open) or clear the pin")
+    pin.add_argument("--handle", required=True, metavar="HANDLE")
+    pin.add_argument("--pin", required=True, choices=("gated", "open", "clear"))
+    _common(pin)

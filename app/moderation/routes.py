@@ -25,7 +25,7 @@ from app.kernel.web import page
 from app.maintainers import webhooks
 from app.maintainers.models import STATEMENT_VISIBILITIES
 from app.maintainers.statement_queries import moderation_subject
-from app.moderation import queries, service
+from app.moderation import queries, service, signal
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
 
@@ -37,6 +37,7 @@ CHOICES = {
     "platform_roles": PLATFORM_ROLES,
     "account_states": ACCOUNT_STATES,
     "statement_visibilities": STATEMENT_VISIBILITIES,
+    "pin_choices": signal.PIN_CHOICES,
 }
 
 
@@ -144,12 +145,13 @@ async def repositories_page(request: Request) -> Response:
 async def accounts_page(request: Request) -> Response:
     role = request.query_params.get("platform_role", "")
     state = request.query_params.get("state", "")
-    return await _list_page(
-        request,
-        "accounts",
-        {"platform_role": role, "state": state},
-        lambda cursor: queries.list_accounts(platform_role=role or None, state=state or None, cursor=cursor),
-    )
+
+    async def load(cursor: str | None) -> Page[dict[str, Any]]:
+        return await signal.with_signals(
+            await queries.list_accounts(platform_role=role or None, state=state or None, cursor=cursor)
+        )
+
+    return await _list_page(request, "accounts", {"platform_role": role, "state": state}, load)
 
 
 async def audit_page(request: Request) -> Response:
@@ -321,6 +323,20 @@ async def account_statements_hide(request: Request, actor: Account, form: FormDa
     )
 
 
+async def account_signal_pin(request: Request, actor: Account, form: FormData) -> Response:
+    target = await _target_account(request)
+    [subject] = (await signal.with_signals({"entries": [target], "next_cursor": None}))["entries"]
+    return await _act(
+        request,
+        form,
+        partial="moderation/_signal_form.html",
+        subject=subject,
+        fields=("pin",),
+        action=lambda v: signal.pin_signal(actor, target["handle"], v["pin"], v["reason"], v["notes"]),
+        default_return="/moderation/accounts",
+    )
+
+
 async def maintainer_end(request: Request, actor: Account, form: FormData) -> Response:
     host, owner, name, handle = (request.path_params[k] for k in ("host", "owner", "name", "handle"))
     repo = await queries.get_repository(host, owner, name)
@@ -382,6 +398,7 @@ routes: list[BaseRoute] = [
     body_route("/moderation/repos/{host}/{owner}/{name}/listing", repository_listing, **_FORM),
     body_route("/moderation/accounts/{handle}", account_change, **_FORM),
     body_route("/moderation/accounts/{handle}/statements", account_statements_hide, **_FORM),
+    body_route("/moderation/accounts/{handle}/signal", account_signal_pin, **_FORM),
     body_route("/moderation/repos/{host}/{owner}/{name}/maintainers/{handle}", maintainer_end, **_FORM),
     body_route("/moderation/statements/{statement_id:int}", statement_visibility, **_FORM),
     body_route("/moderation/webhooks/{webhook_id:int}", webhook_delete, **_FORM),

@@ -77,7 +77,7 @@ def _check_choice(field: str, value: str | None, allowed: tuple[str, ...], error
         errors.setdefault(field, []).append(f"must be one of {', '.join(allowed)}")
 
 
-async def _act(
+async def act(
     actor_id: int,
     action: str,
     step: Callable[[AsyncSession, Account], Awaitable[Change]],
@@ -142,7 +142,7 @@ async def change_scan_visibility(
         await mark_scan_dirty(session, scan.id, "visibility")
         return Change("scan", str(scan.id), before, {"visibility": visibility})
 
-    return await _act(actor.id, "scan.visibility", step, errors=errors, reason=reason_t, notes=notes_t)
+    return await act(actor.id, "scan.visibility", step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def _locked_repository(session: AsyncSession, host: str, owner: str, name: str) -> Repository | None:
@@ -175,7 +175,7 @@ async def change_repository_listing(
         before = await set_listing_status(session, repo, listing_status)
         return Change("repository", slug, before, {"listing_status": listing_status})
 
-    return await _act(actor.id, "repository.listing", step, errors=errors, reason=reason_t, notes=notes_t)
+    return await act(actor.id, "repository.listing", step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def end_maintainership(
@@ -202,7 +202,7 @@ async def end_maintainership(
         before = {"maintainer": f"@{target.handle}", "participation_mode": mode}
         return Change("repository", slug, before, {"maintainer": None, "participation_mode": repo.participation_mode})
 
-    return await _act(actor.id, MAINTAINER_END_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
+    return await act(actor.id, MAINTAINER_END_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def change_statement_visibility(
@@ -218,7 +218,7 @@ async def change_statement_visibility(
         change = await statements.change_visibility(session, statement_id, visibility, actor_id=actor.id)
         return Change(statements.AUDIT_SUBJECT, str(statement_id), change.before, change.after)
 
-    return await _act(actor.id, statements.VISIBILITY_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
+    return await act(actor.id, statements.VISIBILITY_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def delete_webhook(actor: Account, webhook_id: int, reason: str, notes: str) -> ActionOutcome:
@@ -232,7 +232,7 @@ async def delete_webhook(actor: Account, webhook_id: int, reason: str, notes: st
         before = {"webhook": gone.id, "owner": f"@{gone.owner}", "destination": gone.destination}
         return Change("repository", gone.repository, before, {"webhook": None})
 
-    return await _act(actor.id, webhooks.DELETE_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
+    return await act(actor.id, webhooks.DELETE_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def delete_repository(
@@ -269,7 +269,7 @@ async def delete_repository(
         return Change("repository", str(repository.id), before, None)
 
     forbidden = {"actor": ["only an active moderator or admin may delete a repository"]}
-    await _act(actor_id, "repository.delete", step, reason=reason, notes=notes, forbidden=forbidden)
+    await act(actor_id, "repository.delete", step, reason=reason, notes=notes, forbidden=forbidden)
 
 
 async def change_account(
@@ -337,7 +337,7 @@ async def change_account(
         await _revalidate_authority(session, target.id)
         return Change("account", target.handle, before, after)
 
-    return await _act(actor.id, "account.change", step, errors=errors, reason=reason_t, notes=notes_t)
+    return await act(actor.id, "account.change", step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def _lock_out(
@@ -402,7 +402,7 @@ async def hide_account_statements(actor: Account, handle: str, reason: str, note
             raise ValidationError({"handle": [f"@{target.handle} has no shown statement to hide"]})
         return Change("account", target.handle, {"statements_shown": hidden}, {"statements_shown": 0})
 
-    return await _act(actor.id, STATEMENTS_HIDE_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
+    return await act(actor.id, STATEMENTS_HIDE_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 
 
 async def _revalidate_authority(session: AsyncSession, account_id: int) -> None:

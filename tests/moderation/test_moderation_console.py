@@ -207,6 +207,7 @@ async def test_account_form_and_audit_log(client: httpx.AsyncClient, moderator: 
     assert [f["id"] for f in accounts.select("form.moderation-form")] == [
         f"account-{target.id}",
         f"account-statements-{target.id}",  # hide all of the handle's statements
+        f"account-signal-{target.id}",  # pin its gate (tests/trust/test_pin.py)
     ]
 
 
