@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import jsonschema_rs
 import pytest
-from sqlalchemy import text
 
 from app.evidence.observe import observe
 from app.exports import service as exports
@@ -21,10 +20,12 @@ from app.kernel import db
 from app.record import changes
 from app.registry.models import Repository
 from app.reports.models import Scan, ScanFinding
+from jobs.worker import observe_job
 from tests.exports.support import records
 from tests.factories import create_account, create_canonical, create_occurrence, create_repository, create_scan, sha
 from tests.harness import tarakan
 from tests.moderation.support import act_as
+from tests.sql import execute, rows, scalar
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNER, NAME = "acme", "widget"
@@ -64,11 +65,7 @@ def github(gated: DemoForge) -> GitHub:
 
 async def _repository(default_branch: str | None = "main") -> Repository:
     repository = await create_repository(OWNER, NAME)
-    async with db.transaction() as session:
-        await session.execute(
-            text("UPDATE repositories SET default_branch = :b WHERE id = :id"),
-            {"b": default_branch, "id": repository.id},
-        )
+    await execute("UPDATE repositories SET default_branch = :b WHERE id = :id", b=default_branch, id=repository.id)
     return repository
 
 
@@ -77,11 +74,10 @@ async def _finding(
 ) -> ScanFinding:
     canonical = await create_canonical(repository, f"finding in {path}", file_path=path, line_start=line)
     occurrence = await create_occurrence(scan, canonical)
-    async with db.transaction() as session:
-        await session.execute(
-            text("UPDATE scan_findings SET line_end = :end, anchor = :anchor WHERE id = :id"),
-            {"end": None if line is None else line + span - 1, "anchor": anchor, "id": occurrence.id},
-        )
+    end = None if line is None else line + span - 1
+    await execute(
+        "UPDATE scan_findings SET line_end = :end, anchor = :a WHERE id = :id", end=end, a=anchor, id=occurrence.id
+    )
     return occurrence
 
 
@@ -92,22 +88,15 @@ async def _announce(scan: Scan) -> None:
 
 
 async def _ledger(occurrence: ScanFinding) -> list[dict[str, Any]]:
-    async with db.read_session(replica=False) as session:
-        value = (
-            await session.execute(
-                text("SELECT observations FROM canonical_findings WHERE id = :id"),
-                {"id": occurrence.canonical_finding_id},
-            )
-        ).scalar_one()
-    return list(value)
+    return list(
+        await scalar("SELECT observations FROM canonical_findings WHERE id = :id", id=occurrence.canonical_finding_id)
+    )
 
 
 async def _canonical_public_id(occurrence: ScanFinding) -> str:
-    async with db.read_session(replica=False) as session:
-        found = await session.execute(
-            text("SELECT public_id FROM canonical_findings WHERE id = :id"), {"id": occurrence.canonical_finding_id}
-        )
-    return str(found.scalar_one())
+    return str(
+        await scalar("SELECT public_id FROM canonical_findings WHERE id = :id", id=occurrence.canonical_finding_id)
+    )
 
 
 async def _observed_entries(client: httpx.AsyncClient) -> list[dict[str, Any]]:
@@ -165,9 +154,7 @@ async def test_present_moved_and_absent_at_the_default_branch_head(
         ("moved", None, C2),
     ]
     # evidence, not a verdict: the reviewers' status stays
-    async with db.read_session(replica=False) as session:
-        statuses = (await session.execute(text("SELECT DISTINCT status FROM canonical_findings"))).scalars().all()
-    assert statuses == ["open"]
+    assert await rows("SELECT DISTINCT status FROM canonical_findings") == [{"status": "open"}]
 
     day = f"{datetime.fromisoformat(now['d']['at']).day} {datetime.fromisoformat(now['d']['at']):%b}"
     page = await client.get(f"/findings/{d.public_id}")
@@ -227,8 +214,8 @@ async def test_daily_once_a_day_repo_always_and_unpublished_findings_unannounced
     await _announce(scan)
     quiet = await _finding(repository, await create_scan(repository, account, commit_sha=C1), "c.py", 2)  # no feed
     held = await _finding(repository, await create_scan(repository, account, commit_sha=C1), "d.py", 1)
-    async with db.transaction() as session:  # a pending report's finding: not publishable, never observed
-        await session.execute(text("UPDATE scan_findings SET published_at = NULL WHERE id = :id"), {"id": held.id})
+    # a pending report's finding: not publishable, never observed
+    await execute("UPDATE scan_findings SET published_at = NULL WHERE id = :id", id=held.id)
     github.commit(C1, {"c.py": "a = 1\nb = 2\n", "d.py": "x\n"})
     today = datetime.now(UTC)
     github.forge.fail("github.com", 503)
@@ -250,4 +237,9 @@ async def test_daily_once_a_day_repo_always_and_unpublished_findings_unannounced
     entries = await _observed_entries(client)  # the finding the feed never announced has no entry
     assert [x["canonical"] for x in entries] == [await _canonical_public_id(announced)]
 
-    assert (await observe(now=today + timedelta(days=1))).repositories == 1  # tomorrow: visited again
+    # the next day's job (once fleet-wide per slot, recorded in job_runs) visits it again
+    await execute("UPDATE repositories SET observed_at = observed_at - interval '1 day'")
+    ctx, slot = {"worker_id": "test-worker", "job_id": "j1"}, datetime(2026, 12, 2, 5, 45, tzinfo=UTC).isoformat()
+    assert await observe_job(ctx, slot=slot) and not await observe_job(ctx, slot=slot)
+    detail = json.loads(await scalar("SELECT detail FROM job_runs WHERE name = 'observe'"))
+    assert (detail["state"], detail["result"]["repositories"]) == ("done", 1)
