@@ -34,6 +34,7 @@ SCHEMAS = {
     "repositories.ndjson.gz": "repository.schema.json",
     "findings.ndjson.gz": "finding.schema.json",
     "patterns.ndjson.gz": "pattern.schema.json",
+    "precision.ndjson.gz": "precision.schema.json",
 }
 NOTES = "Taken down while the owner is contacted about the disclosure."
 
