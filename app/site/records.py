@@ -41,6 +41,7 @@ from app.registry import queries
 from app.registry.types import public_repository
 from app.reports.models import REVIEW_STATUS_WORDS
 from app.reports.queries import get_finding, list_repository_reports, newest_public_occurrence
+from app.site.burden import burden_of
 from app.site.types import (
     FindingCheck,
     FindingDetail,
@@ -85,6 +86,7 @@ async def repository_page(request: Request) -> Response:
     statements = await current_by_occurrences(f["public_id"] for r in reports for f in r["findings"])
     observed = await observations.latest_by_occurrences(f["public_id"] for r in reports for f in r["findings"])
     maintainers = await current_maintainers(repository["id"])
+    burden = await burden_of(repository["id"])
     path = repo_path(repository["host"], repository["owner"], repository["name"])
     # for the shared cache (a privileged answer drops them, cache_headers): the repository, and the patterns whose
     # spread it lists, which another repository's report moves (the drain purges the keys it refreshed)
@@ -96,6 +98,7 @@ async def repository_page(request: Request) -> Response:
                 reports=[_record_report(r, statements, observed) for r in reports],
                 infestations=[repository_infestation(item) for item in infestations],
                 maintainers=repository_maintainers(maintainers),
+                burden=burden,
             ),
             cache=cache_for(viewer),
             tags=tags,
@@ -106,6 +109,7 @@ async def repository_page(request: Request) -> Response:
         "infestations": infestations,
         "statements": statements,
         "maintainers": maintainers,
+        "burden": burden,
         "review_words": REVIEW_STATUS_WORDS,
         "external_url": repository["canonical_url"] if repository["canonical_url"].startswith("https://") else None,
         "marks": await _marks(request, viewer, repository, [(r["id"], r["visibility"]) for r in reports]),

@@ -73,11 +73,20 @@ class RecordReport(Answer):
     findings: list[RecordFinding] | UnsetType = UNSET
 
 
+class Burden(Answer):
+    """What the findings reported about a repository came to: decided, and of those disputed or refused."""
+
+    decided: int
+    disputed: int
+    refused: int
+
+
 class RepositoryRecord(Answer):
     repository: PublicRepository
     reports: list[RecordReport]
     infestations: list[RepositoryInfestation]
     maintainers: Annotated[list[RepositoryMaintainerEntry], Meta(description="its current verified maintainers")]
+    burden: Burden
 
 
 class FindingRepository(Answer):
