@@ -33,10 +33,10 @@ def exempt_from_quotas(actor: Actor) -> bool:
     return has_moderator_role(actor)
 
 
-def require_within_quota(actor: Actor, quota: DailyQuota, used_today: int) -> None:
-    """RateLimited (429, `Retry-After` one day) when `used_today` reached the actor's daily limit."""
+def require_within_quota(actor: Actor, quota: DailyQuota, used_today: int, *, scale: int = 1) -> None:
+    """RateLimited (429, `Retry-After` one day) when `used_today` reached the actor's daily limit (times `scale`)."""
     if exempt_from_quotas(actor):
         return
-    limit = quota.limit_for(actor)
+    limit = quota.limit_for(actor) * scale
     if used_today >= limit:
         raise RateLimited({"rate_limit": [f"daily quota of {limit} {quota.noun} reached"]}, retry_after=DAY_SECONDS)

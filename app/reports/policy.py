@@ -28,6 +28,9 @@ PER_REPOSITORY_MINUTE_LIMIT = 5
 DAILY_QUOTA_REVIEWER = 100
 DAILY_QUOTA_ACTIVE = 30
 DAILY_QUOTA_OTHER = 3
+# earned trust's high signal (app/trust/signal.py HIGH_*; the report path may not import app.trust)
+HIGH_MIN_DECIDED = 20
+HIGH_SIGNAL = 0.8
 REPORTS_PER_DAY = DailyQuota("reports", DAILY_QUOTA_REVIEWER, DAILY_QUOTA_ACTIVE, DAILY_QUOTA_OTHER)
 
 
@@ -40,6 +43,10 @@ class Actor:
     platform_role: str
     trust_tier: str
     state: str
+    # its earned-trust signal as the worker last stored it (app/trust/signal.py): its new findings held for
+    # review, or twice the daily report quota
+    gated: bool = False
+    high_signal: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,8 +87,10 @@ WITH actor AS (
 SELECT a.id, a.handle, a.platform_role, a.trust_tier, a.state,
        r.id AS rid, r.host, r.owner, r.name, r.listing_status, r.participation_mode, r.submitted_by_id,
        set_config('plan_cache_mode', :plans, true) AS plans,
-       (SELECT t.revoked_at IS NULL FROM api_tokens t WHERE t.id = :tid AND t.account_id = a.id) AS token_live
+       (SELECT t.revoked_at IS NULL FROM api_tokens t WHERE t.id = :tid AND t.account_id = a.id) AS token_live,
+       g.gated IS TRUE AS gated, coalesce(g.decided >= :high_decided AND g.precision >= :high_precision, false) AS high
 FROM actor a
+LEFT JOIN account_signals g ON g.account_id = a.id
 LEFT JOIN LATERAL (
   SELECT id, host, owner, name, listing_status, participation_mode, submitted_by_id FROM repositories
   WHERE host = :host AND owner = :owner AND name = :name AND a.id IS NOT NULL
@@ -103,13 +112,16 @@ async def load_submitter(
     request's API token), the bearer check's 401 when that token is revoked or gone: the route may have let the
     request in on a remembered check (`app.accounts.service.remembered_bearer_caller`)."""
     host, owner, name = normalize_ref(host, owner, name)
-    params = {"aid": account_id, "host": host, "owner": owner, "name": name, "plans": REPORT_PLANS, "tid": token_id}
+    params = {
+        "aid": account_id, "host": host, "owner": owner, "name": name, "plans": REPORT_PLANS, "tid": token_id,
+        "high_decided": HIGH_MIN_DECIDED, "high_precision": HIGH_SIGNAL,
+    }  # fmt: skip
     row = (await session.execute(_SUBMITTER, params)).first()
     if token_id is not None and (row is None or not row.token_live):
         raise refused_token(revoked=row is not None and row.token_live is False)
     if row is None:
         raise Forbidden({"account": ["does not exist"]})
-    actor = Actor(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]))
+    actor = Actor(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]), bool(row.gated), bool(row.high))
     return actor, None if row.rid is None else _repository(row[5:12])
 
 
@@ -220,7 +232,8 @@ def require_within_limits(actor: Actor, per_minute: int, per_repo_minute: int, p
     """§9 limits of `RECENT_REPORTS`' counts (read after the account row was locked), the daily quota first."""
     if exempt_from_quotas(actor):
         return
-    require_within_quota(actor, REPORTS_PER_DAY, per_day)
+    # earned trust's reward: a high signal doubles the daily quota (docs/domain.md "Earned trust")
+    require_within_quota(actor, REPORTS_PER_DAY, per_day, scale=2 if actor.high_signal else 1)
     if per_minute >= PER_MINUTE_LIMIT:
         raise RateLimited(
             {"rate_limit": [f"at most {PER_MINUTE_LIMIT} reports per minute per account"]}, retry_after=60

@@ -14,12 +14,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.config import ConfigError
+from app.reports.policy import HIGH_MIN_DECIDED, HIGH_SIGNAL  # twice the daily quota at or above
 
 PRIOR_VERIFIED, PRIOR_DECIDED = 2, 4
 WINDOW_DAYS = 365
 GATE_MIN_DECIDED = 10  # below it nobody is gated: a few early disputes are not a record
-HIGH_SIGNAL = 0.8  # at or above it over at least HIGH_MIN_DECIDED: twice the daily report quota
-HIGH_MIN_DECIDED = 20
 REASONS_SHOWN = 10
 
 
