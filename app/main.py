@@ -21,6 +21,7 @@ from app.kernel import db, metrics, outages, urls, watchdog
 from app.kernel.errors import BadRequest, DomainError, NotFound
 from app.kernel.templating import ROOT
 from app.kernel.web import error_response, unavailable_response
+from app.record.rendered import PageRoute
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ class RememberedRoutes:
         if route is None:
             for candidate in self.router.routes:  # the router's rule: the first full match wins
                 if candidate.matches(scope)[0] is Match.FULL:
-                    if type(candidate) is Route:
+                    if isinstance(candidate, Route) and type(candidate) in (Route, PageRoute):
                         if len(self.known) >= self.SIZE:
                             self.known.clear()
                         route = self.known[key] = candidate

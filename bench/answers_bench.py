@@ -26,15 +26,8 @@ import pydantic
 from msgspec import inspect
 from starlette.responses import JSONResponse
 
-from app.infestations.types import (
-    InfestationFilters,
-    InfestationList,
-    InfestationShow,
-    affected_repository_page,
-    infestation,
-    instance_page,
-    repository_infestation,
-)
+from app.infestations.rows import Infestation, InfestationFilters, RepositoryInfestation, as_answer
+from app.infestations.types import InfestationList, InfestationShow, affected_repository_page, instance_page
 from app.kernel.answers import iso
 from app.kernel.config import settings
 from app.kernel.urls import finding_path, repo_path
@@ -323,13 +316,15 @@ def report_before() -> bytes:
 
 def index_now() -> bytes:
     filters = InfestationFilters(**FILTERS)
-    answer = InfestationList(items=[infestation(i) for i in INFESTATIONS], refreshed_at=iso(NOW), filters=filters)
+    answer = InfestationList(
+        items=[as_answer(Infestation, i) for i in INFESTATIONS], refreshed_at=iso(NOW), filters=filters
+    )
     return bytes(json_twin(answer).body)
 
 
 def show_now() -> bytes:
     answer = InfestationShow(
-        infestation=infestation(SHOW["infestation"]),
+        infestation=as_answer(Infestation, SHOW["infestation"]),
         refreshed_at=iso(SHOW["refreshed_at"]),
         repositories=affected_repository_page(SHOW["repositories"]),
         instances=instance_page(SHOW["instances"]),
@@ -341,7 +336,7 @@ def record_now() -> bytes:
     answer = RepositoryRecord(
         repository=public_repository(REPOSITORY),
         reports=[records._record_report(r, {}) for r in REPORTS],
-        infestations=[repository_infestation(i) for i in REPOSITORY_INFESTATIONS],
+        infestations=[as_answer(RepositoryInfestation, i) for i in REPOSITORY_INFESTATIONS],
         maintainers=[],
     )
     return bytes(json_twin(answer).body)

@@ -12,10 +12,9 @@ from sqlalchemy import ARRAY, ColumnElement, Text, and_, any_, bindparam, cast, 
 
 from app.infestations.models import UNKNOWN_TITLE, status_rank
 from app.infestations.rows import (
-    ListOptions,
+    InfestationFilters,
     infestation_map,
     instance_entry,
-    list_options,
     membership_entry,
     newest_first_page,
     window_bucket,
@@ -154,19 +153,20 @@ async def list_infestations_legacy(
     *, days: int = 30, min_repos: int = 2, status: str | None = None, limit: int = 40
 ) -> list[dict[str, Any]]:
     """`ranked_legacy` of the clamped filters."""
-    return await ranked_legacy(list_options(days=days, min_repos=min_repos, status=status, limit=limit))
+    filters = InfestationFilters.of(days=days, min_repos=min_repos, status=status, limit=limit, rollup=False)
+    return await ranked_legacy(filters)
 
 
-async def ranked_legacy(options: ListOptions) -> list[dict[str, Any]]:
+async def ranked_legacy(options: InfestationFilters) -> list[dict[str, Any]]:
     """Online GROUP BY over the public join set: canonicals updated within `days` (exact `since`), optional
     pre-aggregate status filter, at least `min_repos` distinct repositories. Counts and dates are window-scoped."""
     started = time.perf_counter()
     since = db.utcnow() - timedelta(days=options.days)
     params: dict[str, Any] = {"since": since, "min_repos": options.min_repos, "limit": options.limit}
-    if options.status is not None:
-        params["status"] = options.status
+    if options.status_filter is not None:
+        params["status"] = options.status_filter
     async with db.read_session() as session:
-        rows = (await session.execute(_LIST[options.status is not None], params)).mappings().all()
+        rows = (await session.execute(_LIST[options.status_filter is not None], params)).mappings().all()
     reps = await _representatives([row["pattern_key"] for row in rows])
     window = window_bucket(options.days)
     LIST_DURATION.labels(source="legacy", window=str(window)).observe(time.perf_counter() - started)

@@ -26,11 +26,10 @@ from app.infestations.models import (
     InfestationPatternStatusWindow,
 )
 from app.infestations.rows import (
-    ListOptions,
+    InfestationFilters,
     clamp,
     infestation_map,
     instance_entry,
-    list_options,
     newest_first_page,
     window_bucket,
 )
@@ -76,26 +75,26 @@ async def list_infestations(
 ) -> list[dict[str, Any]]:
     """The ranked atlas. Reads the runtime flag at every call, so operators can fall back to the legacy
     online aggregate without a restart."""
-    dated = await list_infestations_dated(list_options(days=days, min_repos=min_repos, status=status, limit=limit))
+    rollup = await flags.read_from_rollup()
+    filters = InfestationFilters.of(days=days, min_repos=min_repos, status=status, limit=limit, rollup=rollup)
+    dated = await list_infestations_dated(filters, rollup=rollup)
     return dated.items
 
 
 class DatedList(NamedTuple):
     items: list[dict[str, Any]]
     refreshed_at: datetime | None
-    counts_window_days: int  # the days whose counts were served: the covering bucket, or the real days (legacy)
 
 
-async def list_infestations_dated(options: ListOptions) -> DatedList:
+async def list_infestations_dated(filters: InfestationFilters, *, rollup: bool) -> DatedList:
     """`list_infestations`, when its counts were computed and over which window: the oldest `refreshed_at` of the
     rows shown (counts may lag a takedown until the refresh; identifying details never do, docs/domain.md §5.7), or
-    now on the legacy path; None for an empty rollup list. The rollups serve the covering bucket's counts for every
-    filter (status or not); the legacy aggregate counts the real days. Every filter combination walks a rank index
-    in O(limit), so nothing is cached: a takedown holds at the next request through the read-time guard alone."""
-    if await flags.read_from_rollup():
-        items, refreshed_at = await ranked_rollup(options)
-        return DatedList(items, refreshed_at, window_bucket(options.days))
-    return DatedList(await ranked_legacy(options), db.utcnow(), options.days)
+    now on the legacy path; None for an empty rollup list. `rollup`: the read flag as the request read it once (the
+    filters' `counts_window_days` says the same path). Every filter combination walks a rank index in O(limit), so
+    nothing is cached: a takedown holds at the next request through the read-time guard alone."""
+    if rollup:
+        return DatedList(*await ranked_rollup(filters))
+    return DatedList(await ranked_legacy(filters), db.utcnow())
 
 
 # Statements are composed with Core once, at import, and compiled to the text that runs (docs/architecture.md
@@ -208,7 +207,7 @@ async def list_infestations_rollup(
 ) -> list[dict[str, Any]]:
     """Rollup path: counts and last_seen_at from the window bucket covering `days`, first_seen_at all-time
     (docs/domain.md §5.7). For `days` between buckets the counts are the bucket's; the guard uses the real `days`."""
-    items, _ = await ranked_rollup(list_options(days=days, min_repos=min_repos, status=status, limit=limit))
+    items, _ = await ranked_rollup(InfestationFilters.of(days=days, min_repos=min_repos, status=status, limit=limit))
     return items
 
 
@@ -222,14 +221,15 @@ def guarded_map(row: Mapping[Any, Any]) -> dict[str, Any]:
     return item
 
 
-async def ranked_rollup(options: ListOptions) -> tuple[list[dict[str, Any]], datetime | None]:
-    """The rollup list of clamped filters and the oldest `refreshed_at` of its rows."""
-    status = options.status
-    window = window_bucket(options.days)
+async def ranked_rollup(filters: InfestationFilters) -> tuple[list[dict[str, Any]], datetime | None]:
+    """The rollup list of clamped filters (its counts of their window bucket) and the oldest `refreshed_at` of its
+    rows."""
+    status = filters.status_filter
+    window = window_bucket(filters.days)
     params: dict[str, Any] = {
-        "min_repos": options.min_repos,
-        "since": db.utcnow() - timedelta(days=options.days),
-        "limit": options.limit,
+        "min_repos": filters.min_repos,
+        "since": db.utcnow() - timedelta(days=filters.days),
+        "limit": filters.limit,
     }
     started = time.perf_counter()
     async with db.read_session() as session:
@@ -280,12 +280,15 @@ async def get_infestation(pattern_key: str) -> dict[str, Any] | None:
     return infestation
 
 
-async def get_infestation_dated(pattern_key: str) -> tuple[dict[str, Any] | None, datetime | None]:
-    """`get_infestation` and when its counts were computed (its rollup's `refreshed_at`, or now when read live)."""
+async def get_infestation_dated(
+    pattern_key: str, *, rollup: bool | None = None
+) -> tuple[dict[str, Any] | None, datetime | None]:
+    """`get_infestation` and when its counts were computed (its rollup's `refreshed_at`, or now when read live).
+    `rollup`: the read flag as the request read it (None: read it here)."""
     key = parse_pattern_key(pattern_key)
     if key is None:
         return None, None
-    if not await flags.read_from_rollup():
+    if not (await flags.read_from_rollup() if rollup is None else rollup):
         return await get_infestation_legacy(key), db.utcnow()
     async with db.read_session() as session:
         row = (await session.execute(_GET, {"key": key})).mappings().first()
@@ -336,8 +339,10 @@ def _instances() -> Select[Any]:
 _INSTANCES = newest_first_pages(_instances(), instances.c.updated_at, instances.c.canonical_finding_id)
 
 
-async def _fetch_instances(pattern_key: str, *, limit: int, cursor: str | None) -> Page[dict[str, Any]]:
-    if not await flags.read_from_rollup():
+async def _fetch_instances(
+    pattern_key: str, *, limit: int, cursor: str | None, rollup: bool | None = None
+) -> Page[dict[str, Any]]:
+    if not (await flags.read_from_rollup() if rollup is None else rollup):
         return await list_instances_legacy(parse_pattern_key(pattern_key) or "", limit=limit, cursor=cursor)
     return await newest_first_page(
         _INSTANCES,
@@ -355,10 +360,13 @@ async def list_instances(pattern_key: str, *, limit: int = 100) -> list[dict[str
     return page["entries"]
 
 
-async def list_instances_page(pattern_key: str, *, limit: int = 50, cursor: str | None = None) -> Page[dict[str, Any]]:
+async def list_instances_page(
+    pattern_key: str, *, limit: int = 50, cursor: str | None = None, rollup: bool | None = None
+) -> Page[dict[str, Any]]:
     """One ledger page `{"entries", "next_cursor"}` (default 50, max 100), keyset on
-    `(updated_at DESC, canonical id DESC)`. A malformed cursor raises InvalidCursor (400)."""
-    return await _fetch_instances(pattern_key, limit=clamp(limit, 1, PAGE_MAX), cursor=cursor)
+    `(updated_at DESC, canonical id DESC)`. A malformed cursor raises InvalidCursor (400). `rollup`: as in
+    `get_infestation_dated`."""
+    return await _fetch_instances(pattern_key, limit=clamp(limit, 1, PAGE_MAX), cursor=cursor, rollup=rollup)
 
 
 _NEWEST = compiled(

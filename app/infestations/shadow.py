@@ -10,7 +10,7 @@ from typing import Any
 from app.infestations.legacy import ranked_legacy
 from app.infestations.models import WINDOWED_AGGREGATES
 from app.infestations.queries import ranked_rollup
-from app.infestations.rows import MIN_REPOS_CHOICES, list_options, window_bucket
+from app.infestations.rows import MIN_REPOS_CHOICES, InfestationFilters, window_bucket
 from app.infestations.shadow_sampler import crossed_since_recompute
 from app.kernel import db
 from app.kernel.metrics import SHADOW_MISMATCHES
@@ -95,10 +95,10 @@ def _without_lagging(
 
 async def shadow_compare(*, days: int, min_repos: int, status: str | None, limit: int = 100) -> list[str]:
     """Run both paths with the same options; each mismatch is counted, logged and returned as one line."""
-    options = list_options(days=days, min_repos=min_repos, status=status, limit=limit)
+    options = InfestationFilters.of(days=days, min_repos=min_repos, status=status, limit=limit)
     legacy = await ranked_legacy(options)
     rollup, _ = await ranked_rollup(options)
-    label = f"days={options.days} min_repos={options.min_repos} status={options.status or 'all'}"
+    label = f"days={options.days} min_repos={options.min_repos} status={options.status}"
     lagging = await _lagging_keys((item["pattern_key"] for item in [*legacy, *rollup]), options.days)
     if lagging:
         legacy, rollup = _without_lagging(legacy, rollup, lagging, options.limit)

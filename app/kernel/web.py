@@ -4,15 +4,16 @@ kernel's rules in words": pages and twins)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterable, Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import AsyncIterable, Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.types import Send
 
-from app.kernel import db, outages
+from app.kernel import db, flags, outages
 from app.kernel.answers import Answer, Errors, answer_response
 from app.kernel.errors import DomainError, ServiceUnavailable
 from app.kernel.shared_cache import xkey_headers
@@ -134,6 +135,36 @@ VARY_HX = "HX-Request, HX-History-Restore-Request"
 def is_fragment_request(request: Request) -> bool:
     """An htmx swap asks for the fragment; a history restore (back button, cache miss) needs the full page."""
     return request.headers.get("HX-Request") == "true" and request.headers.get("HX-History-Restore-Request") != "true"
+
+
+Q = TypeVar("Q", bound=Hashable)
+
+
+@dataclass(frozen=True, slots=True)
+class View(Generic[Q]):
+    """One GET of a public page as read once, at its door (`view_of`), and handed down: its typed query, the format,
+    whether htmx asks for the fragment, and the rollup read flag (docs/architecture.md "A request from route to SQL")."""
+
+    request: Request
+    query: Q
+    as_json: bool
+    fragment: bool
+    rollup: bool
+
+    @property
+    def key(self) -> Hashable:
+        """What the page shows, for the render cache: the path (its `.json` and path parameters), the parsed query,
+        fragment or page, and the flag."""
+        return (self.request.scope["path"], self.query, self.fragment, self.rollup)
+
+
+# `parse(request, rollup)`: the query as one hashable value (an error raised here is the page's 4xx)
+Parse = Callable[[Request, bool], Q]
+
+
+async def view_of(request: Request, parse: Parse[Q]) -> View[Q]:
+    rollup = await flags.read_from_rollup()
+    return View(request, parse(request, rollup), wants_json(request), is_fragment_request(request), rollup)
 
 
 def alternate_link(json_url: str) -> str:

@@ -9,19 +9,20 @@ import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
 
 from app.kernel import db, flags
 from app.kernel.config import render_cache_bytes
 from app.kernel.metrics import RENDER_CACHE_BYTES, RENDER_CACHE_EVICTIONS, RENDER_CACHE_REQUESTS
 from app.kernel.security import SESSION_COOKIE_NAME
 from app.kernel.sql import statement
-from app.kernel.web import etag_matches, is_fragment_request
+from app.kernel.web import Parse, Q, View, etag_matches, is_fragment_request, view_of
 
 # Window exits are decided when a page is read (docs/domain.md §5.5): a kept page older than this is rendered again
 # even when nothing was written (an age per page, not a clock slice: pages do not all expire at the same instant).
@@ -47,6 +48,7 @@ _NOT_IN_304 = frozenset({b"content-type", b"content-length", b"content-encoding"
 
 Handler = Callable[[Request], Awaitable[Response]]
 KeyOf = Callable[[Request], Hashable]
+D = TypeVar("D")
 
 
 @dataclass(frozen=True)
@@ -289,66 +291,101 @@ def _without_validators(request: Request) -> Request:
 
 
 def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
-    """Serve the decorated public route from the render cache: one version read per request, the page rendered
-    once per (route, `key(request)`, fragment or not, the rollup read flag, version) and process, and again once it
-    is MAX_AGE_SECONDS old.
-    Signed-in requests (a session cookie naming a live session), errors and private answers pass through
-    untouched."""
+    """Serve the decorated public route from the render cache (`kept_or_rendered`), the page kept under (route,
+    `key(request)`, fragment or not, the rollup read flag)."""
 
     def decorate(handler: Handler) -> Handler:
         route = f"{handler.__module__}.{handler.__qualname__}"
 
         @wraps(handler)
         async def serve(request: Request) -> Response:
-            store = cache()
-            if store is None or not await _anonymous(request):
-                if store is not None:
-                    RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
-                return await handler(request)
-            version, on_primary = await shared_version()
-            store.saw_takedown(int(version[0]))
-            full_key = (
-                route,
-                key(request),
-                is_fragment_request(request),
-                await flags.read_from_rollup(),
-                version,
-            )
-            kept = store.get(full_key)
-            if kept is not None:
-                store.hits += 1
-                RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
-                return serve_kept(request, kept)
-            flight = (id(asyncio.get_running_loop()), full_key)
-            running = store._inflight.get(flight)
-            if running is not None:  # another visitor is rendering this very page: wait for it
-                kept = await asyncio.shield(running)
-                if kept is not None:
-                    store.hits += 1
-                    RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
-                    return serve_kept(request, kept)
-                return await handler(request)
-            future: asyncio.Future[KeptPage | None] = asyncio.get_running_loop().create_future()
-            store._inflight[flight] = future
-            kept = None
-            try:
-                if on_primary:
-                    with db.primary_reads():
-                        response = await handler(_without_validators(request))
-                else:
-                    response = await handler(_without_validators(request))
-                kept, response = await _keep(response, store.max_bytes // ENTRY_SHARE)
-            finally:  # waiters get the page, or None and render for themselves
-                store._inflight.pop(flight, None)
-                future.set_result(kept)
-            if kept is None:
-                RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
-                return response
-            store.renders += 1
-            store.put(full_key, kept)
-            RENDER_CACHE_REQUESTS.labels(outcome="miss").inc()
-            return serve_kept(request, kept)
+            async def key_of() -> Hashable:
+                return (route, key(request), is_fragment_request(request), await flags.read_from_rollup())
+
+            return await kept_or_rendered(request, key_of, handler)
 
         return serve
 
     return decorate
+
+
+class PageRoute(Route):
+    """A public GET page through `page_route`."""
+
+
+def page_route(
+    path: str,
+    *,
+    parse: Parse[Q],
+    read: Callable[[View[Q]], Awaitable[D]],
+    render: Callable[[View[Q], D], Response],
+    name: str | None = None,
+) -> PageRoute:
+    """The read side's twin of `app.kernel.intake.body_route`: a GET (and HEAD) whose query is parsed once into one
+    typed value (`parse`, in `app.kernel.web.view_of`, with the fragment and rollup flags read once beside it),
+    which with the route is the render cache's key; on a miss `read(view)` fetches and `render(view, data)` answers
+    the page, its fragment or its twin. A 4xx of `parse` or `read` is the one error path's, never kept."""
+    route = f"{render.__module__}.{name or path}"
+
+    async def endpoint(request: Request) -> Response:
+        view = await view_of(request, parse)
+
+        async def key_of() -> Hashable:
+            return (route, view.key)
+
+        async def handler(seen: Request) -> Response:
+            # on a miss the handler sees the request without its validators (`_without_validators`)
+            current = view if seen is request else replace(view, request=seen)
+            return render(current, await read(current))
+
+        return await kept_or_rendered(request, key_of, handler)
+
+    return PageRoute(path, endpoint, methods=["GET", "HEAD"], name=name)
+
+
+async def kept_or_rendered(request: Request, key_of: Callable[[], Awaitable[Hashable]], handler: Handler) -> Response:
+    """One version read per request, the page rendered once per (`key_of()`, version) and process, and again once
+    it is MAX_AGE_SECONDS old. Signed-in requests (a session cookie naming a live session), errors and private
+    answers pass through untouched."""
+    store = cache()
+    if store is None or not await _anonymous(request):
+        if store is not None:
+            RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
+        return await handler(request)
+    version, on_primary = await shared_version()
+    store.saw_takedown(int(version[0]))
+    full_key = (await key_of(), version)
+    kept = store.get(full_key)
+    if kept is not None:
+        store.hits += 1
+        RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
+        return serve_kept(request, kept)
+    flight = (id(asyncio.get_running_loop()), full_key)
+    running = store._inflight.get(flight)
+    if running is not None:  # another visitor is rendering this very page: wait for it
+        kept = await asyncio.shield(running)
+        if kept is not None:
+            store.hits += 1
+            RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
+            return serve_kept(request, kept)
+        return await handler(request)
+    future: asyncio.Future[KeptPage | None] = asyncio.get_running_loop().create_future()
+    store._inflight[flight] = future
+    kept = None
+    try:
+        if on_primary:
+            with db.primary_reads():
+                response = await handler(_without_validators(request))
+        else:
+            response = await handler(_without_validators(request))
+        kept, response = await _keep(response, store.max_bytes // ENTRY_SHARE)
+    finally:  # waiters get the page, or None and render for themselves
+        store._inflight.pop(flight, None)
+        future.set_result(kept)
+    if kept is None:
+        RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
+        return response
+    store.renders += 1
+    store.put(full_key, kept)
+    RENDER_CACHE_REQUESTS.labels(outcome="miss").inc()
+    return serve_kept(request, kept)

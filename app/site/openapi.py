@@ -10,7 +10,8 @@ from starlette.routing import BaseRoute, Route
 from app.exports.types import ExportManifest
 from app.feed.entries import CHANGE_RECEIVER
 from app.feed.types import ChangePage
-from app.infestations.types import STATUS_CHOICES, InfestationList, InfestationShow, InstancePage
+from app.infestations.rows import STATUS_CHOICES
+from app.infestations.types import InfestationList, InfestationShow, InstancePage
 from app.kernel.answers import Errors
 from app.kernel.openapi import (
     BINARY_BODY,

@@ -14,7 +14,7 @@ from starlette.routing import BaseRoute, Route
 from app.accounts.sessions import current_account
 from app.accounts.viewer import viewer_for
 from app.infestations.memberships import list_repository_infestations
-from app.infestations.types import repository_infestation
+from app.infestations.rows import RepositoryInfestation, as_answer
 from app.kernel import db
 from app.kernel.actors import Viewer, can_moderate, in_good_standing
 from app.kernel.answers import UNSET, iso, uuid_text
@@ -96,7 +96,7 @@ async def repository_page(request: Request) -> Response:
             RepositoryRecord(
                 repository=public_repository(repository),
                 reports=[_record_report(r, statements, observed) for r in reports],
-                infestations=[repository_infestation(item) for item in infestations],
+                infestations=[as_answer(RepositoryInfestation, item) for item in infestations],
                 maintainers=repository_maintainers(maintainers),
                 burden=burden,
             ),

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from app.infestations.types import infestation
+from app.infestations.rows import Infestation, as_answer
 from app.kernel.answers import iso
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.web import cache_headers, etag_matches, json_twin, page, wants_json
@@ -55,7 +55,7 @@ async def home(request: Request) -> Response:
     return json_twin(
         Home(
             stats=HomeStats(**await registry_stats()),
-            infestations=[infestation(item) for item in fragment.items],
+            infestations=[as_answer(Infestation, item) for item in fragment.items],
             recent_reports=[
                 RecentReport(
                     id=r["id"],

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from app.infestations.types import Infestation, RepositoryInfestation
+from app.infestations.rows import Infestation, RepositoryInfestation
 from app.kernel.answers import UNSET, Answer, Sha, Timestamp, UnsetType, Uuid, enum
 from app.maintainers.statement_types import MaintainerStatement, RepositoryMaintainerEntry
 from app.record.models import REASONS

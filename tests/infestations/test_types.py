@@ -3,8 +3,7 @@ the infestation map, §4.4 instance entries)."""
 
 from __future__ import annotations
 
-from app.infestations.rows import INFESTATION_KEYS, INSTANCE_KEYS
-from app.infestations.types import Infestation, Instance
+from app.infestations.rows import INFESTATION_KEYS, INSTANCE_KEYS, Infestation, Instance
 
 
 def test_the_map_and_ledger_types_name_the_query_keys_in_order() -> None:

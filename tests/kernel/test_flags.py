@@ -144,9 +144,9 @@ async def test_two_web_processes_follow_a_change_within_two_seconds() -> None:
 
 async def _legacy_items() -> list[dict[str, object]]:
     from app.infestations.legacy import ranked_legacy
-    from app.infestations.rows import list_options
+    from app.infestations.rows import InfestationFilters
 
-    return await ranked_legacy(list_options(days=30, min_repos=2, status=None, limit=50))
+    return await ranked_legacy(InfestationFilters.of(days=30, min_repos=2, status=None, limit=50, rollup=False))
 
 
 async def _keys(base: str) -> set[str]:
