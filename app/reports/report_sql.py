@@ -4,14 +4,18 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.sql import Fragment, statement
 from app.reports.assimilation import FIND_KNOWN
 from app.reports.policy import RECENT_REPORTS
-from app.reports.validation import ReportInput
+from app.reports.validation import FindingInput, ReportInput
 
 # What makes a second submission of a run "the same report": the retry of a request whose answer was lost (an
 # outage at commit time), answered with the stored report instead of a 422 (docs/reliability.md "Retries").
@@ -26,9 +30,12 @@ WHERE submitted_by_id = :aid AND run_id = :run_id AND repository_id = :rid AND c
 # A new report's row; the same run_id stored by this account (a retry, or a concurrent request) inserts nothing
 _INSERT_SCAN = Fragment("""
 INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, run_id, provenance,
-                   review_kind, notes, findings_count, review_status, visibility, raw_document)
+                   review_kind, notes, findings_count, review_status, visibility, raw_document, commit_committed_at,
+                   published_at, evidence_next_at)
 VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review_kind, :notes, :findings_count,
-        'quarantined', 'public', :raw_document)
+        'quarantined', 'public', :raw_document, CAST(:committed_at AS timestamptz),
+        CASE WHEN CAST(:pending AS boolean) THEN NULL ELSE now() END,
+        CASE WHEN CAST(:pending AS boolean) THEN now() + interval '30 seconds' END)
 ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
 RETURNING id
 """)
@@ -71,8 +78,62 @@ STORED_RUN = statement(
 )
 
 
-def scan_values(account_id: int, repository_id: int, report: ReportInput) -> dict[str, Any]:
+# A pending report's findings (its evidence undecided): stored unlinked and unpublished, as sent (the disposition
+# sent is the hint `assimilate_scan` reads when the worker links them), in position order
+INSERT_PENDING_FINDINGS = text("""
+INSERT INTO scan_findings
+  (scan_id, position, file_path, line_start, line_end, severity, title, description, disposition,
+   claimed_canonical_public_id, partial_fingerprints, evidence_state, anchor, rule_id, published_at)
+SELECT :scan_id, n.position, n.file_path, n.line_start, n.line_end, n.severity, n.title, n.description,
+       n.disposition, n.claimed, n.partials, 'pending', n.anchor, n.rule_id, NULL
+FROM unnest(CAST(:positions AS integer[]), CAST(:file_paths AS text[]), CAST(:line_starts AS integer[]),
+            CAST(:line_ends AS integer[]), CAST(:severities AS text[]), CAST(:titles AS text[]),
+            CAST(:descriptions AS text[]), CAST(:dispositions AS text[]), CAST(:claimed AS uuid[]),
+            CAST(:partials AS jsonb[]), CAST(:anchors AS text[]), CAST(:rule_ids AS text[]))
+     WITH ORDINALITY AS n(position, file_path, line_start, line_end, severity, title, description, disposition,
+                          claimed, partials, anchor, rule_id, ord)
+ORDER BY n.ord
+RETURNING id, public_id
+""")
+
+
+async def store_pending(session: AsyncSession, scan_id: int, report: ReportInput) -> Sequence[Row[Any]]:
+    """A pending report's findings stored (`INSERT_PENDING_FINDINGS`): their (id, public_id) rows, in order."""
+    return (await session.execute(INSERT_PENDING_FINDINGS, _pending_values(scan_id, report.findings))).all()
+
+
+def _pending_values(scan_id: int, findings: Sequence[FindingInput]) -> dict[str, Any]:
     return {
+        "scan_id": scan_id,
+        "positions": [f.position for f in findings],
+        "file_paths": [f.file_path for f in findings],
+        "line_starts": [f.line_start for f in findings],
+        "line_ends": [f.line_end for f in findings],
+        "severities": [f.severity for f in findings],
+        "titles": [f.title for f in findings],
+        "descriptions": [f.description for f in findings],
+        "dispositions": [f.disposition for f in findings],
+        "claimed": [None if f.claimed_canonical_public_id is None else str(f.claimed_canonical_public_id)
+                    for f in findings],
+        "partials": [None if f.partial_fingerprints is None else json.dumps(f.partial_fingerprints)
+                     for f in findings],
+        "anchors": [f.anchor for f in findings],
+        "rule_ids": [f.rule_id for f in findings],
+    }  # fmt: skip
+
+
+def scan_values(
+    account_id: int,
+    repository_id: int,
+    report: ReportInput,
+    *,
+    pending: bool = False,
+    committed_at: datetime | None = None,
+) -> dict[str, Any]:
+    """A report's scan parameters; `pending`: its evidence is undecided (stored unpublished, due for a re-check)."""
+    return {
+        "pending": pending,
+        "committed_at": committed_at,
         "aid": account_id,
         "rid": repository_id,
         "sha": report.commit_sha,

@@ -4,6 +4,7 @@ response shows exactly what was committed."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -12,7 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.answers import uuid_text
 from app.kernel.config import settings
-from app.reports.types import Check, Confirmation, Report, ReportFinding
+from app.reports.assimilation import Link
+from app.reports.policy import RepositoryRow
+from app.reports.types import Check, Confirmation, FindingEvidence, Report, ReportFinding
+from app.reports.validation import ReportInput
 
 
 def record_path(host: str, owner: str, name: str) -> str:
@@ -25,15 +29,65 @@ def finding_url(public_id: object) -> str:
 
 _REPORT = """
 SELECT s.id, s.commit_sha, s.model, s.prompt_version, s.run_id, s.provenance, s.review_kind, s.findings_count,
-       s.verified_at, s.review_status, s.visibility, r.host, r.owner, r.name, r.listing_status
+       s.verified_at, s.review_status, s.visibility, s.commit_committed_at, s.published_at IS NULL AS pending,
+       r.host, r.owner, r.name, r.listing_status
 FROM scans s JOIN repositories r ON r.id = s.repository_id WHERE s.id = :id
 """
 
 _FINDINGS = """
-SELECT f.public_id, c.public_id AS canonical_public_id, c.pattern_key, f.title, f.severity, f.disposition
+SELECT f.public_id, c.public_id AS canonical_public_id, c.pattern_key, f.title, f.severity, f.disposition,
+       f.evidence_state, f.anchor
 FROM scan_findings f LEFT JOIN canonical_findings c ON c.id = f.canonical_finding_id
 WHERE f.scan_id = :id ORDER BY f.position, f.id
 """
+
+
+def new_report(
+    report: ReportInput, repo: RepositoryRow, scan_id: int, *, pending: bool, committed_at: datetime | None
+) -> dict[str, Any]:
+    """A report just stored, as `_REPORT` reads it (before it is settled: not verified, its listing as found)."""
+    return {
+        "id": scan_id, "commit_sha": report.commit_sha, "model": report.model,
+        "prompt_version": report.prompt_version, "run_id": report.run_id, "provenance": report.provenance,
+        "review_kind": report.review_kind, "findings_count": len(report.findings), "verified_at": None,
+        "review_status": "quarantined", "visibility": "public", "commit_committed_at": committed_at,
+        "pending": pending, "host": repo.host, "owner": repo.owner, "name": repo.name,
+        "listing_status": repo.listing_status,
+    }  # fmt: skip
+
+
+def linked_rows(report: ReportInput, links: Sequence[Link], stored: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
+    """A new report's findings as `_FINDINGS` reads them, from what its statements returned."""
+    return [
+        {
+            "public_id": public_id,
+            "canonical_public_id": link.canonical.public_id,
+            "pattern_key": link.canonical.pattern_key,
+            "title": f.title,
+            "severity": f.severity,
+            "disposition": link.disposition,
+            "evidence_state": f.evidence_state,
+            "anchor": f.anchor,
+        }
+        for f, link, (_id, public_id) in zip(report.findings, links, stored, strict=True)
+    ]
+
+
+def pending_rows(report: ReportInput, stored: Sequence[Any]) -> list[dict[str, Any]]:
+    """A pending report's findings (unlinked) as `_FINDINGS` reads them."""
+    return [
+        {
+            "public_id": row.public_id,
+            "canonical_public_id": None,
+            "pattern_key": None,
+            "title": f.title,
+            "severity": f.severity,
+            "disposition": f.disposition,
+            "evidence_state": "pending",
+            "anchor": f.anchor,
+        }
+        for f, row in zip(report.findings, stored, strict=True)
+    ]
 
 
 async def report_response(session: AsyncSession, scan_id: int) -> Report:
@@ -45,14 +99,14 @@ async def report_response(session: AsyncSession, scan_id: int) -> Report:
 
 def report_answer(s: Mapping[Any, Any], findings: Sequence[Mapping[Any, Any]]) -> Report:
     """A report from its row (`_REPORT`) and its findings' rows (`_FINDINGS`)."""
+    committed_at: datetime | None = s["commit_committed_at"]
     return Report(
         id=s["id"],
         kind="report",
         repository=f"{s['owner']}/{s['name']}",
         host=s["host"],
         commit_sha=s["commit_sha"],
-        # no forge verification in this product: the commit time is unknown
-        commit_committed_at=None,
+        commit_committed_at=None if committed_at is None else committed_at.isoformat(),
         model=s["model"],
         prompt_version=s["prompt_version"],
         run_id=s["run_id"],
@@ -63,7 +117,9 @@ def report_answer(s: Mapping[Any, Any], findings: Sequence[Mapping[Any, Any]]) -
         verified=s["verified_at"] is not None,
         review_status=s["review_status"],
         visibility=s["visibility"],
-        disclosed=s["visibility"] in ("public", "public_summary") and s["listing_status"] != "quarantined",
+        disclosed=s["visibility"] in ("public", "public_summary")
+        and s["listing_status"] != "quarantined"
+        and not s["pending"],
         record_url=settings().base_url + record_path(s["host"], s["owner"], s["name"]),
         findings=[
             ReportFinding(
@@ -74,6 +130,7 @@ def report_answer(s: Mapping[Any, Any], findings: Sequence[Mapping[Any, Any]]) -
                 severity=f["severity"],
                 disposition=f["disposition"],
                 url=finding_url(f["public_id"]),
+                evidence=FindingEvidence(state=f["evidence_state"], commit=s["commit_sha"], anchor=f["anchor"]),
             )
             for f in findings
         ],

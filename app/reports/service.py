@@ -30,6 +30,7 @@ from app.record.public import public_scan
 from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, registry_counts_moved
 from app.reports.assimilation import Assimilated, assimilate_report, fingerprints_of
 from app.reports.counters import REFRESH_COUNTERS
+from app.reports.evidence_gate import gate_report
 from app.reports.intake import prepare_report, prepare_verdict
 from app.reports.models import CanonicalFindingCheck, ScanConfirmation
 from app.reports.policy import (
@@ -54,8 +55,23 @@ from app.reports.quorum import (
     tally_many,
     why_not_counted,
 )
-from app.reports.report_sql import COUNTED_INSERT_SCAN, EXEMPT_INSERT_SCAN, STORED_RUN, VERIFY_SCAN, scan_values
-from app.reports.serializers import check_response, confirmation_response, report_answer, report_response
+from app.reports.report_sql import (
+    COUNTED_INSERT_SCAN,
+    EXEMPT_INSERT_SCAN,
+    STORED_RUN,
+    VERIFY_SCAN,
+    scan_values,
+    store_pending,
+)
+from app.reports.serializers import (
+    check_response,
+    confirmation_response,
+    linked_rows,
+    new_report,
+    pending_rows,
+    report_answer,
+    report_response,
+)
 from app.reports.types import Check, Confirmation, Report
 from app.reports.validation import ReportInput, VerdictInput
 
@@ -146,6 +162,9 @@ async def store_report(
 
     `token_id`: the API token the request came with, checked again in the first statement (its 401 when revoked);
     its scope was checked once, by the caller (the route's bearer check, or `submit_report`)."""
+    gate = await gate_report(account.id, host, owner, name, report)  # the forge's time, before any lock is taken
+    report = report if gate is None else gate.report
+    pending, committed_at = (False, None) if gate is None else (gate.pending, gate.committed_at)
     fingerprints = fingerprints_of(report.findings)  # CPU work, before any lock is taken
     async with _one_writer(account.id), db.transaction() as session:
         actor, found = await load_submitter(session, account.id, host, owner, name, token_id=token_id)
@@ -153,7 +172,7 @@ async def store_report(
         repo = require_writable(actor, found, UNREGISTERED)
         require_not_paused(actor, repo)
         values = {
-            **scan_values(actor.id, repo.id, report),
+            **scan_values(actor.id, repo.id, report, pending=pending, committed_at=committed_at),
             "repository_id": repo.id,
             "fingerprints": fingerprints.wanted,
         }
@@ -178,6 +197,9 @@ async def store_report(
             if stored is None:
                 raise ValidationError(RUN_ID_TAKEN)
             return await report_response(session, stored), False
+        answer = new_report(report, repo, int(scan_id), pending=pending, committed_at=committed_at)
+        if pending:  # stored unlinked and unpublished: nothing settled until the worker decides (app.evidence)
+            return report_answer(answer, pending_rows(report, await store_pending(session, scan_id, report))), True
         assimilated, findings = await assimilate_report(
             session,
             scan_id=int(scan_id),
@@ -205,25 +227,8 @@ async def store_report(
         )  # fmt: skip
         if not marked:
             purge_after_commit(_unrolled_report_tags(repo.id, listing))
-        scan = {
-            "id": int(scan_id), "commit_sha": report.commit_sha, "model": report.model,
-            "prompt_version": report.prompt_version, "run_id": report.run_id, "provenance": report.provenance,
-            "review_kind": report.review_kind, "findings_count": len(report.findings),
-            "verified_at": True if verified else None, "review_status": "quarantined", "visibility": "public",
-            "host": repo.host, "owner": repo.owner, "name": repo.name, "listing_status": listing,
-        }  # fmt: skip
-        rows = [
-            {
-                "public_id": public_id,
-                "canonical_public_id": link.canonical.public_id,
-                "pattern_key": link.canonical.pattern_key,
-                "title": f.title,
-                "severity": f.severity,
-                "disposition": link.disposition,
-            }
-            for f, link, (_id, public_id) in zip(report.findings, assimilated.links, findings, strict=True)
-        ]
-        return report_answer(scan, rows), True
+        answer |= {"verified_at": True if verified else None, "listing_status": listing}
+        return report_answer(answer, linked_rows(report, assimilated.links, findings)), True
 
 
 def _unrolled_report_tags(repository_id: int, listing: str) -> set[str]:

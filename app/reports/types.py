@@ -11,6 +11,7 @@ from app.kernel.answers import UNSET, Answer, Sha, UnsetType, Uuid, enum
 from app.reports.models import (
     CHECK_VERDICTS,
     CONFIRMATION_VERDICTS,
+    EVIDENCE_STATES,
     PROVENANCES,
     REVIEW_KINDS,
     SEVERITIES,
@@ -35,14 +36,23 @@ ConfirmationVerdict = Annotated[str, enum(CONFIRMATION_VERDICTS)]
 # -- answers --
 
 
+class FindingEvidence(Answer):
+    """The finding checked at its commit (docs/domain.md "Evidence at the commit")."""
+
+    state: Annotated[str, enum(EVIDENCE_STATES)]
+    commit: Sha
+    anchor: Annotated[str | None, Meta(description="sha256: of the cited lines; null without lines")]
+
+
 class ReportFinding(Answer):
     public_id: Uuid
-    canonical_public_id: Uuid | None
+    canonical_public_id: Annotated[Uuid | None, Meta(description="null while its evidence is pending")]
     pattern_key: str | None
     title: str
     severity: Severity
     disposition: str
     url: str
+    evidence: FindingEvidence
 
 
 class SarifSkipped(Answer):
@@ -81,7 +91,7 @@ class Report(Answer):
     verified: bool
     review_status: str
     visibility: str
-    disclosed: bool
+    disclosed: Annotated[bool, Meta(description="public now: false while its evidence is pending")]
     record_url: str
     findings: list[ReportFinding]
     sarif: SarifSummary | UnsetType = UNSET  # the answer to a SARIF log only

@@ -99,9 +99,11 @@ async def test_submit_returns_the_report_and_its_findings(client: httpx.AsyncCli
             "severity",
             "disposition",
             "url",
+            "evidence",
         }
         assert item["url"] == f"http://testserver/findings/{item['public_id']}"
         assert item["disposition"] == "new"
+        assert item["evidence"] == {"state": "unchecked", "commit": COMMIT, "anchor": None}  # EVIDENCE_CHECK=off
         uuid.UUID(item["canonical_public_id"])
     async with db.read_session(replica=False) as session:
         raw, notes = (await session.execute(text("SELECT raw_document, notes FROM scans"))).one()

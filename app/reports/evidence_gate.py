@@ -1,0 +1,78 @@
+"""The evidence gate at submission (docs/domain.md "Evidence at the commit"): a report's commit and findings checked
+at the forge (`app.reports.evidence`) before its transaction, outside it and outside the account's writer lock. A
+refusal is a 422 naming the field (as validation names it; a SARIF log's location for a SARIF log) and stores one
+`report_refusals` row; an undecided check stores the report pending (`app.reports.service`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from sqlalchemy import text
+
+from app.forge.api import evidence_enabled
+from app.kernel import db
+from app.kernel.config import forge_budget_seconds
+from app.kernel.errors import ValidationError
+from app.kernel.refs import normalize_ref
+from app.reports.evidence import EvidenceResult, FindingRef, check_evidence
+from app.reports.sarif import sarif_errors
+from app.reports.validation import ReportInput
+
+_REPOSITORY = text("SELECT id, default_branch FROM repositories WHERE host = :host AND owner = :owner AND name = :name")
+_REFUSED = text("INSERT INTO report_refusals (account_id, repository_id, reason) VALUES (:aid, :rid, :reason)")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A checked report: its findings carry their evidence state and anchor; `pending` when any is undecided."""
+
+    report: ReportInput
+    pending: bool
+    committed_at: datetime | None
+
+
+def refusal_errors(report: ReportInput, result: EvidenceResult) -> dict[str, list[str]]:
+    """The 422's errors of a refused check (empty when nothing was refused), named as validation names fields."""
+    if result.commit == "refused":
+        errors = {"commit_sha": [result.reason or "not found"]}
+    else:
+        errors = {
+            f"findings[{i}].{found.field or 'file'}": [found.reason or "not found"]
+            for i, found in enumerate(result.findings)
+            if found.state == "refused"
+        }
+    return sarif_errors(errors, report.sarif_origins) if report.sarif_origins and errors else errors
+
+
+async def gate_report(account_id: int, host: str, owner: str, name: str, report: ReportInput) -> Gate | None:
+    """The report checked at its commit, or None when no check applies (EVIDENCE_CHECK=off, a host without a
+    forge, a repository not registered: its transaction answers that). Raises the 422 of a refusal, after storing
+    its `report_refusals` row in a transaction of its own."""
+    host, owner, name = normalize_ref(host, owner, name)
+    if not evidence_enabled(host):
+        return None
+    async with db.read_session(replica=False) as session:
+        repo = (await session.execute(_REPOSITORY, {"host": host, "owner": owner, "name": name})).first()
+    if repo is None:
+        return None
+    refs = [FindingRef(f.file_path, f.line_start, f.line_end) for f in report.findings]
+    deadline = time.monotonic() + forge_budget_seconds()
+    result = await check_evidence(
+        int(repo.id), host, owner, name, repo.default_branch, report.commit_sha, refs, deadline=deadline
+    )
+    errors = refusal_errors(report, result)
+    if errors:
+        field, messages = next(iter(errors.items()))
+        async with db.transaction() as session:
+            await session.execute(
+                _REFUSED, {"aid": account_id, "rid": int(repo.id), "reason": f"{field}: {messages[0]}"}
+            )
+        raise ValidationError(errors)
+    pending = not result.decided  # then every finding waits for the others: one publication per report
+    findings = [
+        replace(f, evidence_state="pending" if pending else found.state, anchor=found.anchor)
+        for f, found in zip(report.findings, result.findings, strict=True)
+    ]
+    return Gate(replace(report, findings=findings), pending, result.committed_at)
