@@ -35,7 +35,7 @@ from app.kernel.web import json_twin
 from app.registry.types import public_repository
 from app.reports.serializers import finding_url, record_path, report_answer
 from app.site import records
-from app.site.types import RepositoryRecord
+from app.site.types import Burden, RepositoryRecord
 from bench.common import bench_parser, pct, publish
 
 HEADING = "## Typed answers (bench/answers_bench.py)"
@@ -335,9 +335,10 @@ def show_now() -> bytes:
 def record_now() -> bytes:
     answer = RepositoryRecord(
         repository=public_repository(REPOSITORY),
-        reports=[records._record_report(r, {}) for r in REPORTS],
+        reports=[records._record_report(r, {}, {}) for r in REPORTS],
         infestations=[as_answer(RepositoryInfestation, i) for i in REPOSITORY_INFESTATIONS],
         maintainers=[],
+        burden=Burden(decided=0, disputed=0, refused=0),
     )
     return bytes(json_twin(answer).body)
 

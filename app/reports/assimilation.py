@@ -92,9 +92,10 @@ _STORE_TEMPLATE = """
 INSERT INTO scan_findings
   (scan_id, position, file_path, line_start, line_end, severity, title, description, disposition,
    claimed_canonical_public_id, partial_fingerprints, canonical_finding_id, fingerprint, evidence_state, anchor,
-   rule_id)
+   rule_id, held_reason, published_at)
 SELECT :scan_id, n.position, n.file_path, n.line_start, n.line_end, n.severity, n.title, n.description,
-       n.disposition, n.claimed, n.partials, {canonical_id}, n.fingerprint, n.evidence_state, n.anchor, n.rule_id
+       n.disposition, n.claimed, n.partials, {canonical_id}, n.fingerprint, n.evidence_state, n.anchor, n.rule_id,
+       CAST(:held AS text), CASE WHEN CAST(:held AS text) IS NULL THEN now() END
 FROM unnest(CAST(:positions AS integer[]), CAST(:file_paths AS text[]), CAST(:line_starts AS integer[]),
             CAST(:line_ends AS integer[]), CAST(:severities AS text[]), CAST(:titles AS text[]),
             CAST(:descriptions AS text[]), CAST(:dispositions AS text[]), CAST(:claimed AS uuid[]),
@@ -357,6 +358,7 @@ async def assimilate_report(
     findings: Sequence[FindingInput],
     fingerprints_found: tuple[Fingerprints, Iterable[Any]] | None = None,
     defer_counters: bool = False,
+    held: str | None = None,
 ) -> tuple[Assimilated, list[tuple[int, uuid.UUID]]]:
     """Store a new report's findings linked to their canonicals (the submit path): the assimilation and each
     finding's (id, public_id), in order. A fixed number of statements per report, whatever its number of
@@ -391,6 +393,7 @@ async def assimilate_report(
         "evidence_states": [f.evidence_state for f in findings],
         "anchors": [f.anchor for f in findings],
         "rule_ids": [f.rule_id for f in findings],
+        "held": held,  # held for review (app/reports/held.py): linked, unpublished
     }  # fmt: skip
     assimilated = await _resolve(
         session, repository_id, commit_sha, model, occurrences, fingerprints_found=fingerprints_found, store=store

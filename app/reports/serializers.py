@@ -36,7 +36,7 @@ FROM scans s JOIN repositories r ON r.id = s.repository_id WHERE s.id = :id
 
 _FINDINGS = """
 SELECT f.public_id, c.public_id AS canonical_public_id, c.pattern_key, f.title, f.severity, f.disposition,
-       f.evidence_state, f.anchor
+       f.evidence_state, f.anchor, f.held_reason
 FROM scan_findings f LEFT JOIN canonical_findings c ON c.id = f.canonical_finding_id
 WHERE f.scan_id = :id ORDER BY f.position, f.id
 """
@@ -56,7 +56,9 @@ def new_report(
     }  # fmt: skip
 
 
-def linked_rows(report: ReportInput, links: Sequence[Link], stored: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
+def linked_rows(
+    report: ReportInput, links: Sequence[Link], stored: Sequence[tuple[int, Any]], *, held: str | None = None
+) -> list[dict[str, Any]]:
     """A new report's findings as `_FINDINGS` reads them, from what its statements returned."""
     return [
         {
@@ -68,6 +70,7 @@ def linked_rows(report: ReportInput, links: Sequence[Link], stored: Sequence[tup
             "disposition": link.disposition,
             "evidence_state": f.evidence_state,
             "anchor": f.anchor,
+            "held_reason": held,
         }
         for f, link, (_id, public_id) in zip(report.findings, links, stored, strict=True)
     ]
@@ -85,6 +88,7 @@ def pending_rows(report: ReportInput, stored: Sequence[Any]) -> list[dict[str, A
             "disposition": f.disposition,
             "evidence_state": "pending",
             "anchor": f.anchor,
+            "held_reason": None,
         }
         for f, row in zip(report.findings, stored, strict=True)
     ]
@@ -119,7 +123,8 @@ def report_answer(s: Mapping[Any, Any], findings: Sequence[Mapping[Any, Any]]) -
         visibility=s["visibility"],
         disclosed=s["visibility"] in ("public", "public_summary")
         and s["listing_status"] != "quarantined"
-        and not s["pending"],
+        and not s["pending"]
+        and not any(f["held_reason"] for f in findings),
         record_url=settings().base_url + record_path(s["host"], s["owner"], s["name"]),
         findings=[
             ReportFinding(
@@ -131,6 +136,7 @@ def report_answer(s: Mapping[Any, Any], findings: Sequence[Mapping[Any, Any]]) -
                 disposition=f["disposition"],
                 url=finding_url(f["public_id"]),
                 evidence=FindingEvidence(state=f["evidence_state"], commit=s["commit_sha"], anchor=f["anchor"]),
+                held=f["held_reason"],
             )
             for f in findings
         ],

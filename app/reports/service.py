@@ -31,6 +31,7 @@ from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, re
 from app.reports.assimilation import Assimilated, assimilate_report, fingerprints_of
 from app.reports.counters import REFRESH_COUNTERS
 from app.reports.evidence_gate import gate_report
+from app.reports.held import LOW_SIGNAL, release_held
 from app.reports.intake import prepare_report, prepare_verdict
 from app.reports.models import CanonicalFindingCheck, ScanConfirmation
 from app.reports.policy import (
@@ -171,6 +172,7 @@ async def store_report(
         require_acting_state(actor)
         repo = require_writable(actor, found, UNREGISTERED)
         require_not_paused(actor, repo)
+        held = LOW_SIGNAL if actor.gated else None  # earned trust's gate, as the worker stored it
         values = {
             **scan_values(actor.id, repo.id, report, pending=pending, committed_at=committed_at),
             "repository_id": repo.id,
@@ -209,6 +211,7 @@ async def store_report(
             findings=report.findings,
             fingerprints_found=(fingerprints, [r for r in inserted if r.id is not None]),
             defer_counters=True,
+            held=held,
         )
         verified = await _new_report_verified(session, assimilated, report.commit_sha)
         if verified:
@@ -228,7 +231,7 @@ async def store_report(
         if not marked:
             purge_after_commit(_unrolled_report_tags(repo.id, listing))
         answer |= {"verified_at": True if verified else None, "listing_status": listing}
-        return report_answer(answer, linked_rows(report, assimilated.links, findings)), True
+        return report_answer(answer, linked_rows(report, assimilated.links, findings, held=held)), True
 
 
 def _unrolled_report_tags(repository_id: int, listing: str) -> set[str]:
@@ -340,7 +343,10 @@ async def store_check(
             )
         ).scalar_one()
         await mark_dirty(session, [key], "status", repository_id=repository_id)
-        return await check_response(session, row.id, reason=await why_not_counted(session, row.id))
+        reason = await why_not_counted(session, row.id)
+        if reason is None:  # a counted check of any verdict releases what was held for low signal
+            await release_held(session, canonical_ids=[canonical_id])
+        return await check_response(session, row.id, reason=reason)
 
 
 CONFIRMATION_TAKEN = {"scan": ["you already recorded a verdict on this report"]}

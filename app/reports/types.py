@@ -53,6 +53,9 @@ class ReportFinding(Answer):
     disposition: str
     url: str
     evidence: FindingEvidence
+    held: Annotated[
+        str | None, Meta(description="low_signal: held for review until a reviewer checks it (earned trust)")
+    ] = None
 
 
 class SarifSkipped(Answer):

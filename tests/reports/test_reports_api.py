@@ -100,7 +100,9 @@ async def test_submit_returns_the_report_and_its_findings(client: httpx.AsyncCli
             "disposition",
             "url",
             "evidence",
+            "held",
         }
+        assert item["held"] is None  # an account in good standing publishes at once
         assert item["url"] == f"http://testserver/findings/{item['public_id']}"
         assert item["disposition"] == "new"
         assert item["evidence"] == {"state": "unchecked", "commit": COMMIT, "anchor": None}  # EVIDENCE_CHECK=off
