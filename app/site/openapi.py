@@ -54,7 +54,7 @@ from app.reports.types import (
 )
 from app.site.openapi_batch import BATCH
 from app.site.types import FindingRecord, Home, RepositoryRecord, Tombstone
-from app.trust.types import PrecisionAnswer, SignalAnswer
+from app.trust.types import PrecisionAnswer, ReviewQueue, SignalAnswer
 
 _REPO_PARAMS = [param("host"), param("owner"), param("name")]
 
@@ -136,6 +136,9 @@ DOCUMENT: Schema = {
             "getAccountSignal", "The caller's own signal (any scope)", SignalAnswer, []
         ),
         "/stats/precision.json": get("getPrecision", "Precision by provenance, model and tool rule", PrecisionAnswer),
+        "/api/v1/review-queue": secured_get(
+            "getReviewQueue", "Findings held for review, oldest first (verify scopes)", ReviewQueue, [_CURSOR]
+        ),
         "/infestations.json": get(
             "listInfestations",
             "The atlas: ranked infestations (filters are clamped, never refused)",
