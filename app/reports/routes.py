@@ -8,17 +8,22 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import msgspec
+from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Route
 
 from app.accounts.service import ApiCaller, bearer_caller, refused_subject, remembered_bearer_caller
+from app.kernel import db
+from app.kernel.actors import is_privileged_viewer
 from app.kernel.answers import answer_response
 from app.kernel.errors import NotFound
 from app.kernel.intake import body_route, refused_window
 from app.kernel.text import ascii_int
+from app.kernel.web import PRIVATE_CACHE
 from app.reports import batch, intake, sarif, service
 from app.reports.policy import SUBMIT_SCOPES, VERIFY_SCOPES, require_scope
+from app.reports.serializers import report_response
 from app.reports.validation import ReportInput, VerdictInput
 
 
@@ -80,6 +85,25 @@ async def record_confirmation(request: Request, caller: ApiCaller, verdict: Verd
     return answer_response(result, status_code=201)
 
 
+_SUBMITTER_OF = text("SELECT submitted_by_id FROM scans WHERE id = :id")
+REPORT_NOT_FOUND = {"report": ["not found"]}
+
+
+async def get_report(request: Request) -> Response:
+    """`GET /api/v1/reports/{scan_id}`: a report as its submission answered, with each finding's evidence state
+    now, for its submitter and privileged viewers (any scope); 404 for anyone else, as for a report never stored."""
+    caller = await bearer_caller(request.headers.get("authorization"))
+    scan_id = ascii_int(request.path_params["scan_id"])
+    if scan_id is None or not 0 < scan_id < 2**63:
+        raise NotFound(REPORT_NOT_FOUND)
+    async with db.read_session(replica=False) as session:
+        submitter = (await session.execute(_SUBMITTER_OF, {"id": scan_id})).scalar_one_or_none()
+        if submitter is None or (submitter != caller.account.id and not is_privileged_viewer(caller.account)):
+            raise NotFound(REPORT_NOT_FOUND)
+        answer = await report_response(session, scan_id)
+    return answer_response(answer, headers={"Cache-Control": PRIVATE_CACHE})
+
+
 routes: list[BaseRoute] = [
     body_route(
         "/api/v1/repos/{host}/{owner}/{name}/reports",
@@ -109,4 +133,5 @@ routes: list[BaseRoute] = [
         parse=intake.parse_confirmation,
         allowance=refused_subject,
     ),
+    Route("/api/v1/reports/{scan_id}", get_report, methods=["GET", "HEAD"], name="report"),
 ]

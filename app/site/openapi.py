@@ -69,6 +69,7 @@ _KEY = param("pattern_key", schema={"type": "string"}, description="64 lowercase
 _CURSOR = param("cursor", "query", description="the `next_cursor` of the previous page")
 
 
+_SCAN_ID = param("scan_id", schema={"type": "string", "pattern": "^[0-9]+$"})
 _WEBHOOK_ID = param("webhook_id", schema={"type": "string", "pattern": "^[0-9]+$"})
 _ERROR_RESPONSES = error_responses()
 DOCUMENT: Schema = {
@@ -122,7 +123,7 @@ DOCUMENT: Schema = {
             "Record a report-level verdict (scope findings:verify or reviews:verify)",
             ConfirmationSubmission,
             {"201": json_answer(ref(Confirmation), "Recorded")},
-            [param("scan_id", schema={"type": "string", "pattern": "^[0-9]+$"})],
+            [_SCAN_ID],
         ),
         "/api/v1/openapi.json": {
             "get": {
@@ -136,9 +137,8 @@ DOCUMENT: Schema = {
             "getAccountSignal", "The caller's own signal (any scope)", SignalAnswer, []
         ),
         "/stats/precision.json": get("getPrecision", "Precision by provenance, model and tool rule", PrecisionAnswer),
-        "/api/v1/review-queue": secured_get(
-            "getReviewQueue", "Findings held for review, oldest first (verify scopes)", ReviewQueue, [_CURSOR]
-        ),
+        "/api/v1/reports/{scan_id}": secured_get("getReport", "A report and its evidence now", Report, [_SCAN_ID]),
+        "/api/v1/review-queue": secured_get("getReviewQueue", "Held findings, oldest first", ReviewQueue, [_CURSOR]),
         "/infestations.json": get(
             "listInfestations",
             "The atlas: ranked infestations (filters are clamped, never refused)",
