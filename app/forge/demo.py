@@ -12,39 +12,18 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from app.forge import demo_shapes
+from app.forge.demo_shapes import Commit, Repo
+
 HOSTS = ("github.com", "gitlab.com", "codeberg.org", "tarakan.lol")
 _HEX = re.compile(r"[0-9a-f]{7,40}")
-
-
-@dataclass
-class Commit:
-    sha: str
-    files: dict[str, bytes]
-    committed_at: datetime
-
-
-@dataclass
-class Repo:
-    host: str
-    owner: str
-    name: str
-    default_branch: str
-    forge_id: int
-    description: str | None = None
-    language: str | None = None
-    stars: int = 0
-    private: bool = False
-    archived: bool = False
-    commits: dict[str, Commit] = field(default_factory=dict)
-    branches: dict[str, list[str]] = field(default_factory=dict)  # branch -> its history, oldest first
-    renamed_to: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -218,8 +197,6 @@ class DemoForge:
     def _answer(
         self, host: str, path: list[str], query: dict[str, list[str]], headers: dict[str, str]
     ) -> tuple[int, Any, dict[str, str]]:
-        from app.forge import demo_shapes
-
         if host not in HOSTS:
             return 404, {"message": "Not Found"}, {}
         if host in self._failing:

@@ -4,12 +4,43 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+
+@dataclass
+class Commit:
+    sha: str
+    files: dict[str, bytes]
+    committed_at: datetime
+
+
+@dataclass
+class Repo:
+    host: str
+    owner: str
+    name: str
+    default_branch: str
+    forge_id: int
+    description: str | None = None
+    language: str | None = None
+    stars: int = 0
+    private: bool = False
+    archived: bool = False
+    commits: dict[str, Commit] = field(default_factory=dict)
+    branches: dict[str, list[str]] = field(default_factory=dict)  # branch -> its history, oldest first
+    renamed_to: tuple[str, str] | None = None
+
+
+class DemoForge(Protocol):
+    """What the shapes read of the demo forge (app/forge/demo.py)."""
+
+    repos: dict[tuple[str, str, str], Repo]
+    old_compare: set[str]
+
 
 _HEX = re.compile(r"[0-9a-f]{7,40}")  # a commit id, whole or abbreviated
-
-if TYPE_CHECKING:
-    from app.forge.demo import Commit, DemoForge, Repo
 
 NOT_FOUND: tuple[int, Any, dict[str, str]] = (404, {"message": "Not Found"}, {})
 Reply = tuple[int, Any, dict[str, str]]
