@@ -37,7 +37,9 @@ async def test_jobs_drain_runs_everything_pending_and_exits() -> None:
     run = await tarakan("jobs", "drain")
 
     assert run.code == 0, run.err
-    assert run.out.strip() == "drained: 2 keys refreshed, 0 left waiting"
+    rollups, trust = run.out.strip().splitlines()
+    assert rollups == "drained: 2 keys refreshed, 0 left waiting"
+    assert trust.startswith("earned trust: ")  # its half of the drain (app/trust/refresh.py)
     assert await rows("SELECT pattern_key, repo_count FROM infestation_patterns") == [
         {"pattern_key": KEY, "repo_count": 3}
     ]

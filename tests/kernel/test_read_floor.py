@@ -119,8 +119,10 @@ async def test_connections_the_server_closed_are_replaced_at_checkout(
 async def test_silently_dead_connections_cost_a_public_read_nothing(
     client: httpx.AsyncClient, fresh_pools: None, silent_deaths: None
 ) -> None:
-    # the first GET met a dead connection (counted once) and ran again; the rest found a renewed pool
-    assert await _public_reads_after_the_pool_died(client) == 1
+    # the first GET met a dead connection and answered anyway; the rest found a renewed pool. The one who meets
+    # it is the page's read (counted once, run again) or, since page_route reads the rollup flag before the page's
+    # read, the runtime-flag read, which keeps its last known values (app/kernel/flags.py) and counts nothing
+    assert await _public_reads_after_the_pool_died(client) in (0, 1)
 
 
 async def test_silently_dead_connections_cost_a_write_one_failure(fresh_pools: None, silent_deaths: None) -> None:
