@@ -93,6 +93,8 @@ def seed_site() -> Site:
             "moderation accounts": "/moderation/accounts",
             "moderation audit": "/moderation/audit",
             "maintain": f"/repos/{repo.host}/{repo.owner}/{repo.name}/maintain",
+            "precision": "/stats/precision",
+            "review queue": "/review-queue",
             # hidden from the public, marked for the moderator (and on "finding", "repository", "finding with a statement")
             **hidden,
         }
