@@ -24,6 +24,7 @@ from app.registry.models import Repository
 from app.reports.models import (
     CanonicalFinding,
     CanonicalFindingCheck,
+    Disclosure,
     ForgeCommit,
     ForgeFile,
     ReportRefusal,
@@ -43,6 +44,7 @@ __all__ = [
     "AuditEvent",
     "CanonicalFinding",
     "CanonicalFindingCheck",
+    "Disclosure",
     "Change",
     "FindingOutcome",
     "FindingStatement",

@@ -2,7 +2,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, Text, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    SmallInteger,
+    Text,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.kernel.columns import Timestamps, closed_sets
@@ -24,6 +35,7 @@ class Repository(Timestamps, Base):
             participation_mode=PARTICIPATION_MODES,
             metadata_state=METADATA_STATES,
         ),
+        CheckConstraint("disclosure_days BETWEEN 0 AND 90", name="disclosure_days"),
         Index("repositories_host_owner_name_idx", "host", "owner", "name", unique=True),
         Index("repositories_status_idx", "status"),
         Index("repositories_last_scanned_at_idx", "last_scanned_at"),
@@ -62,3 +74,5 @@ class Repository(Timestamps, Base):
     forge_missing_runs: Mapped[int] = mapped_column(Integer, server_default="0")
     forge_redirect: Mapped[str | None] = mapped_column(Text)  # the name the forge redirected to, for moderators
     observed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # a verified maintainer's coordinated-disclosure window in days (0: none; docs/domain.md "Coordinated disclosure")
+    disclosure_days: Mapped[int] = mapped_column(SmallInteger, server_default="0")

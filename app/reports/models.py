@@ -13,6 +13,7 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    SmallInteger,
     Text,
     Uuid,
     func,
@@ -43,6 +44,10 @@ CHECK_VERDICTS = ("confirmed", "disputed", "fixed")
 CONFIRMATION_VERDICTS = ("confirmed", "disputed")
 # a finding's evidence at its commit (docs/domain.md "Evidence at the commit"): confirmed and unchecked may publish
 EVIDENCE_STATES = ("confirmed", "pending", "refused", "expired", "unchecked")
+# coordinated disclosure (docs/domain.md "Coordinated disclosure"): a finding with no `disclosures` row was public
+# at once ("immediate"); why an embargo ended
+DISCLOSURE_STATES = ("embargoed", "published")
+PUBLISHED_BECAUSE = ("deadline", "fixed", "maintainer", "moderator", "reporter")
 
 PATTERN_PRESENT = "pattern_key IS NOT NULL AND pattern_key <> ''"
 
@@ -57,6 +62,7 @@ class Scan(Timestamps, Base):
             provenance=PROVENANCES, review_kind=REVIEW_KINDS, review_status=REVIEW_STATUSES, visibility=VISIBILITIES
         ),
         CheckConstraint("findings_count >= 0 AND confirmations_count >= 0 AND disputes_count >= 0", name="counts"),
+        CheckConstraint("disclosure_days BETWEEN 7 AND 90", name="disclosure_days"),
         Index("scans_repository_inserted_idx", "repository_id", text("inserted_at DESC")),
         Index("scans_submitted_by_id_idx", "submitted_by_id"),
         Index("scans_public_record_idx", "repository_id", "review_status", "visibility", text("inserted_at DESC")),
@@ -99,6 +105,7 @@ class Scan(Timestamps, Base):
     commit_committed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     evidence_attempts: Mapped[int] = mapped_column(Integer, server_default="0")
     evidence_next_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    disclosure_days: Mapped[int | None] = mapped_column(SmallInteger)  # the reporter's embargo request, 7-90
 
 
 class ScanFinding(Timestamps, Base):
@@ -283,3 +290,34 @@ class ReportRefusal(Base):
     repository_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id", ondelete="SET NULL"))
     reason: Mapped[str] = mapped_column(Text)
     inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Disclosure(Base):
+    """A canonical finding's coordinated-disclosure clock: while `embargoed` its occurrences are held
+    (`scan_findings.held_reason = 'embargo'`); `extensions` lists each change of the deadline by a person."""
+
+    __tablename__ = "disclosures"
+    __table_args__ = (
+        *closed_sets(state=DISCLOSURE_STATES, published_because=PUBLISHED_BECAUSE),
+        CheckConstraint("(state = 'published') = (published_at IS NOT NULL)", name="published_when"),
+        Index("disclosures_open_deadline_idx", "deadline", postgresql_where=text("state = 'embargoed'")),
+        Index("disclosures_repository_idx", "repository_id", "state"),
+        Index("disclosures_published_idx", "published_at", postgresql_where=text("state = 'published'")),
+    )
+
+    canonical_finding_id: Mapped[int] = mapped_column(
+        ForeignKey("canonical_findings.id", ondelete="CASCADE"), primary_key=True
+    )
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    state: Mapped[str] = mapped_column(Text, server_default="embargoed")
+    reported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    deadline: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    reporter_days: Mapped[int | None] = mapped_column(SmallInteger)
+    repository_days: Mapped[int] = mapped_column(SmallInteger, server_default="0")
+    notified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    extensions: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    published_because: Mapped[str | None] = mapped_column(Text)
+    inserted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

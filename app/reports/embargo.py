@@ -1,0 +1,96 @@
+"""Coordinated disclosure's two writes on the report path (docs/domain.md "Coordinated disclosure"): a new report's
+occurrences put under their canonical's clock as they are published, and the clock's end publishing them. The
+clock belongs to the canonical finding (one `disclosures` row): a duplicate report never resets or shortens it, and
+a finding that was already public is never embargoed.
+
+An embargoed occurrence is stored linked but unpublished (`held_reason = 'embargo'`, `published_at` NULL), like a
+held one (app/reports/held.py): nothing public moves until `publish_embargoed`, which releases it through the same
+settle path as a new report's (feed diff, dirty keys, metrics, webhooks, purge)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.reports.held import EMBARGO, release_occurrences
+
+MAX_DAYS = 90  # the longest embargo, whatever the two windows ask
+REPORTER_MIN_DAYS = 7  # a reporter's request: 7 <= days <= 90 (`disclosure.days`)
+
+# One statement after the report's occurrences are linked (and before its settle): the window is the larger of the
+# reporter's and the repository's, at most 90 days; a canonical with a published occurrence in a public report other
+# than this one, or whose clock already ended, opens none; every occurrence of this report whose canonical is (now)
+# embargoed is held. A held-for-review occurrence (low signal) opens the clock too but stays held for its own reason.
+# The repository row is locked by the caller: no concurrent report of it opens a clock meanwhile.
+_EMBARGO = text("""
+WITH win AS (
+  SELECT least(:max_days, greatest(coalesce(CAST(:reporter_days AS integer), 0), r.disclosure_days)) AS days,
+         r.disclosure_days AS repository_days
+  FROM repositories r WHERE r.id = :repository_id
+), mine AS (
+  SELECT f.id, f.canonical_finding_id AS cid, f.published_at IS NOT NULL AS published FROM scan_findings f
+  WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL
+    AND (f.published_at IS NOT NULL OR f.held_reason = 'low_signal')
+), opened AS (
+  INSERT INTO disclosures (canonical_finding_id, repository_id, reported_at, deadline, reporter_days, repository_days)
+  SELECT DISTINCT m.cid, :repository_id, now(), now() + make_interval(days => w.days), CAST(:reporter_days AS integer),
+         w.repository_days
+  FROM mine m CROSS JOIN win w
+  WHERE w.days > 0 AND NOT EXISTS (
+    SELECT 1 FROM scan_findings o JOIN scans os ON os.id = o.scan_id
+    WHERE o.canonical_finding_id = m.cid AND o.scan_id <> :scan_id AND o.published_at IS NOT NULL
+      AND os.visibility = 'public' AND os.published_at IS NOT NULL)
+  ON CONFLICT (canonical_finding_id) DO NOTHING
+  RETURNING canonical_finding_id
+), held AS (
+  UPDATE scan_findings f SET published_at = NULL, held_reason = 'embargo'
+  FROM mine m
+  WHERE f.id = m.id AND m.published
+    AND (m.cid IN (SELECT canonical_finding_id FROM opened)
+         OR EXISTS (SELECT 1 FROM disclosures d WHERE d.canonical_finding_id = m.cid AND d.state = 'embargoed'))
+  RETURNING f.canonical_finding_id
+)
+SELECT (SELECT count(*) FROM opened) AS opened, (SELECT count(*) FROM held) AS held
+""")
+
+
+async def embargo_new_occurrences(
+    session: AsyncSession, *, scan_id: int, repository_id: int, reporter_days: int | None
+) -> int:
+    """Put report `scan_id`'s just-linked occurrences under their canonicals' clocks (opening one where a window
+    applies): how many occurrences are now held by an embargo. The caller settles the report afterwards."""
+    row = (
+        await session.execute(
+            _EMBARGO,
+            {
+                "scan_id": scan_id,
+                "repository_id": repository_id,
+                "reporter_days": reporter_days,
+                "max_days": MAX_DAYS,
+            },
+        )
+    ).one()
+    return int(row.held)
+
+
+# why a clock ended: the deadline passed (the worker's clock), or a person ended it (each audited by its caller)
+_END = text("""
+UPDATE disclosures SET state = 'published', published_at = now(), published_because = :because, updated_at = now()
+WHERE canonical_finding_id = ANY(CAST(:ids AS bigint[])) AND state = 'embargoed'
+RETURNING canonical_finding_id
+""")
+
+
+async def publish_embargoed(session: AsyncSession, canonical_ids: Iterable[int], because: str) -> list[int]:
+    """End these canonicals' embargoes (`because`: deadline, fixed, maintainer, moderator, reporter) and publish
+    their embargoed occurrences in this transaction: the canonical ids whose clock ended now (already published
+    ones are skipped)."""
+    ended = [
+        int(r.canonical_finding_id)
+        for r in await session.execute(_END, {"ids": sorted(set(canonical_ids)), "because": because})
+    ]
+    if ended:
+        await release_occurrences(session, EMBARGO, canonicals=ended)
+    return ended
