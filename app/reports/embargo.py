@@ -9,12 +9,15 @@ settle path as a new report's (feed diff, dirty keys, metrics, webhooks, purge).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.kernel.answers import Answer, Timestamp, enum, iso
 from app.reports.held import EMBARGO, release_occurrences
+from app.reports.models import PUBLISHED_BECAUSE
 
 MAX_DAYS = 90  # the longest embargo, whatever the two windows ask
 REPORTER_MIN_DAYS = 7  # a reporter's request: 7 <= days <= 90 (`disclosure.days`)
@@ -94,3 +97,59 @@ async def publish_embargoed(session: AsyncSession, canonical_ids: Iterable[int],
     if ended:
         await release_occurrences(session, EMBARGO, canonicals=ended)
     return ended
+
+
+# ---- the `disclosure` object every machine-readable surface carries (docs/domain.md "Coordinated disclosure") ----
+
+IMMEDIATE = "immediate"  # a finding with no `disclosures` row: public as soon as it was publishable
+EXTENDED_BY = ("maintainer", "moderator")
+
+# a canonical's clock, for any statement that joins `disclosures d` (never the reporter: the row does not name them)
+DISCLOSURE_COLUMNS = (
+    "d.state AS disclosure_state, d.reported_at AS disclosure_reported_at, d.notified_at AS disclosure_notified_at,"
+    " d.acknowledged_at AS disclosure_acknowledged_at, d.deadline AS disclosure_deadline,"
+    " d.extensions AS disclosure_extensions, d.published_at AS disclosure_published_at,"
+    " d.published_because AS disclosure_published_because"
+)
+
+
+class DisclosureExtension(Answer):
+    by: Annotated[str, enum(EXTENDED_BY)]
+    days: int
+    reason: str
+    at: Timestamp
+
+
+class DisclosureAnswer(Answer):
+    """A finding's coordinated-disclosure clock: `immediate` when it never had one (fields null)."""
+
+    state: Annotated[str, enum(("embargoed", "published", IMMEDIATE))]
+    reported_at: Timestamp | None
+    notified_at: Timestamp | None
+    acknowledged_at: Timestamp | None
+    deadline: Timestamp | None
+    extensions: list[DisclosureExtension]
+    published_at: Timestamp | None
+    published_because: Annotated[
+        str | None, enum((*PUBLISHED_BECAUSE, IMMEDIATE), "why it became public; null while embargoed")
+    ]
+
+
+def disclosure_answer(row: Mapping[str, Any] | None) -> DisclosureAnswer:
+    """The `disclosure` object from a row read with `DISCLOSURE_COLUMNS` (None, or a NULL state from an outer join:
+    the finding never had a clock)."""
+    if row is None or row.get("disclosure_state") is None:
+        return DisclosureAnswer(
+            state=IMMEDIATE, reported_at=None, notified_at=None, acknowledged_at=None, deadline=None,
+            extensions=[], published_at=None, published_because=IMMEDIATE,
+        )  # fmt: skip
+    return DisclosureAnswer(
+        state=row["disclosure_state"],
+        reported_at=iso(row["disclosure_reported_at"]),
+        notified_at=iso(row["disclosure_notified_at"]),
+        acknowledged_at=iso(row["disclosure_acknowledged_at"]),
+        deadline=iso(row["disclosure_deadline"]),
+        extensions=[DisclosureExtension(**e) for e in row["disclosure_extensions"] or []],
+        published_at=iso(row["disclosure_published_at"]),
+        published_because=row["disclosure_published_because"],
+    )
