@@ -200,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     command(group(sub, "jobs", "background jobs"), "drain", _jobs_drain, "run all pending rollup work, then exit")
 
     from app.accounts.cli import register as register_accounts
+    from app.disclosure.cli import register as register_disclosures
     from app.evidence.cli import register as register_evidence
     from app.exports.cli import register as register_exports
     from app.infestations.cli import register as register_infestations
@@ -223,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         register_exports,
         register_evidence,
         register_trust,
+        register_disclosures,
     ):
         register(sub)
     return parser

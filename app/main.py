@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 def _routes() -> list[BaseRoute]:
     from app.accounts.routes import routes as account_routes
+    from app.disclosure.routes import routes as disclosure_routes
     from app.exports.routes import routes as export_routes
     from app.feed.routes import routes as feed_routes
     from app.infestations.routes import routes as infestation_routes
@@ -50,6 +51,7 @@ def _routes() -> list[BaseRoute]:
         *moderation_routes,
         *registry_api_routes,
         *feed_routes,
+        *disclosure_routes,
         *report_routes,
         *maintainer_routes,
         *statement_routes,

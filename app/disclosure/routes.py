@@ -1,0 +1,7 @@
+"""Coordinated disclosure's routes, gathered: the public ledger and the changes people make to a clock."""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+routes: list[BaseRoute] = []
