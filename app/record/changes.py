@@ -343,7 +343,7 @@ INSERT INTO changes (kind, canonical, status) SELECT {kind}, public_id, status F
 # by the evidence worker may have been hidden meanwhile). No CTE reads
 # what a sibling writes (they all see the statement's one snapshot): the findings' repository key is the row the
 # first CTE inserted or the one that was there; a canonical is announced when its findings are published now
-# (`:listed`) or were before. One INSERT writes the entries in the scan diff's order (listing, findings by id,
+# (`:listed`; a held or embargoed occurrence announces nothing, not even its canonical) or were before. One INSERT writes the entries in the scan diff's order (listing, findings by id,
 # statuses by canonical), so their ids, and the commit-order numbering at commit, follow it as before.
 NEW_SCAN_ENTRIES = compose(
     """
@@ -366,7 +366,7 @@ listed_repository AS (
 ), statuses AS (
   INSERT INTO published_canonicals AS pc (canonical_id, public_id, repository_id, status)
   SELECT c.id, c.public_id, c.repository_id, c.status FROM canonical_findings c
-  WHERE c.id IN (SELECT canonical_finding_id FROM scan_findings WHERE scan_id = :scan_id)
+  WHERE c.id IN (SELECT canonical_finding_id FROM scan_findings WHERE scan_id = :scan_id AND published_at IS NOT NULL)
     AND (CAST(:listed AS boolean) OR {announced})
   ORDER BY c.id
   ON CONFLICT (canonical_id) DO UPDATE SET status = EXCLUDED.status WHERE pc.status <> EXCLUDED.status

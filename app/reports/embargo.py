@@ -18,9 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.kernel.answers import Answer, Timestamp, enum, iso
 from app.reports.held import EMBARGO, release_occurrences
 from app.reports.models import PUBLISHED_BECAUSE
+from app.reports.validation import DISCLOSURE_MAX_DAYS, DISCLOSURE_MIN_DAYS
 
-MAX_DAYS = 90  # the longest embargo, whatever the two windows ask
-REPORTER_MIN_DAYS = 7  # a reporter's request: 7 <= days <= 90 (`disclosure.days`)
+MAX_DAYS = DISCLOSURE_MAX_DAYS  # the longest embargo, whatever the two windows ask
+REPORTER_MIN_DAYS = DISCLOSURE_MIN_DAYS  # a reporter's request: 7 <= days <= 90 (`disclosure.days`)
 
 # One statement after the report's occurrences are linked (and before its settle): the window is the larger of the
 # reporter's and the repository's, at most 90 days; a canonical with a published occurrence in a public report other
@@ -55,15 +56,17 @@ WITH win AS (
          OR EXISTS (SELECT 1 FROM disclosures d WHERE d.canonical_finding_id = m.cid AND d.state = 'embargoed'))
   RETURNING f.canonical_finding_id
 )
-SELECT (SELECT count(*) FROM opened) AS opened, (SELECT count(*) FROM held) AS held
+SELECT (SELECT count(*) FROM opened) AS opened,
+       (SELECT coalesce(array_agg(DISTINCT canonical_finding_id), '{}') FROM held) AS held
 """)
 
 
 async def embargo_new_occurrences(
     session: AsyncSession, *, scan_id: int, repository_id: int, reporter_days: int | None
-) -> int:
+) -> frozenset[int]:
     """Put report `scan_id`'s just-linked occurrences under their canonicals' clocks (opening one where a window
-    applies): how many occurrences are now held by an embargo. The caller settles the report afterwards."""
+    applies): the canonicals whose occurrences of this report are now held by an embargo (their findings answer
+    `held: embargo`; their keys are not the settle's to mark). The caller settles the report afterwards."""
     row = (
         await session.execute(
             _EMBARGO,
@@ -75,7 +78,7 @@ async def embargo_new_occurrences(
             },
         )
     ).one()
-    return int(row.held)
+    return frozenset(int(cid) for cid in row.held)
 
 
 # why a clock ended: the deadline passed (the worker's clock), or a person ended it (each audited by its caller)
@@ -83,6 +86,22 @@ _END = text("""
 UPDATE disclosures SET state = 'published', published_at = now(), published_because = :because, updated_at = now()
 WHERE canonical_finding_id = ANY(CAST(:ids AS bigint[])) AND state = 'embargoed'
 RETURNING canonical_finding_id
+""")
+
+
+# a maintainer's statement on an embargoed finding announced nothing (app/maintainers/statements.py): its current one
+# is announced once the finding is published, after its `finding.published` entries
+_ANNOUNCE_STATEMENTS = text("""
+INSERT INTO changes (kind, canonical, repository_id, repository_key, statement_id, status)
+SELECT 'finding.statement', c.public_id, c.repository_id,
+       (SELECT pr.opaque_id FROM published_repositories pr WHERE pr.repository_id = c.repository_id), st.id, st.status
+FROM canonical_findings c
+JOIN LATERAL (
+  SELECT s.id, s.status FROM finding_statements s WHERE s.canonical_finding_id = c.id AND s.visibility = 'shown'
+  ORDER BY s.inserted_at DESC, s.id DESC LIMIT 1
+) st ON TRUE
+WHERE c.id = ANY(CAST(:ids AS bigint[]))
+ORDER BY c.id
 """)
 
 
@@ -96,6 +115,7 @@ async def publish_embargoed(session: AsyncSession, canonical_ids: Iterable[int],
     ]
     if ended:
         await release_occurrences(session, EMBARGO, canonicals=ended)
+        await session.execute(_ANNOUNCE_STATEMENTS, {"ids": ended})
     return ended
 
 

@@ -5,13 +5,22 @@ service then only locks and writes (docs/architecture.md "reports")."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from app.kernel.errors import ValidationError
 from app.kernel.intake import Body, Budget, json_object
 from app.reports import sarif
 from app.reports.secrets_scanner import SCAN_BUDGET_SECONDS, scan_fields
-from app.reports.validation import ReportInput, VerdictInput, validate_check, validate_confirmation, validate_report
+from app.reports.validation import (
+    DISCLOSURE_DAYS_RULE,
+    ReportInput,
+    VerdictInput,
+    disclosure_days_ok,
+    validate_check,
+    validate_confirmation,
+    validate_report,
+)
 
 
 def sarif_as_json(media_type: str) -> str:
@@ -30,6 +39,7 @@ def parse_report(body: Body, budget: Budget) -> tuple[ReportInput, sarif.SarifRe
             # otherwise the envelope's rules answer (commit_sha, model, document "is required"), naming no cause
             raise ValidationError({"content_type": [sarif_as_json(body.media_type)]})
         return prepare_report(document, budget), None
+    days = sarif_disclosure_days(body.query.get("disclosure_days"))
     mapped = sarif.sarif_to_report(
         document,
         commit_sha=body.query.get("commit_sha"),
@@ -37,8 +47,21 @@ def parse_report(body: Body, budget: Budget) -> tuple[ReportInput, sarif.SarifRe
         budget=budget,
     )
     assert mapped.report is not None
+    if days is not None:
+        mapped.report = replace(mapped.report, disclosure_days=days)
     scan_report(mapped.report, budget)
     return mapped.report, mapped
+
+
+def sarif_disclosure_days(raw: str | None) -> int | None:
+    """A SARIF log's embargo request, the query parameter `?disclosure_days=N` (a log has no envelope of ours):
+    the same rule as the envelope's `disclosure.days`."""
+    if raw is None:
+        return None
+    days = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 3 else None
+    if not disclosure_days_ok(days):
+        raise ValidationError({"disclosure_days": [DISCLOSURE_DAYS_RULE]})
+    return days
 
 
 def prepare_report(document: dict[str, Any], budget: Budget) -> ReportInput:

@@ -3,7 +3,7 @@ rule and the rate limits, asked on the actor as the transaction sees it (docs/do
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import bindparam, select, text
@@ -58,6 +58,10 @@ class RepositoryRow:
     listing_status: str
     participation_mode: str
     submitted_by_id: int | None
+    disclosure_days: int = 0  # a verified maintainer's coordinated-disclosure window (0: none)
+    # any open embargo of it (the report path's first statement reads it): a duplicate of an embargoed finding is
+    # held too, whatever the windows
+    embargoes: bool = False
 
 
 def require_scope(scopes: frozenset[str] | None, needed: frozenset[str]) -> None:
@@ -86,13 +90,16 @@ WITH actor AS (
 )
 SELECT a.id, a.handle, a.platform_role, a.trust_tier, a.state,
        r.id AS rid, r.host, r.owner, r.name, r.listing_status, r.participation_mode, r.submitted_by_id,
-       set_config('plan_cache_mode', :plans, true) AS plans,
+       r.disclosure_days, r.embargoes, set_config('plan_cache_mode', :plans, true) AS plans,
        (SELECT t.revoked_at IS NULL FROM api_tokens t WHERE t.id = :tid AND t.account_id = a.id) AS token_live,
        g.gated IS TRUE AS gated, coalesce(g.decided >= :high_decided AND g.precision >= :high_precision, false) AS high
 FROM actor a
 LEFT JOIN account_signals g ON g.account_id = a.id
 LEFT JOIN LATERAL (
-  SELECT id, host, owner, name, listing_status, participation_mode, submitted_by_id FROM repositories
+  SELECT id, host, owner, name, listing_status, participation_mode, submitted_by_id, disclosure_days,
+         EXISTS (SELECT 1 FROM disclosures d WHERE d.repository_id = repositories.id AND d.state = 'embargoed')
+           AS embargoes
+  FROM repositories
   WHERE host = :host AND owner = :owner AND name = :name AND a.id IS NOT NULL
   FOR UPDATE
 ) r ON TRUE
@@ -122,7 +129,7 @@ async def load_submitter(
     if row is None:
         raise Forbidden({"account": ["does not exist"]})
     actor = Actor(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]), bool(row.gated), bool(row.high))
-    return actor, None if row.rid is None else _repository(row[5:12])
+    return actor, None if row.rid is None else replace(_repository(row[5:13]), embargoes=bool(row.embargoes))
 
 
 async def load_actor(session: AsyncSession, account_id: int, *, lock: bool) -> Actor:
@@ -148,7 +155,16 @@ def require_verifier(actor: Actor) -> None:
 _REPOSITORY = select(
     *(
         _repositories.c[name]
-        for name in ("id", "host", "owner", "name", "listing_status", "participation_mode", "submitted_by_id")
+        for name in (
+            "id",
+            "host",
+            "owner",
+            "name",
+            "listing_status",
+            "participation_mode",
+            "submitted_by_id",
+            "disclosure_days",
+        )
     )
 ).with_for_update()
 _REPOSITORY_BY_NAME = compiled(
@@ -163,7 +179,14 @@ _REPOSITORY_BY_ID = compiled(_REPOSITORY.where(_repositories.c.id == bindparam("
 
 def _repository(row: Any) -> RepositoryRow:
     return RepositoryRow(
-        int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]), row[6] and int(row[6])
+        int(row[0]),
+        str(row[1]),
+        str(row[2]),
+        str(row[3]),
+        str(row[4]),
+        str(row[5]),
+        row[6] and int(row[6]),
+        int(row[7]),
     )
 
 

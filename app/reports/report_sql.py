@@ -24,18 +24,18 @@ SELECT id FROM scans
 WHERE submitted_by_id = :aid AND run_id = :run_id AND repository_id = :rid AND commit_sha = :sha
   AND model IS NOT DISTINCT FROM :model AND prompt_version IS NOT DISTINCT FROM :prompt_version
   AND provenance = :provenance AND review_kind = :review_kind AND notes IS NOT DISTINCT FROM :notes
-  AND raw_document = :raw_document
+  AND raw_document = :raw_document AND disclosure_days IS NOT DISTINCT FROM CAST(:disclosure_days AS smallint)
 """)
 
 # A new report's row; the same run_id stored by this account (a retry, or a concurrent request) inserts nothing
 _INSERT_SCAN = Fragment("""
 INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, run_id, provenance,
                    review_kind, notes, findings_count, review_status, visibility, raw_document, commit_committed_at,
-                   published_at, evidence_next_at)
+                   published_at, evidence_next_at, disclosure_days)
 VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review_kind, :notes, :findings_count,
         'quarantined', 'public', :raw_document, CAST(:committed_at AS timestamptz),
         CASE WHEN CAST(:pending AS boolean) THEN NULL ELSE now() END,
-        CASE WHEN CAST(:pending AS boolean) THEN now() + interval '30 seconds' END)
+        CASE WHEN CAST(:pending AS boolean) THEN now() + interval '30 seconds' END, CAST(:disclosure_days AS smallint))
 ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
 RETURNING id
 """)
@@ -145,4 +145,5 @@ def scan_values(
         "notes": report.notes,
         "findings_count": len(report.findings),
         "raw_document": report.raw_document,
+        "disclosure_days": report.disclosure_days,
     }

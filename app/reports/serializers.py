@@ -3,7 +3,7 @@ response shows exactly what was committed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.kernel.answers import uuid_text
 from app.kernel.config import settings
 from app.reports.assimilation import Link
+from app.reports.held import EMBARGO
 from app.reports.policy import RepositoryRow
 from app.reports.types import Check, Confirmation, FindingEvidence, Report, ReportFinding
 from app.reports.validation import ReportInput
@@ -57,9 +58,15 @@ def new_report(
 
 
 def linked_rows(
-    report: ReportInput, links: Sequence[Link], stored: Sequence[tuple[int, Any]], *, held: str | None = None
+    report: ReportInput,
+    links: Sequence[Link],
+    stored: Sequence[tuple[int, Any]],
+    *,
+    held: str | None = None,
+    embargoed: Collection[int] = (),
 ) -> list[dict[str, Any]]:
-    """A new report's findings as `_FINDINGS` reads them, from what its statements returned."""
+    """A new report's findings as `_FINDINGS` reads them, from what its statements returned: `held` the reason all
+    of them are held for (low signal), `embargoed` the canonicals whose occurrences an embargo holds."""
     return [
         {
             "public_id": public_id,
@@ -70,7 +77,7 @@ def linked_rows(
             "disposition": link.disposition,
             "evidence_state": f.evidence_state,
             "anchor": f.anchor,
-            "held_reason": held,
+            "held_reason": held or (EMBARGO if link.canonical.id in embargoed else None),
         }
         for f, link, (_id, public_id) in zip(report.findings, links, stored, strict=True)
     ]

@@ -30,6 +30,7 @@ from app.record.public import public_scan
 from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, registry_counts_moved
 from app.reports.assimilation import Assimilated, assimilate_report, fingerprints_of
 from app.reports.counters import REFRESH_COUNTERS
+from app.reports.embargo import embargo_new_occurrences
 from app.reports.evidence_gate import gate_report
 from app.reports.held import LOW_SIGNAL, release_held
 from app.reports.intake import prepare_report, prepare_verdict
@@ -213,6 +214,14 @@ async def store_report(
             defer_counters=True,
             held=held,
         )
+        keys, embargoed = assimilated.keys, frozenset[int]()
+        # coordinated disclosure: only when a window or an open embargo can apply (the common path runs no
+        # statement more, issue 39)
+        if report.disclosure_days is not None or repo.disclosure_days > 0 or repo.embargoes:
+            embargoed = await embargo_new_occurrences(
+                session, scan_id=int(scan_id), repository_id=repo.id, reporter_days=report.disclosure_days
+            )
+            keys = _announced_keys(assimilated, embargoed)
         verified = await _new_report_verified(session, assimilated, report.commit_sha)
         if verified:
             await session.execute(VERIFY_SCAN, {"id": scan_id})
@@ -225,13 +234,24 @@ async def store_report(
             registry_counts_moved()
         due = assimilated.counters_due  # the known canonicals' counters ride in the last statement too
         marked, _set = await settle_new_report(
-            session, int(scan_id), repo.id, assimilated.keys, listed=listing == "listed", recount=recount,
+            session, int(scan_id), repo.id, keys, listed=listing == "listed", recount=recount,
             alongside=(REFRESH_COUNTERS, {"ids": due}) if due else None,
         )  # fmt: skip
         if not marked:
             purge_after_commit(_unrolled_report_tags(repo.id, listing))
         answer |= {"verified_at": True if verified else None, "listing_status": listing}
-        return report_answer(answer, linked_rows(report, assimilated.links, findings, held=held)), True
+        rows = linked_rows(report, assimilated.links, findings, held=held, embargoed=embargoed)
+        return report_answer(answer, rows), True
+
+
+def _announced_keys(assimilated: Assimilated, embargoed: frozenset[int]) -> set[str]:
+    """The pattern keys a report's settle marks dirty: none only an embargoed canonical of it touched (its rollup
+    does not move until the clock publishes it, and a dirty key is public news of the pattern)."""
+    if not embargoed:
+        return assimilated.keys
+    public = {link.canonical.pattern_key for link in assimilated.links if link.canonical.id not in embargoed}
+    hidden = {link.canonical.pattern_key for link in assimilated.links if link.canonical.id in embargoed}
+    return {key for key in assimilated.keys if key not in hidden or key in public}
 
 
 def _unrolled_report_tags(repository_id: int, listing: str) -> set[str]:

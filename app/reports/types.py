@@ -17,6 +17,8 @@ from app.reports.models import (
     SEVERITIES,
 )
 from app.reports.validation import (
+    DISCLOSURE_MAX_DAYS,
+    DISCLOSURE_MIN_DAYS,
     MAX_DESCRIPTION,
     MAX_EVIDENCE,
     MAX_FINDINGS,
@@ -54,7 +56,11 @@ class ReportFinding(Answer):
     url: str
     evidence: FindingEvidence
     held: Annotated[
-        str | None, Meta(description="low_signal: held for review until a reviewer checks it (earned trust)")
+        str | None,
+        Meta(
+            description="why it is not public yet: low_signal, held for review until a reviewer checks it (earned "
+            "trust); embargo, under coordinated disclosure until its deadline (its maintainer told first)"
+        ),
     ] = None
 
 
@@ -94,7 +100,9 @@ class Report(Answer):
     verified: bool
     review_status: str
     visibility: str
-    disclosed: Annotated[bool, Meta(description="public now: false while its evidence is pending")]
+    disclosed: Annotated[
+        bool, Meta(description="public now: false while its evidence is pending or any finding is held or embargoed")
+    ]
     record_url: str
     findings: list[ReportFinding]
     sarif: SarifSummary | UnsetType = UNSET  # the answer to a SARIF log only
@@ -158,6 +166,14 @@ class ScanDocument(Struct, kw_only=True):
     findings: Annotated[list[ScanFinding], Meta(max_length=MAX_FINDINGS)]
 
 
+class DisclosureRequest(Struct, kw_only=True):
+    """The reporter's coordinated-disclosure request: the report's new findings stay off every public surface (a
+    stub shows their severity, date and deadline) for the larger of these days and the repository's own window, at
+    most 90, while the repository's verified maintainers are told first (docs/domain.md "Coordinated disclosure")."""
+
+    days: Annotated[int, Meta(ge=DISCLOSURE_MIN_DAYS, le=DISCLOSURE_MAX_DAYS)]
+
+
 class ReportSubmission(Struct, kw_only=True):
     EXAMPLES: ClassVar[list[dict[str, Any]]] = [
         {
@@ -191,6 +207,13 @@ class ReportSubmission(Struct, kw_only=True):
         UNSET
     )
     notes: Annotated[str, Meta(max_length=MAX_NOTES)] | UnsetType = UNSET
+    disclosure: (
+        Annotated[
+            DisclosureRequest,
+            Meta(description="an embargo: 7 to 90 days (a SARIF log asks with ?disclosure_days=N); absent: none"),
+        ]
+        | UnsetType
+    ) = UNSET
     document: ScanDocument
 
 

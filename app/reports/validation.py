@@ -36,6 +36,9 @@ MAX_SEGMENT_BYTES = 255
 MAX_FINGERPRINTS = 20  # partial_fingerprints: a SARIF result's, kept as written (docs/sarif.md)
 MAX_FINGERPRINT_KEY = 100
 MAX_FINGERPRINT_VALUE = 500
+# a reporter's coordinated-disclosure request, `"disclosure": {"days": N}` (docs/domain.md "Coordinated disclosure")
+DISCLOSURE_MIN_DAYS, DISCLOSURE_MAX_DAYS = 7, 90
+DISCLOSURE_DAYS_RULE = f"must be an integer from {DISCLOSURE_MIN_DAYS} to {DISCLOSURE_MAX_DAYS}"
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -72,6 +75,7 @@ class ReportInput:
     raw_document: str
     findings: list[FindingInput]
     sarif_origins: tuple[str, ...] = ()  # a SARIF log's: each finding's result path (`runs[0].results[3]`)
+    disclosure_days: int | None = None  # the reporter's embargo request (`disclosure.days`), None: none asked
 
 
 @dataclass(frozen=True)
@@ -280,6 +284,31 @@ def _document(document: dict[str, Any], errors: dict[str, list[str]]) -> list[Fi
     return findings
 
 
+def disclosure_days_ok(value: object) -> bool:
+    """A reporter's embargo window: a JSON integer from 7 to 90 (days)."""
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and DISCLOSURE_MIN_DAYS <= value <= DISCLOSURE_MAX_DAYS
+    )
+
+
+def _disclosure(body: dict[str, Any], errors: dict[str, list[str]]) -> int | None:
+    """`"disclosure": {"days": N}`; absent or null: no request (the repository's own window may still apply)."""
+    value = body.get("disclosure")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        errors["disclosure"] = ['must be an object: {"days": N}']
+        return None
+    days = value.get("days")
+    if days is None:
+        errors["disclosure.days"] = [f"{REQUIRED}: {DISCLOSURE_DAYS_RULE}"]
+    elif not disclosure_days_ok(days):
+        errors["disclosure.days"] = [DISCLOSURE_DAYS_RULE]
+    else:
+        return int(days)
+    return None
+
+
 def validate_report(body: dict[str, Any]) -> ReportInput:
     """The whole report request body (envelope + document). Raises ValidationError with every envelope error and
     the first bad finding."""
@@ -298,6 +327,7 @@ def validate_report(body: dict[str, Any]) -> ReportInput:
                 errors[field] = [(REQUIRED if missing else "can't be blank") + " unless provenance is human"]
     run_id = optional_text(body, "run_id", MAX_RUN_ID, errors, trim=True, single_line=True)
     notes = optional_text(body, "notes", MAX_NOTES, errors, trim=False)
+    disclosure_days = _disclosure(body, errors)
     document = body.get("document")
     findings: list[FindingInput] = []
     raw_document = ""
@@ -328,6 +358,7 @@ def validate_report(body: dict[str, Any]) -> ReportInput:
         document=document,
         raw_document=raw_document,
         findings=findings,
+        disclosure_days=disclosure_days,
     )
 
 

@@ -4,16 +4,16 @@ SELECT id FROM scans
 WHERE submitted_by_id = :aid AND run_id = :run_id AND repository_id = :rid AND commit_sha = :sha
   AND model IS NOT DISTINCT FROM :model AND prompt_version IS NOT DISTINCT FROM :prompt_version
   AND provenance = :provenance AND review_kind = :review_kind AND notes IS NOT DISTINCT FROM :notes
-  AND raw_document = :raw_document
+  AND raw_document = :raw_document AND disclosure_days IS NOT DISTINCT FROM CAST(:disclosure_days AS smallint)
 ) AS same FROM scans WHERE submitted_by_id = :aid AND run_id = :run_id
 ), recent AS (SELECT count(*) FILTER (WHERE inserted_at > now() - interval '1 minute') AS per_minute, count(*) FILTER (WHERE inserted_at > now() - interval '1 minute' AND repository_id = :rid) AS per_repo_minute, count(*) AS per_day FROM scans WHERE submitted_by_id = :aid AND inserted_at > now() - interval '1 day'), inserted AS (
 INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, run_id, provenance,
                    review_kind, notes, findings_count, review_status, visibility, raw_document, commit_committed_at,
-                   published_at, evidence_next_at)
+                   published_at, evidence_next_at, disclosure_days)
 VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review_kind, :notes, :findings_count,
         'quarantined', 'public', :raw_document, CAST(:committed_at AS timestamptz),
         CASE WHEN CAST(:pending AS boolean) THEN NULL ELSE now() END,
-        CASE WHEN CAST(:pending AS boolean) THEN now() + interval '30 seconds' END)
+        CASE WHEN CAST(:pending AS boolean) THEN now() + interval '30 seconds' END, CAST(:disclosure_days AS smallint))
 ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
 RETURNING id
 ), known AS (

@@ -1,11 +1,11 @@
 WITH inserted AS (
 INSERT INTO scans (repository_id, submitted_by_id, commit_sha, model, prompt_version, run_id, provenance,
                    review_kind, notes, findings_count, review_status, visibility, raw_document, commit_committed_at,
-                   published_at, evidence_next_at)
+                   published_at, evidence_next_at, disclosure_days)
 VALUES (:rid, :aid, :sha, :model, :prompt_version, :run_id, :provenance, :review_kind, :notes, :findings_count,
         'quarantined', 'public', :raw_document, CAST(:committed_at AS timestamptz),
         CASE WHEN CAST(:pending AS boolean) THEN NULL ELSE now() END,
-        CASE WHEN CAST(:pending AS boolean) THEN now() + interval '30 seconds' END)
+        CASE WHEN CAST(:pending AS boolean) THEN now() + interval '30 seconds' END, CAST(:disclosure_days AS smallint))
 ON CONFLICT (submitted_by_id, run_id) WHERE run_id IS NOT NULL DO NOTHING
 RETURNING id
 ), known AS (

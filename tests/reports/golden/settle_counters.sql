@@ -40,7 +40,7 @@ listed_repository AS (
 ), statuses AS (
   INSERT INTO published_canonicals AS pc (canonical_id, public_id, repository_id, status)
   SELECT c.id, c.public_id, c.repository_id, c.status FROM canonical_findings c
-  WHERE c.id IN (SELECT canonical_finding_id FROM scan_findings WHERE scan_id = :scan_id)
+  WHERE c.id IN (SELECT canonical_finding_id FROM scan_findings WHERE scan_id = :scan_id AND published_at IS NOT NULL)
     AND (CAST(:listed AS boolean) OR EXISTS (SELECT 1 
 FROM published_findings AS p 
 WHERE p.canonical_id = c.id OFFSET 0))
