@@ -90,6 +90,15 @@ async def _signal(args: argparse.Namespace) -> int:
     return await _report(outcome, purges)
 
 
+async def _release(args: argparse.Namespace) -> int:
+    from app.moderation.signal import release_queue
+
+    actor = await require_account_by_email(args.as_email)
+    with purge.collect() as purges:
+        outcome = await release_queue(actor, args.handle, args.reason, args.notes)
+    return await _report(outcome, purges)
+
+
 async def _repos_delete(args: argparse.Namespace) -> int:
     from app.moderation.service import delete_repository
 
@@ -143,3 +152,7 @@ def register(sub: Any) -> None:
     pin.add_argument("--handle", required=True, metavar="HANDLE")
     pin.add_argument("--pin", required=True, choices=("gated", "open", "clear"))
     _common(pin)
+
+    release = command(actions, "release", _release, "publish every finding of an account held for review")
+    release.add_argument("--handle", required=True, metavar="HANDLE")
+    _common(release)

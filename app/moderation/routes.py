@@ -25,7 +25,7 @@ from app.kernel.web import page
 from app.maintainers import webhooks
 from app.maintainers.models import STATEMENT_VISIBILITIES
 from app.maintainers.statement_queries import moderation_subject
-from app.moderation import queries, service, signal
+from app.moderation import disclosures, queries, service, signal
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
 
@@ -154,6 +154,22 @@ async def accounts_page(request: Request) -> Response:
     return await _list_page(request, "accounts", {"platform_role": role, "state": state}, load)
 
 
+async def held_page(request: Request) -> Response:
+    """The findings held for review, oldest first, with their reporters' signal (docs/domain.md "Earned trust")."""
+    return await _list_page(request, "held", {}, signal.held_queue)
+
+
+async def disclosures_page(request: Request) -> Response:
+    """Open coordinated-disclosure embargoes, soonest deadline first, each with its publish and extend forms."""
+    repository = request.query_params.get("repository", "").strip()
+    return await _list_page(
+        request,
+        "disclosures",
+        {"repository": repository},
+        lambda cursor: disclosures.open_embargoes(repository=repository or None, cursor=cursor),
+    )
+
+
 async def audit_page(request: Request) -> Response:
     return await _list_page(request, "audit", {}, lambda cursor: queries.list_audit_events(cursor=cursor))
 
@@ -179,6 +195,9 @@ async def _subject_href(event: dict[str, Any]) -> str | None:
     if kind == "repository" and raw.count("/") == 2:
         repo = await queries.get_repository(*raw.split("/"))
         return repo_path(repo["host"], repo["owner"], repo["name"]) if repo else None
+    if kind == "disclosure" and (canonical_id := ascii_int(raw)):
+        occurrence = await disclosures.occurrence_of(canonical_id)
+        return finding_path(occurrence) if occurrence else None
     if kind == "statement" and (statement_id := ascii_int(raw)):
         statement = await moderation_subject(statement_id)
         occurrence = statement["occurrence"] if statement else None
@@ -337,6 +356,20 @@ async def account_signal_pin(request: Request, actor: Account, form: FormData) -
     )
 
 
+async def account_held_release(request: Request, actor: Account, form: FormData) -> Response:
+    target = await _target_account(request)
+    [subject] = (await signal.with_signals({"entries": [target], "next_cursor": None}))["entries"]
+    return await _act(
+        request,
+        form,
+        partial="moderation/_release_form.html",
+        subject=subject,
+        fields=(),
+        action=lambda v: signal.release_queue(actor, target["handle"], v["reason"], v["notes"]),
+        default_return="/moderation/held",
+    )
+
+
 async def maintainer_end(request: Request, actor: Account, form: FormData) -> Response:
     host, owner, name, handle = (request.path_params[k] for k in ("host", "owner", "name", "handle"))
     repo = await queries.get_repository(host, owner, name)
@@ -372,6 +405,40 @@ async def statement_visibility(request: Request, actor: Account, form: FormData)
     )
 
 
+async def _clock_subject(request: Request) -> tuple[str, dict[str, Any]]:
+    public_id = request.path_params["canonical_public_id"]
+    found = await disclosures.subject(public_id)
+    if found is None:
+        raise NotFound({"finding": ["not found"]}, message=f"No disclosure clock for finding {public_id}.")
+    return public_id, found
+
+
+async def disclosure_extend(request: Request, actor: Account, form: FormData) -> Response:
+    public_id, subject = await _clock_subject(request)
+    return await _act(
+        request,
+        form,
+        partial="moderation/_disclosure_extend_form.html",
+        subject=subject,
+        fields=("days",),
+        action=lambda v: disclosures.extend(actor, public_id, v["days"], v["reason"], v["notes"]),
+        default_return="/moderation/disclosures",
+    )
+
+
+async def disclosure_publish(request: Request, actor: Account, form: FormData) -> Response:
+    public_id, subject = await _clock_subject(request)
+    return await _act(
+        request,
+        form,
+        partial="moderation/_disclosure_publish_form.html",
+        subject=subject,
+        fields=(),
+        action=lambda v: disclosures.publish(actor, public_id, v["reason"], v["notes"]),
+        default_return="/moderation/disclosures",
+    )
+
+
 async def webhook_delete(request: Request, actor: Account, form: FormData) -> Response:
     webhook_id = request.path_params["webhook_id"]
     hook = await _subject(webhooks.moderation_subject, webhook_id, "webhook", "webhook")
@@ -392,6 +459,8 @@ routes: list[BaseRoute] = [
     Route("/moderation", reports_page, methods=["GET"], name="moderation"),
     Route("/moderation/repositories", repositories_page, methods=["GET"], name="moderation_repositories"),
     Route("/moderation/accounts", accounts_page, methods=["GET"], name="moderation_accounts"),
+    Route("/moderation/held", held_page, methods=["GET"], name="moderation_held"),
+    Route("/moderation/disclosures", disclosures_page, methods=["GET"], name="moderation_disclosures"),
     Route("/moderation/audit", audit_page, methods=["GET"], name="moderation_audit"),
     Route("/moderation/audit/{event_id:int}", audit_event_page, methods=["GET"], name="moderation_audit_event"),
     body_route("/moderation/scans/{scan_id:int}/visibility", scan_visibility, **_FORM),
@@ -399,7 +468,10 @@ routes: list[BaseRoute] = [
     body_route("/moderation/accounts/{handle}", account_change, **_FORM),
     body_route("/moderation/accounts/{handle}/statements", account_statements_hide, **_FORM),
     body_route("/moderation/accounts/{handle}/signal", account_signal_pin, **_FORM),
+    body_route("/moderation/accounts/{handle}/release", account_held_release, **_FORM),
     body_route("/moderation/repos/{host}/{owner}/{name}/maintainers/{handle}", maintainer_end, **_FORM),
     body_route("/moderation/statements/{statement_id:int}", statement_visibility, **_FORM),
     body_route("/moderation/webhooks/{webhook_id:int}", webhook_delete, **_FORM),
+    body_route("/moderation/disclosures/{canonical_public_id}/extend", disclosure_extend, **_FORM),
+    body_route("/moderation/disclosures/{canonical_public_id}/publish", disclosure_publish, **_FORM),
 ]

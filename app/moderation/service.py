@@ -111,6 +111,19 @@ async def act(
     return ActionOutcome(event.id, action, change.subject_type, change.subject_id, change.before, change.after or {})
 
 
+async def lock_other_account(session: AsyncSession, handle: str, actor: Account, own: str) -> Account:
+    """The account `@handle` an action is about, locked for the action's transaction: 404 naming the handle, 403
+    (`own`) when it is the actor's own."""
+    target = (
+        await session.execute(select(Account).where(Account.handle == handle).with_for_update())
+    ).scalar_one_or_none()
+    if target is None:
+        raise NotFound({"handle": [f"no account @{handle}"]})
+    if target.id == actor.id:
+        raise Forbidden({"base": [own]})
+    return target
+
+
 async def change_scan_visibility(
     actor: Account, scan_id: int, visibility: str, reason: str, notes: str
 ) -> ActionOutcome:
@@ -298,13 +311,7 @@ async def change_account(
     handle = handle.strip().lower()
 
     async def step(session: AsyncSession, actor: Account) -> Change:
-        target = (
-            await session.execute(select(Account).where(Account.handle == handle).with_for_update())
-        ).scalar_one_or_none()
-        if target is None:
-            raise NotFound({"handle": [f"no account @{handle}"]})
-        if target.id == actor.id:
-            raise Forbidden({"base": ["you cannot change your own role or state"]})
+        target = await lock_other_account(session, handle, actor, "you cannot change your own role or state")
         if platform_role is not None and platform_role != target.platform_role and not can_change_roles(actor):
             raise Forbidden({"platform_role": ["only admins may change platform roles"]})
         if has_moderator_role(target) and not can_change_roles(actor):

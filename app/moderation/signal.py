@@ -1,23 +1,29 @@
-"""A moderator's pin of an account's gate (docs/domain.md "Earned trust"): `gated` or `open` wins over the signal,
-`clear` gives the gate back to it; audited (`account.signal_pin`), the stored gate recounted in the same
-transaction."""
+"""A moderator's pin of an account's gate and release of its queue (docs/domain.md "Earned trust"): `gated` or
+`open` wins over the signal, `clear` gives the gate back to it; audited (`account.signal_pin`), the stored gate
+recounted in the same transaction. A release publishes every finding of the account held for review (one under a
+coordinated-disclosure embargo moves to the embargo's hold), audited (`account.held_release`). And the console's
+queue of held findings with their reporters' signal."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.kernel import db
-from app.kernel.errors import Forbidden, NotFound, ValidationError
+from app.kernel.errors import ValidationError
 from app.kernel.paging import Page
-from app.moderation.service import ActionOutcome, Change, act, validate_reason_notes
+from app.moderation.service import ActionOutcome, Change, act, lock_other_account, validate_reason_notes
+from app.reports.held import release_held
 from app.trust.models import PINS
+from app.trust.queue import held_page
 from app.trust.signal import store_signals
 
 PIN_ACTION = "account.signal_pin"
+RELEASE_ACTION = "account.held_release"
 PIN_CHOICES = (*PINS, "clear")
 
 _PIN = text("""
@@ -37,13 +43,7 @@ async def pin_signal(actor: Account, handle: str, pin: str, reason: str, notes: 
     handle = handle.strip().lower()
 
     async def step(session: AsyncSession, actor: Account) -> Change:
-        target = (
-            await session.execute(select(Account).where(Account.handle == handle).with_for_update())
-        ).scalar_one_or_none()
-        if target is None:
-            raise NotFound({"handle": [f"no account @{handle}"]})
-        if target.id == actor.id:
-            raise Forbidden({"base": ["you cannot pin your own gate"]})
+        target = await lock_other_account(session, handle, actor, "you cannot pin your own gate")
         stored = (await session.execute(_STORED, {"account_id": target.id})).first()
         before_pin = stored.pin if stored is not None else None
         new_pin = None if pin == "clear" else pin
@@ -58,6 +58,35 @@ async def pin_signal(actor: Account, handle: str, pin: str, reason: str, notes: 
     return await act(actor.id, PIN_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 
 
+# an account's findings held for review now (what a release would publish), by reporter
+_HELD_OF = text("""
+SELECT s.submitted_by_id AS account_id, count(*) AS held
+FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+WHERE s.submitted_by_id = ANY(CAST(:ids AS bigint[])) AND f.held_reason = 'low_signal' AND f.published_at IS NULL
+GROUP BY s.submitted_by_id
+""")
+
+
+async def release_queue(actor: Account, handle: str, reason: str, notes: str) -> ActionOutcome:
+    """Release every finding of `@handle` held for review, in one audited transaction: before the number held, after
+    how many were published and how many moved to an embargo's hold. 422 when nothing is held; a moderator may not
+    release their own."""
+    errors: dict[str, list[str]] = {}
+    reason_t, notes_t = validate_reason_notes(reason, notes, errors)
+    handle = handle.strip().lower()
+
+    async def step(session: AsyncSession, actor: Account) -> Change:
+        target = await lock_other_account(session, handle, actor, "you cannot release your own held findings")
+        held = (await session.execute(_HELD_OF, {"ids": [target.id]})).first()
+        if held is None:
+            raise ValidationError({"handle": [f"@{target.handle} has no finding held for review"]})
+        published = await release_held(session, account_id=target.id)
+        after = {"held": 0, "published": published, "embargoed": int(held.held) - published}
+        return Change("account", target.handle, {"held": int(held.held)}, after)
+
+    return await act(actor.id, RELEASE_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
+
+
 _SIGNALS = text("""
 SELECT account_id, precision, decided, gated, pin FROM account_signals
 WHERE account_id = ANY(CAST(:ids AS bigint[]))
@@ -69,11 +98,20 @@ async def with_signals(accounts: Page[dict[str, Any]]) -> Page[dict[str, Any]]:
     ids = [int(a["id"]) for a in accounts["entries"]]
     async with db.read_session(replica=False) as session:
         rows = {int(r.account_id): r for r in await session.execute(_SIGNALS, {"ids": ids})}
+        held = {int(r.account_id): int(r.held) for r in await session.execute(_HELD_OF, {"ids": ids})}
     entries = []
     for a in accounts["entries"]:
         row = rows.get(int(a["id"]))
         signal = {"precision": 0.5, "decided": 0, "gated": False, "pin": "clear"}
         if row is not None:
             signal = {"precision": row.precision, "decided": row.decided, "gated": row.gated, "pin": row.pin or "clear"}
-        entries.append({**a, **signal})
+        entries.append({**a, **signal, "held": held.get(int(a["id"]), 0)})
     return Page(entries=entries, next_cursor=accounts["next_cursor"])
+
+
+async def held_queue(cursor: str | None) -> Page[dict[str, Any]]:
+    """The console's queue: findings held for review, oldest first, each with its reporter's signal (the review
+    queue's own query, app/trust/queue.py)."""
+    async with db.read_session(replica=False) as session:
+        items, next_cursor = await held_page(session, cursor)
+    return Page(entries=[asdict(item) for item in items], next_cursor=next_cursor)

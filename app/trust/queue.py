@@ -19,7 +19,7 @@ PAGE = 50
 _HELD = text("""
 SELECT f.id, f.public_id, c.public_id AS canonical_public_id, f.title, f.severity, f.file_path, f.line_start,
        f.line_end, s.commit_sha, f.inserted_at, r.host, r.owner, r.name, a.handle AS reporter,
-       g.precision, g.decided
+       g.precision, g.decided, g.gated
 FROM scan_findings f
 JOIN scans s ON s.id = f.scan_id
 JOIN repositories r ON r.id = s.repository_id
@@ -49,6 +49,7 @@ class Held:
     reporter: str
     precision: float
     decided: int
+    gated: bool  # the reporter's gate now (a pin may have opened it since)
 
 
 async def held_page(session: AsyncSession, cursor: str | None, limit: int = PAGE) -> tuple[list[Held], str | None]:
@@ -71,6 +72,7 @@ async def held_page(session: AsyncSession, cursor: str | None, limit: int = PAGE
             r.reporter,
             0.5 if r.precision is None else float(r.precision),
             int(r.decided or 0),
+            bool(r.gated),
         )
         for r in rows[:limit]
     ]
