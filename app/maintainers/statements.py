@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, func, insert, literal, select, update
+from sqlalchemy import BigInteger, ColumnElement, and_, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
@@ -30,9 +30,10 @@ from app.maintainers.models import (
 from app.maintainers.statement_queries import SHOWN, StatementView, current_of, statement_by_id
 from app.record.models import FINDING_STATEMENT, Change, PublishedRepository
 from app.record.outbox import ring_webhooks_after_commit
-from app.record.public import LISTED, has_public_occurrence
+from app.record.public import LISTED, PUBLIC, has_public_occurrence
 from app.registry.models import Repository
-from app.reports.models import CanonicalFinding
+from app.reports.held import LOW_SIGNAL, release_held
+from app.reports.models import CanonicalFinding, Scan, ScanFinding
 from app.reports.secrets_scanner import SCAN_BUDGET_SECONDS, scan_fields
 
 MAX_TEXT = 2000  # impact_statement, action_statement (characters, after trimming)
@@ -192,20 +193,38 @@ async def _lock_canonical(session: AsyncSession, canonical_id: int) -> None:
     await session.execute(select(CanonicalFinding.id).where(CanonicalFinding.id == canonical_id).with_for_update())
 
 
+def held_for_review(canonical_id: ColumnElement[Any]) -> ColumnElement[bool]:
+    """The canonical has an occurrence of a public report held for review (its reporter's signal is low): its
+    repository's maintainers may state on it, and that statement releases it (docs/domain.md "Earned trust")."""
+    return (
+        select(ScanFinding.id)
+        .join(Scan, Scan.id == ScanFinding.scan_id)
+        .where(
+            ScanFinding.canonical_finding_id == canonical_id,
+            ScanFinding.held_reason == LOW_SIGNAL,
+            ScanFinding.published_at.is_(None),
+            Scan.visibility == PUBLIC,
+        )
+        .exists()
+    )
+
+
 async def record_statement(account_id: int, canonical_public_id: str, statement: StatementInput) -> StatementView:
     """Record a maintainer's statement on a public canonical finding, and its feed entry, in one transaction.
     404 for an unknown or non-public finding (before anything about the account), 403 for an account that does not
-    maintain the finding's repository now or is not in good standing."""
+    maintain the finding's repository now or is not in good standing. A finding held for review is a 404 to all
+    but its repository's maintainers, whose statement releases it (and any held occurrence of a public one)."""
     public_id = parse_public_id(canonical_public_id)
     async with db.transaction() as session:
+        public = has_public_occurrence(CanonicalFinding.id.expression)
         found = (
             await session.execute(
-                select(CanonicalFinding.id, CanonicalFinding.repository_id)
+                select(CanonicalFinding.id, CanonicalFinding.repository_id, public.label("public"))
                 .join(Repository, Repository.id == CanonicalFinding.repository_id)
                 .where(
                     CanonicalFinding.public_id == public_id,
                     Repository.listing_status == LISTED,
-                    has_public_occurrence(CanonicalFinding.id.expression),
+                    or_(public, held_for_review(CanonicalFinding.id.expression)),
                 )
             )
         ).first()
@@ -229,9 +248,13 @@ async def record_statement(account_id: int, canonical_public_id: str, statement:
             )
         ).first()
         if account is None or maintains is None:
+            if not found.public:  # a held finding is not shown to whoever is not its repository's maintainer
+                raise NotFound(FINDING_NOT_FOUND)
             raise Forbidden({"account": ["only a verified maintainer of this finding's repository may state on it"]})
         require_good_standing(account)
         await _lock_canonical(session, canonical_id)
+        # a maintainer's statement releases what was held for low signal (published first: its feed entry precedes)
+        await release_held(session, canonical_ids=[canonical_id])
         statement_id = (
             await session.execute(
                 insert(FindingStatement)
@@ -366,6 +389,7 @@ __all__ = [
     "StatementInput",
     "VisibilityChange",
     "change_visibility",
+    "held_for_review",
     "hide_statements_by",
     "prepare_statement",
     "record_statement",

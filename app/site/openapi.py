@@ -201,7 +201,7 @@ DOCUMENT: Schema = {
                 "sha256, Range and If-Range supported",
                 {"application/gzip": {"schema": BINARY_BODY}},
             )
-            for name in ("repositories", "findings", "patterns")
+            for name in ("repositories", "findings", "patterns", "precision")
         },
         # maintainers (docs/domain.md §14)
         "/api/v1/repos/{host}/{owner}/{name}/claims": _bodiless_post(
