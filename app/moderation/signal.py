@@ -82,7 +82,7 @@ async def release_queue(actor: Account, handle: str, reason: str, notes: str) ->
             raise ValidationError({"handle": [f"@{target.handle} has no finding held for review"]})
         published = await release_held(session, account_id=target.id)
         after = {"held": 0, "published": published, "embargoed": int(held.held) - published}
-        return Change("account", target.handle, {"held": int(held.held)}, after)
+        return Change("account", target.handle, {"held": int(held.held), "published": 0, "embargoed": 0}, after)
 
     return await act(actor.id, RELEASE_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 

@@ -15,6 +15,7 @@ from app.accounts.service import create_token
 from app.exports.service import FILE_NAMES
 from app.kernel import db
 from app.maintainers.models import RepositoryMaintainer
+from app.moderation.signal import release_queue
 from app.registry.models import Repository
 from app.reports.service import submit_report
 from tests import factories
@@ -114,7 +115,12 @@ async def test_a_moderator_releases_an_accounts_queue_by_form_audited_once(clien
         assert (await client.get(f"/findings/{held['public_id']}")).status_code == 200
     assert (await client.get(f"/findings/{theirs['public_id']}")).status_code == 404
     assert await _release_events() == [
-        ("lowsignal", {"held": 2}, {"held": 0, "published": 2, "embargoed": 0}, "reviewed the queue")
+        (
+            "lowsignal",
+            {"held": 2, "published": 0, "embargoed": 0},
+            {"held": 0, "published": 2, "embargoed": 0},
+            "reviewed the queue",
+        )
     ]
     await act_as(client, moderator)
     after = (await client.get("/moderation/held")).text
@@ -130,6 +136,30 @@ async def test_a_moderator_releases_an_accounts_queue_by_form_audited_once(clien
     await act_as(client, None)
     assert (await client.get(f"/findings/{theirs['public_id']}")).status_code == 200
     assert len(await _release_events()) == 2
+
+
+async def test_a_release_moves_an_embargoed_finding_to_the_embargos_hold(client: httpx.AsyncClient) -> None:
+    repo = await factories.create_repository()
+    gated = await _gated("lowsignal")
+    (held,) = await _held_report(gated, repo, "Unsigned update channel")
+    async with db.transaction() as session:  # its canonical under a coordinated-disclosure clock
+        await session.execute(
+            text("""
+                INSERT INTO disclosures (canonical_finding_id, repository_id, reported_at, deadline)
+                SELECT id, repository_id, now(), now() + interval '30 days' FROM canonical_findings
+                WHERE public_id = CAST(:id AS uuid)
+            """),
+            {"id": held["canonical_public_id"]},
+        )
+    moderator = await make_account("mod", platform_role="moderator")
+    outcome = await release_queue(moderator, "lowsignal", "reviewed the queue", NOTES)
+    assert outcome.after == {"held": 0, "published": 0, "embargoed": 1}
+    assert (await client.get(f"/findings/{held['public_id']}")).status_code == 404  # the clock still holds it
+    async with db.read_session(replica=False) as session:
+        reason = await session.execute(
+            text("SELECT held_reason FROM scan_findings WHERE public_id = CAST(:id AS uuid)"), {"id": held["public_id"]}
+        )
+        assert reason.scalar_one() == "embargo"
 
 
 async def test_the_openapi_document_lists_every_export_file(client: httpx.AsyncClient) -> None:
