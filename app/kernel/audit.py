@@ -129,6 +129,15 @@ _REPOSITORY_TAGS = text(
                   WHERE pattern_key IS NOT NULL AND pattern_key <> '') c ON c.repository_id = r.id
        WHERE r.host = :host AND r.owner = :owner AND r.name = :name"""
 )
+# a person's change to a coordinated-disclosure clock (subject: the canonical's id): its repository's pages (the
+# stub, the ledger's rows), its occurrences' pages and twins (public once it is published) and the pattern it feeds
+_DISCLOSURE_TAGS = text(
+    """SELECT c.repository_id, f.id AS occurrence_id, c.pattern_key,
+              EXISTS (SELECT 1 FROM infestation_patterns p WHERE p.pattern_key = c.pattern_key) AS on_atlas
+       FROM canonical_findings c
+       LEFT JOIN scan_findings f ON f.canonical_finding_id = c.id
+       WHERE c.id = :id"""
+)
 # an account's changed role or state recounts the checks it recorded: those repositories' statuses may move
 _ACCOUNT_TAGS = text(
     """SELECT DISTINCT c.repository_id, NULL AS occurrence_id, NULL AS pattern_key, false AS on_atlas
@@ -149,6 +158,8 @@ async def _touched_tags(session: AsyncSession, action: str, subject_type: str, s
         rows = await session.execute(_SCAN_TAGS, {"id": int(subject_id)})
     elif subject_type == "statement" and subject_id.isdigit():
         rows = await session.execute(_STATEMENT_TAGS, {"id": int(subject_id)})
+    elif subject_type == "disclosure" and subject_id.isdigit():
+        rows = await session.execute(_DISCLOSURE_TAGS, {"id": int(subject_id)})
     elif subject_type == "repository" and subject_id.count("/") == 2:
         host, owner, name = subject_id.split("/")
         rows = await session.execute(_REPOSITORY_TAGS, {"host": host, "owner": owner, "name": name})
