@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from app.kernel.metrics import WEBHOOK_DELIVERIES, WEBHOOK_OLDEST_DUE_AGE, WEBHOOK_PENDING, WEBHOOKS_DISABLED
-from app.maintainers import destinations, webhook_queue
+from app.maintainers import destinations, embargoed, webhook_queue
 from app.maintainers.webhook_queue import Claimed
 
 log = logging.getLogger(__name__)
@@ -140,8 +140,13 @@ async def post(url: str, body: bytes, headers: dict[str, str]) -> Sent:
 
 async def attempt(claimed: Claimed, render: Render) -> str:
     """Send one claimed delivery and settle it; returns `delivered`, `failed`, `disabled` or `stale` (its lease was
-    taken over meanwhile)."""
-    entry = await render(claimed.seq)
+    taken over meanwhile; `dropped`: a private entry with nothing left to show)."""
+    if claimed.canonical_finding_id is not None:  # a private entry: rendered from its clock, never the feed
+        entry = await embargoed.webhook_entry(claimed.canonical_finding_id)
+        if entry is None:
+            return "dropped" if await webhook_queue.settle_dropped(claimed) else "stale"
+    else:
+        entry = None if claimed.seq is None else await render(claimed.seq)
     if entry is None:  # the feed always keeps its entries; this would be a bug, retried on the schedule
         sent = Sent(None, "the change-feed entry could not be read")
     else:
@@ -180,9 +185,11 @@ class RunResult:
 
 
 async def run(render: Render, *, seconds: float = RUN_SECONDS, lanes: int = LANES) -> RunResult:
-    """One delivery run: fan out the new change-feed entries, then send due deliveries in `lanes` concurrent
+    """One delivery run: fan out the new change-feed entries (and make the missing private `finding.embargoed`
+    deliveries), then send due deliveries in `lanes` concurrent
     lanes until none is due or `seconds` passed; the gauges are set from what is left."""
     made = await webhook_queue.fan_out()
+    made += await webhook_queue.enqueue_embargoed()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     outcomes: Counter[str] = Counter()

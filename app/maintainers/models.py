@@ -196,7 +196,21 @@ class WebhookDelivery(Inserted, Base):
     __tablename__ = "webhook_deliveries"
     __table_args__ = (
         CheckConstraint("attempts >= 0", name="attempts"),
+        CheckConstraint("(seq IS NULL) = (canonical_finding_id IS NOT NULL)", name="private_entry"),
         Index("webhook_deliveries_webhook_seq_idx", "webhook_id", "seq", unique=True),
+        # `finding.embargoed`: one private delivery per canonical and webhook (migration 0015)
+        Index(
+            "webhook_deliveries_embargoed_idx",
+            "webhook_id",
+            "canonical_finding_id",
+            unique=True,
+            postgresql_where=text("canonical_finding_id IS NOT NULL"),
+        ),
+        Index(
+            "webhook_deliveries_canonical_idx",
+            "canonical_finding_id",
+            postgresql_where=text("canonical_finding_id IS NOT NULL"),
+        ),
         Index("webhook_deliveries_delivery_idx", "delivery", unique=True),
         # per webhook, the oldest undelivered entry (seq order) ...
         Index("webhook_deliveries_pending_idx", "webhook_id", "seq", postgresql_where=text("delivered_at IS NULL")),
@@ -210,8 +224,11 @@ class WebhookDelivery(Inserted, Base):
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
-    seq: Mapped[int] = mapped_column(BigInteger)  # changes.seq (no FK: the feed's seq is unique but not a key)
+    # changes.seq (no FK: the feed's seq is unique but not a key); NULL for a private entry (`finding.embargoed`)
+    seq: Mapped[int | None] = mapped_column(BigInteger)
     kind: Mapped[str] = mapped_column(Text)  # the entry's kind, for the log and X-Tarakan-Event
+    # a private entry's canonical finding: rendered from its embargo, never from the change feed
+    canonical_finding_id: Mapped[int | None] = mapped_column(ForeignKey("canonical_findings.id", ondelete="CASCADE"))
     delivery: Mapped[uuid.UUID] = mapped_column(Uuid, server_default=text("gen_random_uuid()"))
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
     # when it is tried next; only the oldest undelivered entry of an enabled webhook has one (seq order: the rest

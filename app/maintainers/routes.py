@@ -20,11 +20,18 @@ from app.kernel.db import utcnow
 from app.kernel.errors import DomainError, NotFound, Unauthorized, ValidationError
 from app.kernel.forms import FormLimits, field
 from app.kernel.intake import Body, Budget, body_route, form_parser, json_object
+from app.kernel.paging import strict_limit
 from app.kernel.text import ascii_int
 from app.kernel.urls import repo_path
 from app.kernel.web import PRIVATE_CACHE, page
-from app.maintainers import forge, queries, service, webhooks
-from app.maintainers.types import claim_answer
+from app.maintainers import embargoed, forge, queries, service, webhooks
+from app.maintainers.types import (
+    DisclosureClockAnswer,
+    DisclosureWindow,
+    DisclosureWindowAnswer,
+    EmbargoedPage,
+    claim_answer,
+)
 from app.record.observations import repository_latest
 from app.registry.models import Repository
 from app.registry.service import get_repository
@@ -70,6 +77,54 @@ async def verify_claim(request: Request, caller: ApiCaller, _: None) -> Response
     return answer_response(claim_answer(view))
 
 
+# --- coordinated disclosure: the window, the embargoed findings, the acknowledgement ------------------------------
+
+
+def _days(raw: object, *, typed: bool = False) -> int:
+    """A window's days: a whole number 0-90, a form's digits or (`typed`) a JSON integer (422 naming `days`)."""
+    if isinstance(raw, str) and not typed:
+        raw = ascii_int(raw.strip()) if raw.strip() else None
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= embargoed.MAX_WINDOW_DAYS:
+        raise ValidationError({"days": [f"must be a whole number of days from 0 to {embargoed.MAX_WINDOW_DAYS}"]})
+    return raw
+
+
+def parse_window(body: Body, budget: Budget) -> int:
+    """`{"days": N}`, 0 <= N <= 90 (0: no window); 422 naming `days`, or the unknown field."""
+    raw = json_object(body, budget)
+    if unknown := sorted(set(raw) - set(DisclosureWindow.__struct_fields__)):
+        raise ValidationError({key: ["is not a field of this request (it takes `days`)"] for key in unknown})
+    if "days" not in raw:
+        raise ValidationError({"days": ["is required: a whole number of days from 0 to 90"]})
+    return _days(raw["days"], typed=True)
+
+
+async def set_window(request: Request, caller: ApiCaller, days: int) -> Response:
+    p = request.path_params
+    repository, days = await embargoed.set_window(caller.account.id, p["host"], p["owner"], p["name"], days)
+    return answer_response(DisclosureWindowAnswer(repository=slug_of(repository), disclosure_days=days))
+
+
+async def embargoed_findings(request: Request) -> Response:
+    caller = await _maintainer(request)
+    p = request.path_params
+    limit = strict_limit(request.query_params.get("limit"), default=embargoed.PAGE_DEFAULT, maximum=embargoed.PAGE_MAX)
+    repository, page = await embargoed.embargoed_page(
+        caller.account.id, p["host"], p["owner"], p["name"], cursor=request.query_params.get("cursor"), limit=limit
+    )
+    answer = EmbargoedPage(repository=slug_of(repository), items=page["entries"], next_cursor=page["next_cursor"])
+    return answer_response(answer, headers={"Cache-Control": "private, no-store"})
+
+
+async def acknowledge(request: Request, caller: ApiCaller, _: None) -> Response:
+    disclosure = await embargoed.acknowledge(caller.account.id, request.path_params["finding_id"])
+    return answer_response(DisclosureClockAnswer(disclosure=disclosure))
+
+
+def slug_of(repository: Repository) -> str:
+    return f"{repository.host}/{repository.owner}/{repository.name}"
+
+
 # --- the maintain page ------------------------------------------------------------------------------------------
 
 
@@ -94,13 +149,23 @@ async def _render(
     headers: dict[str, str] | None = None,
 ) -> Response:
     claim = await queries.pending_claim(repository.id, account.id)
+    maintaining = await queries.is_current_maintainer(repository.id, account.id)
+    told: list[Any] = []
+    if maintaining:  # their view of the embargoed findings tells them (notified_at)
+        _, shown = await embargoed.embargoed_page(
+            account.id, repository.host, repository.owner, repository.name, cursor=None, limit=embargoed.PAGE_MAX
+        )
+        told = shown["entries"]
     context = {
         "account": account,
         "repository": repository,
         "repository_path": repo_path(repository.host, repository.owner, repository.name),
         "action": maintain_path(repository.host, repository.owner, repository.name),
         "maintainers": await queries.current_maintainers(repository.id, replica=False),
-        "maintaining": await queries.is_current_maintainer(repository.id, account.id),
+        "maintaining": maintaining,
+        "embargoed": told,
+        "window_days": repository.disclosure_days,
+        "window_max": embargoed.MAX_WINDOW_DAYS,
         "claim": claim,
         "claim_expired": claim is not None and claim.expires_at <= utcnow(),
         "verify_path": forge.VERIFY_PATH,
@@ -108,6 +173,7 @@ async def _render(
         "webhooks": await webhooks.repository_webhooks(repository.id) if can_moderate(account) else [],
         "errors": errors or {},
         "verified": request.query_params.get("verified") == "1",
+        "window_saved": request.query_params.get("window") == "1",
         "observed": await repository_latest(repository.id),
     }
     response = page(request, "maintainers/maintain.html", context, status_code=status_code, cache=PRIVATE_CACHE)
@@ -158,6 +224,19 @@ async def verify_form(request: Request, account: Account, form: FormData) -> Res
     return RedirectResponse(here + "?verified=1", status_code=303)
 
 
+async def window_form(request: Request, account: Account, form: FormData) -> Response:
+    p = request.path_params
+    repository = await _listed(p["host"], p["owner"], p["name"])
+    try:
+        await embargoed.set_window(
+            account.id, repository.host, repository.owner, repository.name, _days(field(form, "days"))
+        )
+    except DomainError as exc:
+        return await _render(request, account, repository, errors=exc.errors, status_code=exc.status_code)
+    here = maintain_path(repository.host, repository.owner, repository.name)
+    return RedirectResponse(here + "?window=1", status_code=303)
+
+
 _FORM: dict[str, Any] = {"authenticate": _signed_in, "parse": form_parser(MAINTAIN_FORM)}
 _API: dict[str, Any] = {
     "authenticate": _maintainer,
@@ -172,4 +251,13 @@ routes: list[BaseRoute] = [
     Route("/repos/{host}/{owner}/{name}/maintain", maintain_page, methods=["GET", "HEAD"], name="maintain"),
     body_route("/repos/{host}/{owner}/{name}/maintain/claim", claim_form, name="maintain_claim", **_FORM),
     body_route("/repos/{host}/{owner}/{name}/maintain/verify", verify_form, name="maintain_verify", **_FORM),
+    body_route(
+        "/api/v1/repos/{host}/{owner}/{name}/disclosure",
+        set_window,
+        method="PUT",
+        **{**_API, "parse": parse_window},
+    ),
+    Route("/api/v1/repos/{host}/{owner}/{name}/embargoed", embargoed_findings, methods=["GET"]),
+    body_route("/api/v1/findings/{finding_id}/disclosure/acknowledge", acknowledge, **_API),
+    body_route("/repos/{host}/{owner}/{name}/maintain/disclosure", window_form, name="maintain_disclosure", **_FORM),
 ]

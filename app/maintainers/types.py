@@ -6,9 +6,11 @@ from typing import Annotated, Any, ClassVar
 
 from msgspec import Meta, Struct
 
-from app.kernel.answers import Answer, Timestamp, enum, iso
+from app.kernel.answers import Answer, Sha, Timestamp, Uuid, enum, iso
 from app.maintainers.models import CLAIM_STATES
 from app.maintainers.service import ClaimView
+from app.reports.embargo import DisclosureAnswer
+from app.reports.types import Severity
 
 
 class NoBody(Struct, forbid_unknown_fields=True):
@@ -43,3 +45,62 @@ def claim_answer(view: ClaimView) -> ClaimAnswer:
             verified_at=iso(view.verified_at),
         )
     )
+
+
+# --- coordinated disclosure: the maintainer is told first (app/maintainers/embargoed.py) ---------------------------
+
+
+class DisclosureWindow(Struct, forbid_unknown_fields=True):
+    """The repository's disclosure window: findings reported from now on are embargoed this many days (0: none)."""
+
+    days: Annotated[int, Meta(ge=0, le=90)]
+    EXAMPLES: ClassVar[list[dict[str, Any]]] = [{"days": 45}]
+
+
+class DisclosureWindowAnswer(Answer):
+    repository: Annotated[str, Meta(description="host/owner/name")]
+    disclosure_days: Annotated[int, Meta(ge=0, le=90, description="0: no window (findings are public at once)")]
+
+
+class FindingRepository(Answer):
+    host: str
+    owner: str
+    name: str
+
+
+class EmbargoedFindingDetail(Answer):
+    """An embargoed finding as its twin (`/findings/{id}.json` `finding`) will show it once public."""
+
+    public_id: Uuid
+    title: str
+    severity: Severity
+    file_path: str
+    line_start: int | None
+    line_end: int | None
+    description: str
+    disposition: str
+    status: str | None
+    canonical_public_id: Uuid | None
+    confirmations_count: int | None
+    disputes_count: int | None
+    pattern_key: str | None
+    commit_sha: Sha
+    reported_at: Timestamp | None
+    repository: FindingRepository
+
+
+class EmbargoedFinding(Answer):
+    finding: EmbargoedFindingDetail
+    disclosure: DisclosureAnswer
+
+
+class EmbargoedPage(Answer):
+    """A repository's embargoed findings in full, for its verified maintainers only (by canonical, cursor-paged)."""
+
+    repository: Annotated[str, Meta(description="host/owner/name")]
+    items: list[EmbargoedFinding]
+    next_cursor: str | None
+
+
+class DisclosureClockAnswer(Answer):
+    disclosure: DisclosureAnswer

@@ -13,6 +13,8 @@ from sqlalchemy import text
 
 from app.kernel import db
 from app.kernel.actors import ACTING_STATES
+from app.kernel.sql import statement
+from app.maintainers.embargoed import KIND, TOLD
 
 LEASE_SECONDS = 60  # a claimed delivery's request ends within delivery.DEADLINE_SECONDS; past the lease it is retaken
 # after the 1st, 2nd, ... failure of a streak; then hourly, until DISABLE_AFTER from the streak's first failure
@@ -52,16 +54,21 @@ _FEED_HEAD_LISTENED = text(
 )
 
 
+# A webhook's undelivered rows go one at a time, in seq order, its private entries (`finding.embargoed`, seq NULL)
+# after the feed's in the order they were made; the head is the first, unless one of them already has a time (a
+# private entry made while a later feed entry waited is not overtaken twice).
 PROMOTE_HEADS = text(
     """
 UPDATE webhook_deliveries d SET next_attempt_at = now()
 FROM webhooks w
 CROSS JOIN LATERAL (
-  SELECT x.id, x.next_attempt_at FROM webhook_deliveries x
+  SELECT x.id FROM webhook_deliveries x
   WHERE x.webhook_id = w.id AND x.delivered_at IS NULL
-  ORDER BY x.seq LIMIT 1
+  ORDER BY x.seq, x.id LIMIT 1
 ) h
-WHERE w.id = ANY(CAST(:ids AS bigint[])) AND w.disabled_at IS NULL AND h.next_attempt_at IS NULL AND d.id = h.id
+WHERE w.id = ANY(CAST(:ids AS bigint[])) AND w.disabled_at IS NULL AND d.id = h.id
+  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries y
+                  WHERE y.webhook_id = w.id AND y.delivered_at IS NULL AND y.next_attempt_at IS NOT NULL)
 """
 )
 
@@ -95,6 +102,47 @@ RETURNING webhook_id
 )
 _LOCK_WEBHOOKS = text("SELECT id FROM webhooks WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id FOR NO KEY UPDATE")
 _MOVE_FANOUT = text("UPDATE webhook_fanout SET seq = :seq WHERE id = 1")
+
+
+# Coordinated disclosure's private entries (app/maintainers/embargoed.py): every running clock the repository's
+# maintainers may be told of (TOLD) and every webhook of a current maintainer in good standing lacking its delivery
+# (a webhook registered, or a claim verified, while the clock runs included). A sweep, so the report path writes
+# nothing new: the open-deadline index finds the running clocks, most runs none.
+_ENQUEUE_EMBARGOED = statement(
+    """
+WITH running AS (
+  SELECT d.canonical_finding_id AS cid, d.repository_id FROM disclosures d
+  JOIN repositories r ON r.id = d.repository_id AND r.listing_status = 'listed'
+  WHERE d.state = 'embargoed' AND EXISTS (
+    SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+    WHERE f.canonical_finding_id = d.canonical_finding_id AND {told})
+)
+INSERT INTO webhook_deliveries (webhook_id, seq, kind, canonical_finding_id)
+SELECT w.id, NULL, :kind, running.cid
+FROM running
+JOIN webhooks w ON w.repository_id = running.repository_id
+JOIN repository_maintainers m
+  ON m.repository_id = w.repository_id AND m.account_id = w.owner_id AND m.ended_at IS NULL
+JOIN accounts a ON a.id = w.owner_id AND a.state = ANY(CAST(:acting AS text[]))
+WHERE NOT EXISTS (SELECT 1 FROM webhook_deliveries x WHERE x.webhook_id = w.id AND x.canonical_finding_id = running.cid)
+ORDER BY w.id, running.cid
+ON CONFLICT (webhook_id, canonical_finding_id) WHERE canonical_finding_id IS NOT NULL DO NOTHING
+RETURNING webhook_id
+""",
+    told=TOLD,
+)
+
+
+async def enqueue_embargoed() -> int:
+    """Make the missing `finding.embargoed` deliveries (see `_ENQUEUE_EMBARGOED`) and their webhooks' heads due:
+    how many were made."""
+    async with db.transaction() as session:
+        inserted = (await session.execute(_ENQUEUE_EMBARGOED, {"kind": KIND, "acting": list(ACTING_STATES)})).all()
+        touched = sorted({int(row.webhook_id) for row in inserted})
+        if touched:
+            await session.execute(_LOCK_WEBHOOKS, {"ids": touched})
+            await session.execute(PROMOTE_HEADS, {"ids": touched})
+        return len(inserted)
 
 
 async def fan_out(*, batch: int = FANOUT_BATCH) -> int:
@@ -137,12 +185,13 @@ class Claimed:
 
     id: int
     webhook_id: int
-    seq: int
+    seq: int | None  # None: a private entry
     kind: str
     delivery: uuid.UUID
     attempt: int
     url: str
     secret: str
+    canonical_finding_id: int | None = None  # a private entry's canonical (`finding.embargoed`)
 
 
 _CLAIM = text(
@@ -158,7 +207,7 @@ UPDATE webhook_deliveries d
 SET next_attempt_at = now() + make_interval(secs => :lease), attempts = d.attempts + 1
 FROM due, webhooks w
 WHERE d.id = due.id AND w.id = d.webhook_id
-RETURNING d.id, d.webhook_id, d.seq, d.kind, d.delivery, d.attempts, w.url, w.secret
+RETURNING d.id, d.webhook_id, d.seq, d.kind, d.delivery, d.attempts, w.url, w.secret, d.canonical_finding_id
 """
 )
 
@@ -173,12 +222,13 @@ async def claim_due(*, lease_seconds: float = LEASE_SECONDS) -> Claimed | None:
     return Claimed(
         id=int(row.id),
         webhook_id=int(row.webhook_id),
-        seq=int(row.seq),
+        seq=None if row.seq is None else int(row.seq),
         kind=str(row.kind),
         delivery=row.delivery,
         attempt=int(row.attempts),
         url=str(row.url),
         secret=str(row.secret),
+        canonical_finding_id=None if row.canonical_finding_id is None else int(row.canonical_finding_id),
     )
 
 
@@ -194,7 +244,8 @@ RETURNING seq
 _WEBHOOK_DELIVERED = text(
     """
 UPDATE webhooks SET failing_since = NULL, consecutive_failures = 0,
-  last_delivered_seq = GREATEST(coalesce(last_delivered_seq, 0), :seq)
+  last_delivered_seq = CASE WHEN CAST(:seq AS bigint) IS NULL THEN last_delivered_seq
+                            ELSE GREATEST(coalesce(last_delivered_seq, 0), :seq) END
 WHERE id = :webhook_id
 """
 )
@@ -202,9 +253,18 @@ _PROMOTE_NEXT = text(
     """
 UPDATE webhook_deliveries SET next_attempt_at = now()
 WHERE id = (SELECT id FROM webhook_deliveries WHERE webhook_id = :webhook_id AND delivered_at IS NULL
-            ORDER BY seq LIMIT 1)
+            ORDER BY seq, id LIMIT 1)
   AND next_attempt_at IS NULL
 """
+)
+# a private entry's first 2xx tells the maintainers (their first view of it may have come first)
+_NOTIFIED = text(
+    "UPDATE disclosures SET notified_at = now(), updated_at = now()"
+    " WHERE canonical_finding_id = :cid AND notified_at IS NULL"
+)
+# a private entry with nothing left to show (its repository unlisted, its occurrences withdrawn): gone from the log
+_DROP = text(
+    "DELETE FROM webhook_deliveries WHERE id = :id AND attempts = :attempt AND delivered_at IS NULL RETURNING id"
 )
 _MARK_FAILED = text(
     """
@@ -237,6 +297,22 @@ async def settle_delivered(claimed: Claimed, status: int) -> bool:
         if marked.first() is None:
             return False
         await session.execute(_WEBHOOK_DELIVERED, {"webhook_id": claimed.webhook_id, "seq": claimed.seq})
+        if claimed.canonical_finding_id is not None:
+            await session.execute(_NOTIFIED, {"cid": claimed.canonical_finding_id})
+        if webhook.disabled_at is None:
+            await session.execute(_PROMOTE_NEXT, {"webhook_id": claimed.webhook_id})
+        return True
+
+
+async def settle_dropped(claimed: Claimed) -> bool:
+    """A private entry that can no longer be rendered is dropped (nothing was sent) and the next one made due.
+    False when this attempt no longer holds the delivery."""
+    async with db.transaction() as session:
+        webhook = (await session.execute(_LOCK_WEBHOOK, {"webhook_id": claimed.webhook_id})).first()
+        if webhook is None:
+            return False
+        if (await session.execute(_DROP, {"id": claimed.id, "attempt": claimed.attempt})).first() is None:
+            return False
         if webhook.disabled_at is None:
             await session.execute(_PROMOTE_NEXT, {"webhook_id": claimed.webhook_id})
         return True

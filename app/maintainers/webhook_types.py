@@ -9,6 +9,7 @@ from msgspec import Meta, Struct
 from app.kernel.answers import Answer, Timestamp, Uuid, enum, iso
 from app.kernel.paging import Page
 from app.maintainers.destinations import MAX_URL_LENGTH
+from app.maintainers.embargoed import KIND as EMBARGOED_KIND
 from app.maintainers.webhooks import DeliveryView, Registered, WebhookView
 from app.record.models import KINDS
 
@@ -62,11 +63,11 @@ class WebhookList(Answer):
 
 class Delivery(Answer):
     """One change-feed entry for one webhook: sent until a 2xx, in seq order, with the same delivery id every
-    time."""
+    time; or a private `finding.embargoed` entry (no seq: never in the change feed), sent after the feed's."""
 
     delivery: Annotated[Uuid, Meta(description="X-Tarakan-Delivery")]
-    seq: Annotated[int, Meta(description="the change-feed entry's seq")]
-    kind: Annotated[str, enum(KINDS)]
+    seq: Annotated[int | None, Meta(description="the change-feed entry's seq (null: a private entry)")]
+    kind: Annotated[str, enum((*KINDS, EMBARGOED_KIND))]
     attempts: int
     last_status: Annotated[int | None, Meta(description="the receiver's last HTTP status (null: no answer)")]
     last_error: Annotated[str | None, Meta(description="why the last attempt failed, when it did")]

@@ -61,7 +61,7 @@ class DeliveryView:
     """One line of a webhook's delivery log."""
 
     delivery: uuid.UUID
-    seq: int
+    seq: int | None  # None: a private entry (`finding.embargoed`)
     kind: str
     attempts: int
     last_status: int | None
@@ -296,10 +296,12 @@ async def enable_webhook(account_id: int, webhook_id: int) -> WebhookView:
 
 
 async def deliveries_page(account_id: int, webhook_id: int, *, cursor: str | None, limit: int) -> Page[DeliveryView]:
-    """The account's webhook's delivery log, newest entry first (keyset on seq); 404 for anyone else's webhook."""
+    """The account's webhook's delivery log, newest first (keyset on the row's id: the feed's entries are made in
+    seq order, private entries between them); 404 for anyone else's webhook."""
     after = decode_id_cursor(cursor) if cursor is not None else None  # InvalidCursor (400) before any read
     query = (
         select(
+            WebhookDelivery.id,
             WebhookDelivery.delivery,
             WebhookDelivery.seq,
             WebhookDelivery.kind,
@@ -310,12 +312,13 @@ async def deliveries_page(account_id: int, webhook_id: int, *, cursor: str | Non
             WebhookDelivery.delivered_at,
         )
         .where(WebhookDelivery.webhook_id == webhook_id)
-        .order_by(WebhookDelivery.seq.desc())
+        .order_by(WebhookDelivery.id.desc())
         .limit(limit + 1)
     )
     if after is not None:
-        query = query.where(WebhookDelivery.seq < after)
+        query = query.where(WebhookDelivery.id < after)
     async with db.read_session(replica=False) as session:
         await _owned(session, account_id, webhook_id)
-        rows = [DeliveryView(*row) for row in (await session.execute(query)).all()]
-    return keyset_page(rows, limit, lambda d: encode_id_cursor(d.seq))
+        found = [(int(row[0]), DeliveryView(*row[1:])) for row in (await session.execute(query)).all()]
+    page = keyset_page(found, limit, lambda d: encode_id_cursor(d[0]))
+    return {"entries": [view for _, view in page["entries"]], "next_cursor": page["next_cursor"]}

@@ -81,9 +81,48 @@ def upgrade() -> None:
     )
     op.add_column("scans", sa.Column("disclosure_days", sa.SmallInteger(), nullable=True))
     op.create_check_constraint(op.f("ck_scans_disclosure_days"), "scans", "disclosure_days BETWEEN 7 AND 90")
+    # `finding.embargoed`: a private delivery (no change-feed entry until publication) of one canonical to one
+    # webhook of its repository's maintainers: `seq` NULL, the canonical named instead, at most one per webhook
+    op.add_column("webhook_deliveries", sa.Column("canonical_finding_id", sa.BigInteger(), nullable=True))
+    op.create_foreign_key(
+        op.f("fk_webhook_deliveries_canonical_finding_id_canonical_findings"),
+        "webhook_deliveries",
+        "canonical_findings",
+        ["canonical_finding_id"],
+        ["id"],
+        ondelete="CASCADE",
+    )
+    op.alter_column("webhook_deliveries", "seq", existing_type=sa.BigInteger(), nullable=True)
+    op.create_check_constraint(
+        op.f("ck_webhook_deliveries_private_entry"),
+        "webhook_deliveries",
+        "(seq IS NULL) = (canonical_finding_id IS NOT NULL)",
+    )
+    op.create_index(
+        "webhook_deliveries_embargoed_idx",
+        "webhook_deliveries",
+        ["webhook_id", "canonical_finding_id"],
+        unique=True,
+        postgresql_where=sa.text("canonical_finding_id IS NOT NULL"),
+    )
+    op.create_index(
+        "webhook_deliveries_canonical_idx",
+        "webhook_deliveries",
+        ["canonical_finding_id"],
+        postgresql_where=sa.text("canonical_finding_id IS NOT NULL"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("webhook_deliveries_canonical_idx", table_name="webhook_deliveries")
+    op.drop_index("webhook_deliveries_embargoed_idx", table_name="webhook_deliveries")
+    op.execute("DELETE FROM webhook_deliveries WHERE seq IS NULL")
+    op.drop_constraint(op.f("ck_webhook_deliveries_private_entry"), "webhook_deliveries", type_="check")
+    op.alter_column("webhook_deliveries", "seq", existing_type=sa.BigInteger(), nullable=False)
+    op.drop_constraint(
+        op.f("fk_webhook_deliveries_canonical_finding_id_canonical_findings"), "webhook_deliveries", type_="foreignkey"
+    )
+    op.drop_column("webhook_deliveries", "canonical_finding_id")
     op.drop_constraint(op.f("ck_scans_disclosure_days"), "scans", type_="check")
     op.drop_column("scans", "disclosure_days")
     op.drop_constraint(op.f("ck_repositories_disclosure_days"), "repositories", type_="check")
