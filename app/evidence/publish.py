@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.purge import purge_after_commit
@@ -19,6 +19,8 @@ from app.kernel.sql import Fragment
 from app.record.outbox import settle_new_report
 from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, registry_counts_moved
 from app.reports.assimilation import assimilate_scan
+from app.reports.counters import refresh_counters_of
+from app.reports.embargo import embargo_new_occurrences
 from app.reports.models import Scan
 from app.reports.quorum import recompute_scan_verification
 
@@ -46,11 +48,33 @@ class Published:
 
 
 # The scan first, then its repository: the order a moderator's visibility change locks them in. Still pending only.
-_LOCK_SCAN = text(
-    "SELECT id, repository_id, commit_sha, model, visibility FROM scans "
-    "WHERE id = :scan_id AND published_at IS NULL FOR UPDATE"
-)
-_LOCK_REPOSITORY = text("SELECT listing_status FROM repositories WHERE id = :repository_id FOR UPDATE")
+# With the reporter's gate as the worker last stored it (earned trust: its findings held for review, as at
+# submission, app/reports/service.py) and its embargo request.
+_LOCK_SCAN = text("""
+SELECT id, repository_id, commit_sha, model, visibility, disclosure_days,
+       coalesce((SELECT g.gated FROM account_signals g WHERE g.account_id = scans.submitted_by_id), false) AS gated
+FROM scans WHERE id = :scan_id AND published_at IS NULL FOR UPDATE
+""")
+# and whether a coordinated-disclosure window can apply: its own, or an open embargo a duplicate joins
+_LOCK_REPOSITORY = text("""
+SELECT listing_status, disclosure_days > 0
+         OR EXISTS (SELECT 1 FROM disclosures d WHERE d.repository_id = repositories.id AND d.state = 'embargoed')
+         AS windowed
+FROM repositories WHERE id = :repository_id FOR UPDATE
+""")
+
+# a gated reporter's just-linked occurrences held for review, as `assimilate_report(held=LOW_SIGNAL)` stores them
+_HOLD_LOW_SIGNAL = text("""
+UPDATE scan_findings SET published_at = NULL, held_reason = 'low_signal', updated_at = now()
+WHERE scan_id = :scan_id AND canonical_finding_id IS NOT NULL AND published_at IS NOT NULL
+RETURNING canonical_finding_id
+""")
+# the report's pattern keys that none of its published occurrences carries (every one held): not the settle's
+_HELD_KEYS = text("""
+SELECT c.pattern_key FROM scan_findings f JOIN canonical_findings c ON c.id = f.canonical_finding_id
+WHERE f.scan_id = :scan_id AND c.pattern_key IS NOT NULL
+GROUP BY c.pattern_key HAVING NOT bool_or(f.published_at IS NOT NULL)
+""")
 
 _DECIDE = text("""
 UPDATE scan_findings f SET evidence_state = v.state, anchor = v.anchor, evidence_reason = v.reason,
@@ -85,7 +109,8 @@ async def publish_decided(
     if scan is None:
         return None
     repository_id = int(scan.repository_id)
-    listing = str((await session.execute(_LOCK_REPOSITORY, {"repository_id": repository_id})).scalar_one())
+    repository = (await session.execute(_LOCK_REPOSITORY, {"repository_id": repository_id})).one()
+    listing = str(repository.listing_status)
     rows = (
         await session.execute(
             _DECIDE,
@@ -107,6 +132,9 @@ async def publish_decided(
     # the confirmed occurrences (published, unlinked) linked as a new report's: canonicals, counters, statuses
     loaded = Scan(id=scan_id, repository_id=repository_id, commit_sha=str(scan.commit_sha), model=scan.model)
     keys = await assimilate_scan(session, loaded)
+    held = await _hold(session, scan_id, scan, windowed=bool(repository.windowed))
+    if held:
+        keys = keys - {str(k) for k in (await session.execute(_HELD_KEYS, {"scan_id": scan_id})).scalars()}
     await recompute_scan_verification(session, scan_id)
     recount: Fragment | None = RECALCULATE
     if listing == "pending":  # the report lists it: the recount's own statement announces the repository first
@@ -120,4 +148,31 @@ async def publish_decided(
         purge_after_commit(
             {repository_tag(repository_id), ATLAS_TAG} if listing == "listed" else {repository_tag(repository_id)}
         )
-    return Published(scan_id, published, len(rows) - published, marked, listing)
+    return Published(scan_id, published - held, len(rows) - published, marked, listing)
+
+
+async def _hold(session: AsyncSession, scan_id: int, scan: Row[Any], *, windowed: bool) -> int:
+    """What holds the report's just-linked occurrences, as at submission: its reporter's gate (held for review;
+    their counters counted again without them) and coordinated disclosure (the clock opens now, the evidence's
+    confirmation, with the stored request). How many occurrences are held."""
+    low_signal: list[int] = []
+    if scan.gated:
+        low_signal = sorted({int(c) for c in (await session.execute(_HOLD_LOW_SIGNAL, {"scan_id": scan_id})).scalars()})
+        await refresh_counters_of(session, low_signal)
+    embargoed: frozenset[int] = frozenset()
+    if scan.disclosure_days is not None or windowed:
+        embargoed = await embargo_new_occurrences(
+            session, scan_id=scan_id, repository_id=int(scan.repository_id), reporter_days=scan.disclosure_days
+        )
+        if embargoed:
+            await refresh_counters_of(session, sorted(embargoed))
+    return await _held_count(session, scan_id) if low_signal or embargoed else 0
+
+
+_HELD_COUNT = text(
+    "SELECT count(*) FROM scan_findings WHERE scan_id = :scan_id AND held_reason IS NOT NULL AND published_at IS NULL"
+)
+
+
+async def _held_count(session: AsyncSession, scan_id: int) -> int:
+    return int((await session.execute(_HELD_COUNT, {"scan_id": scan_id})).scalar_one())

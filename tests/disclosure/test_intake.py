@@ -12,20 +12,23 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
+from app.evidence.publish import Decision, publish_decided
 from app.kernel import db
 from app.registry.models import Repository
 from app.reports.service import submit_report
 from tests import factories
+from tests.evidence.support import pending_report
 from tests.reports.support import finding, report_body, row_counts
 from tests.reports.test_reports_api import post, reports_url, token_for
 from tests.reports.test_sarif_bounds import _log, _result
 from tests.reports.test_sarif_in import COMMIT, post_sarif
+from tests.trust.test_outcomes import _decided
 
 DAY = timedelta(days=1)
 
 _CLOCK = text("""
 SELECT d.state, d.deadline - d.reported_at AS window, d.reporter_days, d.repository_days, d.deadline,
-       s.disclosure_days AS asked
+       s.disclosure_days AS asked, d.reported_at = s.inserted_at AS from_report
 FROM disclosures d JOIN canonical_findings c ON c.id = d.canonical_finding_id
 JOIN scan_findings f ON f.canonical_finding_id = c.id JOIN scans s ON s.id = f.scan_id
 WHERE c.public_id = CAST(:cid AS uuid) ORDER BY s.id LIMIT 1
@@ -88,13 +91,9 @@ async def test_an_embargoed_finding_is_on_no_public_surface_not_even_the_feed(cl
     (held,) = answer["findings"]
     assert (held["held"], answer["disclosed"]) == ("embargo", False)
     row = await clock(held["canonical_public_id"])
-    assert (row.state, row.window, row.reporter_days, row.repository_days, row.asked) == (
-        "embargoed",
-        30 * DAY,
-        30,
-        0,
-        30,
-    )
+    assert (row.state, row.reporter_days, row.repository_days, row.asked) == ("embargoed", 30, 0, 30)
+    assert row.window == 30 * DAY
+    assert row.from_report  # EVIDENCE_CHECK off (the tests' default): the clock runs from the report's time
 
     assert (await client.get(f"/findings/{held['public_id']}")).status_code == 404
     feed = (await client.get("/api/v1/changes", params={"limit": 1000})).text
@@ -182,3 +181,41 @@ async def test_sarif_and_batch_lines_ask_alike(client: httpx.AsyncClient) -> Non
     assert stored["status"] == 201 and stored["report"]["findings"][0]["held"] == "embargo"
     assert (await clock(stored["report"]["findings"][0]["canonical_public_id"])).window == 20 * DAY
     assert (refused_line["status"], list(refused_line["errors"])) == (422, ["disclosure.days"])
+
+
+_AGED = text("UPDATE scans SET inserted_at = now() - interval '2 days', disclosure_days = :d WHERE id = :id")
+_HELD = text("SELECT held_reason, published_at IS NULL AS unpublished FROM scan_findings WHERE id = :id")
+
+
+async def test_evidence_confirmed_later_opens_the_clock_then_and_holds_a_gated_reporters_finding(
+    client: httpx.AsyncClient,
+) -> None:
+    repo = await factories.create_repository()
+    author = await factories.create_account(state="active")
+    pending = await pending_report(repo, author, [("src/late.py", "Confirmed two days later")])
+    ((finding_id, public_id),) = pending.findings
+    async with db.transaction() as session:
+        await session.execute(_AGED, {"d": 30, "id": pending.scan_id})
+        await publish_decided(
+            session, pending.scan_id, [Decision(finding_id, "confirmed", anchor="sha256:" + "b" * 64)]
+        )
+        opened = (
+            await session.execute(
+                text("SELECT now() AS at, d.reported_at, d.deadline FROM disclosures d WHERE d.repository_id = :r"),
+                {"r": repo.id},
+            )
+        ).one()
+        assert (await session.execute(_HELD, {"id": finding_id})).one() == ("embargo", True)
+    assert (opened.reported_at, opened.deadline) == (opened.at, opened.at + 30 * DAY)  # from the confirmation
+    assert (await client.get(f"/findings/{public_id}")).status_code == 404
+
+    gated = await factories.create_account(state="active")
+    await _decided(gated, verified=1, disputed=9)
+    pending = await pending_report(repo, gated, [("src/gated.py", "Confirmed for a gated reporter")])
+    ((finding_id, public_id),) = pending.findings
+    async with db.transaction() as session:
+        done = await publish_decided(session, pending.scan_id, [Decision(finding_id, "unchecked")])
+        assert (await session.execute(_HELD, {"id": finding_id})).one() == ("low_signal", True)
+    assert done is not None and done.published == 0
+    assert (await client.get(f"/findings/{public_id}")).status_code == 404
+    assert public_id not in (await client.get("/api/v1/changes", params={"limit": 1000})).text
