@@ -43,7 +43,7 @@ async def build_world() -> World:
     return World(scans[0].id, (repos[0].host, repos[0].owner, repos[0].name), target.handle)
 
 
-PAGES = ["/moderation", "/moderation/repositories", "/moderation/accounts", "/moderation/audit"]
+PAGES = ["/moderation", "/moderation/repositories", "/moderation/accounts", "/moderation/held", "/moderation/audit"]
 
 
 def form_requests(world: World) -> dict[str, tuple[str, dict[str, str]]]:
