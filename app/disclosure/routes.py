@@ -4,4 +4,6 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-routes: list[BaseRoute] = []
+from app.disclosure import actions, ledger
+
+routes: list[BaseRoute] = [*ledger.routes, *actions.routes]

@@ -34,7 +34,12 @@ KINDS = ("repos", "findings", "infestations")
 
 # Hubs: the pages a crawler should enter through. They change constantly and have no single honest timestamp,
 # so they carry no lastmod (the protocol makes it optional).
-HUBS: tuple[tuple[str, str], ...] = (("/", "0.9"), ("/infestations", "0.85"), ("/search", "0.5"))
+HUBS: tuple[tuple[str, str], ...] = (
+    ("/", "0.9"),
+    ("/infestations", "0.85"),
+    ("/disclosures", "0.6"),  # the ledger of coordinated disclosure
+    ("/search", "0.5"),
+)
 
 
 def lastmod(at: datetime | str | None) -> str:

@@ -53,6 +53,7 @@ from app.reports.types import (
     SarifLog,
 )
 from app.site.openapi_batch import BATCH
+from app.site.openapi_disclosure import DISCLOSURE_PATHS
 from app.site.types import FindingRecord, Home, RepositoryRecord, Tombstone
 from app.trust.types import PrecisionAnswer, ReviewQueue, SignalAnswer
 
@@ -132,6 +133,7 @@ DOCUMENT: Schema = {
                 "responses": {"200": json_answer({"type": "object"}, "OpenAPI 3.1")},
             }
         },
+        **DISCLOSURE_PATHS,
         "/index.json": get("getHome", "The home page's twin: stats, infestations, recent reports", Home),
         "/api/v1/account/signal": secured_get(
             "getAccountSignal", "The caller's own signal (any scope)", SignalAnswer, []

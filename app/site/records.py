@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.sessions import current_account
 from app.accounts.viewer import viewer_for
+from app.disclosure.ledger import finding_disclosure, repository_disclosures
 from app.infestations.memberships import list_repository_infestations
 from app.infestations.rows import RepositoryInfestation, as_answer
 from app.kernel import db
@@ -39,6 +40,7 @@ from app.record.takedowns import Marks, page_marks
 from app.record.visibility import repository_visible
 from app.registry import queries
 from app.registry.types import public_repository
+from app.reports.embargo import DisclosureAnswer
 from app.reports.models import REVIEW_STATUS_WORDS
 from app.reports.queries import get_finding, list_repository_reports, newest_public_occurrence
 from app.site.burden import burden_of
@@ -87,6 +89,8 @@ async def repository_page(request: Request) -> Response:
     observed = await observations.latest_by_occurrences(f["public_id"] for r in reports for f in r["findings"])
     maintainers = await current_maintainers(repository["id"])
     burden = await burden_of(repository["id"])
+    # the stub of its findings under coordinated disclosure: severity and dates only
+    disclosures = await repository_disclosures(repository["id"])
     path = repo_path(repository["host"], repository["owner"], repository["name"])
     # for the shared cache (a privileged answer drops them, cache_headers): the repository, and the patterns whose
     # spread it lists, which another repository's report moves (the drain purges the keys it refreshed)
@@ -99,6 +103,7 @@ async def repository_page(request: Request) -> Response:
                 infestations=[as_answer(RepositoryInfestation, item) for item in infestations],
                 maintainers=repository_maintainers(maintainers),
                 burden=burden,
+                disclosures=disclosures,
             ),
             cache=cache_for(viewer),
             tags=tags,
@@ -110,6 +115,7 @@ async def repository_page(request: Request) -> Response:
         "statements": statements,
         "maintainers": maintainers,
         "burden": burden,
+        "disclosures": disclosures,
         "review_words": REVIEW_STATUS_WORDS,
         "external_url": repository["canonical_url"] if repository["canonical_url"].startswith("https://") else None,
         "marks": await _marks(request, viewer, repository, [(r["id"], r["visibility"]) for r in reports]),
@@ -199,7 +205,8 @@ async def finding_page(request: Request) -> Response:
         raise NotFound({"finding": ["not found"]}, message="No public finding is recorded at this address.")
     statement = await current_statement(finding["canonical_id"]) if finding["canonical_id"] is not None else None
     if wants_json(request):
-        record = _finding_record(finding, statement, await observations.ledger(finding["canonical_id"]))
+        ledger = await observations.ledger(finding["canonical_id"])
+        record = _finding_record(finding, statement, ledger, await finding_disclosure(finding["canonical_id"]))
         return json_twin(record, cache=cache_for(viewer), tags=finding_tags(finding))
     return await render_finding(request, viewer, finding, statement)
 
@@ -285,7 +292,9 @@ def finding_tags(finding: dict[str, Any]) -> list[str]:
     return tags
 
 
-def _finding_record(f: dict[str, Any], statement: StatementView | None, ledger: list[dict[str, Any]]) -> FindingRecord:
+def _finding_record(
+    f: dict[str, Any], statement: StatementView | None, ledger: list[dict[str, Any]], disclosure: DisclosureAnswer
+) -> FindingRecord:
     detail = FindingDetail(
         public_id=str(f["public_id"]),
         title=f["title"],
@@ -318,6 +327,7 @@ def _finding_record(f: dict[str, Any], statement: StatementView | None, ledger: 
         checks=checks,
         maintainer_statement=maintainer_statement(statement),
         observations=[observations.observation(e) for e in ledger],
+        disclosure=disclosure,
     )
 
 

@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from app.kernel import db
+from app.kernel.answers import as_json
 from app.kernel.config import settings
 from app.kernel.errors import NotFound
 from app.kernel.shared_cache import occurrence_tag, repository_tag
@@ -24,6 +25,7 @@ from app.maintainers.statement_queries import StatementView, current_by_canonica
 from app.record.public import listed_repository, public_occurrence
 from app.record.rendered import rendered_once
 from app.registry.models import Repository
+from app.reports.embargo import DISCLOSURE_FRAGMENT, disclosure_answer
 
 SARIF_MEDIA_TYPE = "application/sarif+json"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -51,11 +53,12 @@ SELECT * FROM (
   SELECT DISTINCT ON (c.id)
          c.id, c.fingerprint, c.pattern_key, c.status, c.public_id AS canonical_public_id,
          f.id AS occurrence_id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end,
-         s.commit_sha
+         s.commit_sha, {disclosure}
   FROM canonical_findings c
   JOIN scan_findings f ON f.canonical_finding_id = c.id
   JOIN scans s ON s.id = f.scan_id
   JOIN repositories r ON r.id = c.repository_id
+  LEFT JOIN disclosures d ON d.canonical_finding_id = c.id
   WHERE c.repository_id = :repository_id AND {public}
   ORDER BY c.id, s.inserted_at DESC, f.id DESC
 ) newest
@@ -63,6 +66,7 @@ ORDER BY id
 LIMIT :limit
 """,
     public=public_occurrence(),
+    disclosure=DISCLOSURE_FRAGMENT,
 )
 
 
@@ -136,6 +140,8 @@ def _result(finding: dict[str, Any], rule_index: int, key: str, base_url: str) -
             "finding": str(finding["public_id"]),
             "canonical": str(finding["canonical_public_id"]),
             "commit": finding["commit_sha"],
+            # its coordinated-disclosure clock: `published` with how it ended, or `immediate`
+            "disclosure": as_json(disclosure_answer(finding)),
         },
     }
 

@@ -7,12 +7,14 @@ from typing import Annotated
 
 from msgspec import Meta
 
+from app.disclosure.ledger import RepositoryDisclosures
 from app.infestations.rows import Infestation, RepositoryInfestation
 from app.kernel.answers import UNSET, Answer, Sha, Timestamp, UnsetType, Uuid, enum
 from app.maintainers.statement_types import MaintainerStatement, RepositoryMaintainerEntry
 from app.record.models import REASONS
 from app.record.observations import Observation
 from app.registry.types import PublicRepository
+from app.reports.embargo import DisclosureAnswer
 from app.reports.types import CheckVerdict, Provenance, Severity
 
 
@@ -87,6 +89,10 @@ class RepositoryRecord(Answer):
     infestations: list[RepositoryInfestation]
     maintainers: Annotated[list[RepositoryMaintainerEntry], Meta(description="its current verified maintainers")]
     burden: Burden
+    disclosures: Annotated[
+        RepositoryDisclosures,
+        Meta(description="its findings under coordinated disclosure: severity and dates only, until publication"),
+    ]
 
 
 class FindingRepository(Answer):
@@ -125,6 +131,9 @@ class FindingRecord(Answer):
     finding: FindingDetail
     checks: list[FindingCheck]
     maintainer_statement: MaintainerStatement | None
+    disclosure: Annotated[
+        DisclosureAnswer, Meta(description="its coordinated-disclosure clock (`immediate` when it had none)")
+    ]
     observations: Annotated[
         list[Observation], Meta(description="is the code still there? the default branch's head, newest first, last 20")
     ] = []

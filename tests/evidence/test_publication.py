@@ -4,8 +4,6 @@ refused finding of the same report stays off all of them (docs/domain.md "Eviden
 
 from __future__ import annotations
 
-import gzip
-import re
 from pathlib import Path
 
 import httpx
@@ -13,7 +11,6 @@ import pytest
 from sqlalchemy import text
 
 from app.evidence.publish import Decision, publish_decided
-from app.exports import service as exports
 from app.infestations.dirty_queue import drain_all
 from app.kernel import db
 from app.registry.stats import invalidate_registry_stats, registry_stats
@@ -22,6 +19,7 @@ from app.reports.service import submit_report
 from tests import factories
 from tests.evidence.support import pending_report
 from tests.reports.support import finding, report_body
+from tests.surfaces import every_public_body, export_into, public_surfaces
 
 TITLE = "Open redirect after login"
 KEY = pattern_key(TITLE)
@@ -32,44 +30,15 @@ SLUG = "github.com/pendco/pendrepo"
 
 @pytest.fixture
 def export_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("EXPORT_DIR", str(tmp_path / "exports"))
-    exports.clear_caches()
-    return tmp_path / "exports"
+    return export_into(tmp_path, monkeypatch)
 
 
-SURFACES = (
-    f"/repos/{SLUG}",
-    f"/repos/{SLUG}.json",
-    f"/repos/{SLUG}/findings.sarif",
-    f"/repos/{SLUG}/badge.svg",
-    f"/repos/{SLUG}/reports.atom",
-    "/",
-    "/index.json",
-    "/infestations.json",
-    f"/infestations/{KEY}.json",
-    f"/infestations/{KEY}/instances.json",
-    "/infestations.atom",
-    "/search.json?q=pendrepo",
-    "/api/v1/changes?limit=1000",
-    "/sitemap.xml",
-)
+SURFACES = public_surfaces(SLUG, KEY, "pendrepo")
 
 
 async def _everything(client: httpx.AsyncClient) -> str:
     """Every public surface's body (and the sitemap's children, and a fresh export), as one text."""
-    bodies = []
-    for path in SURFACES:
-        response = await client.get(path)
-        assert response.status_code in (200, 404), (path, response.status_code)
-        bodies.append(response.text)
-    for child in re.findall(r"<loc>[^<]*?(/sitemap/[^<]+)</loc>", bodies[-1]):
-        bodies.append((await client.get(child)).text)
-    await exports.rebuild_export()
-    for name in ("findings.ndjson.gz", "repositories.ndjson.gz"):
-        served = await client.get(f"/exports/{name}")
-        assert served.status_code == 200, name
-        bodies.append(gzip.decompress(served.content).decode())
-    return "\n".join(bodies)
+    return await every_public_body(client, SURFACES)
 
 
 async def _published_entries(client: httpx.AsyncClient) -> list[str]:

@@ -146,6 +146,7 @@ async def test_small_registry_is_one_urlset_with_hubs_findings_repos_and_public_
     assert urls == [
         f"{BASE}/",
         f"{BASE}/infestations",
+        f"{BASE}/disclosures",
         f"{BASE}/search",
         f"{BASE}/findings/{shown.public_id}",
         f"{BASE}/repos/github.com/acme/widget",
@@ -188,7 +189,7 @@ async def test_single_urlset_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     body = "".join([chunk async for chunk in single_urlset(BASE, 10)])
     urls = locs(parse(body.encode()))
     assert len(urls) == 10
-    assert urls[3:] == [f"{BASE}/repos/github.com/o{g}/r{g}" for g in range(1, 8)]
+    assert urls[4:] == [f"{BASE}/repos/github.com/o{g}/r{g}" for g in range(1, 7)]
     body = "".join([chunk async for chunk in single_urlset(BASE, 1_000)])
     assert len(locs(parse(body.encode()))) == 1_000  # the abandoned prefetch left no harm
 
@@ -212,8 +213,8 @@ async def test_cap_cuts_inside_a_findings_page_at_a_whole_url_in_id_order() -> N
     base = "http://x.test/a&b"
     body = "".join([chunk async for chunk in single_urlset(base, 700)])
     root = parse(body.encode())
-    assert locs(root) == [f"{base}/", f"{base}/infestations", f"{base}/search"] + [
-        f"{base}/findings/{p}" for p in public_ids[:697]
+    assert locs(root) == [f"{base}/", f"{base}/infestations", f"{base}/disclosures", f"{base}/search"] + [
+        f"{base}/findings/{p}" for p in public_ids[:696]
     ]
     last = root.xpath("//s:url", namespaces=N)[-1]
     assert last.findtext(f"{{{NS}}}lastmod") == "2026-04-02"
@@ -246,7 +247,7 @@ async def test_threshold_switches_to_a_sitemap_index_at_20000_listed(client: htt
     await add_repositories(40_000, 40_099, listing="pending")
     below = await get_xml(client, "/sitemap.xml")
     assert below.tag == f"{{{NS}}}urlset"
-    assert len(locs(below)) == 3 + 19_999
+    assert len(locs(below)) == 4 + 19_999
 
     await add_repositories(20_000, 20_000)
     response = await client.get("/sitemap.xml", headers=IDENTITY)
@@ -302,7 +303,7 @@ async def test_children_cover_every_public_url_exactly_once(client: httpx.AsyncC
         assert 0 < len(page) <= 10_000
         seen.extend(page)
     assert len(seen) == len(set(seen)), "a URL appears in two children"
-    expected = {f"{BASE}/", f"{BASE}/infestations", f"{BASE}/search"}
+    expected = {f"{BASE}/", f"{BASE}/infestations", f"{BASE}/disclosures", f"{BASE}/search"}
     expected |= {f"{BASE}/repos/github.com/o{g}/r{g}" for g in range(1, 25_001)}
     expected |= {f"{BASE}/findings/{p}" for p in expected_findings}
     expected |= {f"{BASE}/infestations/{k}" for k in public_keys}
@@ -347,16 +348,16 @@ async def test_gzip_is_used_when_accepted_and_streams_are_valid(client: httpx.As
         raw = b"".join([chunk async for chunk in response.aiter_raw()])
     assert response.headers["content-encoding"] == "gzip"
     assert "accept-encoding" in response.headers["vary"].lower()
-    assert len(locs(parse(gzip.decompress(raw)))) == 53
+    assert len(locs(parse(gzip.decompress(raw)))) == 54
 
     plain = await client.get("/sitemap.xml", headers=IDENTITY)
     assert "content-encoding" not in plain.headers
-    assert len(locs(parse(plain.content))) == 53
+    assert len(locs(parse(plain.content))) == 54
 
     async with client.stream("GET", "/sitemap/hubs.xml", headers={"Accept-Encoding": "gzip;q=0"}) as refused:
         body = b"".join([chunk async for chunk in refused.aiter_raw()])
     assert "content-encoding" not in refused.headers
-    assert len(locs(parse(body))) == 3
+    assert len(locs(parse(body))) == 4
 
 
 async def test_index_and_hubs_answer_304_to_a_matching_etag(client: httpx.AsyncClient) -> None:

@@ -1,0 +1,125 @@
+"""What the public sees of coordinated disclosure (docs/domain.md "Coordinated disclosure"): while a finding is
+embargoed, only a stub (severity, reported date, deadline) on its repository's page and twin and in the ledger, and
+nothing of it on any other surface; once the clock publishes, the whole finding everywhere, with its `disclosure`
+object saying how it ended."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from app.kernel import db
+from app.reports.finding_memory import pattern_key
+from tests import factories
+from tests.disclosure.support import clock_ends, embargoed_report
+from tests.surfaces import every_public_body, export_into, public_surfaces
+
+TITLE = "Session token written to the access log"
+FILE = "src/embargoed_logging.py"
+KEY = pattern_key(TITLE)
+SLUG = "github.com/embco/embrepo"
+STATEMENT = text(
+    "INSERT INTO finding_statements (canonical_finding_id, status, action_statement)"
+    " VALUES (:id, 'affected', 'Rotate the tokens; a fix is on its way.')"
+)
+
+
+@pytest.fixture
+def export_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return export_into(tmp_path, monkeypatch)
+
+
+async def test_an_embargoed_finding_is_a_stub_until_the_clock_publishes_it_everywhere(
+    client: httpx.AsyncClient, export_dir: Path
+) -> None:
+    embargo = await embargoed_report("embco", "embrepo", [(FILE, TITLE)])
+    [occurrence], [canonical] = embargo.occurrences, embargo.canonical_public_ids
+    async with db.transaction() as session:  # its maintainers may state on it: nothing public until publication
+        await session.execute(STATEMENT, {"id": embargo.canonicals[0]})
+    surfaces = (
+        *public_surfaces(SLUG, KEY, "embrepo"),
+        f"/repos/{SLUG}/vex.json",
+        "/infestations",
+        f"/infestations/{KEY}",
+        "/disclosures",
+        "/disclosures.json",
+    )
+
+    during = await every_public_body(client, surfaces)
+    for mark in (TITLE, FILE, occurrence, canonical, KEY):
+        assert mark not in during, mark
+    for path in (f"/findings/{occurrence}", f"/findings/{occurrence}.json", f"/findings/{canonical}.json"):
+        assert (await client.get(path)).status_code == 404, path
+    assert (await client.get(f"/repos/{SLUG}/vex.json")).status_code == 404  # only published findings are stated
+    twin = (await client.get(f"/repos/{SLUG}.json")).json()
+    assert not any(r.get("findings") for r in twin["reports"])
+    [stub] = twin["disclosures"]["items"]
+    assert twin["disclosures"]["embargoed"] == 1
+    assert set(stub) == {"severity", "reported_at", "deadline", "extensions"}
+    assert (stub["severity"], stub["extensions"]) == ("high", [])
+    page = (await client.get(f"/repos/{SLUG}")).text
+    assert "1 finding under coordinated disclosure" in page
+    assert stub["deadline"][:10] in page and stub["reported_at"][:10] in page
+    assert f"/repos/{SLUG}/maintain" in page and "no verified maintainer" in page  # the invitation to claim it
+    ledger = (await client.get("/disclosures.json", params={"repository": SLUG})).json()
+    assert ledger == {
+        "items": [
+            {
+                "repository": SLUG,
+                "severity": "high",
+                "reported_at": stub["reported_at"],
+                "deadline": stub["deadline"],
+                "state": "embargoed",
+                "extensions": [],
+                "published_at": None,
+                "published_because": None,
+            }
+        ],
+        "next_cursor": None,
+    }
+
+    assert await clock_ends(embargo.canonicals) == embargo.canonicals
+
+    after = await every_public_body(client, surfaces)
+    for mark in (TITLE, FILE, occurrence, KEY):
+        assert mark in after, mark
+    record = (await client.get(f"/findings/{occurrence}.json")).json()
+    disclosure = record["disclosure"]
+    assert (disclosure["state"], disclosure["published_because"]) == ("published", "deadline")
+    assert disclosure["deadline"] == stub["deadline"] and disclosure["published_at"] is not None
+    assert TITLE in (await client.get(f"/findings/{occurrence}")).text
+    sarif = (await client.get(f"/repos/{SLUG}/findings.sarif")).json()
+    [result] = sarif["runs"][0]["results"]
+    assert result["properties"]["disclosure"] == disclosure
+    [line] = [
+        json.loads(row)
+        for row in gzip.decompress((await client.get("/exports/findings.ndjson.gz")).content).decode().splitlines()
+        if occurrence in row
+    ]
+    assert line["disclosure"] == disclosure
+    assert TITLE in (await client.get(f"/repos/{SLUG}/vex.json")).text
+    twin = (await client.get(f"/repos/{SLUG}.json")).json()
+    assert twin["disclosures"] == {"embargoed": 0, "items": []}
+    assert "under coordinated disclosure" not in (await client.get(f"/repos/{SLUG}")).text
+    [ended] = (await client.get("/disclosures.json")).json()["items"]
+    assert (ended["state"], ended["published_because"]) == ("published", "deadline")
+
+
+async def test_a_finding_without_a_clock_says_immediate(client: httpx.AsyncClient) -> None:
+    repository = await factories.create_repository("nowco", "nowrepo")
+    author = await factories.create_account(state="active")
+    from app.reports.service import submit_report
+    from tests.reports.support import finding, report_body
+
+    report = await submit_report(author, "github.com", "nowco", "nowrepo", report_body([finding(title="Now")]))
+    [f] = report["findings"]
+    record = (await client.get(f"/findings/{f['public_id']}.json")).json()
+    assert record["disclosure"]["state"] == "immediate"
+    assert record["disclosure"]["published_because"] == "immediate"
+    twin = (await client.get("/repos/github.com/nowco/nowrepo.json")).json()
+    assert twin["disclosures"] == {"embargoed": 0, "items": []} and repository.id
