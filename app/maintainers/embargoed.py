@@ -24,7 +24,7 @@ from app.kernel.sql import Fragment, statement
 from app.maintainers.access import acting_account, listed_repository, slug
 from app.maintainers.types import EmbargoedFinding, EmbargoedFindingDetail, FindingRepository
 from app.registry.models import Repository
-from app.reports.embargo import DISCLOSURE_COLUMNS, DisclosureAnswer, disclosure_answer
+from app.reports.embargo import DISCLOSURE_FRAGMENT, DisclosureAnswer, disclosure_answer
 
 KIND = "finding.embargoed"  # the private entry kind: never a change-feed entry
 WINDOW_ACTION = "repository.disclosure_window"  # the audit log's action for a window change
@@ -43,7 +43,7 @@ _FINDING_COLUMNS = Fragment(
        c.id AS canonical_id, c.public_id AS canonical_public_id, c.status, c.pattern_key,
        c.confirmations_count, c.disputes_count"""
 )
-_COLUMNS = Fragment(DISCLOSURE_COLUMNS)
+_COLUMNS = DISCLOSURE_FRAGMENT
 
 # a repository's running clocks with their newest told occurrence, by canonical id after the cursor's
 _EMBARGOED = statement(
