@@ -96,6 +96,7 @@ async def test_a_moderator_releases_an_accounts_queue_by_form_audited_once(clien
         assert held["canonical_public_id"] in queue.text
     # the reporter's signal beside each: precision, decided, gate
     assert "@lowsignal</td>\n    <td>0.21</td>\n    <td>10</td>\n    <td>held</td>" in queue.text
+    assert 'href="/moderation/held"' in (await client.get("/review-queue")).text  # the reviewers' page points here
     accounts = await client.get("/moderation/accounts")
     assert "Release @lowsignal's 2 held findings" in accounts.text
 
