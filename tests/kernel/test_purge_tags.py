@@ -104,6 +104,19 @@ async def test_statements_accounts_flags_and_unknown_actions() -> None:
     assert await _tags("something.new", "widget", "7") is None  # purge everything
 
 
+async def test_a_change_to_a_disclosure_clock_names_its_finding_pages_not_everything() -> None:
+    # a person's extension or publication (app/disclosure/actions.py) or a `fixed` statement's move of the deadline
+    _author, repos, ids = await _world()
+    for action in ("disclosure.extend", "disclosure.publish", "disclosure.fixed"):
+        assert await _tags(action, "disclosure", str(ids["canonical0"])) == {
+            SITEMAP_TAG,
+            repository_tag(repos[0]),
+            occurrence_tag(ids["occurrence0"]),
+            pattern_tag(pattern_key(TITLE)),
+            ATLAS_TAG,
+        }
+
+
 def test_tags_are_sent_in_requests_under_the_header_limit() -> None:
     tags = [occurrence_tag(n) for n in range(10**6, 10**6 + 2000)]
     chunks = purge._chunks(tags)
