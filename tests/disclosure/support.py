@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
+from app.disclosure.actions import Extension, moderator_extend
 from app.infestations.dirty_queue import drain_all
 from app.kernel import db
 from app.registry.models import Repository
@@ -73,3 +74,9 @@ async def clock_ends(canonicals: list[int], because: str = "deadline") -> list[i
         ended = await publish_embargoed(session, canonicals, because)
     await drain_all()
     return ended
+
+
+async def moderator_extends(canonical_public_id: str, days: int, reason: str) -> None:
+    """A moderator's extension of a clock (the console's action, without its audit row): the stub shows it."""
+    async with db.transaction() as session:
+        await moderator_extend(session, canonical_public_id, Extension(days=days, reason=reason))

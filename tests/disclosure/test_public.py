@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import httpx
@@ -16,7 +17,7 @@ from sqlalchemy import text
 from app.kernel import db
 from app.reports.finding_memory import pattern_key
 from tests import factories
-from tests.disclosure.support import clock_ends, embargoed_report
+from tests.disclosure.support import clock_ends, embargoed_report, moderator_extends
 from tests.surfaces import every_public_body, export_into, public_surfaces
 
 TITLE = "Session token written to the access log"
@@ -123,3 +124,53 @@ async def test_a_finding_without_a_clock_says_immediate(client: httpx.AsyncClien
     assert record["disclosure"]["published_because"] == "immediate"
     twin = (await client.get("/repos/github.com/nowco/nowrepo.json")).json()
     assert twin["disclosures"] == {"embargoed": 0, "items": []} and repository.id
+
+
+async def test_the_ledger_pages_open_clocks_by_deadline_then_publications_and_filters_by_repository(
+    client: httpx.AsyncClient,
+) -> None:
+    alpha = await embargoed_report("ledco", "alpha", [("a/one.py", "Alpha one"), ("a/two.py", "Alpha two")])
+    beta = await embargoed_report("ledco", "beta", [("b/one.py", "Beta one")], days=60)
+    gamma = await embargoed_report("ledco", "gamma", [("c/one.py", "Gamma one")])
+    await moderator_extends(alpha.canonical_public_ids[1], 40, "Two downstream releases vendor the parser.")
+    await clock_ends(gamma.canonicals, "moderator")
+
+    walked, cursor, pages = [], None, 0
+    while True:
+        answer = await client.get("/disclosures.json", params={"limit": 1, **({"cursor": cursor} if cursor else {})})
+        assert answer.status_code == 200, answer.text
+        walked += answer.json()["items"]
+        cursor, pages = answer.json()["next_cursor"], pages + 1
+        if cursor is None:
+            break
+    assert pages == 4
+    assert [(i["repository"], i["state"]) for i in walked] == [
+        ("github.com/ledco/alpha", "embargoed"),  # 30 days
+        ("github.com/ledco/beta", "embargoed"),  # 60 days
+        ("github.com/ledco/alpha", "embargoed"),  # 30 days and the moderator's 40
+        ("github.com/ledco/gamma", "published"),
+    ]
+    assert walked[3]["published_because"] == "moderator"
+    assert [(e["by"], e["days"]) for e in walked[2]["extensions"]] == [("moderator", 40)]
+    assert (await client.get("/disclosures.json")).json()["items"] == walked
+
+    only_beta = (await client.get("/disclosures.json", params={"repository": "GitHub.com/LedCo/Beta"})).json()
+    assert [i["repository"] for i in only_beta["items"]] == ["github.com/ledco/beta"] and beta.canonicals
+    for params, field in (
+        ({"repository": "ledco/beta"}, "repository"),
+        ({"cursor": "x" * 12}, "cursor"),
+        ({"limit": "0"}, "limit"),
+    ):
+        refused = await client.get("/disclosures.json", params=params)
+        assert refused.status_code == 422 and field in refused.json()["errors"], (params, refused.text)
+
+    first = await client.get("/disclosures", params={"limit": 2})
+    assert first.status_code == 200 and "github.com/ledco/beta" in first.text
+    [next_url] = re.findall(r'href="(/disclosures\?[^"]*cursor=[^"]+)" rel="next"', first.text)
+    second = await client.get(next_url.replace("&amp;", "&"))
+    assert second.status_code == 200 and "a moderator published it" in second.text
+    assert "Two downstream releases vendor the parser." in second.text
+    stub = (await client.get("/repos/github.com/ledco/alpha")).text
+    assert "2 findings under coordinated disclosure" in stub and "40 days by a moderator" in stub
+    for title in ("Alpha one", "Alpha two", "Beta one"):
+        assert title not in first.text + second.text + stub
