@@ -22,7 +22,7 @@ from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.paging import Page, decode_id_cursor, encode_id_cursor, keyset_page
 from app.kernel.sql import Fragment, statement
 from app.maintainers.access import acting_account, listed_repository, slug
-from app.maintainers.types import EmbargoedFinding, EmbargoedFindingDetail, FindingRepository
+from app.maintainers.types import EmbargoedEntry, EmbargoedFinding, EmbargoedFindingDetail, FindingRepository
 from app.registry.models import Repository
 from app.reports.embargo import DISCLOSURE_FRAGMENT, DisclosureAnswer, disclosure_answer
 
@@ -184,12 +184,8 @@ async def webhook_entry(canonical_id: int) -> dict[str, Any] | None:
     if row is None:
         return None
     told = full_finding(dict(row))
-    return {
-        "kind": KIND,
-        "at": iso(row["disclosure_reported_at"]),
-        "finding": as_json(told.finding),
-        "disclosure": as_json(told.disclosure),
-    }
+    at = iso(row["disclosure_reported_at"]) or ""
+    return as_json(EmbargoedEntry(kind=KIND, at=at, finding=told.finding, disclosure=told.disclosure))
 
 
 async def acknowledge(account_id: int, raw_id: str) -> DisclosureAnswer:

@@ -117,7 +117,7 @@ async def embargoed_findings(request: Request) -> Response:
 
 
 async def acknowledge(request: Request, caller: ApiCaller, _: None) -> Response:
-    disclosure = await embargoed.acknowledge(caller.account.id, request.path_params["finding_id"])
+    disclosure = await embargoed.acknowledge(caller.account.id, request.path_params["canonical_public_id"])
     return answer_response(DisclosureClockAnswer(disclosure=disclosure))
 
 
@@ -258,6 +258,6 @@ routes: list[BaseRoute] = [
         **{**_API, "parse": parse_window},
     ),
     Route("/api/v1/repos/{host}/{owner}/{name}/embargoed", embargoed_findings, methods=["GET"]),
-    body_route("/api/v1/findings/{finding_id}/disclosure/acknowledge", acknowledge, **_API),
+    body_route("/api/v1/findings/{canonical_public_id}/disclosure/acknowledge", acknowledge, **_API),
     body_route("/repos/{host}/{owner}/{name}/maintain/disclosure", window_form, name="maintain_disclosure", **_FORM),
 ]

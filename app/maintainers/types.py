@@ -104,3 +104,19 @@ class EmbargoedPage(Answer):
 
 class DisclosureClockAnswer(Answer):
     disclosure: DisclosureAnswer
+
+
+class EmbargoedEntry(Answer):
+    """A private entry (never in the change feed): an embargoed finding told to its repository's maintainers."""
+
+    kind: Annotated[str, enum(("finding.embargoed",))]
+    at: Annotated[Timestamp, Meta(description="when the finding's clock started")]
+    finding: EmbargoedFindingDetail
+    disclosure: DisclosureAnswer
+
+
+class EmbargoedPayload(Answer):
+    """The body of a `finding.embargoed` delivery (app/maintainers/delivery.py writes these bytes and signs them)."""
+
+    delivery: Annotated[Uuid, Meta(description="the same as X-Tarakan-Delivery; the same on every retry")]
+    entry: EmbargoedEntry

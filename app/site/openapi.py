@@ -53,7 +53,7 @@ from app.reports.types import (
     SarifLog,
 )
 from app.site.openapi_batch import BATCH
-from app.site.openapi_disclosure import DISCLOSURE_PATHS
+from app.site.openapi_disclosure import DISCLOSURE_PATHS, DISCLOSURE_WEBHOOKS
 from app.site.types import FindingRecord, Home, RepositoryRecord, Tombstone
 from app.trust.types import PrecisionAnswer, ReviewQueue, SignalAnswer
 
@@ -282,7 +282,8 @@ DOCUMENT: Schema = {
             ],
         ),
     },
-    "webhooks": {"change": CHANGE_RECEIVER},  # what a maintainer's webhook receives (domain §14 "Webhooks")
+    # what a maintainer's webhook receives (domain §14 "Webhooks"), and what it is told of an embargoed finding
+    "webhooks": {"change": CHANGE_RECEIVER, **DISCLOSURE_WEBHOOKS},
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an API token"}},
         "schemas": components(),

@@ -11,11 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
+from openapi_schema_validator import OAS31Validator
 
 from app.feed.entries import rendered_entry
 from app.maintainers import delivery, webhooks
 from app.registry.models import Repository
 from app.reports.service import submit_report
+from app.site.openapi import DOCUMENT
 from tests import factories
 from tests.maintainers.webhook_support import Receiver, maintainer, verify
 from tests.moderation.support import SAME_ORIGIN, act_as
@@ -155,6 +157,8 @@ async def test_the_maintainers_webhook_receives_the_finding_while_the_public_fee
     assert received.headers["x-tarakan-event"] == "finding.embargoed"
     body = received.json
     assert body["delivery"] == received.delivery
+    described = DOCUMENT["webhooks"]["findingEmbargoed"]["post"]["requestBody"]["content"]["application/json"]
+    OAS31Validator(described["schema"] | {"components": DOCUMENT["components"]}).validate(body)
     entry = body["entry"]
     assert entry["kind"] == "finding.embargoed" and entry["at"]
     assert entry["finding"]["title"] == TITLE and entry["finding"]["public_id"] == found["public_id"]
