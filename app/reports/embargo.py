@@ -154,9 +154,8 @@ class DisclosureAnswer(Answer):
     deadline: Timestamp | None
     extensions: list[DisclosureExtension]
     published_at: Timestamp | None
-    published_because: Annotated[
-        str | None, enum((*PUBLISHED_BECAUSE, IMMEDIATE), "why it became public; null while embargoed")
-    ]
+    # null outside the enum (an enum over `str | None` would refuse the null an embargoed finding answers)
+    published_because: Annotated[str, enum((*PUBLISHED_BECAUSE, IMMEDIATE), "why it became public")] | None
 
 
 def disclosure_answer(row: Mapping[str, Any] | None) -> DisclosureAnswer:

@@ -26,8 +26,12 @@ from tests.maintainers.statement_support import bearer, verified_maintainer
 from tests.maintainers.support import Forge
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as
 from tests.reports.support import finding, report_body
+from tests.site.test_openapi import _conforms as conforms
+from tests.site.test_openapi import _document as openapi
 
 DAY = timedelta(days=1)
+EXTEND_PATH = "/api/v1/findings/{canonical_public_id}/disclosure/extend"
+PUBLISH_PATH = "/api/v1/findings/{canonical_public_id}/disclosure/publish"
 AFFECTED = {"status": "affected", "action_statement": "Upgrade to 2.4.1 once it is released."}
 WHY = "The fix needs a release of the two downstream packages."
 
@@ -110,6 +114,8 @@ async def test_a_maintainer_extends_once_by_up_to_30_days_after_stating(
     unstated = await client.post(url(e, "extend"), headers=maintainer, json=extend)
     assert unstated.status_code == 422 and list(unstated.json()["errors"]) == ["disclosure"], unstated.text
     assert "state first" in unstated.json()["errors"]["disclosure"][0]
+    document = await openapi(client)
+    conforms(document, EXTEND_PATH, "post", unstated)
 
     # the maintainer may state on the embargoed finding; nothing public moves (no feed entry of any kind)
     stated = await client.post(f"/api/v1/findings/{e.canonical}/statements", headers=maintainer, json=AFFECTED)
@@ -131,6 +137,7 @@ async def test_a_maintainer_extends_once_by_up_to_30_days_after_stating(
     before = await clock(e)
     extended = await client.post(url(e, "extend"), headers=maintainer, json=extend)
     assert extended.status_code == 200, extended.text
+    conforms(document, EXTEND_PATH, "post", extended)
     disclosure = extended.json()["disclosure"]
     assert disclosure["state"] == "embargoed"
     assert datetime.fromisoformat(disclosure["deadline"]) == before.deadline + 14 * DAY
@@ -182,6 +189,7 @@ async def test_a_maintainer_publishes_at_once_public_at_the_next_request(
 
     published = await client.post(url(e, "publish"), headers=maintainer)
     assert published.status_code == 200, published.text
+    conforms(await openapi(client), PUBLISH_PATH, "post", published)
     assert published.json()["disclosure"]["state"] == "published"
     assert published.json()["disclosure"]["published_because"] == "maintainer"
     assert (await client.get(f"/findings/{e.occurrence}")).status_code == 200
