@@ -18,6 +18,7 @@ from arq.worker import Function, Worker, func, get_kwargs
 from arq.worker import Retry as Retry  # re-exported: tests assert the retry without importing arq
 from sqlalchemy import exc as sa_exc
 
+from app.disclosure import clock as disclosure_clock
 from app.evidence import observe as observations
 from app.evidence import recheck as evidence
 from app.exports import service as exports
@@ -228,6 +229,13 @@ async def observe_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
     return await _singleton(ctx, OBSERVE_LEASE, _slot(ctx, slot), run)
 
 
+async def disclosure_clock_job(ctx: dict[str, Any]) -> dict[str, int]:
+    """Every minute: coordinated disclosure's clock publishes every embargo whose deadline passed
+    (app/disclosure/clock.py). Every worker may run it: each batch takes only the rows no other holds (SKIP
+    LOCKED), so no lease and no `job_runs` row."""
+    return {"published": await _retrying(ctx, disclosure_clock.publish_due())}
+
+
 async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, Any]:
     """One webhook delivery run (app.maintainers.delivery): new change-feed entries become deliveries, then due
     ones are sent for up to 30 s. Rung after every commit that wrote entries and every minute (the backstop); it
@@ -328,6 +336,7 @@ class WorkerSettings:
         cron(metadata_pending_job, minute=set(range(0, 60, 5)), timeout=600, max_tries=1),
         cron(metadata_refresh_job, hour=5, minute=15, timeout=3 * 3600, max_tries=3),  # daily
         cron(evidence_recheck_job, second={0, 30}, timeout=300, max_tries=1),
+        cron(disclosure_clock_job, timeout=300, max_tries=1),  # every minute: due embargoes published
         cron(trust_refresh_job, second=set(range(0, 60, 10)), timeout=60, max_tries=1),  # earned trust, in seconds
         cron(trust_recompute_job, hour=5, minute=30, timeout=3 * 3600, max_tries=1),  # daily: the 365 days slide
     ]

@@ -75,6 +75,18 @@ EVIDENCE_OLDEST_PENDING_AGE = Gauge(
     "Age of the oldest report whose evidence is pending (0 when none is)",
     multiprocess_mode=_DB_GAUGE,
 )
+# coordinated disclosure's clock (docs/operations.md "TarakanDisclosureOverdue"): how late each embargo was
+# published after its deadline (the worker's job, or `tarakan disclosures publish-due`), and the oldest one due now
+DISCLOSURE_PUBLISH_LATENESS = Histogram(
+    "tarakan_disclosure_publish_lateness_seconds",
+    "Seconds between an embargo's deadline and its publication by the clock",
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 21600, 86400),
+)
+DISCLOSURE_OLDEST_OVERDUE = Gauge(
+    "tarakan_disclosure_oldest_overdue_seconds",
+    "How long past its deadline the oldest embargo still unpublished is (0 when none is due)",
+    multiprocess_mode=_DB_GAUGE,
+)
 
 # Forge requests (app.forge, docs/forge.md): kind repository|commit|compare|raw|branch, outcome as app.forge.api's
 FORGE_REQUESTS = Counter(

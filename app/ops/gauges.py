@@ -10,6 +10,7 @@ from app.kernel import db
 from app.kernel.metrics import (
     DIRTY_BACKLOG,
     DIRTY_OLDEST_AGE,
+    DISCLOSURE_OLDEST_OVERDUE,
     EVIDENCE_OLDEST_PENDING_AGE,
     EVIDENCE_PENDING,
     JOB_LAST_SUCCESS,
@@ -23,6 +24,7 @@ from app.kernel.metrics import (
 # drain that refreshed a key (app/infestations/dirty_queue.py: the pipeline-stopped alert's signal)
 FLEET_JOBS = ("recompute_windows", "reconcile", "drain")
 
+# the oldest overdue embargo (docs/operations.md "TarakanDisclosureOverdue") reads disclosures_open_deadline_idx;
 # pending evidence (docs/operations.md "TarakanEvidencePendingOld"): both read through scans_evidence_due_idx, the
 # partial index of reports the worker will re-check, so the scrape stays cheap however many findings are stored
 _GAUGES_SQL = """
@@ -38,7 +40,9 @@ SELECT
   (SELECT count(*) FROM scans s JOIN scan_findings f ON f.scan_id = s.id
    WHERE s.evidence_next_at IS NOT NULL AND f.evidence_state = 'pending') AS evidence_pending,
   (SELECT EXTRACT(EPOCH FROM now() - min(inserted_at)) FROM scans
-   WHERE evidence_next_at IS NOT NULL) AS evidence_oldest_pending
+   WHERE evidence_next_at IS NOT NULL) AS evidence_oldest_pending,
+  (SELECT EXTRACT(EPOCH FROM now() - min(deadline)) FROM disclosures
+   WHERE state = 'embargoed' AND deadline <= now()) AS disclosure_overdue
 """
 
 _JOB_RUNS_SQL = """
@@ -85,6 +89,7 @@ async def refresh_gauges() -> None:
     WEBHOOK_OLDEST_DUE_AGE.set(float(row.webhook_oldest_due or 0))
     EVIDENCE_PENDING.set(float(row.evidence_pending))
     EVIDENCE_OLDEST_PENDING_AGE.set(float(row.evidence_oldest_pending or 0))
+    DISCLOSURE_OLDEST_OVERDUE.set(float(row.disclosure_overdue or 0))
     for name, finished in runs:
         JOB_LAST_SUCCESS.labels(fleet_job=name).set(float(finished))
     await db.probe_replica()  # tarakan_replica_lag_seconds (a replica that does not answer leaves it as it was)
