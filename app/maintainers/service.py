@@ -20,6 +20,7 @@ from app.kernel.shared_cache import repository_tag
 from app.maintainers import forge
 from app.maintainers.access import NO_REPOSITORY, acting_account, listed_repository, slug
 from app.maintainers.models import REPLACEABLE_MODES, MaintainerClaim, RepositoryMaintainer
+from app.record.outbox import ring_webhooks_after_commit
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, CanonicalFindingCheck
 from app.reports.quorum import refresh_repository_checks
@@ -215,6 +216,7 @@ async def _record_verification(account_id: int, claim_id: int) -> ClaimView:
         if claim.state == "verified":
             return _view(claim, repository)
         await _start_maintainership(session, repository, account_id, claim.id)
+        ring_webhooks_after_commit()  # their webhooks are told of the embargoes running now (webhook_queue's sweep)
         claim.state = "verified"
         claim.verified_at = db.utcnow()
         await session.flush()

@@ -21,6 +21,7 @@ from app.kernel.paging import Page, decode_id_cursor, encode_id_cursor, keyset_p
 from app.maintainers import destinations, webhook_queue
 from app.maintainers.access import acting_account, listed_repository, slug
 from app.maintainers.models import RepositoryMaintainer, Webhook, WebhookDelivery
+from app.record.outbox import ring_webhooks_after_commit
 from app.registry.models import Repository
 
 MAX_PER_REPOSITORY = 5
@@ -151,6 +152,7 @@ async def register_webhook(account_id: int, host: str, owner: str, name: str, ur
         session.add(webhook)
         await session.flush()
         await session.refresh(webhook)
+        ring_webhooks_after_commit()  # an embargo running now is told to it at once (webhook_queue's sweep)
         return Registered(_view(webhook, slug(repository)), secret)
 
 

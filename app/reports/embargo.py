@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.answers import Answer, Timestamp, enum, iso
 from app.kernel.sql import Fragment
+from app.record.outbox import ring_webhooks_after_commit
 from app.reports.held import EMBARGO, release_occurrences
 from app.reports.models import PUBLISHED_BECAUSE
 from app.reports.validation import DISCLOSURE_MAX_DAYS, DISCLOSURE_MIN_DAYS
@@ -79,6 +80,8 @@ async def embargo_new_occurrences(
             },
         )
     ).one()
+    if row.held:  # the repository's maintainers' webhooks are told at once (app/maintainers/embargoed.py's sweep)
+        ring_webhooks_after_commit()
     return frozenset(int(cid) for cid in row.held)
 
 

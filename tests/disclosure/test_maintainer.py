@@ -22,7 +22,7 @@ from tests import factories
 from tests.maintainers.webhook_support import Receiver, maintainer, verify
 from tests.moderation.support import SAME_ORIGIN, act_as
 from tests.reports.support import finding, report_body
-from tests.sql import one, rows, scalar
+from tests.sql import execute, one, rows, scalar
 
 TITLE = "Hard-coded signing key in session middleware"
 
@@ -174,7 +174,32 @@ async def test_the_maintainers_webhook_receives_the_finding_while_the_public_fee
     # the log shows the private entry (no seq); a second run sends nothing again
     log = await client.get(f"/api/v1/webhooks/{registered.webhook.id}/deliveries", headers=headers)
     assert ("finding.embargoed", None, 200) in [(d["kind"], d["seq"], d["last_status"]) for d in log.json()["entries"]]
+    # a webhook registered while the clock runs is told too (the sweep), and the first one not again
+    late_owner, _ = await maintainer(repo)
+    late = await webhooks.register_webhook(late_owner.id, repo.host, repo.owner, repo.name, receiver.url)
+    await delivery.run(rendered_entry, lanes=2)
+    [late_told] = [r for r in receiver.received if r.headers["x-tarakan-event"] == "finding.embargoed"][1:]
+    assert late_told.signed_with(late.secret) and late_told.json["entry"]["finding"]["title"] == TITLE
     again = await delivery.run(rendered_entry, lanes=2)
-    assert again.fanned_out == 0 and [
-        r for r in receiver.received if r.headers["x-tarakan-event"] == "finding.embargoed"
-    ] == [received]
+    assert again.fanned_out == 0
+    assert [r for r in receiver.received if r.headers["x-tarakan-event"] == "finding.embargoed"] == [
+        received,
+        late_told,
+    ]
+
+
+async def test_a_finding_held_for_low_signal_is_neither_listed_nor_sent(
+    client: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    repo = await factories.create_repository()
+    owner, headers = await maintainer(repo)
+    await webhooks.register_webhook(owner.id, repo.host, repo.owner, repo.name, receiver.url)
+    found = (await report(repo, days=30))["findings"][0]
+    # earned trust's hold keeps it back first (app/reports/held.py): the clock runs, nobody is told yet
+    await execute("UPDATE scan_findings SET held_reason = 'low_signal' WHERE public_id = :p", p=found["public_id"])
+
+    await delivery.run(rendered_entry, lanes=2)
+    assert not [r for r in receiver.received if r.headers["x-tarakan-event"] == "finding.embargoed"]
+    listed = await client.get(repo_url(repo, "embargoed"), headers=headers)
+    assert listed.status_code == 200 and listed.json()["items"] == []
+    assert (await clock(found["canonical_public_id"]))["notified_at"] is None
