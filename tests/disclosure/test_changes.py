@@ -24,7 +24,7 @@ from app.reports.service import submit_report
 from tests import factories
 from tests.maintainers.statement_support import bearer, verified_maintainer
 from tests.maintainers.support import Forge
-from tests.moderation.support import NOTES, SAME_ORIGIN, act_as
+from tests.moderation.support import HTMX, NOTES, SAME_ORIGIN, act_as
 from tests.reports.support import finding, report_body
 from tests.site.test_openapi import _conforms as conforms
 from tests.site.test_openapi import _document as openapi
@@ -242,9 +242,11 @@ async def test_a_moderator_extends_and_publishes_by_form_audited(client: httpx.A
     too_far = await client.post(f"{base}/extend", headers=SAME_ORIGIN, data={**form, "days": "91"})
     assert too_far.status_code == 422 and "120 days" in too_far.text  # 30 + 91 > 90 + 30
     start = await clock(e)
-    for days in ("60", "30"):  # no once or 30-day limit for moderators, up to reported_at + 120 days
-        done = await client.post(f"{base}/extend", headers=SAME_ORIGIN, data={**form, "days": days})
-        assert done.status_code == 303 and "recorded=" in done.headers["location"], done.text
+    # no once or 30-day limit for moderators, up to reported_at + 120 days; without JavaScript, then with htmx
+    done = await client.post(f"{base}/extend", headers=SAME_ORIGIN, data={**form, "days": "60"})
+    assert done.status_code == 303 and "recorded=" in done.headers["location"], done.text
+    swapped = await client.post(f"{base}/extend", headers=HTMX, data={**form, "days": "30"})
+    assert swapped.status_code == 200 and "Recorded as audit event" in swapped.text, swapped.text
     after = await clock(e)
     assert after.deadline == start.reported_at + 120 * DAY
     assert [(x["by"], x["days"]) for x in after.extensions] == [("moderator", 60), ("moderator", 30)]
