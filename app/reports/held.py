@@ -80,8 +80,9 @@ async def release_occurrences(
         visibility = (await session.execute(_VISIBILITY, {"id": scan_id})).scalar_one()
         listed = listing == "listed" and visibility == "public"
         marked, _set = await settle_new_report(session, scan_id, repository_id, scan_keys, listed=listed)
-        if not marked:
-            purge_after_commit(
-                {repository_tag(repository_id), ATLAS_TAG} if listed else {repository_tag(repository_id)}
-            )
+        # the repository's pages list these findings themselves: purged now, not at the drain of its keys (a clock
+        # that publishes while the worker is stopped is fresh through the shared cache at the next request)
+        purge_after_commit(
+            {repository_tag(repository_id), ATLAS_TAG} if listed and not marked else {repository_tag(repository_id)}
+        )
     return len(rows)

@@ -14,11 +14,19 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from app.devservices import Standby
 from app.kernel import db
+from app.reports.embargo import publish_embargoed
 from app.reports.finding_memory import pattern_key
 from tests import factories
+from tests.conftest import caught_up
 from tests.disclosure.support import clock_ends, embargoed_report, moderator_extends
+from tests.kernel.test_replica import _on_standby
+from tests.kernel.test_replica import real_replica as real_replica  # the fixture
 from tests.surfaces import every_public_body, export_into, public_surfaces
+from tests.system.test_varnish import Stack, fetch, hit
+from tests.system.test_varnish import stack as stack  # the fixtures
+from tests.system.test_varnish import web as web
 
 TITLE = "Session token written to the access log"
 FILE = "src/embargoed_logging.py"
@@ -174,3 +182,50 @@ async def test_the_ledger_pages_open_clocks_by_deadline_then_publications_and_fi
     assert "2 findings under coordinated disclosure" in stub and "40 days by a moderator" in stub
     for title in ("Alpha one", "Alpha two", "Beta one"):
         assert title not in first.text + second.text + stub
+
+
+# ---- after publication, from a lagging standby and through the shared cache ---------------------------------------
+
+
+async def test_a_lagging_standby_shows_the_stub_until_it_replays_the_publication(
+    client: httpx.AsyncClient, real_replica: Standby
+) -> None:
+    embargo = await embargoed_report("lagco", "lagrepo", [(FILE, TITLE)])
+    [occurrence] = embargo.occurrences
+    caught_up(real_replica)
+    _on_standby(real_replica, "SELECT pg_wal_replay_pause()")
+    await clock_ends(embargo.canonicals)  # on the primary; the standby does not replay it
+
+    # public reads go to the standby: the whole old state (the stub), never a half-published finding
+    assert (await client.get(f"/findings/{occurrence}.json")).status_code == 404
+    twin = (await client.get("/repos/github.com/lagco/lagrepo.json")).json()
+    assert twin["disclosures"]["embargoed"] == 1 and TITLE not in json.dumps(twin)
+
+    _on_standby(real_replica, "SELECT pg_wal_replay_resume()")
+    caught_up(real_replica)
+    record = (await client.get(f"/findings/{occurrence}.json")).json()
+    assert record["finding"]["title"] == TITLE and record["disclosure"]["state"] == "published"
+    twin = (await client.get("/repos/github.com/lagco/lagrepo.json")).json()
+    assert twin["disclosures"]["embargoed"] == 0 and TITLE in json.dumps(twin)
+
+
+async def test_through_the_shared_cache_the_clock_publication_is_fresh_at_the_next_request_with_the_worker_stopped(
+    stack: Stack, web: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embargo = await embargoed_report("edgeco", "edgerepo", [(FILE, TITLE)])
+    pages = ("/repos/github.com/edgeco/edgerepo", "/repos/github.com/edgeco/edgerepo.json", "/disclosures.json")
+    for path in pages:
+        await fetch(web, path)
+        cached = await fetch(web, path)
+        assert hit(cached) and TITLE not in cached.text, path
+
+    monkeypatch.setenv("VARNISH_PURGE_URLS", stack.varnish.purge_url)
+    async with db.transaction() as session:  # the clock's publication, and no drain after it (the worker stopped)
+        await publish_embargoed(session, embargo.canonicals, "deadline")
+
+    for path in pages:
+        fresh = await fetch(web, path)
+        assert not hit(fresh), (path, "still the embargoed copy")
+    assert TITLE in (await fetch(web, pages[0])).text and TITLE in (await fetch(web, pages[1])).text
+    assert (await fetch(web, pages[2])).json()["items"][0]["published_because"] == "deadline"
+    assert TITLE in (await fetch(web, f"/findings/{embargo.occurrences[0]}")).text
