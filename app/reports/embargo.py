@@ -86,8 +86,14 @@ async def embargo_new_occurrences(
 
 
 # why a clock ended: the deadline passed (the worker's clock), or a person ended it (each audited by its caller)
+# A deadline a maintainer's `fixed` statement set (the last change of the clock: days <= 0, reason fixed) ends as
+# `fixed` when it passes, not `deadline` (app/maintainers/statements.py)
 _END = text("""
-UPDATE disclosures SET state = 'published', published_at = now(), published_because = :because, updated_at = now()
+UPDATE disclosures SET state = 'published', published_at = now(), updated_at = now(),
+  published_because = CASE
+    WHEN CAST(:because AS text) = 'deadline' AND extensions -> -1 ->> 'reason' = 'fixed'
+         AND CAST(extensions -> -1 ->> 'days' AS integer) <= 0 THEN 'fixed'
+    ELSE CAST(:because AS text) END
 WHERE canonical_finding_id = ANY(CAST(:ids AS bigint[])) AND state = 'embargoed'
 RETURNING canonical_finding_id
 """)

@@ -20,6 +20,7 @@ from app.accounts.models import Account
 from app.accounts.service import create_token
 from app.kernel import db
 from app.registry.models import Repository
+from app.reports.embargo import publish_embargoed
 from app.reports.service import submit_report
 from tests import factories
 from tests.maintainers.statement_support import bearer, verified_maintainer
@@ -77,6 +78,12 @@ FROM disclosures d JOIN canonical_findings c ON c.id = d.canonical_finding_id WH
 async def clock(e: Embargoed) -> Any:
     async with db.read_session(replica=False) as session:
         return (await session.execute(_CLOCK, {"id": e.canonical})).one()
+
+
+async def canonical_id(e: Embargoed) -> int:
+    async with db.read_session(replica=False) as session:
+        query = text("SELECT id FROM canonical_findings WHERE public_id = CAST(:id AS uuid)")
+        return int((await session.execute(query, {"id": e.canonical})).scalar_one())
 
 
 async def audited(action: str) -> list[Any]:
@@ -170,9 +177,13 @@ async def test_a_fixed_statement_moves_the_deadline_to_7_days_later_only_when_so
     assert (await clock(near_)).deadline == soon and (await clock(near_)).extensions == []  # never later
     [event] = await audited("disclosure.fixed")
     assert event.after["extended_days"] == -23
+    # when that deadline passes, the clock's publication says why: fixed
+    async with db.transaction() as session:
+        await publish_embargoed(session, [await canonical_id(far)], "deadline")
+    assert (await clock(far)).published_because == "fixed"
     # the move is no extension: the maintainer may still extend once (after stating affected)
-    await client.post(f"/api/v1/findings/{far.canonical}/statements", headers=maintainer, json=AFFECTED)
-    extended = await client.post(url(far, "extend"), headers=maintainer, json={"days": 3, "reason": WHY})
+    await client.post(f"/api/v1/findings/{near_.canonical}/statements", headers=maintainer, json=AFFECTED)
+    extended = await client.post(url(near_, "extend"), headers=maintainer, json={"days": 3, "reason": WHY})
     assert extended.status_code == 200, extended.text
 
 
