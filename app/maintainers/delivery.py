@@ -142,7 +142,7 @@ async def attempt(claimed: Claimed, render: Render) -> str:
     """Send one claimed delivery and settle it; returns `delivered`, `failed`, `disabled` or `stale` (its lease was
     taken over meanwhile; `dropped`: a private entry with nothing left to show)."""
     if claimed.canonical_finding_id is not None:  # a private entry: rendered from its clock, never the feed
-        entry = await embargoed.webhook_entry(claimed.canonical_finding_id)
+        entry = await embargoed.webhook_entry(claimed.canonical_finding_id, claimed.webhook_id)
         if entry is None:
             return "dropped" if await webhook_queue.settle_dropped(claimed) else "stale"
     else:

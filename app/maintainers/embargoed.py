@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel import db
+from app.kernel.actors import ACTING_STATES
 from app.kernel.answers import as_json, iso, uuid_text
 from app.kernel.audit import record_audit
 from app.kernel.errors import Forbidden, NotFound, ValidationError
@@ -64,7 +66,8 @@ LIMIT :fetch
 )
 
 # one canonical's clock and newest told occurrence (or, its clock ended meanwhile, its newest public one): what a
-# `finding.embargoed` delivery carries when it is sent
+# `finding.embargoed` delivery carries when it is sent, only while the webhook's owner still maintains the
+# repository in good standing (a maintainership that ended after the delivery was made is told nothing)
 _ONE = statement(
     """
 SELECT {finding}, {disclosure}
@@ -75,6 +78,12 @@ JOIN scans s ON s.id = f.scan_id
 JOIN repositories r ON r.id = s.repository_id
 WHERE d.canonical_finding_id = :canonical_id AND r.listing_status = 'listed'
   AND (({told}) OR (f.published_at IS NOT NULL AND s.visibility = 'public' AND s.published_at IS NOT NULL))
+  AND EXISTS (
+    SELECT 1 FROM webhooks w
+    JOIN repository_maintainers m
+      ON m.repository_id = w.repository_id AND m.account_id = w.owner_id AND m.ended_at IS NULL
+    JOIN accounts a ON a.id = w.owner_id AND a.state = ANY(CAST(:acting AS text[]))
+    WHERE w.id = :webhook_id AND w.repository_id = d.repository_id)
 ORDER BY s.inserted_at DESC, f.id DESC
 LIMIT 1
 """,
@@ -88,6 +97,7 @@ NOTIFY = text(
     """
 UPDATE disclosures SET notified_at = now(), updated_at = now()
 WHERE canonical_finding_id = ANY(CAST(:ids AS bigint[])) AND notified_at IS NULL
+RETURNING canonical_finding_id, notified_at
 """
 )
 _MAINTAINS = text(
@@ -167,20 +177,27 @@ async def embargoed_page(
         rows = list((await session.execute(_EMBARGOED, params)).mappings())
         page = keyset_page(rows, limit, lambda row: encode_id_cursor(int(row["canonical_id"])))
         shown = [int(row["canonical_id"]) for row in page["entries"]]
+        told: dict[int, datetime] = {}
         if shown:
-            await session.execute(NOTIFY, {"ids": shown})
+            told = {int(cid): at for cid, at in await session.execute(NOTIFY, {"ids": shown})}
         # the answer says when this view told them (the rows were read before the update)
-        now = db.utcnow()
-        items = [full_finding({**row, "disclosure_notified_at": row["disclosure_notified_at"] or now}) for row in rows]
+        items = [
+            full_finding(
+                {**row, "disclosure_notified_at": told.get(row["canonical_id"], row["disclosure_notified_at"])}
+            )
+            for row in rows
+        ]
         session.expunge(repository)
     return repository, {"entries": items, "next_cursor": page["next_cursor"]}
 
 
-async def webhook_entry(canonical_id: int) -> dict[str, Any] | None:
-    """The `finding.embargoed` entry of a canonical, as sent (JSON values), or None when nothing of it can be shown
-    any more (its repository unlisted, its occurrences withdrawn): the delivery is then dropped."""
+async def webhook_entry(canonical_id: int, webhook_id: int) -> dict[str, Any] | None:
+    """The `finding.embargoed` entry of a canonical for one webhook, as sent (JSON values), or None when nothing of
+    it may be shown there any more (its repository unlisted, its occurrences withdrawn, the webhook's owner no
+    longer a maintainer in good standing): the delivery is then dropped."""
+    params = {"canonical_id": canonical_id, "webhook_id": webhook_id, "acting": list(ACTING_STATES)}
     async with db.read_session(replica=False) as session:
-        row = (await session.execute(_ONE, {"canonical_id": canonical_id})).mappings().first()
+        row = (await session.execute(_ONE, params)).mappings().first()
     if row is None:
         return None
     told = full_finding(dict(row))

@@ -14,7 +14,7 @@ import pytest
 from openapi_schema_validator import OAS31Validator
 
 from app.feed.entries import rendered_entry
-from app.maintainers import delivery, webhooks
+from app.maintainers import delivery, webhook_queue, webhooks
 from app.registry.models import Repository
 from app.reports.service import submit_report
 from app.site.openapi import DOCUMENT
@@ -202,4 +202,17 @@ async def test_a_finding_held_for_low_signal_is_neither_listed_nor_sent(
     assert not [r for r in receiver.received if r.headers["x-tarakan-event"] == "finding.embargoed"]
     listed = await client.get(repo_url(repo, "embargoed"), headers=headers)
     assert listed.status_code == 200 and listed.json()["items"] == []
+    assert (await clock(found["canonical_public_id"]))["notified_at"] is None
+
+    # released to the embargo's hold, it is queued for the webhook; a maintainership that ends before the attempt
+    # is told nothing (the delivery is dropped)
+    await execute("UPDATE scan_findings SET held_reason = 'embargo' WHERE public_id = :p", p=found["public_id"])
+    assert await webhook_queue.enqueue_embargoed() == 1
+    await execute(
+        "UPDATE repository_maintainers SET ended_at = now(), ended_reason = 'file_missing' WHERE account_id = :a",
+        a=owner.id,
+    )
+    await delivery.run(rendered_entry, lanes=2)
+    assert not [r for r in receiver.received if r.headers["x-tarakan-event"] == "finding.embargoed"]
+    assert await scalar("SELECT count(*) FROM webhook_deliveries WHERE canonical_finding_id IS NOT NULL") == 0
     assert (await clock(found["canonical_public_id"]))["notified_at"] is None
