@@ -80,6 +80,11 @@ async def test_the_days_asked_are_an_integer_from_7_to_90_or_nothing_is_written(
     # null is no request (like every optional key of the envelope): published at once
     response = await post(client, reports_url(repo), headers, report_body(disclosure=None))
     assert response.status_code == 201 and response.json()["disclosed"] is True
+    # the older envelope (`tarakan_review_format`) asks alike
+    legacy = report_body([finding(title="Legacy envelope")], disclosure={"days": 7})
+    legacy["document"] = {"tarakan_review_format": 1, "findings": legacy["document"]["findings"]}
+    response = await post(client, reports_url(repo), headers, legacy)
+    assert response.status_code == 201 and response.json()["findings"][0]["held"] == "embargo"
 
 
 async def test_an_embargoed_finding_is_on_no_public_surface_not_even_the_feed(client: httpx.AsyncClient) -> None:
