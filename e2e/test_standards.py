@@ -4,7 +4,8 @@ server sends, and axe-core in Chromium (0 serious or critical violations) in the
 Page types: home, atlas index, show page, ledger page (`?cursor=`), repository, finding (and one with a maintainer's
 statement, the statement form and the moderators' hide forms, and its refused statement), search, login, every
 moderation page (console, repositories, accounts, audit, a refused action's form page), the 404 and 405 pages, and
-a withdrawn finding's 410 tombstone; and what the moderator sees that the public cannot, with its marker: the
+a withdrawn finding's 410 tombstone, the coordinated-disclosure ledger and a repository's stub of its embargoed
+findings; and what the moderator sees that the public cannot, with its marker: the
 finding and repository pages hold a restricted report, the finding with a statement a hidden one, a quarantined
 repository a summary-only report; and an audit event's page. The console's pages are checked by axe once more with a row's form open (the HTML
 Nu checks holds every form), and at 1280 and 390 px their table headers keep every word on one line and their
@@ -45,6 +46,7 @@ from app.registry.models import Repository
 from app.reports.queries import get_finding
 from e2e.seed import account, run_async, seed_pattern
 from tests import factories
+from tests.disclosure.support import clock_ends, embargoed_report, moderator_extends
 from tests.moderation.support import NOTES, make_account
 
 # the page types that show the moderator what the public cannot see, each with its marker (seed_site, taken_down)
@@ -75,6 +77,7 @@ def seed_site() -> Site:
         await maintained(repo, moderator)
         await stated(big.repositories[1], big.occurrence_ids[1], moderator)
         hidden = await taken_down(submitter, moderator, big.occurrence_ids[0], big.occurrence_ids[1])
+        embargoed = await under_embargo()
         pages = {
             "home": "/",
             "index": "/infestations",
@@ -95,12 +98,25 @@ def seed_site() -> Site:
             "maintain": f"/repos/{repo.host}/{repo.owner}/{repo.name}/maintain",
             "precision": "/stats/precision",
             "review queue": "/review-queue",
+            # coordinated disclosure: the ledger (open, extended and published clocks) and a repository's stub
+            "disclosures": "/disclosures",
+            "repository under embargo": embargoed,
             # hidden from the public, marked for the moderator (and on "finding", "repository", "finding with a statement")
             **hidden,
         }
         return Site(pages=pages, session_token=await open_session(moderator.id))
 
     return run_async(make)
+
+
+async def under_embargo() -> str:
+    """A repository with no maintainer and two findings under coordinated disclosure, one extended by a moderator,
+    and a clock published by its deadline elsewhere: the stub's page."""
+    stub = await embargoed_report("embco", "embrepo", [("src/a.py", "Embargoed one"), ("src/b.py", "Embargoed two")])
+    await moderator_extends(stub.canonical_public_ids[1], 14, "The fix waits for a downstream release.")
+    ended = await embargoed_report("embco", "published", [("src/c.py", "Published by its clock")])
+    await clock_ends(ended.canonicals)
+    return f"/repos/{stub.slug}"
 
 
 async def withdrawn_finding(submitter: Account, moderator: Account) -> str:

@@ -154,6 +154,11 @@ class DisclosureLedger(Answer):
     next_cursor: Annotated[str | None, Meta(description="pass as `cursor` for the next page; null on the last")]
 
 
+def html_time(value: str) -> str:
+    """An answer's ISO 8601 time as HTML's `<time datetime>` takes it (at most milliseconds)."""
+    return datetime.fromisoformat(value).isoformat(timespec="milliseconds")
+
+
 def _stub(row: Any) -> DisclosureStub:
     clock = disclosure_answer(row._mapping)
     return DisclosureStub(
@@ -293,6 +298,7 @@ def render_ledger(view: View[LedgerQuery], data: LedgerData) -> Response:
         "next_url": next_url,
         "published_days": PUBLISHED_DAYS,
         "because_words": BECAUSE_WORDS,
+        "html_time": html_time,
         "first_page": asked.after is None,
     }
     return page(view.request, "disclosure/ledger.html", context, json_url=json_url, tags=data.tags())

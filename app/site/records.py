@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.accounts.sessions import current_account
 from app.accounts.viewer import viewer_for
-from app.disclosure.ledger import finding_disclosure, repository_disclosures
+from app.disclosure.ledger import finding_disclosure, html_time, repository_disclosures
 from app.infestations.memberships import list_repository_infestations
 from app.infestations.rows import RepositoryInfestation, as_answer
 from app.kernel import db
@@ -116,6 +116,7 @@ async def repository_page(request: Request) -> Response:
         "maintainers": maintainers,
         "burden": burden,
         "disclosures": disclosures,
+        "html_time": html_time,
         "review_words": REVIEW_STATUS_WORDS,
         "external_url": repository["canonical_url"] if repository["canonical_url"].startswith("https://") else None,
         "marks": await _marks(request, viewer, repository, [(r["id"], r["visibility"]) for r in reports]),
