@@ -95,6 +95,8 @@ async def test_the_maintainer_sees_the_embargoed_finding_in_full_and_acknowledge
     # the maintainer's own window, by the form on the maintain page
     await act_as(client, owner)
     maintain = f"/repos/{repo.host}/{repo.owner}/{repo.name}/maintain"
+    refused = await client.post(maintain + "/disclosure", data={"days": "120"}, headers=SAME_ORIGIN)
+    assert refused.status_code == 422 and "days: must be a whole number of days from 0 to 90" in refused.text
     saved = await client.post(maintain + "/disclosure", data={"days": "21"}, headers=SAME_ORIGIN)
     assert saved.status_code == 303
     assert await scalar("SELECT disclosure_days FROM repositories WHERE id = :id", id=repo.id) == 21
