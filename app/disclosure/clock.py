@@ -23,7 +23,9 @@ DEADLINE = "deadline"
 
 # Locks in the report path's order (its repository row, then the `disclosures` row its embargo statement meets):
 # the repositories with a due embargo first, skipping those a report or another worker holds (the next run takes
-# them), then their due embargoes. `:now` NULL is the database's time.
+# them), then their due embargoes with their canonicals, skipping one a check or a person's change of its clock
+# holds (they lock the canonical, then the repository: waiting on it here could deadlock). `:now` NULL is the
+# database's time.
 _LOCK_REPOSITORIES = text("""
 SELECT r.id FROM repositories r
 WHERE r.id IN (SELECT d.repository_id FROM disclosures d
@@ -33,12 +35,13 @@ ORDER BY r.id
 FOR UPDATE SKIP LOCKED
 """)
 _DUE = text("""
-SELECT canonical_finding_id, EXTRACT(EPOCH FROM now() - deadline) AS late FROM disclosures
-WHERE state = 'embargoed' AND deadline <= coalesce(CAST(:now AS timestamptz), now())
-  AND repository_id = ANY(CAST(:repositories AS bigint[]))
-ORDER BY deadline, canonical_finding_id
+SELECT d.canonical_finding_id, EXTRACT(EPOCH FROM now() - d.deadline) AS late
+FROM disclosures d JOIN canonical_findings c ON c.id = d.canonical_finding_id
+WHERE d.state = 'embargoed' AND d.deadline <= coalesce(CAST(:now AS timestamptz), now())
+  AND d.repository_id = ANY(CAST(:repositories AS bigint[]))
+ORDER BY d.deadline, d.canonical_finding_id
 LIMIT :batch
-FOR UPDATE SKIP LOCKED
+FOR UPDATE OF d, c SKIP LOCKED
 """)
 
 
