@@ -23,6 +23,7 @@ from tests.conftest import caught_up
 from tests.disclosure.support import clock_ends, embargoed_report, moderator_extends
 from tests.kernel.test_replica import _on_standby
 from tests.kernel.test_replica import real_replica as real_replica  # the fixture
+from tests.site.test_openapi import _conforms
 from tests.surfaces import every_public_body, export_into, public_surfaces
 from tests.system.test_varnish import Stack, fetch, hit
 from tests.system.test_varnish import stack as stack  # the fixtures
@@ -97,7 +98,9 @@ async def test_an_embargoed_finding_is_a_stub_until_the_clock_publishes_it_every
     after = await every_public_body(client, surfaces)
     for mark in (TITLE, FILE, occurrence, KEY):
         assert mark in after, mark
-    record = (await client.get(f"/findings/{occurrence}.json")).json()
+    answered = await client.get(f"/findings/{occurrence}.json")
+    _conforms((await client.get("/api/v1/openapi.json")).json(), "/findings/{ref}.json", "get", answered)
+    record = answered.json()
     disclosure = record["disclosure"]
     assert (disclosure["state"], disclosure["published_because"]) == ("published", "deadline")
     assert disclosure["deadline"] == stub["deadline"] and disclosure["published_at"] is not None
@@ -161,6 +164,13 @@ async def test_the_ledger_pages_open_clocks_by_deadline_then_publications_and_fi
     assert walked[3]["published_because"] == "moderator"
     assert [(e["by"], e["days"]) for e in walked[2]["extensions"]] == [("moderator", 40)]
     assert (await client.get("/disclosures.json")).json()["items"] == walked
+    document = (await client.get("/api/v1/openapi.json")).json()
+    for path, url in (
+        ("/disclosures.json", "/disclosures.json"),
+        ("/disclosures.json", "/disclosures.json?limit=0"),
+        ("/repos/{host}/{owner}/{name}.json", "/repos/github.com/ledco/alpha.json"),
+    ):
+        _conforms(document, path, "get", await client.get(url))  # the document says the answers, stub and 422 alike
 
     only_beta = (await client.get("/disclosures.json", params={"repository": "GitHub.com/LedCo/Beta"})).json()
     assert [i["repository"] for i in only_beta["items"]] == ["github.com/ledco/beta"] and beta.canonicals
