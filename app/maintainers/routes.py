@@ -3,6 +3,7 @@ every unsafe route is a `body_route` (docs/domain.md §14)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -121,6 +122,11 @@ async def acknowledge(request: Request, caller: ApiCaller, _: None) -> Response:
     return answer_response(DisclosureClockAnswer(disclosure=disclosure))
 
 
+def html_time(value: str) -> str:
+    """An answer's ISO 8601 time as HTML's `<time datetime>` takes it (at most milliseconds)."""
+    return datetime.fromisoformat(value).isoformat(timespec="milliseconds")
+
+
 def slug_of(repository: Repository) -> str:
     return f"{repository.host}/{repository.owner}/{repository.name}"
 
@@ -164,6 +170,7 @@ async def _render(
         "maintainers": await queries.current_maintainers(repository.id, replica=False),
         "maintaining": maintaining,
         "embargoed": told,
+        "html_time": html_time,
         "window_days": repository.disclosure_days,
         "window_max": embargoed.MAX_WINDOW_DAYS,
         "claim": claim,
