@@ -108,6 +108,7 @@ DOCUMENT: Schema = {
                     "query",
                     description="SARIF only: the absolute checkout path the log's absolute file: URIs lie under",
                 ),
+                param("disclosure_days", "query", description="SARIF only: an embargo of 7-90 days (disclosure.days)"),
             ],
             also={"application/sarif+json": SarifLog},
         ),
