@@ -38,6 +38,9 @@ STATEMENT = text(
     " VALUES (:id, 'affected', 'Rotate the tokens; a fix is on its way.')"
 )
 
+HIDE_REPOSITORY = text("UPDATE repositories SET listing_status = 'quarantined' WHERE id = :id")
+RESTRICT_REPORT = text("UPDATE scans SET visibility = 'restricted' WHERE id = :id")
+
 
 @pytest.fixture
 def export_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -145,6 +148,13 @@ async def test_the_ledger_pages_open_clocks_by_deadline_then_publications_and_fi
     gamma = await embargoed_report("ledco", "gamma", [("c/one.py", "Gamma one")])
     await moderator_extends(alpha.canonical_public_ids[1], 40, "Two downstream releases vendor the parser.")
     await clock_ends(gamma.canonicals, "moderator")
+    # neither a quarantined repository's clock nor a restricted report's is known to the public
+    hidden = await embargoed_report("ledco", "quarantined", [("d/one.py", "Delta one")])
+    restricted = await embargoed_report("ledco", "restricted", [("e/one.py", "Epsilon one")])
+    async with db.transaction() as session:
+        await session.execute(HIDE_REPOSITORY, {"id": hidden.repository.id})
+        await session.execute(RESTRICT_REPORT, {"id": restricted.scan_id})
+    assert not (await client.get("/repos/github.com/ledco/restricted.json")).json()["disclosures"]["items"]
 
     walked, cursor, pages = [], None, 0
     while True:
