@@ -76,7 +76,7 @@ async def test_an_embargoed_finding_is_a_stub_until_the_clock_publishes_it_every
     assert set(stub) == {"severity", "reported_at", "deadline", "extensions"}
     assert (stub["severity"], stub["extensions"]) == ("high", [])
     page = (await client.get(f"/repos/{SLUG}")).text
-    assert "1 finding under coordinated disclosure" in page
+    assert "1 finding under coordinated disclosure" in page and "No finding of this report is public yet" in page
     assert stub["deadline"][:10] in page and stub["reported_at"][:10] in page
     assert f"/repos/{SLUG}/maintain" in page and "no verified maintainer" in page  # the invitation to claim it
     ledger = (await client.get("/disclosures.json", params={"repository": SLUG})).json()
