@@ -4,7 +4,7 @@ maintainer's first view and acknowledgement of a clock, and the repository's own
 
 A finding is told once its canonical is under a running clock and it has an occurrence the embargo holds (not one
 held for low signal, not one whose evidence is pending or refused) in a public report. The full finding carries the
-finding twin's fields (app/site/types.py `FindingDetail`, which sits above this layer): the same columns, read here."""
+finding twin's fields (`FindingDetail`, built once by app/reports/serializers.py `finding_detail`)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel import db
 from app.kernel.actors import ACTING_STATES
-from app.kernel.answers import as_json, iso, uuid_text
+from app.kernel.answers import as_json, iso
 from app.kernel.audit import record_audit
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.paging import Page, decode_id_cursor, encode_id_cursor, keyset_page
 from app.kernel.sql import Fragment, statement
 from app.maintainers.access import acting_account, listed_repository, slug
-from app.maintainers.types import EmbargoedEntry, EmbargoedFinding, EmbargoedFindingDetail, FindingRepository
+from app.maintainers.types import EmbargoedEntry, EmbargoedFinding
 from app.registry.models import Repository
 from app.reports.embargo import DISCLOSURE_FRAGMENT, DisclosureAnswer, disclosure_answer
+from app.reports.serializers import finding_detail
 
 KIND = "finding.embargoed"  # the private entry kind: never a change-feed entry
 WINDOW_ACTION = "repository.disclosure_window"  # the audit log's action for a window change
@@ -133,24 +134,7 @@ RETURNING {disclosure}
 def full_finding(row: Mapping[str, Any]) -> EmbargoedFinding:
     """The finding as its twin will show it once public, with its clock."""
     return EmbargoedFinding(
-        finding=EmbargoedFindingDetail(
-            public_id=str(row["public_id"]),
-            title=row["title"],
-            severity=row["severity"],
-            file_path=row["file_path"],
-            line_start=row["line_start"],
-            line_end=row["line_end"],
-            description=row["description"],
-            disposition=row["disposition"],
-            status=row["status"],
-            canonical_public_id=uuid_text(row["canonical_public_id"]),
-            confirmations_count=row["confirmations_count"],
-            disputes_count=row["disputes_count"],
-            pattern_key=row["pattern_key"],
-            commit_sha=row["commit_sha"],
-            reported_at=iso(row["reported_at"]),
-            repository=FindingRepository(host=row["host"], owner=row["owner"], name=row["name"]),
-        ),
+        finding=finding_detail(row),
         disclosure=disclosure_answer(row),
     )
 

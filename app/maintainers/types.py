@@ -6,11 +6,11 @@ from typing import Annotated, Any, ClassVar
 
 from msgspec import Meta, Struct
 
-from app.kernel.answers import Answer, Sha, Timestamp, Uuid, enum, iso
+from app.kernel.answers import Answer, Timestamp, Uuid, enum, iso
 from app.maintainers.models import CLAIM_STATES
 from app.maintainers.service import ClaimView
 from app.reports.embargo import DisclosureAnswer
-from app.reports.types import Severity
+from app.reports.types import FindingDetail
 
 
 class NoBody(Struct, forbid_unknown_fields=True):
@@ -62,35 +62,8 @@ class DisclosureWindowAnswer(Answer):
     disclosure_days: Annotated[int, Meta(ge=0, le=90, description="0: no window (findings are public at once)")]
 
 
-class FindingRepository(Answer):
-    host: str
-    owner: str
-    name: str
-
-
-class EmbargoedFindingDetail(Answer):
-    """An embargoed finding as its twin (`/findings/{id}.json` `finding`) will show it once public."""
-
-    public_id: Uuid
-    title: str
-    severity: Severity
-    file_path: str
-    line_start: int | None
-    line_end: int | None
-    description: str
-    disposition: str
-    status: str | None
-    canonical_public_id: Uuid | None
-    confirmations_count: int | None
-    disputes_count: int | None
-    pattern_key: str | None
-    commit_sha: Sha
-    reported_at: Timestamp | None
-    repository: FindingRepository
-
-
 class EmbargoedFinding(Answer):
-    finding: EmbargoedFindingDetail
+    finding: FindingDetail
     disclosure: DisclosureAnswer
 
 
@@ -111,7 +84,7 @@ class EmbargoedEntry(Answer):
 
     kind: Annotated[str, enum(("finding.embargoed",))]
     at: Annotated[Timestamp, Meta(description="when the finding's clock started")]
-    finding: EmbargoedFindingDetail
+    finding: FindingDetail
     disclosure: DisclosureAnswer
 
 

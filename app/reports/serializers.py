@@ -11,12 +11,20 @@ from urllib.parse import quote
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.kernel.answers import uuid_text
+from app.kernel.answers import iso, uuid_text
 from app.kernel.config import settings
 from app.reports.assimilation import Link
 from app.reports.held import EMBARGO
 from app.reports.policy import RepositoryRow
-from app.reports.types import Check, Confirmation, FindingEvidence, Report, ReportFinding
+from app.reports.types import (
+    Check,
+    Confirmation,
+    FindingDetail,
+    FindingEvidence,
+    FindingRepository,
+    Report,
+    ReportFinding,
+)
 from app.reports.validation import ReportInput
 
 
@@ -99,6 +107,29 @@ def pending_rows(report: ReportInput, stored: Sequence[Any]) -> list[dict[str, A
         }
         for f, row in zip(report.findings, stored, strict=True)
     ]
+
+
+def finding_detail(f: Mapping[str, Any]) -> FindingDetail:
+    """A finding occurrence in full from its row (the twin's columns): one builder for the finding's twin and a
+    maintainer's view of it while it is embargoed."""
+    return FindingDetail(
+        public_id=str(f["public_id"]),
+        title=f["title"],
+        severity=f["severity"],
+        file_path=f["file_path"],
+        line_start=f["line_start"],
+        line_end=f["line_end"],
+        description=f["description"],
+        disposition=f["disposition"],
+        status=f["status"],
+        canonical_public_id=uuid_text(f["canonical_public_id"]),
+        confirmations_count=f["confirmations_count"],
+        disputes_count=f["disputes_count"],
+        pattern_key=f["pattern_key"],
+        commit_sha=f["commit_sha"],
+        reported_at=iso(f["reported_at"]),
+        repository=FindingRepository(host=f["host"], owner=f["owner"], name=f["name"]),
+    )
 
 
 async def report_response(session: AsyncSession, scan_id: int) -> Report:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from msgspec import Meta, Struct
 
-from app.kernel.answers import UNSET, Answer, Sha, UnsetType, Uuid, enum
+from app.kernel.answers import UNSET, Answer, Sha, Timestamp, UnsetType, Uuid, enum
 from app.reports.models import (
     CHECK_VERDICTS,
     CONFIRMATION_VERDICTS,
@@ -44,6 +44,33 @@ class FindingEvidence(Answer):
     state: Annotated[str, enum(EVIDENCE_STATES)]
     commit: Sha
     anchor: Annotated[str | None, Meta(description="sha256: of the cited lines; null without lines")]
+
+
+class FindingRepository(Answer):
+    host: str
+    owner: str
+    name: str
+
+
+class FindingDetail(Answer):
+    """A finding occurrence in full: its twin's `finding`, and a maintainer's view of it under embargo."""
+
+    public_id: Uuid
+    title: str
+    severity: Severity
+    file_path: str
+    line_start: int | None
+    line_end: int | None
+    description: str
+    disposition: str
+    status: str | None
+    canonical_public_id: Uuid | None
+    confirmations_count: int | None
+    disputes_count: int | None
+    pattern_key: str | None
+    commit_sha: Sha
+    reported_at: Timestamp | None
+    repository: FindingRepository
 
 
 class ReportFinding(Answer):

@@ -18,7 +18,7 @@ from app.infestations.memberships import list_repository_infestations
 from app.infestations.rows import RepositoryInfestation, as_answer
 from app.kernel import db
 from app.kernel.actors import Viewer, can_moderate, in_good_standing
-from app.kernel.answers import UNSET, iso, uuid_text
+from app.kernel.answers import UNSET, iso
 from app.kernel.errors import NotFound
 from app.kernel.refs import ref_slug
 from app.kernel.shared_cache import occurrence_tag, pattern_tag, repository_tag
@@ -43,12 +43,11 @@ from app.registry.types import public_repository
 from app.reports.embargo import DisclosureAnswer
 from app.reports.models import REVIEW_STATUS_WORDS
 from app.reports.queries import get_finding, list_repository_reports, newest_public_occurrence
+from app.reports.serializers import finding_detail
 from app.site.burden import burden_of
 from app.site.types import (
     FindingCheck,
-    FindingDetail,
     FindingRecord,
-    FindingRepository,
     RecordFinding,
     RecordReport,
     RepositoryRecord,
@@ -296,24 +295,7 @@ def finding_tags(finding: dict[str, Any]) -> list[str]:
 def _finding_record(
     f: dict[str, Any], statement: StatementView | None, ledger: list[dict[str, Any]], disclosure: DisclosureAnswer
 ) -> FindingRecord:
-    detail = FindingDetail(
-        public_id=str(f["public_id"]),
-        title=f["title"],
-        severity=f["severity"],
-        file_path=f["file_path"],
-        line_start=f["line_start"],
-        line_end=f["line_end"],
-        description=f["description"],
-        disposition=f["disposition"],
-        status=f["status"],
-        canonical_public_id=uuid_text(f["canonical_public_id"]),
-        confirmations_count=f["confirmations_count"],
-        disputes_count=f["disputes_count"],
-        pattern_key=f["pattern_key"],
-        commit_sha=f["commit_sha"],
-        reported_at=iso(f["reported_at"]),
-        repository=FindingRepository(host=f["host"], owner=f["owner"], name=f["name"]),
-    )
+    detail = finding_detail(f)
     checks = [
         FindingCheck(
             verdict=c["verdict"],

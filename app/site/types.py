@@ -15,7 +15,7 @@ from app.record.models import REASONS
 from app.record.observations import Observation
 from app.registry.types import PublicRepository
 from app.reports.embargo import DisclosureAnswer
-from app.reports.types import CheckVerdict, Provenance, Severity
+from app.reports.types import CheckVerdict, FindingDetail, Provenance
 
 
 class HomeStats(Answer):
@@ -93,31 +93,6 @@ class RepositoryRecord(Answer):
         RepositoryDisclosures,
         Meta(description="its findings under coordinated disclosure: severity and dates only, until publication"),
     ]
-
-
-class FindingRepository(Answer):
-    host: str
-    owner: str
-    name: str
-
-
-class FindingDetail(Answer):
-    public_id: Uuid
-    title: str
-    severity: Severity
-    file_path: str
-    line_start: int | None
-    line_end: int | None
-    description: str
-    disposition: str
-    status: str | None
-    canonical_public_id: Uuid | None
-    confirmations_count: int | None
-    disputes_count: int | None
-    pattern_key: str | None
-    commit_sha: Sha
-    reported_at: Timestamp | None
-    repository: FindingRepository
 
 
 class FindingCheck(Answer):
