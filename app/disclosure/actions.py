@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, ClassVar
 
 from msgspec import Meta, Struct
-from sqlalchemy import and_, select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import Request
 from starlette.responses import Response
@@ -33,7 +33,7 @@ from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import Body, Budget, body_route, json_object
 from app.kernel.sql import statement
 from app.kernel.text import optional_text
-from app.maintainers.models import RepositoryMaintainer
+from app.maintainers.access import maintains
 from app.maintainers.routes import MAINTAIN_SCOPE, parse_empty
 from app.maintainers.statements import DISCLOSURE_SUBJECT, parse_public_id
 from app.record.public import LISTED
@@ -206,22 +206,6 @@ def _embargoed(clock: Clock | None) -> Clock:
     return clock
 
 
-async def _maintains(session: AsyncSession, repository_id: int, account_id: int) -> bool:
-    """A current verified maintainer (read under a share lock: a moderator ending it waits, or this sees it ended)."""
-    found = await session.execute(
-        select(RepositoryMaintainer.id)
-        .where(
-            and_(
-                RepositoryMaintainer.repository_id == repository_id,
-                RepositoryMaintainer.account_id == account_id,
-                RepositoryMaintainer.ended_at.is_(None),
-            )
-        )
-        .with_for_update(read=True)
-    )
-    return found.first() is not None
-
-
 async def _extend(
     session: AsyncSession, found: Found, clock: Clock, *, by: str, extension: Extension
 ) -> tuple[DisclosureAnswer, dict[str, Any], dict[str, Any]]:
@@ -287,7 +271,7 @@ async def maintainer_extend(account: Account, canonical_public_id: str, extensio
     statement)."""
     async with db.transaction() as session:
         found = await _found(session, canonical_public_id, listed_only=True)
-        if not await _maintains(session, found.repository_id, account.id):
+        if not await maintains(session, found.repository_id, account.id, lock=True):
             raise Forbidden(
                 {"account": ["only a verified maintainer of this finding's repository may extend its clock"]}
             )
@@ -317,7 +301,7 @@ async def person_publish(account: Account, canonical_public_id: str) -> ClockCha
     finding is not embargoed."""
     async with db.transaction() as session:
         found = await _found(session, canonical_public_id, listed_only=True)
-        if await _maintains(session, found.repository_id, account.id):
+        if await maintains(session, found.repository_id, account.id, lock=True):
             because = "maintainer"
         else:
             reporter = (await session.execute(_FIRST_REPORTER, {"id": found.canonical_id})).scalar_one_or_none()

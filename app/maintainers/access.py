@@ -3,12 +3,13 @@ names (anything else is a 404)."""
 
 from __future__ import annotations
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, and_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.kernel.actors import require_good_standing
 from app.kernel.errors import NotFound, ValidationError
+from app.maintainers.models import RepositoryMaintainer
 from app.record.public import LISTED
 from app.registry.models import Repository
 from app.registry.validation import validate_repo_ref
@@ -55,3 +56,17 @@ async def listed_repository(
     if repository is None:
         raise NotFound(NO_REPOSITORY)
     return repository
+
+
+async def maintains(session: AsyncSession, repository_id: int, account_id: int, *, lock: bool = False) -> bool:
+    """The account is a current verified maintainer of the repository. `lock` (writes only): read under a share lock,
+    so a moderator ending the maintainership waits for this transaction, or this one sees it ended."""
+    query = select(RepositoryMaintainer.id).where(
+        and_(
+            RepositoryMaintainer.repository_id == repository_id,
+            RepositoryMaintainer.account_id == account_id,
+            RepositoryMaintainer.ended_at.is_(None),
+        )
+    )
+    found = await session.execute(query.with_for_update(read=True) if lock else query)
+    return found.first() is not None

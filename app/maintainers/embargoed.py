@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel import db
 from app.kernel.actors import ACTING_STATES
@@ -23,7 +22,7 @@ from app.kernel.audit import record_audit
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.paging import Page, decode_id_cursor, encode_id_cursor, keyset_page
 from app.kernel.sql import Fragment, statement
-from app.maintainers.access import acting_account, listed_repository, slug
+from app.maintainers.access import acting_account, listed_repository, maintains, slug
 from app.maintainers.types import EmbargoedEntry, EmbargoedFinding
 from app.registry.models import Repository
 from app.reports.embargo import DISCLOSURE_FRAGMENT, DisclosureAnswer, disclosure_answer
@@ -101,12 +100,6 @@ WHERE canonical_finding_id = ANY(CAST(:ids AS bigint[])) AND notified_at IS NULL
 RETURNING canonical_finding_id, notified_at
 """
 )
-_MAINTAINS = text(
-    """
-SELECT EXISTS (SELECT 1 FROM repository_maintainers
-               WHERE repository_id = :repository_id AND account_id = :account_id AND ended_at IS NULL)
-"""
-)
 # a finding's public id (an occurrence's, or its canonical's) names the canonical's clock, locked
 _CLOCK_OF = text(
     """
@@ -137,11 +130,6 @@ def full_finding(row: Mapping[str, Any]) -> EmbargoedFinding:
         finding=finding_detail(row),
         disclosure=disclosure_answer(row),
     )
-
-
-async def maintains(session: AsyncSession, repository_id: int, account_id: int) -> bool:
-    found = await session.execute(_MAINTAINS, {"repository_id": repository_id, "account_id": account_id})
-    return bool(found.scalar())
 
 
 async def embargoed_page(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, and_, exists, func, insert, literal, or_, select, text, update
+from sqlalchemy import BigInteger, ColumnElement, exists, func, insert, literal, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
@@ -23,12 +23,12 @@ from app.kernel.intake import Budget
 from app.kernel.purge import purge_after_commit
 from app.kernel.shared_cache import repository_tag
 from app.kernel.text import optional_text
+from app.maintainers.access import maintains
 from app.maintainers.models import (
     STATEMENT_VISIBILITIES,
     VEX_JUSTIFICATIONS,
     VEX_STATUSES,
     FindingStatement,
-    RepositoryMaintainer,
 )
 from app.maintainers.statement_queries import SHOWN, StatementView, current_of, statement_by_id
 from app.record.models import FINDING_STATEMENT, Change, PublishedRepository
@@ -304,22 +304,8 @@ async def record_statement(account_id: int, canonical_public_id: str, statement:
             raise NotFound(FINDING_NOT_FOUND)
         canonical_id, repository_id = int(found[0]), int(found[1])
         account = (await session.execute(select(Account).where(Account.id == account_id))).scalar_one_or_none()
-        # the maintainership is read under a share lock: a moderator ending it waits for this statement, or the
-        # statement sees it ended
-        maintains = (
-            await session.execute(
-                select(RepositoryMaintainer.id)
-                .where(
-                    and_(
-                        RepositoryMaintainer.repository_id == repository_id,
-                        RepositoryMaintainer.account_id == account_id,
-                        RepositoryMaintainer.ended_at.is_(None),
-                    )
-                )
-                .with_for_update(read=True)
-            )
-        ).first()
-        if account is None or maintains is None:
+        maintainer = await maintains(session, repository_id, account_id, lock=True)
+        if account is None or not maintainer:
             if not found.public:  # a held finding is not shown to whoever is not its repository's maintainer
                 raise NotFound(FINDING_NOT_FOUND)
             raise Forbidden({"account": ["only a verified maintainer of this finding's repository may state on it"]})
