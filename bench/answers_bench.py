@@ -26,6 +26,7 @@ import pydantic
 from msgspec import inspect
 from starlette.responses import JSONResponse
 
+from app.disclosure.ledger import RepositoryDisclosures
 from app.infestations.rows import Infestation, InfestationFilters, RepositoryInfestation, as_answer
 from app.infestations.types import InfestationList, InfestationShow, affected_repository_page, instance_page
 from app.kernel.answers import iso
@@ -339,6 +340,7 @@ def record_now() -> bytes:
         infestations=[as_answer(RepositoryInfestation, i) for i in REPOSITORY_INFESTATIONS],
         maintainers=[],
         burden=Burden(decided=0, disputed=0, refused=0),
+        disclosures=RepositoryDisclosures(embargoed=0, items=[]),
     )
     return bytes(json_twin(answer).body)
 
