@@ -4,7 +4,7 @@ at once; the reporter of the finding's first report publishes early only when th
 own; a moderator publishes at once or extends, by form with reason and notes (app/moderation). Each change is one
 transaction with its audit event (subject `disclosure`, the canonical's id: the purge hook names its pages), and every
 publication goes through `publish_embargoed` (the settle path: feed, dirty keys, metrics, webhooks, purge). A
-maintainer's `fixed` statement moves the deadline in app/maintainers/statements.py."""
+maintainer's `fixed` statement moves the deadline in app/maintainers/statement_clock.py."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ from app.kernel.sql import statement
 from app.kernel.text import optional_text
 from app.maintainers.access import maintains
 from app.maintainers.routes import MAINTAIN_SCOPE, parse_empty
-from app.maintainers.statements import DISCLOSURE_SUBJECT, parse_public_id
+from app.maintainers.statement_clock import DISCLOSURE_SUBJECT
+from app.maintainers.statements import parse_public_id
 from app.record.public import LISTED
 from app.reports.embargo import DISCLOSURE_FRAGMENT, MAX_DAYS, DisclosureAnswer, disclosure_answer, publish_embargoed
 from app.reports.policy import SUBMIT_SCOPES

@@ -3,21 +3,18 @@ under the canonical's row lock (docs/domain.md §14 "Statements", §13 "Change f
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, exists, func, insert, literal, or_, select, text, update
+from sqlalchemy import BigInteger, ColumnElement, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.kernel import db, ratelimit
 from app.kernel.actors import require_good_standing
-from app.kernel.audit import record_audit
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import Budget
 from app.kernel.purge import purge_after_commit
@@ -30,13 +27,14 @@ from app.maintainers.models import (
     VEX_STATUSES,
     FindingStatement,
 )
+from app.maintainers.statement_clock import embargo_of, embargoed, fixed_moves_deadline, lock_clock
 from app.maintainers.statement_queries import SHOWN, StatementView, current_of, statement_by_id
 from app.record.models import FINDING_STATEMENT, Change, PublishedRepository
 from app.record.outbox import ring_webhooks_after_commit
 from app.record.public import LISTED, PUBLIC, has_public_occurrence
 from app.registry.models import Repository
 from app.reports.held import LOW_SIGNAL, release_held
-from app.reports.models import CanonicalFinding, Disclosure, Scan, ScanFinding
+from app.reports.models import CanonicalFinding, Scan, ScanFinding
 from app.reports.secrets_scanner import SCAN_BUDGET_SECONDS, scan_fields
 
 MAX_TEXT = 2000  # impact_statement, action_statement (characters, after trimming)
@@ -45,11 +43,6 @@ AUDIT_SUBJECT = "statement"  # audit events of a statement: subject_type, and it
 VISIBILITY_ACTION = "statement.visibility"
 HIDE_REASON = "moderation"  # the reason a hide's feed entry carries (a withdrawal of the statement)
 FINDING_NOT_FOUND = {"finding": ["not found"]}
-# coordinated disclosure (docs/domain.md "Coordinated disclosure"): a `fixed` statement on an embargoed finding moves
-# its deadline to FIXED_GRACE after the statement when that is sooner, audited on the clock (subject: canonical id)
-DISCLOSURE_SUBJECT = "disclosure"
-FIXED_ACTION = "disclosure.fixed"
-FIXED_GRACE = timedelta(days=7)
 _SHA = re.compile(r"[0-9a-f]{40}")
 # every statement is a feed entry and a webhook delivery per subscriber: a flood from one account is refused
 STATEMENTS_PER_MINUTE = 20
@@ -171,7 +164,7 @@ async def _announce(
     none), numbered at commit like every entry (`app.record.changes`). `repository_id` and the opaque id route it
     (webhooks); what it shows is decided at read time. None while the canonical is embargoed: nothing public moves
     until publication, which announces its current statement then (app/reports/embargo.py)."""
-    if await _embargoed(session, canonical_id):
+    if await embargoed(session, canonical_id):
         return
     await session.execute(
         insert(Change).values(
@@ -187,56 +180,6 @@ async def _announce(
         )
     )
     ring_webhooks_after_commit()  # the repository's webhooks get the entry (docs/domain.md "Webhooks")
-
-
-def embargo_of(canonical_id: ColumnElement[Any]) -> ColumnElement[bool]:
-    """The canonical is under a coordinated-disclosure embargo now."""
-    return exists().where(Disclosure.canonical_finding_id == canonical_id, Disclosure.state == "embargoed")
-
-
-async def _embargoed(session: AsyncSession, canonical_id: int) -> bool:
-    return bool((await session.execute(select(embargo_of(literal(canonical_id, BigInteger))))).scalar())
-
-
-# the clock, locked, and a `fixed` statement's move of it (sooner, never later): the change in whole days (<= 0)
-# is appended to `extensions` so the stub shows it; a maintainer's "extend once" counts only days > 0
-_CLOCK = text("SELECT deadline FROM disclosures WHERE canonical_finding_id = :id AND state = 'embargoed' FOR UPDATE")
-_FIXED = text("""
-UPDATE disclosures SET deadline = :deadline, extensions = extensions || CAST(:entry AS jsonb), updated_at = now()
-WHERE canonical_finding_id = :id
-""")
-
-
-async def _lock_clock(session: AsyncSession, canonical_id: int) -> datetime | None:
-    """The embargoed canonical's deadline, its clock locked (before the canonical's row: the order a publication
-    takes them in), or None when its embargo ended meanwhile."""
-    deadline: datetime | None = (await session.execute(_CLOCK, {"id": canonical_id})).scalar_one_or_none()
-    return deadline
-
-
-async def _fixed_moves_deadline(
-    session: AsyncSession, canonical_id: int, deadline: datetime | None, account_id: int
-) -> None:
-    """A `fixed` statement on an embargoed finding: its deadline becomes FIXED_GRACE from now when that is sooner,
-    audited (a person's change to a clock: the purge hook names its pages)."""
-    now = db.utcnow()
-    moved = now + FIXED_GRACE
-    if deadline is None or moved >= deadline:
-        return
-    days = -round((deadline - moved) / timedelta(days=1))
-    entry = {"by": "maintainer", "days": days, "reason": "fixed", "at": now.isoformat()}
-    await session.execute(_FIXED, {"id": canonical_id, "deadline": moved, "entry": json.dumps([entry])})
-    await record_audit(
-        session,
-        actor_id=account_id,
-        action=FIXED_ACTION,
-        subject_type=DISCLOSURE_SUBJECT,
-        subject_id=str(canonical_id),
-        before={"deadline": deadline.isoformat()},
-        after={"deadline": moved.isoformat(), "extended_days": days},
-        reason="fixed",
-        notes=None,
-    )
 
 
 async def _current(session: AsyncSession, canonical_id: int) -> tuple[int, str] | None:
@@ -310,7 +253,7 @@ async def record_statement(account_id: int, canonical_public_id: str, statement:
                 raise NotFound(FINDING_NOT_FOUND)
             raise Forbidden({"account": ["only a verified maintainer of this finding's repository may state on it"]})
         require_good_standing(account)
-        deadline = await _lock_clock(session, canonical_id) if found.embargoed else None
+        deadline = await lock_clock(session, canonical_id) if found.embargoed else None
         await _lock_canonical(session, canonical_id)
         # a maintainer's statement releases what was held for low signal (published first: its feed entry precedes)
         await release_held(session, canonical_ids=[canonical_id])
@@ -333,7 +276,7 @@ async def record_statement(account_id: int, canonical_public_id: str, statement:
         ).scalar_one()
         await _announce(session, canonical_id, repository_id, (statement_id, statement.status), reason=None)
         if statement.status == "fixed":
-            await _fixed_moves_deadline(session, canonical_id, deadline, account_id)
+            await fixed_moves_deadline(session, canonical_id, deadline, account_id)
         # the shared cache: the finding's and repository's pages show the new statement at the next request
         purge_after_commit({repository_tag(repository_id)})
     view = await statement_by_id(statement_id)
@@ -442,9 +385,6 @@ async def hide_statements_by(session: AsyncSession, author_id: int, *, actor_id:
 
 __all__ = [
     "AUDIT_SUBJECT",
-    "DISCLOSURE_SUBJECT",
-    "FIXED_ACTION",
-    "FIXED_GRACE",
     "HIDDEN",
     "MAX_TEXT",
     "SHOWN",
@@ -453,7 +393,6 @@ __all__ = [
     "StatementInput",
     "VisibilityChange",
     "change_visibility",
-    "embargo_of",
     "held_for_review",
     "hide_statements_by",
     "prepare_statement",

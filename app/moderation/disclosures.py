@@ -16,7 +16,8 @@ from app.kernel.errors import ValidationError
 from app.kernel.paging import Page, cursor_params, encode_cursor, keyset_page
 from app.kernel.refs import parse_ref
 from app.kernel.text import ascii_int
-from app.maintainers.statements import DISCLOSURE_SUBJECT, parse_public_id
+from app.maintainers.statement_clock import DISCLOSURE_SUBJECT
+from app.maintainers.statements import parse_public_id
 from app.moderation.queries import clamp_limit
 from app.moderation.service import ActionOutcome, Change, act, validate_reason_notes
 

@@ -87,7 +87,7 @@ async def embargo_new_occurrences(
 
 # why a clock ended: the deadline passed (the worker's clock), or a person ended it (each audited by its caller)
 # A deadline a maintainer's `fixed` statement set (the last change of the clock: days <= 0, reason fixed) ends as
-# `fixed` when it passes, not `deadline` (app/maintainers/statements.py)
+# `fixed` when it passes, not `deadline` (app/maintainers/statement_clock.py)
 _END = text("""
 UPDATE disclosures SET state = 'published', published_at = now(), updated_at = now(),
   published_because = CASE
