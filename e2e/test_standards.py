@@ -3,7 +3,7 @@ server sends, and axe-core in Chromium (0 serious or critical violations) in the
 
 Page types: home, atlas index, show page, ledger page (`?cursor=`), repository, finding (and one with a maintainer's
 statement, the statement form and the moderators' hide forms, and its refused statement), search, login, every
-moderation page (console, repositories, accounts, audit, a refused action's form page), the 404 and 405 pages, and
+moderation page (console, repositories, accounts, audit, held findings, open clocks, a refused action's form page), the 404 and 405 pages, and
 a withdrawn finding's 410 tombstone, the coordinated-disclosure ledger and a repository's stub of its embargoed
 findings; and what the moderator sees that the public cannot, with its marker: the
 finding and repository pages hold a restricted report, the finding with a statement a hidden one, a quarantined
@@ -95,6 +95,8 @@ def seed_site() -> Site:
             "moderation repositories": "/moderation/repositories",
             "moderation accounts": "/moderation/accounts",
             "moderation audit": "/moderation/audit",
+            "moderation held": "/moderation/held",  # earned trust's held findings (empty here)
+            "moderation disclosures": "/moderation/disclosures",  # the open clocks, with publish and extend forms
             "maintain": f"/repos/{repo.host}/{repo.owner}/{repo.name}/maintain",
             "precision": "/stats/precision",
             "review queue": "/review-queue",
