@@ -62,7 +62,7 @@ async def _repo(args: argparse.Namespace) -> int:
 
 
 async def _account(args: argparse.Namespace) -> int:
-    from app.moderation.service import change_account
+    from app.moderation.account_actions import change_account
 
     actor = await require_account_by_email(args.as_email)
     with purge.collect() as purges:
@@ -73,7 +73,7 @@ async def _account(args: argparse.Namespace) -> int:
 
 
 async def _statements(args: argparse.Namespace) -> int:
-    from app.moderation.service import hide_account_statements
+    from app.moderation.account_actions import hide_account_statements
 
     actor = await require_account_by_email(args.as_email)
     with purge.collect() as purges:

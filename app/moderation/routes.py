@@ -25,7 +25,7 @@ from app.kernel.web import page
 from app.maintainers import webhooks
 from app.maintainers.models import STATEMENT_VISIBILITIES
 from app.maintainers.statement_queries import moderation_subject
-from app.moderation import disclosures, queries, service, signal
+from app.moderation import account_actions, disclosures, queries, service, signal
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
 
@@ -317,7 +317,7 @@ async def account_change(request: Request, actor: Account, form: FormData) -> Re
         partial="moderation/_account_form.html",
         subject=target,
         fields=("platform_role", "state"),
-        action=lambda v: service.change_account(
+        action=lambda v: account_actions.change_account(
             actor,
             target["handle"],
             platform_role=v["platform_role"] or None,
@@ -337,7 +337,7 @@ async def account_statements_hide(request: Request, actor: Account, form: FormDa
         partial="moderation/_statements_hide_form.html",
         subject=target,
         fields=(),
-        action=lambda v: service.hide_account_statements(actor, target["handle"], v["reason"], v["notes"]),
+        action=lambda v: account_actions.hide_account_statements(actor, target["handle"], v["reason"], v["notes"]),
         default_return="/moderation/accounts",
     )
 

@@ -34,7 +34,8 @@ from app.kernel import db
 from app.kernel.errors import DomainError
 from app.kernel.queue import close_pools
 from app.kernel.sql import statement
-from app.moderation.service import change_account, change_repository_listing, change_scan_visibility
+from app.moderation.account_actions import change_account
+from app.moderation.service import change_repository_listing, change_scan_visibility
 from app.record import outbox
 from app.record.public import public_join
 from app.registry.models import Repository

@@ -17,7 +17,7 @@ from bs4 import BeautifulSoup
 from app.accounts.models import Account
 from app.kernel.shared_cache import repository_tag
 from app.maintainers import service
-from app.moderation.service import change_account
+from app.moderation.account_actions import change_account
 from tests import factories
 from tests.harness import assert_one_line_error, tarakan
 from tests.maintainers.statement_support import Published, bearer, published, state, verified_maintainer

@@ -12,7 +12,7 @@ from app.infestations.dirty_queue import drain_all
 from app.infestations.queries import list_infestations
 from app.kernel import db
 from app.kernel.errors import DomainError, Forbidden, NotFound, ValidationError
-from app.moderation import service
+from app.moderation import account_actions, service
 from app.record.outbox import mark_dirty
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
@@ -171,7 +171,7 @@ async def test_actors_without_moderation_rights_are_forbidden(
             actor, repos[0].host, repos[0].owner, repos[0].name, "quarantined", "takedown", NOTES
         )
     with pytest.raises(Forbidden):
-        await service.change_account(actor, target.handle, state="suspended", reason="abuse", notes=NOTES)
+        await account_actions.change_account(actor, target.handle, state="suspended", reason="abuse", notes=NOTES)
     assert await audit_rows() == []
     assert await dirty_keys() == set()
 
@@ -197,7 +197,7 @@ async def test_unknown_subjects_are_not_found(moderator: Account) -> None:
     with pytest.raises(NotFound):
         await service.change_repository_listing(moderator, "github.com", "no", "such", "listed", "x" * 3, NOTES)
     with pytest.raises(NotFound):
-        await service.change_account(moderator, "nobody", state="active", reason="abc", notes=NOTES)
+        await account_actions.change_account(moderator, "nobody", state="active", reason="abc", notes=NOTES)
 
 
 async def test_account_changes_follow_the_admin_and_self_rules(moderator: Account) -> None:
@@ -206,7 +206,7 @@ async def test_account_changes_follow_the_admin_and_self_rules(moderator: Accoun
 
     async def refused(actor: Account, handle: str, **change: str) -> DomainError:
         with pytest.raises(DomainError) as caught:
-            await service.change_account(actor, handle, reason="policy", notes=NOTES, **change)
+            await account_actions.change_account(actor, handle, reason="policy", notes=NOTES, **change)
         return caught.value
 
     assert isinstance(await refused(moderator, member.handle, platform_role="admin"), Forbidden)
@@ -219,8 +219,8 @@ async def test_account_changes_follow_the_admin_and_self_rules(moderator: Accoun
     assert "base" in nothing.errors
     assert await audit_rows() == []
 
-    await service.change_account(admin, member.handle, platform_role="moderator", reason="promote", notes=NOTES)
-    await service.change_account(
+    await account_actions.change_account(admin, member.handle, platform_role="moderator", reason="promote", notes=NOTES)
+    await account_actions.change_account(
         admin, member.handle, platform_role="admin", state="active", reason="promote", notes=NOTES
     )
     events = await audit_rows()
@@ -237,37 +237,41 @@ async def test_only_admins_change_roles_while_moderators_still_change_states(mod
     second = await make_account("second", platform_role="moderator")
     for target, role in ((member, "moderator"), (second, "member"), (member, "admin")):
         with pytest.raises(Forbidden) as caught:
-            await service.change_account(moderator, target.handle, platform_role=role, reason="promote", notes=NOTES)
+            await account_actions.change_account(
+                moderator, target.handle, platform_role=role, reason="promote", notes=NOTES
+            )
         assert list(caught.value.errors) == ["platform_role"]
     assert await audit_rows() == []
     stored = await rows("SELECT handle, platform_role FROM accounts WHERE id IN (:a, :b) ORDER BY handle",
                         a=member.id, b=second.id)  # fmt: skip
     assert [(r["handle"], r["platform_role"]) for r in stored] == [("member", "member"), ("second", "moderator")]
     # the console posts the current role with a state change: that is a state change, allowed to moderators
-    await service.change_account(
+    await account_actions.change_account(
         moderator, member.handle, platform_role="member", state="restricted", reason="abuse", notes=NOTES
     )
     assert [(e["before"], e["after"]) for e in await audit_rows()] == [({"state": "active"}, {"state": "restricted"})]
     # an admin who is no longer in good standing cannot change roles either
     fallen = await make_account("fallen", platform_role="admin", state="restricted")
     with pytest.raises(Forbidden):
-        await service.change_account(fallen, member.handle, platform_role="moderator", reason="promote", notes=NOTES)
+        await account_actions.change_account(
+            fallen, member.handle, platform_role="moderator", reason="promote", notes=NOTES
+        )
 
 
 async def test_only_admins_change_the_state_of_a_moderator_or_admin_account(moderator: Account) -> None:
     admin = await make_account("chief", platform_role="admin")
     rogue = await make_account("rogue", platform_role="moderator")
-    await service.change_account(admin, rogue.handle, state="banned", reason="rogue", notes=NOTES)
+    await account_actions.change_account(admin, rogue.handle, state="banned", reason="rogue", notes=NOTES)
     before = await audit_rows()
     for target, state in ((rogue, "active"), (rogue, "probation"), (admin, "suspended")):
         with pytest.raises(Forbidden) as caught:
-            await service.change_account(moderator, target.handle, state=state, reason="undo", notes=NOTES)
+            await account_actions.change_account(moderator, target.handle, state=state, reason="undo", notes=NOTES)
         assert caught.value.errors == {
             "state": [f"only admins may change the state of a {target.platform_role} account"]
         }
     assert await audit_rows() == before
     assert (await rows("SELECT state FROM accounts WHERE id = :id", id=rogue.id))[0]["state"] == "banned"
-    await service.change_account(admin, rogue.handle, state="active", reason="appeal", notes=NOTES)
+    await account_actions.change_account(admin, rogue.handle, state="active", reason="appeal", notes=NOTES)
     assert (await rows("SELECT state FROM accounts WHERE id = :id", id=rogue.id))[0]["state"] == "active"
 
 
@@ -277,7 +281,7 @@ async def test_suspending_an_account_logs_it_out_everywhere(moderator: Account) 
     member = await make_account("member")
     token = await open_session(member.id)
     assert await load_session(token) is not None
-    await service.change_account(moderator, member.handle, state="suspended", reason="abuse", notes=NOTES)
+    await account_actions.change_account(moderator, member.handle, state="suspended", reason="abuse", notes=NOTES)
     assert await load_session(token) is None
 
 
@@ -307,7 +311,9 @@ async def test_authority_revalidation_recomputes_statuses_of_checked_repositorie
     assert (await rows(status, p=canonical["public_id"]))[0]["status"] == "verified"
     await execute("DELETE FROM infestation_dirty_keys")
 
-    await service.change_account(moderator, reviewers[0].handle, state="suspended", reason="sockpuppet", notes=NOTES)
+    await account_actions.change_account(
+        moderator, reviewers[0].handle, state="suspended", reason="sockpuppet", notes=NOTES
+    )
 
     # the suspended reviewer's check no longer counts: quorum lost, and the atlas is told
     assert (await rows(status, p=canonical["public_id"]))[0]["status"] == "open"

@@ -14,7 +14,7 @@ import pytest
 from app.accounts import service as accounts
 from app.accounts.models import Account
 from app.accounts.service import create_token, revoke_token
-from app.moderation.service import change_account
+from app.moderation.account_actions import change_account
 from app.registry.models import Repository
 from tests import factories
 from tests.reports.support import report_body, row_counts

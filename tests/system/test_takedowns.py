@@ -17,8 +17,8 @@ from app.accounts.models import Account
 from app.infestations.dirty_queue import drain_all
 from app.infestations.queries import get_infestation
 from app.kernel import db
+from app.moderation.account_actions import change_account
 from app.moderation.service import (
-    change_account,
     change_repository_listing,
     change_scan_visibility,
     delete_repository,
