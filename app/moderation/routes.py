@@ -1,9 +1,9 @@
-"""The moderation console (`/moderation`): lists and plain HTML forms, enhanced by htmx when loaded (docs/domain.md §8)."""
+"""The moderation console (`/moderation`): lists and plain HTML forms, enhanced by htmx when loaded (docs/domain.md §8),
+each page and action on the console's frame (app/moderation/console.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 from starlette.datastructures import FormData
@@ -11,118 +11,22 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
-from app.accounts.sessions import current_account
-from app.kernel import purge
-from app.kernel.actors import can_moderate
-from app.kernel.errors import DomainError, Forbidden, NotFound, Unauthorized
-from app.kernel.forms import MODERATION_FORM, field, safe_local_path, with_query
+from app.accounts.models import Account
+from app.kernel.errors import NotFound, Unauthorized
+from app.kernel.forms import MODERATION_FORM
 from app.kernel.intake import body_route, form_parser
 from app.kernel.paging import Page
-from app.kernel.text import ascii_int, require_clean
+from app.kernel.text import ascii_int
 from app.kernel.urls import finding_path, repo_path
-from app.kernel.web import page
 from app.maintainers import webhooks
-from app.maintainers.models import STATEMENT_VISIBILITIES
 from app.maintainers.statement_queries import moderation_subject
-from app.moderation import account_actions, disclosures, queries, service, signal
-from app.registry.models import LISTING_STATUSES
-from app.reports.models import VISIBILITIES
-
-T = TypeVar("T")
-
-CHOICES = {
-    "visibilities": VISIBILITIES,
-    "listing_statuses": LISTING_STATUSES,
-    "platform_roles": PLATFORM_ROLES,
-    "account_states": ACCOUNT_STATES,
-    "statement_visibilities": STATEMENT_VISIBILITIES,
-    "pin_choices": signal.PIN_CHOICES,
-}
-
-
-def _page(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> Response:
-    # no Cache-Control here: the security middleware marks every console response no-store
-    return page(request, name, {**CHOICES, **context}, status_code=status_code, cache=None)
-
-
-async def _subject(read: Callable[[int], Awaitable[T | None]], subject_id: int, field: str, noun: str) -> T:
-    """What a console path names by id (none past the bigint range), or the 404 naming it."""
-    found = await read(subject_id) if 0 < subject_id < 2**63 else None
-    if found is None:
-        raise NotFound({field: ["not found"]}, message=f"No {noun} with id {subject_id}.")
-    return found
-
-
-async def _moderator(request: Request) -> Account:
-    """The acting moderator; anyone else is refused (401 without a session, 403 without the standing)."""
-    account = await current_account(request)
-    if account is None:
-        raise Unauthorized(
-            {"session": ["log in to moderate"]},
-            title="Log in to moderate",
-            message="Your session has ended or you are not logged in.",
-        )
-    if not can_moderate(account):
-        raise Forbidden(
-            {"account": ["is not a moderator in good standing"]},
-            title="Moderators only",
-            message="The moderation console is for moderators and admins in good standing.",
-        )
-    return account
-
-
-async def _flash(request: Request) -> str | None:
-    """The message for `?recorded=<audit event id>` after a no-JS action."""
-    recorded = ascii_int(request.query_params.get("recorded"))
-    if recorded is None:
-        return None
-    event = await queries.get_audit_event(recorded)
-    if event is None:
-        return None
-    message = _recorded_message(event, await service.pending_rollup_backlog())
-    cache = request.query_params.get("cache")  # the shared cache's purge, as the action's redirect said
-    return f"{message} {purge.STATE_NOTICES[cache].format(where='')}" if cache in purge.STATE_NOTICES else message
-
-
-def _recorded_message(event: dict[str, Any], backlog: dict[str, Any]) -> str:
-    changes = ", ".join(f"{k} {event['before'].get(k)} → {v}" for k, v in (event["after"] or {}).items())
-    return (
-        f"Recorded as audit event #{event['id']}: {event['subject_type']} {event['subject_id']}: {changes}. "
-        f"Atlas: {service.describe_backlog(backlog)}."
-    )
-
-
-def _cursor(request: Request) -> str | None:
-    return request.query_params.get("cursor") or None
-
-
-async def _list_page(
-    request: Request,
-    section: str,
-    filters: dict[str, str],
-    load: Callable[[str | None], Awaitable[Page[dict[str, Any]]]],
-) -> Response:
-    """One console list: the moderator check (an anonymous visitor goes to the login page and comes back), the
-    keyset page; bad filters and cursors are a "Bad filter" error page."""
-    try:
-        account = await _moderator(request)
-    except Unauthorized:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
-    try:
-        page_ = await load(_cursor(request))
-    except DomainError as exc:
-        exc.title = "Bad filter"
-        raise
-    context = {"account": account, "section": section, "page": page_, "filters": filters}
-    return _page(request, f"moderation/{section}.html", {**context, **await _list_context(request, page_)})
+from app.moderation import account_actions, console, disclosures, queries, service, signal
 
 
 async def reports_page(request: Request) -> Response:
     repository = request.query_params.get("repository", "").strip()
     visibility = request.query_params.get("visibility", "")
-    return await _list_page(
+    return await console.list_page(
         request,
         "reports",
         {"repository": repository, "visibility": visibility},
@@ -134,7 +38,7 @@ async def reports_page(request: Request) -> Response:
 
 async def repositories_page(request: Request) -> Response:
     listing_status = request.query_params.get("listing_status", "")
-    return await _list_page(
+    return await console.list_page(
         request,
         "repositories",
         {"listing_status": listing_status},
@@ -151,18 +55,18 @@ async def accounts_page(request: Request) -> Response:
             await queries.list_accounts(platform_role=role or None, state=state or None, cursor=cursor)
         )
 
-    return await _list_page(request, "accounts", {"platform_role": role, "state": state}, load)
+    return await console.list_page(request, "accounts", {"platform_role": role, "state": state}, load)
 
 
 async def held_page(request: Request) -> Response:
     """The findings held for review, oldest first, with their reporters' signal (docs/domain.md "Earned trust")."""
-    return await _list_page(request, "held", {}, signal.held_queue)
+    return await console.list_page(request, "held", {}, signal.held_queue)
 
 
 async def disclosures_page(request: Request) -> Response:
     """Open coordinated-disclosure embargoes, soonest deadline first, each with its publish and extend forms."""
     repository = request.query_params.get("repository", "").strip()
-    return await _list_page(
+    return await console.list_page(
         request,
         "disclosures",
         {"repository": repository},
@@ -171,19 +75,19 @@ async def disclosures_page(request: Request) -> Response:
 
 
 async def audit_page(request: Request) -> Response:
-    return await _list_page(request, "audit", {}, lambda cursor: queries.list_audit_events(cursor=cursor))
+    return await console.list_page(request, "audit", {}, lambda cursor: queries.list_audit_events(cursor=cursor))
 
 
 async def audit_event_page(request: Request) -> Response:
     """One audit event (`/moderation/audit/{id}`): what the markers on the public pages link to."""
     try:
-        account = await _moderator(request)
+        account = await console.moderator(request)
     except Unauthorized:
         return RedirectResponse(f"/login?next={quote(request.url.path, safe='')}", status_code=303)
     event_id = request.path_params["event_id"]
-    event = await _subject(queries.get_audit_event, event_id, "audit_event", "audit event")
+    event = await console.subject_or_404(queries.get_audit_event, event_id, "audit_event", "audit event")
     context = {"account": account, "section": "audit", "event": event, "subject_href": await _subject_href(event)}
-    return _page(request, "moderation/audit_event.html", context)
+    return console.render(request, "moderation/audit_event.html", context)
 
 
 async def _subject_href(event: dict[str, Any]) -> str | None:
@@ -205,74 +109,10 @@ async def _subject_href(event: dict[str, Any]) -> str | None:
     return None
 
 
-async def _list_context(request: Request, page: Page[dict[str, Any]]) -> dict[str, Any]:
-    here = _here(request)
-    cursor = page["next_cursor"]
-    return {
-        "flash": await _flash(request),
-        "return_to": here,
-        "next_href": with_query(here, cursor=cursor) if cursor else None,
-    }
-
-
-def _here(request: Request) -> str:
-    query = "&".join(f"{quote(k)}={quote(v)}" for k, v in request.query_params.multi_items() if k != "recorded")
-    return request.url.path + (f"?{query}" if query else "")
-
-
-REASON_FIELDS = ("reason", "notes", "return_to")
-
-
-async def _act(
-    request: Request,
-    form: FormData,
-    *,
-    partial: str,
-    subject: dict[str, Any],
-    fields: tuple[str, ...],
-    action: Callable[[dict[str, str]], Awaitable[service.ActionOutcome]],
-    default_return: str,
-) -> Response:
-    """Run one moderation action from its form (`fields` plus reason, notes and return_to) and answer for both
-    the no-JS and the htmx form."""
-    values = {k: field(form, k) for k in (*fields, *REASON_FIELDS)}
-    htmx = request.headers.get("hx-request") == "true"
-    return_to = safe_local_path(values.get("return_to"), default=default_return, prefix="/moderation")
-    context: dict[str, Any] = {"subject": subject, "values": values, "errors": {}, "return_to": return_to}
-    try:
-        require_clean(values)  # no NUL or control characters in notes and reasons (docs/security.md)
-        with purge.collect() as purges:  # the shared cache is purged after the commit, before this answer
-            outcome = await action(values)
-    except DomainError as exc:
-        context["errors"] = exc.errors
-        status = exc.status_code
-        if htmx:
-            return _page(request, partial, context, status_code=status)
-        return _page(request, "moderation/form_page.html", {**context, "partial": partial}, status_code=status)
-    cache = purge.worst_state(purges)
-    if not htmx:
-        extra = {"cache": cache} if cache is not None else {}
-        return RedirectResponse(with_query(return_to, recorded=str(outcome.audit_event_id), **extra), status_code=303)
-    event = await queries.get_audit_event(outcome.audit_event_id)
-    assert event is not None
-    fresh = {k: v for k, v in values.items() if k not in ("reason", "notes")}
-    for key, value in outcome.after.items():
-        subject = {**subject, key: value}
-        fresh[key] = value
-    context.update(
-        subject=subject,
-        values=fresh,
-        flash=" ".join(
-            m for m in (_recorded_message(event, await service.pending_rollup_backlog()), purge.notice(purges)) if m
-        ),
-    )
-    return _page(request, partial, context)
-
-
 async def scan_visibility(request: Request, actor: Account, form: FormData) -> Response:
     raw_id = request.path_params["scan_id"]
-    report = await _subject(queries.get_report, raw_id, "report", "report")
-    return await _act(
+    report = await console.subject_or_404(queries.get_report, raw_id, "report", "report")
+    return await console.act(
         request,
         form,
         partial="moderation/_scan_form.html",
@@ -289,7 +129,7 @@ async def repository_listing(request: Request, actor: Account, form: FormData) -
     if repo is None:
         raise NotFound({"repository": ["not found"]}, message=f"No repository {host}/{owner}/{name}.")
     slug = (repo["host"], repo["owner"], repo["name"])
-    return await _act(
+    return await console.act(
         request,
         form,
         partial="moderation/_repository_form.html",
@@ -311,7 +151,7 @@ async def _target_account(request: Request) -> dict[str, Any]:
 
 async def account_change(request: Request, actor: Account, form: FormData) -> Response:
     target = await _target_account(request)
-    return await _act(
+    return await console.act(
         request,
         form,
         partial="moderation/_account_form.html",
@@ -331,7 +171,7 @@ async def account_change(request: Request, actor: Account, form: FormData) -> Re
 
 async def account_statements_hide(request: Request, actor: Account, form: FormData) -> Response:
     target = await _target_account(request)
-    return await _act(
+    return await console.act(
         request,
         form,
         partial="moderation/_statements_hide_form.html",
@@ -345,7 +185,7 @@ async def account_statements_hide(request: Request, actor: Account, form: FormDa
 async def account_signal_pin(request: Request, actor: Account, form: FormData) -> Response:
     target = await _target_account(request)
     [subject] = (await signal.with_signals({"entries": [target], "next_cursor": None}))["entries"]
-    return await _act(
+    return await console.act(
         request,
         form,
         partial="moderation/_signal_form.html",
@@ -359,7 +199,7 @@ async def account_signal_pin(request: Request, actor: Account, form: FormData) -
 async def account_held_release(request: Request, actor: Account, form: FormData) -> Response:
     target = await _target_account(request)
     [subject] = (await signal.with_signals({"entries": [target], "next_cursor": None}))["entries"]
-    return await _act(
+    return await console.act(
         request,
         form,
         partial="moderation/_release_form.html",
@@ -377,7 +217,7 @@ async def maintainer_end(request: Request, actor: Account, form: FormData) -> Re
         raise NotFound({"repository": ["not found"]}, message=f"No repository {host}/{owner}/{name}.")
     slug = (repo["host"], repo["owner"], repo["name"])
     subject = {**repo, "handle": handle}
-    return await _act(
+    return await console.act(
         request,
         form,
         partial="moderation/_maintainer_form.html",
@@ -390,9 +230,9 @@ async def maintainer_end(request: Request, actor: Account, form: FormData) -> Re
 
 async def statement_visibility(request: Request, actor: Account, form: FormData) -> Response:
     statement_id = request.path_params["statement_id"]
-    statement = await _subject(moderation_subject, statement_id, "statement", "statement")
+    statement = await console.subject_or_404(moderation_subject, statement_id, "statement", "statement")
     occurrence = statement["occurrence"]
-    return await _act(
+    return await console.act(
         request,
         form,
         partial="moderation/_statement_form.html",
@@ -415,7 +255,7 @@ async def _clock_subject(request: Request) -> tuple[str, dict[str, Any]]:
 
 async def disclosure_extend(request: Request, actor: Account, form: FormData) -> Response:
     public_id, subject = await _clock_subject(request)
-    return await _act(
+    return await console.act(
         request,
         form,
         partial="moderation/_disclosure_extend_form.html",
@@ -428,7 +268,7 @@ async def disclosure_extend(request: Request, actor: Account, form: FormData) ->
 
 async def disclosure_publish(request: Request, actor: Account, form: FormData) -> Response:
     public_id, subject = await _clock_subject(request)
-    return await _act(
+    return await console.act(
         request,
         form,
         partial="moderation/_disclosure_publish_form.html",
@@ -441,8 +281,8 @@ async def disclosure_publish(request: Request, actor: Account, form: FormData) -
 
 async def webhook_delete(request: Request, actor: Account, form: FormData) -> Response:
     webhook_id = request.path_params["webhook_id"]
-    hook = await _subject(webhooks.moderation_subject, webhook_id, "webhook", "webhook")
-    return await _act(
+    hook = await console.subject_or_404(webhooks.moderation_subject, webhook_id, "webhook", "webhook")
+    return await console.act(
         request,
         form,
         partial="moderation/_webhook_form.html",
@@ -453,7 +293,7 @@ async def webhook_delete(request: Request, actor: Account, form: FormData) -> Re
     )
 
 
-_FORM: dict[str, Any] = {"authenticate": _moderator, "parse": form_parser(MODERATION_FORM)}
+_FORM: dict[str, Any] = {"authenticate": console.moderator, "parse": form_parser(MODERATION_FORM)}
 
 routes: list[BaseRoute] = [
     Route("/moderation", reports_page, methods=["GET"], name="moderation"),
