@@ -21,7 +21,7 @@ from app.kernel.errors import NotFound
 from app.kernel.intake import body_route, refused_window
 from app.kernel.text import ascii_int
 from app.kernel.web import PRIVATE_CACHE
-from app.reports import batch, intake, sarif, service
+from app.reports import batch, checks, intake, sarif, service
 from app.reports.policy import SUBMIT_SCOPES, VERIFY_SCOPES, require_scope
 from app.reports.serializers import report_response
 from app.reports.validation import ReportInput, VerdictInput
@@ -68,7 +68,7 @@ async def submit_batch(request: Request, caller: ApiCaller, parsed: batch.Batch)
 
 
 async def record_check(request: Request, caller: ApiCaller, check: VerdictInput) -> Response:
-    result = await service.store_check(
+    result = await checks.store_check(
         caller.account,
         request.path_params["canonical_public_id"],
         check,
@@ -81,7 +81,7 @@ async def record_confirmation(request: Request, caller: ApiCaller, verdict: Verd
     scan_id = ascii_int(request.path_params["scan_id"])
     if scan_id is None:
         raise NotFound({"report": ["not found"]})
-    result = await service.store_confirmation(caller.account, scan_id, verdict, client_ip=_client_ip(request))
+    result = await checks.store_confirmation(caller.account, scan_id, verdict, client_ip=_client_ip(request))
     return answer_response(result, status_code=201)
 
 

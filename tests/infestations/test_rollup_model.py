@@ -39,8 +39,9 @@ from app.moderation.service import change_repository_listing, change_scan_visibi
 from app.record import outbox
 from app.record.public import public_join
 from app.registry.models import Repository
+from app.reports.checks import record_check
 from app.reports.finding_memory import pattern_key
-from app.reports.service import record_check, submit_report
+from app.reports.service import submit_report
 from tests import factories
 from tests.conftest import truncate_all
 from tests.infestations.support import shift_clock

@@ -13,7 +13,8 @@ from app.accounts.models import Account
 from app.accounts.service import create_token
 from app.maintainers import recheck
 from app.registry.models import Repository
-from app.reports.service import record_check, submit_report
+from app.reports.checks import record_check
+from app.reports.service import submit_report
 from tests import factories
 from tests.maintainers.support import Forge
 from tests.reports.support import check_body, report_body, reviewer

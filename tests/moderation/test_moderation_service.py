@@ -15,9 +15,9 @@ from app.kernel.errors import DomainError, Forbidden, NotFound, ValidationError
 from app.moderation import account_actions, service
 from app.record.outbox import mark_dirty
 from app.registry.models import Repository
+from app.reports.checks import record_check
 from app.reports.finding_memory import pattern_key
 from app.reports.models import Scan
-from app.reports.service import record_check
 from tests.moderation.support import NOTES, TITLE, make_account, two_repository_pattern
 from tests.sql import execute, rows
 

@@ -8,8 +8,8 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.kernel import db
+from app.reports.checks import record_check
 from app.reports.finding_memory import legacy_fingerprint
-from app.reports.service import record_check
 from tests import factories
 
 COMMIT = "a" * 40

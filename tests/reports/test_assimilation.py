@@ -13,11 +13,12 @@ from app.accounts.models import Account
 from app.kernel import db
 from app.registry.models import Repository
 from app.reports.assimilation import assimilate_scan
+from app.reports.checks import record_check
 from app.reports.counters import refresh_canonical_counters
 from app.reports.finding_memory import fingerprint, legacy_normalize, pattern_key
 from app.reports.models import Scan
 from app.reports.quorum import recompute_canonical_status
-from app.reports.service import record_check, submit_report
+from app.reports.service import submit_report
 from tests import factories
 from tests.reports.support import finding, insert_v1_finding, report_body, row_counts
 from tests.sql import execute, scalar

@@ -12,8 +12,9 @@ from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.registry.models import Repository
+from app.reports.checks import record_check, record_confirmation
 from app.reports.finding_memory import pattern_key
-from app.reports.service import record_check, record_confirmation, submit_report
+from app.reports.service import submit_report
 from tests import factories
 from tests.reports.support import (
     COMMIT,

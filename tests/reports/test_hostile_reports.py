@@ -12,8 +12,9 @@ from sqlalchemy import text
 
 from app.kernel import db
 from app.kernel.errors import ValidationError
+from app.reports.checks import record_check
 from app.reports.secrets_scanner import find_secret, scan_fields
-from app.reports.service import record_check, submit_report
+from app.reports.service import submit_report
 from tests import factories
 from tests.reports.support import check_body, finding, report_body, reviewer, row_counts
 

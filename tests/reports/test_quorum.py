@@ -13,9 +13,10 @@ from sqlalchemy import text
 from app.accounts.models import Account
 from app.kernel import db
 from app.registry.models import Repository
+from app.reports.checks import record_check
 from app.reports.finding_memory import pattern_key
 from app.reports.quorum import Tally, recompute_canonical_status, refresh_repository_checks, status_for
-from app.reports.service import record_check, submit_report
+from app.reports.service import submit_report
 from tests import factories
 from tests.reports.support import COMMIT, NOTES, finding, report_body, reviewer
 

@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from app.accounts.models import Account
 from app.kernel import db
+from app.reports.checks import record_check, record_confirmation
 from app.reports.finding_memory import pattern_key
 from app.reports.quorum import (
     NOT_COUNTED,
@@ -23,7 +24,7 @@ from app.reports.quorum import (
     status_for,
     why_not_counted,
 )
-from app.reports.service import record_check, record_confirmation, submit_report
+from app.reports.service import submit_report
 from tests import factories
 from tests.reports.support import COMMIT, DROP, NOTES, check_body, finding, report_body, reviewer
 from tests.sql import execute, rows

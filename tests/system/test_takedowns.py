@@ -24,9 +24,9 @@ from app.moderation.service import (
     delete_repository,
 )
 from app.registry.models import Repository
+from app.reports.checks import record_check
 from app.reports.finding_memory import pattern_key
 from app.reports.models import Scan
-from app.reports.service import record_check
 from tests import factories
 
 TITLE = "Open redirect after login"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import httpx
 
 from app.accounts.service import create_token
-from app.reports.service import record_check, submit_report
+from app.reports.checks import record_check
+from app.reports.service import submit_report
 from tests import factories
 from tests.evidence.test_publication import _everything, _published_entries
 from tests.reports.support import check_body, finding, report_body, reviewer

@@ -15,7 +15,8 @@ from app.accounts.models import Account
 from app.accounts.service import create_token
 from app.kernel import db
 from app.moderation.service import change_scan_visibility
-from app.reports.service import record_check, submit_report
+from app.reports.checks import record_check
+from app.reports.service import submit_report
 from app.trust import refresh as trust_refresh
 from app.trust.refresh import recompute, refresh
 from app.trust.signal import signal_of, store_signals

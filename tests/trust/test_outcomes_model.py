@@ -16,7 +16,8 @@ from sqlalchemy import text
 from app.kernel import db
 from app.kernel.errors import DomainError
 from app.moderation.service import change_scan_visibility
-from app.reports.service import record_check, submit_report
+from app.reports.checks import record_check
+from app.reports.service import submit_report
 from app.trust import refresh as trust_refresh
 from app.trust.outcomes import record_outcomes
 from app.trust.refresh import refresh
