@@ -61,8 +61,8 @@ EXAMPLES = int(os.environ.get("TARAKAN_FUZZ_EXAMPLES", "10"))
 SEED = int(os.environ.get("TARAKAN_FUZZ_SEED", "20261130"))
 REPLAY = f"TARAKAN_FUZZ_SEED={SEED} TARAKAN_FUZZ_EXAMPLES={EXAMPLES} .venv/bin/python -m pytest -q -s {__file__}"
 CHECKS = [status_code_conformance, content_type_conformance, response_schema_conformance, negative_data_rejection]
-# schemathesis's default rejections, and 413: an invalid body over its route's byte limit is refused before it is read: a 413 is a rejection too (the routes
-# that take no fields accept 1 KiB; docs/security.md "Body budget")
+# schemathesis's default rejections, and 413: an invalid body over its route's byte limit is refused unread (the
+# routes that take no fields accept 1 KiB; docs/security.md "Body budget")
 REJECTIONS = ("400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx")
 _CONFIG = SchemathesisConfig.from_dict({"checks": {"negative_data_rejection": {"expected-statuses": [*REJECTIONS]}}})
 
