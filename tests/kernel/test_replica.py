@@ -229,12 +229,16 @@ def _on_standby(server: Standby, sql: str) -> object:
         return None if row is None else row[0]
 
 
+RESTART_SECONDS = 120
+
+
 @pytest.fixture
 async def real_replica(standby: Standby, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Standby]:
     """DATABASE_REPLICA_URL -> the session's hot standby, caught up with the (freshly truncated) primary; replay is
-    resumed and the standby caught up again at the end, whatever the test did."""
+    resumed and the standby caught up again at the end, whatever the test did. A stopped standby's restart replays
+    what the suite wrote since its last restartpoint: on two loaded cores that has taken over 30 s."""
     if standby.proc is None or standby.proc.poll() is not None:
-        standby.start()
+        standby.start(timeout=RESTART_SECONDS)
     caught_up(standby)
     db.forget_replicas()
     monkeypatch.setenv("DATABASE_REPLICA_URL", standby.url)
@@ -244,7 +248,7 @@ async def real_replica(standby: Standby, monkeypatch: pytest.MonkeyPatch) -> Asy
         await db.dispose_engines(normalize_database_url(standby.url))
         db.forget_replicas()
         if standby.proc is None or standby.proc.poll() is not None:
-            standby.start()
+            standby.start(timeout=RESTART_SECONDS)
         _on_standby(standby, "SELECT pg_wal_replay_resume()")
         caught_up(standby)
 
