@@ -240,7 +240,7 @@ async def real_replica(standby: Standby, monkeypatch: pytest.MonkeyPatch) -> Asy
     and the timeout leaves room for two loaded cores."""
     if standby.proc is None or standby.proc.poll() is not None:
         standby.start(timeout=RESTART_SECONDS)
-    caught_up(standby)
+    caught_up(standby, timeout=RESTART_SECONDS)  # behind the bulk writes of earlier tests (the sitemap's 25,000 rows)
     db.forget_replicas()
     monkeypatch.setenv("DATABASE_REPLICA_URL", standby.url)
     try:
@@ -251,7 +251,7 @@ async def real_replica(standby: Standby, monkeypatch: pytest.MonkeyPatch) -> Asy
         if standby.proc is None or standby.proc.poll() is not None:
             standby.start(timeout=RESTART_SECONDS)
         _on_standby(standby, "SELECT pg_wal_replay_resume()")
-        caught_up(standby)
+        caught_up(standby, timeout=RESTART_SECONDS)
 
 
 def pause_replay(server: Standby) -> None:
