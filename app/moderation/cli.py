@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES
+from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.service import require_account_by_email
 from app.kernel import purge
 from app.kernel.cli import command, group
@@ -42,61 +43,59 @@ def _report_cache(purges: list[purge.PurgeOutcome]) -> None:
         print(f"cache: {notice}")
 
 
+async def _moderate(args: argparse.Namespace, action: Callable[[Account], Awaitable[Any]]) -> int:
+    """One audited action by the moderator `--as` names, then what it recorded and the shared cache's purge."""
+    actor = await require_account_by_email(args.as_email)
+    with purge.collect() as purges:
+        outcome = await action(actor)
+    return await _report(outcome, purges)
+
+
 async def _scan(args: argparse.Namespace) -> int:
     from app.moderation.service import change_scan_visibility
 
-    actor = await require_account_by_email(args.as_email)
-    with purge.collect() as purges:
-        outcome = await change_scan_visibility(actor, args.scan_id, args.visibility, args.reason, args.notes)
-    return await _report(outcome, purges)
+    return await _moderate(
+        args, lambda actor: change_scan_visibility(actor, args.scan_id, args.visibility, args.reason, args.notes)
+    )
 
 
 async def _repo(args: argparse.Namespace) -> int:
     from app.moderation.service import change_repository_listing
 
     host, owner, name = parse_ref(args.repository)
-    actor = await require_account_by_email(args.as_email)
-    with purge.collect() as purges:
-        outcome = await change_repository_listing(actor, host, owner, name, args.listing, args.reason, args.notes)
-    return await _report(outcome, purges)
+    return await _moderate(
+        args,
+        lambda actor: change_repository_listing(actor, host, owner, name, args.listing, args.reason, args.notes),
+    )
 
 
 async def _account(args: argparse.Namespace) -> int:
     from app.moderation.account_actions import change_account
 
-    actor = await require_account_by_email(args.as_email)
-    with purge.collect() as purges:
-        outcome = await change_account(
+    return await _moderate(
+        args,
+        lambda actor: change_account(
             actor, args.handle, platform_role=args.role, state=args.state, reason=args.reason, notes=args.notes
-        )
-    return await _report(outcome, purges)
+        ),
+    )
 
 
 async def _statements(args: argparse.Namespace) -> int:
     from app.moderation.account_actions import hide_account_statements
 
-    actor = await require_account_by_email(args.as_email)
-    with purge.collect() as purges:
-        outcome = await hide_account_statements(actor, args.handle, args.reason, args.notes)
-    return await _report(outcome, purges)
+    return await _moderate(args, lambda actor: hide_account_statements(actor, args.handle, args.reason, args.notes))
 
 
 async def _signal(args: argparse.Namespace) -> int:
     from app.moderation.signal import pin_signal
 
-    actor = await require_account_by_email(args.as_email)
-    with purge.collect() as purges:
-        outcome = await pin_signal(actor, args.handle, args.pin, args.reason, args.notes)
-    return await _report(outcome, purges)
+    return await _moderate(args, lambda actor: pin_signal(actor, args.handle, args.pin, args.reason, args.notes))
 
 
 async def _release(args: argparse.Namespace) -> int:
     from app.moderation.signal import release_queue
 
-    actor = await require_account_by_email(args.as_email)
-    with purge.collect() as purges:
-        outcome = await release_queue(actor, args.handle, args.reason, args.notes)
-    return await _report(outcome, purges)
+    return await _moderate(args, lambda actor: release_queue(actor, args.handle, args.reason, args.notes))
 
 
 async def _repos_delete(args: argparse.Namespace) -> int:

@@ -5,19 +5,22 @@ audited action, answered for both the no-JS and the htmx form). Its pages and ac
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute
 
 from app.accounts.models import ACCOUNT_STATES, PLATFORM_ROLES, Account
 from app.accounts.sessions import current_account
 from app.kernel import purge, web
 from app.kernel.actors import can_moderate
 from app.kernel.errors import DomainError, Forbidden, NotFound, Unauthorized
-from app.kernel.forms import field, safe_local_path, with_query
+from app.kernel.forms import MODERATION_FORM, field, safe_local_path, with_query
+from app.kernel.intake import body_route, form_parser
 from app.kernel.paging import Page
 from app.kernel.text import ascii_int, require_clean
 from app.maintainers.models import STATEMENT_VISIBILITIES
@@ -177,3 +180,34 @@ async def act(
         ),
     )
     return render(request, partial, context)
+
+
+@dataclass(frozen=True)
+class Action:
+    """What an action's path names: the subject its form shows, the audited action run with the form's values, and
+    where the no-JS form goes back to unless it says."""
+
+    subject: dict[str, Any]
+    run: Callable[[dict[str, str]], Awaitable[service.ActionOutcome]]
+    default_return: str
+
+
+def action_route(
+    path: str, find: Callable[[Request, Account], Awaitable[Action]], partial: str, fields: tuple[str, ...] = ()
+) -> BaseRoute:
+    """One action's form route: the moderator check and the form's parse (`body_route`), `find` (a 404 when the
+    subject is gone), then `act` with the form `moderation/<partial>` and its `fields`."""
+
+    async def handle(request: Request, actor: Account, form: FormData) -> Response:
+        found = await find(request, actor)
+        return await act(
+            request,
+            form,
+            partial=f"moderation/{partial}",
+            subject=found.subject,
+            fields=fields,
+            action=found.run,
+            default_return=found.default_return,
+        )
+
+    return body_route(path, handle, authenticate=moderator, parse=form_parser(MODERATION_FORM))

@@ -6,21 +6,19 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from app.accounts.models import Account
 from app.kernel.errors import NotFound, Unauthorized
-from app.kernel.forms import MODERATION_FORM
-from app.kernel.intake import body_route, form_parser
 from app.kernel.paging import Page
 from app.kernel.text import ascii_int
 from app.kernel.urls import finding_path, repo_path
 from app.maintainers import webhooks
 from app.maintainers.statement_queries import moderation_subject
 from app.moderation import account_actions, console, disclosures, queries, service, signal
+from app.moderation.console import action_route
 
 
 async def reports_page(request: Request) -> Response:
@@ -109,33 +107,30 @@ async def _subject_href(event: dict[str, Any]) -> str | None:
     return None
 
 
-async def scan_visibility(request: Request, actor: Account, form: FormData) -> Response:
+async def scan_visibility(request: Request, actor: Account) -> console.Action:
     raw_id = request.path_params["scan_id"]
     report = await console.subject_or_404(queries.get_report, raw_id, "report", "report")
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_scan_form.html",
+    return console.Action(
         subject=report,
-        fields=("visibility",),
-        action=lambda v: service.change_scan_visibility(actor, raw_id, v["visibility"], v["reason"], v["notes"]),
+        run=lambda v: service.change_scan_visibility(actor, raw_id, v["visibility"], v["reason"], v["notes"]),
         default_return="/moderation",
     )
 
 
-async def repository_listing(request: Request, actor: Account, form: FormData) -> Response:
-    host, owner, name = (request.path_params[k] for k in ("host", "owner", "name"))
+async def _repository(host: str, owner: str, name: str) -> dict[str, Any]:
+    """The repository a moderator's form names (`{host}/{owner}/{name}` in the path), or 404."""
     repo = await queries.get_repository(host, owner, name)
     if repo is None:
         raise NotFound({"repository": ["not found"]}, message=f"No repository {host}/{owner}/{name}.")
+    return repo
+
+
+async def repository_listing(request: Request, actor: Account) -> console.Action:
+    repo = await _repository(*(request.path_params[k] for k in ("host", "owner", "name")))
     slug = (repo["host"], repo["owner"], repo["name"])
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_repository_form.html",
+    return console.Action(
         subject=repo,
-        fields=("listing_status",),
-        action=lambda v: service.change_repository_listing(actor, *slug, v["listing_status"], v["reason"], v["notes"]),
+        run=lambda v: service.change_repository_listing(actor, *slug, v["listing_status"], v["reason"], v["notes"]),
         default_return="/moderation/repositories",
     )
 
@@ -149,15 +144,17 @@ async def _target_account(request: Request) -> dict[str, Any]:
     return target
 
 
-async def account_change(request: Request, actor: Account, form: FormData) -> Response:
+async def _target_with_signal(request: Request) -> dict[str, Any]:
+    """The named account with its reporter signal, for the signal and queue forms."""
+    page = await signal.with_signals({"entries": [await _target_account(request)], "next_cursor": None})
+    return page["entries"][0]
+
+
+async def account_change(request: Request, actor: Account) -> console.Action:
     target = await _target_account(request)
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_account_form.html",
+    return console.Action(
         subject=target,
-        fields=("platform_role", "state"),
-        action=lambda v: account_actions.change_account(
+        run=lambda v: account_actions.change_account(
             actor,
             target["handle"],
             platform_role=v["platform_role"] or None,
@@ -169,76 +166,51 @@ async def account_change(request: Request, actor: Account, form: FormData) -> Re
     )
 
 
-async def account_statements_hide(request: Request, actor: Account, form: FormData) -> Response:
+async def account_statements_hide(request: Request, actor: Account) -> console.Action:
     target = await _target_account(request)
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_statements_hide_form.html",
+    return console.Action(
         subject=target,
-        fields=(),
-        action=lambda v: account_actions.hide_account_statements(actor, target["handle"], v["reason"], v["notes"]),
+        run=lambda v: account_actions.hide_account_statements(actor, target["handle"], v["reason"], v["notes"]),
         default_return="/moderation/accounts",
     )
 
 
-async def account_signal_pin(request: Request, actor: Account, form: FormData) -> Response:
-    target = await _target_account(request)
-    [subject] = (await signal.with_signals({"entries": [target], "next_cursor": None}))["entries"]
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_signal_form.html",
+async def account_signal_pin(request: Request, actor: Account) -> console.Action:
+    subject = await _target_with_signal(request)
+    return console.Action(
         subject=subject,
-        fields=("pin",),
-        action=lambda v: signal.pin_signal(actor, target["handle"], v["pin"], v["reason"], v["notes"]),
+        run=lambda v: signal.pin_signal(actor, subject["handle"], v["pin"], v["reason"], v["notes"]),
         default_return="/moderation/accounts",
     )
 
 
-async def account_held_release(request: Request, actor: Account, form: FormData) -> Response:
-    target = await _target_account(request)
-    [subject] = (await signal.with_signals({"entries": [target], "next_cursor": None}))["entries"]
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_release_form.html",
+async def account_held_release(request: Request, actor: Account) -> console.Action:
+    subject = await _target_with_signal(request)
+    return console.Action(
         subject=subject,
-        fields=(),
-        action=lambda v: signal.release_queue(actor, target["handle"], v["reason"], v["notes"]),
+        run=lambda v: signal.release_queue(actor, subject["handle"], v["reason"], v["notes"]),
         default_return="/moderation/held",
     )
 
 
-async def maintainer_end(request: Request, actor: Account, form: FormData) -> Response:
-    host, owner, name, handle = (request.path_params[k] for k in ("host", "owner", "name", "handle"))
-    repo = await queries.get_repository(host, owner, name)
-    if repo is None:
-        raise NotFound({"repository": ["not found"]}, message=f"No repository {host}/{owner}/{name}.")
+async def maintainer_end(request: Request, actor: Account) -> console.Action:
+    repo = await _repository(*(request.path_params[k] for k in ("host", "owner", "name")))
+    handle = request.path_params["handle"]
     slug = (repo["host"], repo["owner"], repo["name"])
-    subject = {**repo, "handle": handle}
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_maintainer_form.html",
-        subject=subject,
-        fields=(),
-        action=lambda v: service.end_maintainership(actor, *slug, handle, v["reason"], v["notes"]),
+    return console.Action(
+        subject={**repo, "handle": handle},
+        run=lambda v: service.end_maintainership(actor, *slug, handle, v["reason"], v["notes"]),
         default_return=repo_path(*slug) + "/maintain",
     )
 
 
-async def statement_visibility(request: Request, actor: Account, form: FormData) -> Response:
+async def statement_visibility(request: Request, actor: Account) -> console.Action:
     statement_id = request.path_params["statement_id"]
     statement = await console.subject_or_404(moderation_subject, statement_id, "statement", "statement")
     occurrence = statement["occurrence"]
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_statement_form.html",
+    return console.Action(
         subject=statement,
-        fields=("visibility",),
-        action=lambda v: service.change_statement_visibility(
+        run=lambda v: service.change_statement_visibility(
             actor, statement_id, v["visibility"], v["reason"], v["notes"]
         ),
         default_return=finding_path(occurrence) if occurrence else "/moderation",
@@ -253,47 +225,33 @@ async def _clock_subject(request: Request) -> tuple[str, dict[str, Any]]:
     return public_id, found
 
 
-async def disclosure_extend(request: Request, actor: Account, form: FormData) -> Response:
+async def disclosure_extend(request: Request, actor: Account) -> console.Action:
     public_id, subject = await _clock_subject(request)
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_disclosure_extend_form.html",
+    return console.Action(
         subject=subject,
-        fields=("days",),
-        action=lambda v: disclosures.extend(actor, public_id, v["days"], v["reason"], v["notes"]),
+        run=lambda v: disclosures.extend(actor, public_id, v["days"], v["reason"], v["notes"]),
         default_return="/moderation/disclosures",
     )
 
 
-async def disclosure_publish(request: Request, actor: Account, form: FormData) -> Response:
+async def disclosure_publish(request: Request, actor: Account) -> console.Action:
     public_id, subject = await _clock_subject(request)
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_disclosure_publish_form.html",
+    return console.Action(
         subject=subject,
-        fields=(),
-        action=lambda v: disclosures.publish(actor, public_id, v["reason"], v["notes"]),
+        run=lambda v: disclosures.publish(actor, public_id, v["reason"], v["notes"]),
         default_return="/moderation/disclosures",
     )
 
 
-async def webhook_delete(request: Request, actor: Account, form: FormData) -> Response:
+async def webhook_delete(request: Request, actor: Account) -> console.Action:
     webhook_id = request.path_params["webhook_id"]
     hook = await console.subject_or_404(webhooks.moderation_subject, webhook_id, "webhook", "webhook")
-    return await console.act(
-        request,
-        form,
-        partial="moderation/_webhook_form.html",
+    return console.Action(
         subject={"id": hook.id, "repository": hook.repository, "owner": hook.owner, "destination": hook.destination},
-        fields=(),
-        action=lambda v: service.delete_webhook(actor, webhook_id, v["reason"], v["notes"]),
+        run=lambda v: service.delete_webhook(actor, webhook_id, v["reason"], v["notes"]),
         default_return=repo_path(*hook.repository.split("/")) + "/maintain",
     )
 
-
-_FORM: dict[str, Any] = {"authenticate": console.moderator, "parse": form_parser(MODERATION_FORM)}
 
 routes: list[BaseRoute] = [
     Route("/moderation", reports_page, methods=["GET"], name="moderation"),
@@ -303,15 +261,32 @@ routes: list[BaseRoute] = [
     Route("/moderation/disclosures", disclosures_page, methods=["GET"], name="moderation_disclosures"),
     Route("/moderation/audit", audit_page, methods=["GET"], name="moderation_audit"),
     Route("/moderation/audit/{event_id:int}", audit_event_page, methods=["GET"], name="moderation_audit_event"),
-    body_route("/moderation/scans/{scan_id:int}/visibility", scan_visibility, **_FORM),
-    body_route("/moderation/repos/{host}/{owner}/{name}/listing", repository_listing, **_FORM),
-    body_route("/moderation/accounts/{handle}", account_change, **_FORM),
-    body_route("/moderation/accounts/{handle}/statements", account_statements_hide, **_FORM),
-    body_route("/moderation/accounts/{handle}/signal", account_signal_pin, **_FORM),
-    body_route("/moderation/accounts/{handle}/release", account_held_release, **_FORM),
-    body_route("/moderation/repos/{host}/{owner}/{name}/maintainers/{handle}", maintainer_end, **_FORM),
-    body_route("/moderation/statements/{statement_id:int}", statement_visibility, **_FORM),
-    body_route("/moderation/webhooks/{webhook_id:int}", webhook_delete, **_FORM),
-    body_route("/moderation/disclosures/{canonical_public_id}/extend", disclosure_extend, **_FORM),
-    body_route("/moderation/disclosures/{canonical_public_id}/publish", disclosure_publish, **_FORM),
+    # each action: its path, what the path names, its form and the form's own fields (reason and notes: every form's)
+    action_route("/moderation/scans/{scan_id:int}/visibility", scan_visibility, "_scan_form.html", ("visibility",)),
+    action_route(
+        "/moderation/repos/{host}/{owner}/{name}/listing",
+        repository_listing,
+        "_repository_form.html",
+        ("listing_status",),
+    ),
+    action_route("/moderation/accounts/{handle}", account_change, "_account_form.html", ("platform_role", "state")),
+    action_route("/moderation/accounts/{handle}/statements", account_statements_hide, "_statements_hide_form.html"),
+    action_route("/moderation/accounts/{handle}/signal", account_signal_pin, "_signal_form.html", ("pin",)),
+    action_route("/moderation/accounts/{handle}/release", account_held_release, "_release_form.html"),
+    action_route(
+        "/moderation/repos/{host}/{owner}/{name}/maintainers/{handle}", maintainer_end, "_maintainer_form.html"
+    ),
+    action_route(
+        "/moderation/statements/{statement_id:int}", statement_visibility, "_statement_form.html", ("visibility",)
+    ),
+    action_route("/moderation/webhooks/{webhook_id:int}", webhook_delete, "_webhook_form.html"),
+    action_route(
+        "/moderation/disclosures/{canonical_public_id}/extend",
+        disclosure_extend,
+        "_disclosure_extend_form.html",
+        ("days",),
+    ),
+    action_route(
+        "/moderation/disclosures/{canonical_public_id}/publish", disclosure_publish, "_disclosure_publish_form.html"
+    ),
 ]
