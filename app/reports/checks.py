@@ -6,6 +6,7 @@ transaction each with the quorum, the reports' verification and the repository's
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy import TextClause, text
@@ -14,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.kernel import db
-from app.kernel.answers import as_json
+from app.kernel.answers import Answer, as_json
 from app.kernel.errors import Forbidden, NotFound, ValidationError
 from app.kernel.intake import off_loop
 from app.kernel.sql import statement
@@ -69,6 +70,20 @@ async def _subject(session: AsyncSession, query: TextClause, subject_id: object,
     return row
 
 
+async def _record_verdict(
+    body: dict[str, Any],
+    scopes: frozenset[str] | None,
+    *,
+    check: bool,
+    store: Callable[[VerdictInput], Awaitable[Answer]],
+) -> dict[str, Any]:
+    """The Python entry points' path: the scope, the verdict body (a check's, or a report's when not `check`)
+    prepared off the event loop, then `store`; its answer as plain JSON values."""
+    require_scope(scopes, VERIFY_SCOPES)
+    verdict = await off_loop(lambda budget: prepare_verdict(body, budget, check=check))
+    return as_json(await store(verdict))
+
+
 CHECK_TAKEN = {"commit_sha": ["you already checked this finding at this commit"]}
 
 
@@ -81,9 +96,12 @@ async def record_check(
     scopes: frozenset[str] | None = None,
 ) -> dict[str, Any]:
     """Record a check body: prepared off the event loop, then `store_check`; its answer as plain JSON values."""
-    require_scope(scopes, VERIFY_SCOPES)
-    check = await off_loop(lambda budget: prepare_verdict(body, budget, check=True))
-    return as_json(await store_check(account, canonical_public_id, check, client_ip=client_ip))
+    return await _record_verdict(
+        body,
+        scopes,
+        check=True,
+        store=lambda check: store_check(account, canonical_public_id, check, client_ip=client_ip),
+    )
 
 
 async def store_check(
@@ -184,9 +202,12 @@ async def record_confirmation(
 ) -> dict[str, Any]:
     """Record a report-level verdict body: prepared off the event loop, then `store_confirmation`; its answer as
     plain JSON values."""
-    require_scope(scopes, VERIFY_SCOPES)
-    verdict = await off_loop(lambda budget: prepare_verdict(body, budget, check=False))
-    return as_json(await store_confirmation(account, scan_id, verdict, client_ip=client_ip))
+    return await _record_verdict(
+        body,
+        scopes,
+        check=False,
+        store=lambda verdict: store_confirmation(account, scan_id, verdict, client_ip=client_ip),
+    )
 
 
 async def store_confirmation(

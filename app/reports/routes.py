@@ -6,6 +6,7 @@ transaction."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import msgspec
 from sqlalchemy import text
@@ -18,13 +19,15 @@ from app.kernel import db
 from app.kernel.actors import is_privileged_viewer
 from app.kernel.answers import answer_response
 from app.kernel.errors import NotFound
-from app.kernel.intake import body_route, refused_window
+from app.kernel.intake import Body, Budget, body_route, refused_window
 from app.kernel.text import ascii_int
 from app.kernel.web import PRIVATE_CACHE
 from app.reports import batch, checks, intake, sarif, service
 from app.reports.policy import SUBMIT_SCOPES, VERIFY_SCOPES, require_scope
 from app.reports.serializers import report_response
 from app.reports.validation import ReportInput, VerdictInput
+
+T = TypeVar("T")
 
 
 def _caller(needed: frozenset[str], *, remembered: bool = False) -> Callable[[Request], Awaitable[ApiCaller]]:
@@ -104,34 +107,23 @@ async def get_report(request: Request) -> Response:
     return answer_response(answer, headers={"Cache-Control": PRIVATE_CACHE})
 
 
+def _api_route(
+    path: str,
+    handle: Callable[[Request, ApiCaller, T], Awaitable[Response]],
+    authenticate: Callable[[Request], Awaitable[ApiCaller]],
+    parse: Callable[[Body, Budget], T],
+) -> BaseRoute:
+    """A report API route: its bearer check, then the body; a refused attempt counts against the caller."""
+    return body_route(path, handle, authenticate=authenticate, parse=parse, allowance=refused_subject)
+
+
+_SUBMITTER = _caller(SUBMIT_SCOPES, remembered=True)
+_VERIFIER = _caller(VERIFY_SCOPES)
+
 routes: list[BaseRoute] = [
-    body_route(
-        "/api/v1/repos/{host}/{owner}/{name}/reports",
-        submit_report,
-        authenticate=_caller(SUBMIT_SCOPES, remembered=True),
-        parse=intake.parse_report,
-        allowance=refused_subject,
-    ),
-    body_route(
-        "/api/v1/reports/batch",
-        submit_batch,
-        authenticate=_caller(SUBMIT_SCOPES, remembered=True),
-        parse=batch.parse_batch,
-        allowance=refused_subject,
-    ),
-    body_route(
-        "/api/v1/findings/{canonical_public_id}/checks",
-        record_check,
-        authenticate=_caller(VERIFY_SCOPES),
-        parse=intake.parse_check,
-        allowance=refused_subject,
-    ),
-    body_route(
-        "/api/v1/reports/{scan_id}/confirmations",
-        record_confirmation,
-        authenticate=_caller(VERIFY_SCOPES),
-        parse=intake.parse_confirmation,
-        allowance=refused_subject,
-    ),
+    _api_route("/api/v1/repos/{host}/{owner}/{name}/reports", submit_report, _SUBMITTER, intake.parse_report),
+    _api_route("/api/v1/reports/batch", submit_batch, _SUBMITTER, batch.parse_batch),
+    _api_route("/api/v1/findings/{canonical_public_id}/checks", record_check, _VERIFIER, intake.parse_check),
+    _api_route("/api/v1/reports/{scan_id}/confirmations", record_confirmation, _VERIFIER, intake.parse_confirmation),
     Route("/api/v1/reports/{scan_id}", get_report, methods=["GET", "HEAD"], name="report"),
 ]
