@@ -25,7 +25,7 @@ from app.kernel.errors import ValidationError
 from app.kernel.paging import InvalidCursor, decode_cursor, encode_cursor
 from app.kernel.refs import REF_FORMAT, parse_ref
 from app.kernel.shared_cache import repository_tag
-from app.kernel.sql import Fragment, statement
+from app.kernel.sql import Fragment, Slot, statement
 from app.kernel.text import ascii_int
 from app.kernel.urls import twin_path
 from app.kernel.web import View, json_twin, page
@@ -56,23 +56,25 @@ _KNOWN = Fragment("""EXISTS (
 _COLUMNS = DISCLOSURE_FRAGMENT
 _REPOSITORY = Fragment("(CAST(:host AS text) IS NULL OR (r.host = :host AND r.owner = :owner AND r.name = :name))")
 
+# a clock with its repository and finding; the slots every statement below fills (the public filter: listed, known)
+_CLOCKS = Fragment("""disclosures d
+JOIN repositories r ON r.id = d.repository_id
+JOIN canonical_findings c ON c.id = d.canonical_finding_id""")
+_SLOTS: dict[str, Slot] = {"clocks": _CLOCKS, "columns": _COLUMNS, "listed": listed_repository(), "known": _KNOWN}
+
 # open clocks, soonest deadline first (the partial index on deadline), after the cursor's row
 _OPEN = statement(
     """
 SELECT d.canonical_finding_id AS id, d.deadline AS keyset_at, r.id AS repository_id, r.host, r.owner, r.name,
        c.severity, {columns}
-FROM disclosures d
-JOIN repositories r ON r.id = d.repository_id
-JOIN canonical_findings c ON c.id = d.canonical_finding_id
+FROM {clocks}
 WHERE d.state = 'embargoed' AND {listed} AND {known} AND {repository}
   AND (CAST(:after_at AS timestamptz) IS NULL
        OR (d.deadline, d.canonical_finding_id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint)))
 ORDER BY d.deadline, d.canonical_finding_id
 LIMIT :fetch
 """,
-    columns=_COLUMNS,
-    listed=listed_repository(),
-    known=_KNOWN,
+    **_SLOTS,
     repository=_REPOSITORY,
 )
 
@@ -81,9 +83,7 @@ _PUBLISHED = statement(
     """
 SELECT d.canonical_finding_id AS id, d.published_at AS keyset_at, r.id AS repository_id, r.host, r.owner, r.name,
        c.severity, {columns}
-FROM disclosures d
-JOIN repositories r ON r.id = d.repository_id
-JOIN canonical_findings c ON c.id = d.canonical_finding_id
+FROM {clocks}
 WHERE d.state = 'published' AND d.published_at > now() - make_interval(days => :days)
   AND {listed} AND {known} AND {repository}
   AND (CAST(:after_at AS timestamptz) IS NULL
@@ -91,9 +91,7 @@ WHERE d.state = 'published' AND d.published_at > now() - make_interval(days => :
 ORDER BY d.published_at DESC, d.canonical_finding_id DESC
 LIMIT :fetch
 """,
-    columns=_COLUMNS,
-    listed=listed_repository(),
-    known=_KNOWN,
+    **_SLOTS,
     repository=_REPOSITORY,
 )
 
@@ -101,16 +99,12 @@ LIMIT :fetch
 _STUB = statement(
     """
 SELECT c.severity, count(*) OVER () AS embargoed, {columns}
-FROM disclosures d
-JOIN repositories r ON r.id = d.repository_id
-JOIN canonical_findings c ON c.id = d.canonical_finding_id
+FROM {clocks}
 WHERE d.repository_id = :repository_id AND d.state = 'embargoed' AND {listed} AND {known}
 ORDER BY d.deadline, d.canonical_finding_id
 LIMIT :limit
 """,
-    columns=_COLUMNS,
-    listed=listed_repository(),
-    known=_KNOWN,
+    **_SLOTS,
 )
 
 _OF_CANONICAL = statement("SELECT {columns} FROM disclosures d WHERE d.canonical_finding_id = :id", columns=_COLUMNS)
