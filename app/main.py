@@ -135,8 +135,10 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     gc.freeze()
     yield
     await watchdog.stop()
+    from app.forge import http as forge_http
     from app.kernel.queue import close_pools
 
+    await forge_http.close()
     await close_pools()
     await db.dispose_engines()
     metrics.process_exit()  # serve --workers N: this process's live samples leave the sum

@@ -23,6 +23,7 @@ from app.evidence import observe as observations
 from app.evidence import recheck as evidence
 from app.exports import service as exports
 from app.feed.entries import rendered_entry
+from app.forge import http as forge_http
 from app.infestations import dirty_queue, maintenance, shadow_sampler
 from app.kernel import db, outages, watchdog
 from app.kernel.config import ConfigError, settings
@@ -295,6 +296,7 @@ class SurvivingWorker(Worker):
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     await watchdog.stop()
+    await forge_http.close()
     await close_pools()
     await db.dispose_engines()
 

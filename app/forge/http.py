@@ -10,6 +10,7 @@ import ipaddress
 import socket
 import ssl
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,9 +28,13 @@ DEADLINE_SECONDS = 10.0  # one request's whole time, when its caller gives a lat
 MAX_STOP_SECONDS = 3600.0  # a forge's "come back at" further away than this is read as this
 RESOLVED_SECONDS = 60.0  # a public name's checked addresses are trusted this long in one process
 
-# tokens refill at ARGV[1] a second up to ARGV[2]; answers "0" (a token taken) or the seconds until one is there
-# (nothing taken). Redis's clock, so every process agrees.
-_BUCKET = """
+# One round trip a request: the forge's "stop until" (KEYS[2], answered "stop <epoch>" while it is later than the
+# caller's clock, ARGV[3]: the kind of clock that wrote it), else a token of KEYS[1], refilled at ARGV[1] a second up
+# to ARGV[2]: "0" (a token taken) or the seconds until one is there (nothing taken). Redis's clock for the bucket,
+# so every process agrees.
+_TAKE = """
+local stop = redis.call('GET', KEYS[2])
+if stop and tonumber(stop) > tonumber(ARGV[3]) then return 'stop ' .. stop end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local rate = tonumber(ARGV[1])
@@ -62,6 +67,11 @@ class Reply:
 
 
 _ssl: ssl.SSLContext | None = None
+# One pooled client an event loop: a forge asked again within KEEPALIVE_SECONDS reuses its connection (a new TCP and
+# TLS handshake each request was most of the gate's cost: docs/benchmarks.md). Its connections belong to the loop.
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+KEEPALIVE_SECONDS = 30.0
+POOL = httpx.Limits(max_connections=64, max_keepalive_connections=16, keepalive_expiry=KEEPALIVE_SECONDS)
 _resolved: dict[str, float] = {}  # host name -> monotonic instant its public addresses were checked
 
 
@@ -72,22 +82,26 @@ def _context() -> ssl.SSLContext:
     return _ssl
 
 
+def _client() -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None or client.is_closed:
+        client = httpx.AsyncClient(trust_env=False, follow_redirects=False, verify=_context(), limits=POOL)
+        _clients[loop] = client
+    return client
+
+
+async def close() -> None:
+    """Close this event loop's pooled client (a process's shutdown)."""
+    client = _clients.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
+
+
 async def _redis() -> Redis:
     from app.kernel.queue import pool  # the process's one Redis pool, imported late as app.kernel.ratelimit does
 
     return await pool()
-
-
-async def _stopped_until(bucket: str) -> float | None:
-    try:
-        raw = await (await _redis()).get(_PREFIX + "stop:" + bucket)
-    except outages.REDIS_ERRORS as exc:
-        outages.record(outages.REDIS, exc, source="forge")
-        return None
-    if raw is None:
-        return None
-    until = float(raw)
-    return until if until > time.time() else None
 
 
 async def _stop(bucket: str, until: float) -> None:
@@ -101,18 +115,23 @@ async def _stop(bucket: str, until: float) -> None:
         outages.record(outages.REDIS, exc, source="forge")
 
 
-async def _token(bucket: str, deadline: float) -> bool:
-    """Wait for one of `bucket`'s tokens until `deadline` (False: none in time). Redis away: no wait (fail open,
-    as the other rates do; the forge's own limits still answer)."""
+async def _token(bucket: str, deadline: float) -> float | bool:
+    """Wait for one of `bucket`'s tokens until `deadline`: True (taken), False (none in time), or the epoch second
+    before which the forge asked for no request. Redis away: no wait (fail open, as the other rates do; the
+    forge's own limits still answer)."""
     rate, burst = forge_requests_per_second(), forge_burst()
+    keys = [_PREFIX + "bucket:" + bucket, _PREFIX + "stop:" + bucket]
     while True:
         try:
             redis = await _redis()
-            answer: Any = await redis.eval(_BUCKET, 1, _PREFIX + "bucket:" + bucket, repr(rate), str(burst))  # type: ignore[misc]
-            wait = float(answer)
+            answer: Any = await redis.eval(_TAKE, 2, *keys, repr(rate), str(burst), repr(time.time()))  # type: ignore[misc]
         except outages.REDIS_ERRORS as exc:
             outages.record(outages.REDIS, exc, source="forge")
             return True
+        text = answer.decode() if isinstance(answer, bytes) else str(answer)
+        if text.startswith("stop "):
+            return float(text[5:])
+        wait = float(text)
         if wait <= 0:
             return True
         if time.monotonic() + wait > deadline:
@@ -181,12 +200,12 @@ async def get(
     end = time.monotonic() + max_seconds
     if deadline is not None:
         end = min(end, deadline)
-    until = await _stopped_until(bucket)
-    if until is not None:
-        detail = f"the forge asked for no request before {time.strftime('%H:%M:%S', time.gmtime(until))} UTC"
-        return Reply(trouble="failed", detail=detail, rate=True)
-    if not await _token(bucket, end):
+    taken = await _token(bucket, end)
+    if taken is False:
         return Reply(trouble="failed", detail="no forge rate left in time", rate=True)
+    if taken is not True:
+        detail = f"the forge asked for no request before {time.strftime('%H:%M:%S', time.gmtime(taken))} UTC"
+        return Reply(trouble="failed", detail=detail, rate=True)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     trouble = await _address_trouble(host, port, end)
     if trouble is not None:
@@ -201,8 +220,7 @@ async def get(
     try:
         async with (
             asyncio.timeout(left),
-            httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout, verify=_context()) as client,
-            client.stream("GET", url, headers=sent) as response,
+            _client().stream("GET", url, headers=sent, timeout=timeout) as response,
         ):
             answered = {name.lower(): value for name, value in response.headers.items()}
             stop = _stop_from(answered)

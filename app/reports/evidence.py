@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 
 from app.forge import api as forge
 from app.forge import lines
 from app.kernel import db
+from app.kernel.sql import Fragment, statement
 
 State = Literal["confirmed", "refused", "pending"]
 RAW_AT_ONCE = 4  # raw file reads of one report in flight at once
@@ -50,14 +51,20 @@ class EvidenceResult:
         return self.commit != "pending" and all(f.state != "pending" for f in self.findings)
 
 
-# the commit's row and its paths' rows, in one read
-_CACHED = text("""
-SELECT NULL AS path, present, committed_at, NULL::bytea AS line_digests
-FROM forge_commits WHERE repository_id = :rid AND commit_sha = :sha
-UNION ALL
-SELECT path, present, NULL, line_digests
-FROM forge_files WHERE repository_id = :rid AND commit_sha = :sha AND path = ANY(CAST(:paths AS text[]))
-""")
+# the repository, its commit's cached row and its paths' rows, in one read (by id, or by name at submission)
+_KNOWN = """
+SELECT r.id AS repository_id, r.default_branch, c.path, c.present, c.committed_at, c.line_digests
+FROM repositories r LEFT JOIN LATERAL (
+    SELECT NULL AS path, present, committed_at, NULL::bytea AS line_digests
+    FROM forge_commits WHERE repository_id = r.id AND commit_sha = :sha
+    UNION ALL
+    SELECT path, present, NULL, line_digests
+    FROM forge_files WHERE repository_id = r.id AND commit_sha = :sha AND path = ANY(CAST(:paths AS text[]))
+) c ON true
+WHERE {which}
+"""
+_KNOWN_BY_ID = statement(_KNOWN, which=Fragment("r.id = :rid"))
+_KNOWN_BY_NAME = statement(_KNOWN, which=Fragment("r.host = :host AND r.owner = :owner AND r.name = :name"))
 _CACHE_COMMIT = text("""
 INSERT INTO forge_commits (repository_id, commit_sha, present, committed_at)
 VALUES (:rid, :sha, true, :committed_at) ON CONFLICT DO NOTHING
@@ -100,17 +107,22 @@ async def _bounded(deadline: float, *calls: Awaitable[Any]) -> list[Any]:
     return [None if task in late or task.cancelled() or task.exception() else task.result() for task in tasks]
 
 
-async def _read_cache(repository_id: int, commit_sha: str, paths: list[str]) -> _Commit:
+async def _read_cache(by: TextClause, params: dict[str, Any]) -> tuple[int, str | None, _Commit] | None:
+    """The repository's id and default branch, and what the caches know of the commit; None: no such repository."""
     found = _Commit()
     async with db.read_session(replica=False) as session:
-        rows = (await session.execute(_CACHED, {"rid": repository_id, "sha": commit_sha, "paths": paths})).all()
+        rows = (await session.execute(by, params)).all()
+    if not rows:
+        return None
     for row in rows:
+        if row.present is None:
+            continue  # the repository's row alone: nothing cached
         if row.path is None:
             found.state = "confirmed" if row.present else "refused"
             found.committed_at = row.committed_at
         else:
             found.files[str(row.path)] = _File(bool(row.present), row.line_digests)
-    return found
+    return int(rows[0].repository_id), rows[0].default_branch, found
 
 
 async def _place(
@@ -181,8 +193,38 @@ async def check_evidence(
     it names) or pending (the forge failed, was slow past `deadline`, a `time.monotonic()` instant, or its rate was
     spent). Never raises for what the forge does; writes what it learnt to the caches."""
     paths = sorted({f.file_path for f in findings})
-    known = await _read_cache(repository_id, commit_sha, paths)
-    wanted = [p for p in paths if p not in known.files]
+    read = await _read_cache(_KNOWN_BY_ID, {"rid": repository_id, "sha": commit_sha, "paths": paths})
+    known = read[2] if read is not None else _Commit()
+    return await _check(repository_id, host, owner, name, default_branch, commit_sha, findings, known, deadline)
+
+
+async def check_listed(
+    host: str, owner: str, name: str, commit_sha: str, findings: Sequence[FindingRef], *, deadline: float
+) -> tuple[int, EvidenceResult] | None:
+    """`check_evidence` of the repository listed as host/owner/name (its row read with the caches, in one
+    statement), with its id; None when it is not listed."""
+    paths = sorted({f.file_path for f in findings})
+    params = {"host": host, "owner": owner, "name": name, "sha": commit_sha, "paths": paths}
+    read = await _read_cache(_KNOWN_BY_NAME, params)
+    if read is None:
+        return None
+    repository_id, default_branch, known = read
+    result = await _check(repository_id, host, owner, name, default_branch, commit_sha, findings, known, deadline)
+    return repository_id, result
+
+
+async def _check(
+    repository_id: int,
+    host: str,
+    owner: str,
+    name: str,
+    default_branch: str | None,
+    commit_sha: str,
+    findings: Sequence[FindingRef],
+    known: _Commit,
+    deadline: float,
+) -> EvidenceResult:
+    wanted = sorted({f.file_path for f in findings} - known.files.keys())
     gate = asyncio.Semaphore(RAW_AT_ONCE)
     calls: list[Awaitable[Any]] = [_raw(host, owner, name, commit_sha, p, gate, deadline) for p in wanted]
     if known.state == "pending":

@@ -16,11 +16,10 @@ from app.kernel import db
 from app.kernel.config import forge_budget_seconds
 from app.kernel.errors import ValidationError
 from app.kernel.refs import normalize_ref
-from app.reports.evidence import EvidenceResult, FindingRef, check_evidence
+from app.reports.evidence import EvidenceResult, FindingRef, check_listed
 from app.reports.sarif import sarif_errors
 from app.reports.validation import ReportInput
 
-_REPOSITORY = text("SELECT id, default_branch FROM repositories WHERE host = :host AND owner = :owner AND name = :name")
 _REFUSED = text("INSERT INTO report_refusals (account_id, repository_id, reason) VALUES (:aid, :rid, :reason)")
 
 
@@ -53,21 +52,18 @@ async def gate_report(account_id: int, host: str, owner: str, name: str, report:
     host, owner, name = normalize_ref(host, owner, name)
     if not evidence_enabled(host):
         return None
-    async with db.read_session(replica=False) as session:
-        repo = (await session.execute(_REPOSITORY, {"host": host, "owner": owner, "name": name})).first()
-    if repo is None:
-        return None
     refs = [FindingRef(f.file_path, f.line_start, f.line_end) for f in report.findings]
     deadline = time.monotonic() + forge_budget_seconds()
-    result = await check_evidence(
-        int(repo.id), host, owner, name, repo.default_branch, report.commit_sha, refs, deadline=deadline
-    )
+    checked = await check_listed(host, owner, name, report.commit_sha, refs, deadline=deadline)
+    if checked is None:
+        return None
+    repository_id, result = checked
     errors = refusal_errors(report, result)
     if errors:
         field, messages = next(iter(errors.items()))
         async with db.transaction() as session:
             await session.execute(
-                _REFUSED, {"aid": account_id, "rid": int(repo.id), "reason": f"{field}: {messages[0]}"}
+                _REFUSED, {"aid": account_id, "rid": repository_id, "reason": f"{field}: {messages[0]}"}
             )
         raise ValidationError(errors)
     pending = not result.decided  # then every finding waits for the others: one publication per report
