@@ -23,6 +23,16 @@ from starlette.types import Scope
 from app.kernel.addresses import parse_address
 from app.kernel.config import metrics_allow
 
+
+def _counter_by(name: str, documentation: str, label: str, values: Iterable[str]) -> Counter:
+    """A counter with one label, each of whose `values` is exported at 0 from the start (a rate over a value never
+    seen yet is 0, not no data)."""
+    counter = Counter(name, documentation, [label])
+    for value in values:
+        counter.labels(**{label: value})
+    return counter
+
+
 LIST_DURATION = Histogram(
     "tarakan_infestations_list_seconds",
     "Duration of list_infestations by source (rollup|legacy) and window",
@@ -105,24 +115,22 @@ REPLICA_FALLBACKS = Counter(
 )
 # Replica freshness (app.kernel.db, docs/scaling.md "Read replicas"): reads skip a replica that has not replayed the
 # newest takedown (behind_takedown) or lags more than DATABASE_REPLICA_MAX_LAG (lagging)
-REPLICA_SKIPS = Counter(
+REPLICA_SKIPS = _counter_by(
     "tarakan_replica_skips_total",
     "Public reads sent to the primary because the replica had not replayed the newest takedown or lagged too far",
-    ["reason"],
+    "reason",
+    ("behind_takedown", "lagging"),
 )
-for _reason in ("behind_takedown", "lagging"):
-    REPLICA_SKIPS.labels(reason=_reason)
 # The shared page cache (app.kernel.purge, docs/scaling.md "Shared cache"): a purge of tags that failed on one Varnish
 # after its retries (stage tags: everything there was purged instead), and one whose fallback failed too (stage
 # everything: that cache may serve what a takedown removed until the page's s-maxage runs out)
-CACHE_PURGE_FAILURES = Counter(
+CACHE_PURGE_FAILURES = _counter_by(
     "tarakan_cache_purge_failures_total",
     "Shared-cache purges that failed on one cache after their retries, by stage (tags: fell back to purging "
     "everything; everything: the fallback failed too)",
-    ["stage"],
+    "stage",
+    ("tags", "everything"),
 )
-for _stage in ("tags", "everything"):
-    CACHE_PURGE_FAILURES.labels(stage=_stage)
 REPLICA_LAG = Gauge(
     "tarakan_replica_lag_seconds",
     "Replica lag: 0 while it has replayed all it received, else seconds since its last replayed transaction",
@@ -174,13 +182,12 @@ JOB_LAST_SUCCESS = Gauge(
 # Maintainers' webhooks (docs/domain.md "Webhooks"): attempts counted by the worker that made them; the backlog
 # gauges are facts about the fleet, read from the database by the worker after each delivery run and at each scrape
 # of a web process (app/ops/gauges.py)
-WEBHOOK_DELIVERIES = Counter(
+WEBHOOK_DELIVERIES = _counter_by(
     "tarakan_webhook_deliveries_total",
     "Webhook delivery attempts by outcome: delivered (a 2xx) or failed (another status, or no answer)",
-    ["outcome"],
+    "outcome",
+    ("delivered", "failed"),
 )
-for _outcome in ("delivered", "failed"):
-    WEBHOOK_DELIVERIES.labels(outcome=_outcome)
 WEBHOOKS_DISABLED = Counter("tarakan_webhooks_disabled_total", "Webhooks disabled after failing for 24 hours")
 WEBHOOK_PENDING = Gauge(
     "tarakan_webhook_deliveries_pending",
@@ -194,14 +201,13 @@ WEBHOOK_OLDEST_DUE_AGE = Gauge(
 )
 
 # app.record.rendered: anonymous public pages rendered once per version (docs/scaling.md "Rendered once per version")
-RENDER_CACHE_REQUESTS = Counter(
+RENDER_CACHE_REQUESTS = _counter_by(
     "tarakan_render_cache_requests_total",
     "Anonymous public page requests by render-cache outcome (hit: served from memory, miss: rendered and kept, "
     "bypass: not kept: signed in, not a public 200, or too large)",
-    ["outcome"],
+    "outcome",
+    ("hit", "miss", "bypass"),
 )
-for _outcome in ("hit", "miss", "bypass"):
-    RENDER_CACHE_REQUESTS.labels(outcome=_outcome)
 RENDER_CACHE_BYTES = Gauge(
     "tarakan_render_cache_bytes", "Bytes of rendered pages the render caches hold", multiprocess_mode="livesum"
 )
