@@ -9,7 +9,6 @@ import os
 import threading
 from collections.abc import Sequence
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +105,11 @@ def _folder_forge(base: type[Any], folder: Path) -> Any:
             write_atomically(meta, json.dumps(doc, indent=2).encode())
             return 200, {"branch": branch, "head": sha}
 
-        def start(self, port: int = 0, bind: str = "127.0.0.1") -> Any:
+        def request_handler(self) -> Any:
             forge = self
+            base_handler: Any = super().request_handler()
 
-            class Handler(BaseHTTPRequestHandler):
-                protocol_version = "HTTP/1.1"
-
-                def do_GET(self) -> None:
-                    forge._handle(self)
-
+            class Handler(base_handler):  # type: ignore[misc]
                 def do_POST(self) -> None:
                     parts = self.path.split("/")  # /-/heads/{host}/{owner}/{name}
                     try:
@@ -132,13 +127,7 @@ def _folder_forge(base: type[Any], folder: Path) -> Any:
                     self.end_headers()
                     self.wfile.write(payload)
 
-                def log_message(self, format: str, *args: object) -> None:
-                    return
-
-            self.server = ThreadingHTTPServer((bind, port), Handler)
-            self.server.daemon_threads = True
-            threading.Thread(target=self.server.serve_forever, name="demo-forge", daemon=True).start()
-            return self
+            return Handler
 
     return Following()
 

@@ -125,7 +125,8 @@ class DemoForge:
 
     # serving
 
-    def start(self, port: int = 0, bind: str = "127.0.0.1") -> DemoForge:
+    def request_handler(self) -> type[BaseHTTPRequestHandler]:
+        """The server's handler class: every GET answered by this forge, nothing logged (a subclass adds methods)."""
         forge = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -137,7 +138,10 @@ class DemoForge:
             def log_message(self, format: str, *args: object) -> None:
                 return
 
-        self.server = ThreadingHTTPServer((bind, port), Handler)
+        return Handler
+
+    def start(self, port: int = 0, bind: str = "127.0.0.1") -> DemoForge:
+        self.server = ThreadingHTTPServer((bind, port), self.request_handler())
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="demo-forge", daemon=True).start()
         return self
