@@ -70,19 +70,25 @@ class Unauthorized(DomainError):
         return {"WWW-Authenticate": 'Bearer realm="tarakan"'}
 
 
-class RateLimited(DomainError):
-    status_code, title = 429, "Too many attempts"
+class _TryAgainLater(DomainError):
+    """A refusal that says when to try again: `retry_after` seconds."""
 
-    def __init__(self, errors: dict[str, list[str]] | str, *, retry_after: int) -> None:
-        super().__init__(errors)
-        self.retry_after = retry_after
+    retry_after: int
 
     def headers(self) -> dict[str, str]:
         # one client's refusal must never be served to another by a shared cache
         return {"Retry-After": str(self.retry_after), "Cache-Control": "no-store"}
 
 
-class ServiceUnavailable(DomainError):
+class RateLimited(_TryAgainLater):
+    status_code, title = 429, "Too many attempts"
+
+    def __init__(self, errors: dict[str, list[str]] | str, *, retry_after: int) -> None:
+        super().__init__(errors)
+        self.retry_after = retry_after
+
+
+class ServiceUnavailable(_TryAgainLater):
     """A dependency (Postgres, Redis) is away or too slow: try again after `retry_after` seconds. Raised for the
     web by the outage handler in `app.main` (docs/reliability.md); never cached."""
 
@@ -94,6 +100,3 @@ class ServiceUnavailable(DomainError):
     ):
         super().__init__(errors, message=message)
         self.retry_after = retry_after
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.retry_after), "Cache-Control": "no-store"}
