@@ -38,7 +38,7 @@ from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.sql import WINDOW_DAYS
 from app.kernel.urls import infestation_path, twin_path
 from app.kernel.web import View, json_twin, page
-from app.record.rendered import page_route
+from app.record.rendered import ATLAS, page_route
 
 CONSTELLATION_TOP = 30  # the picture stays light; the table below carries all rows
 LEDGER_PAGE = 50
@@ -255,7 +255,12 @@ def render_ledger(view: View[LedgerQuery], data: ShowData) -> Response:
 
 routes: list[BaseRoute] = [
     page_route(
-        "/infestations{format:format}", parse=parse_index, read=read_index, render=render_index, name="infestations"
+        "/infestations{format:format}",
+        parse=parse_index,
+        read=read_index,
+        render=render_index,
+        name="infestations",
+        scope=ATLAS,
     ),
     page_route(
         "/infestations/{pattern_key}/instances{format:format}",
@@ -263,6 +268,7 @@ routes: list[BaseRoute] = [
         read=read_ledger,
         render=render_ledger,
         name="infestation_instances",
+        scope=ATLAS,
     ),
     page_route(
         "/infestations/{pattern_key:stem}{format:format}",
@@ -270,5 +276,6 @@ routes: list[BaseRoute] = [
         read=read_show,
         render=render_show,
         name="infestation",
+        scope=ATLAS,
     ),
 ]

@@ -36,6 +36,7 @@ ENTRY_SHARE = 8
 # - reports: the newest scan (a report without findings, or on a pending repository, writes no feed entry);
 # - refreshed: the newest rollup refresh of a pattern that stays; dirty: refreshes that only delete a pattern
 #   (its row leaves the queue).
+# A page is kept under the parts its `Scope` names, not all of them (docs/scaling.md "Rendered once per version").
 VERSION_SQL = statement(
     "SELECT ({takedown}) AS takedown,"
     " (SELECT max(seq) FROM changes) AS changes,"
@@ -44,6 +45,35 @@ VERSION_SQL = statement(
     " (SELECT count(*) FROM (SELECT 1 FROM infestation_dirty_keys LIMIT 1000) d) AS dirty",
     takedown=db.TAKEDOWN_FENCE,
 )
+TAKEDOWN, CHANGES, REPORTS, REFRESHED, DIRTY = range(5)  # VERSION_SQL's columns
+_EVERY_PART = (TAKEDOWN, CHANGES, REPORTS, REFRESHED, DIRTY)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The parts of the version a route's pages depend on: `rolled` while the rollup read flag is on, `live` while
+    it is off (a route that reads the rollup tables then reads the source tables instead)."""
+
+    name: str
+    rolled: tuple[int, ...]
+    live: tuple[int, ...] = _EVERY_PART
+
+    def of(self, version: tuple[Any, ...], rollup: bool) -> tuple[Any, ...]:
+        """The version a page of this scope is kept under."""
+        return tuple(version[part] for part in (self.rolled if rollup else self.live))
+
+
+# Every part: pages that show reports, the feed, or what a report changes at once (the home page, a repository's
+# badge, SARIF and feed, the sitemaps, the disclosure ledger, the precision table).
+EVERYTHING = Scope("everything", _EVERY_PART)
+# Pages read from the rollup tables alone, each row under the read-time guard (app.record.public): a report changes
+# them only through the refresh it queues (`refreshed` moves); the guard's inputs move to hidden only through an
+# audited action (`takedown`). Not `changes`, `reports` or `dirty`: every report moves those. A refresh that only
+# deletes a pattern follows the audited action whose guard already hid it, so it changes none of these pages.
+ATLAS = Scope("atlas", (TAKEDOWN, REFRESHED))
+# Pages that read nothing a report or a refresh writes (kept until a takedown or MAX_AGE_SECONDS).
+STATIC = Scope("static", (TAKEDOWN,), (TAKEDOWN,))
+
 _NOT_IN_304 = frozenset({b"content-type", b"content-length", b"content-encoding"})
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -290,19 +320,20 @@ def _without_validators(request: Request) -> Request:
     return Request(scope, request.receive)
 
 
-def rendered_once(key: KeyOf = path_and_query) -> Callable[[Handler], Handler]:
+def rendered_once(key: KeyOf = path_and_query, *, scope: Scope = EVERYTHING) -> Callable[[Handler], Handler]:
     """Serve the decorated public route from the render cache (`kept_or_rendered`), the page kept under (route,
-    `key(request)`, fragment or not, the rollup read flag)."""
+    `key(request)`, fragment or not, the rollup read flag) and the parts of the version its `scope` names."""
 
     def decorate(handler: Handler) -> Handler:
         route = f"{handler.__module__}.{handler.__qualname__}"
 
         @wraps(handler)
         async def serve(request: Request) -> Response:
-            async def key_of() -> Hashable:
-                return (route, key(request), is_fragment_request(request), await flags.read_from_rollup())
+            async def key_of() -> tuple[Hashable, bool]:
+                rollup = await flags.read_from_rollup()
+                return (route, key(request), is_fragment_request(request), rollup), rollup
 
-            return await kept_or_rendered(request, key_of, handler)
+            return await kept_or_rendered(request, key_of, handler, scope)
 
         return serve
 
@@ -320,41 +351,50 @@ def page_route(
     read: Callable[[View[Q]], Awaitable[D]],
     render: Callable[[View[Q], D], Response],
     name: str | None = None,
+    scope: Scope = EVERYTHING,
 ) -> PageRoute:
     """The read side's twin of `app.kernel.intake.body_route`: a GET (and HEAD) whose query is parsed once into one
     typed value (`parse`, in `app.kernel.web.view_of`, with the fragment and rollup flags read once beside it),
-    which with the route is the render cache's key; on a miss `read(view)` fetches and `render(view, data)` answers
-    the page, its fragment or its twin. A 4xx of `parse` or `read` is the one error path's, never kept."""
+    which with the route is the render cache's key (under the parts of the version `scope` names); on a miss
+    `read(view)` fetches and `render(view, data)` answers the page, its fragment or its twin. A 4xx of `parse` or
+    `read` is the one error path's, never kept."""
     route = f"{render.__module__}.{name or path}"
 
     async def endpoint(request: Request) -> Response:
         view = await view_of(request, parse)
 
-        async def key_of() -> Hashable:
-            return (route, view.key)
+        async def key_of() -> tuple[Hashable, bool]:
+            return (route, view.key), view.rollup
 
         async def handler(seen: Request) -> Response:
             # on a miss the handler sees the request without its validators (`_without_validators`)
             current = view if seen is request else replace(view, request=seen)
             return render(current, await read(current))
 
-        return await kept_or_rendered(request, key_of, handler)
+        return await kept_or_rendered(request, key_of, handler, scope)
 
     return PageRoute(path, endpoint, methods=["GET", "HEAD"], name=name)
 
 
-async def kept_or_rendered(request: Request, key_of: Callable[[], Awaitable[Hashable]], handler: Handler) -> Response:
-    """One version read per request, the page rendered once per (`key_of()`, version) and process, and again once
-    it is MAX_AGE_SECONDS old. Signed-in requests (a session cookie naming a live session), errors and private
-    answers pass through untouched."""
+async def kept_or_rendered(
+    request: Request,
+    key_of: Callable[[], Awaitable[tuple[Hashable, bool]]],
+    handler: Handler,
+    scope: Scope = EVERYTHING,
+) -> Response:
+    """One version read per request, the page rendered once per (key, its `scope`'s parts of the version) and
+    process, and again once it is MAX_AGE_SECONDS old; `key_of()` gives the key and the rollup read flag the page
+    is read under. Signed-in requests (a session cookie naming a live session), errors and private answers pass
+    through untouched."""
     store = cache()
     if store is None or not await _anonymous(request):
         if store is not None:
             RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
         return await handler(request)
     version, on_primary = await shared_version()
-    store.saw_takedown(int(version[0]))
-    full_key = (await key_of(), version)
+    store.saw_takedown(int(version[TAKEDOWN]))
+    key, rollup = await key_of()
+    full_key = (key, scope.of(version, rollup))
     kept = store.get(full_key)
     if kept is not None:
         store.hits += 1

@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute, Route
 from app.kernel.errors import NotFound
 from app.kernel.shared_cache import ATLAS_TAG, SITEMAP_TAG
 from app.kernel.web import cache_headers, etag_matches, streamed_document
-from app.record.rendered import rendered_once
+from app.record.rendered import ATLAS, STATIC, rendered_once
 from app.seo import feeds
 from app.seo.settings import seo_settings
 from app.seo.sitemap import (
@@ -118,7 +118,7 @@ async def sitemap_xml(request: Request) -> Response:
     return _small_xml(request, index, last_modified=max(times) if times else None, tags=[ATLAS_TAG])
 
 
-@rendered_once(_encoded)
+@rendered_once(_encoded, scope=STATIC)
 async def sitemap_hubs(request: Request) -> Response:
     return _small_xml(request, hubs_xml(seo_settings().base_url))
 
@@ -141,12 +141,12 @@ def _atom(feed: feeds.Feed) -> Response:
     return Response(feeds.render(feed), media_type=ATOM_TYPE, headers=cache_headers(FEED_CACHE, feed.tags))
 
 
-@rendered_once(_path)
+@rendered_once(_path, scope=ATLAS)
 async def infestations_atom(request: Request) -> Response:
     return _atom(await feeds.infestations_feed())
 
 
-@rendered_once(_path)
+@rendered_once(_path, scope=ATLAS)
 async def infestation_atom(request: Request) -> Response:
     feed = await feeds.infestation_feed(request.path_params["pattern_key"])
     if feed is None:
