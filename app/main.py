@@ -127,6 +127,7 @@ async def routing_error(request: Request, exc: Exception) -> Response:
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     db.limit_statements()  # the server's statements are capped (DB_STATEMENT_TIMEOUT, docs/reliability.md)
+    await db.warm_pools()  # answers only once its connections are open (docs/scaling.md "A process answers warm")
     watchdog.start()  # event-loop lag on /metrics, and a line naming the route of any stall
     # The ~140,000 objects of the imported code live as long as the process: out of the collector's sight, a full
     # collection no longer walks them (it stopped every request for 80-250 ms a few times a minute under load,

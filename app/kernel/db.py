@@ -20,7 +20,7 @@ from sqlalchemy.orm import DeclarativeBase
 from app.kernel import aftercommit, outages
 from app.kernel.config import settings, transaction_pooling
 from app.kernel.engines import dispose_engines as dispose_engines  # re-exported: callers say db.dispose_engines()
-from app.kernel.engines import engine_for
+from app.kernel.engines import engine_for, warm
 from app.kernel.engines import limit_statements as limit_statements  # re-exported: app.main calls db.limit_statements()
 from app.kernel.metrics import REPLICA_CONFLICTS, REPLICA_FALLBACKS, REPLICA_LAG, REPLICA_SKIPS
 from app.kernel.sql import Fragment, statement
@@ -116,6 +116,12 @@ def _database_urls() -> tuple[str, str | None]:
 
 def engine() -> AsyncEngine:
     return engine_for(_database_urls()[0])
+
+
+async def warm_pools() -> int:
+    """Open the primary's pool (and the replica's) before the process answers (`app.kernel.engines.warm`)."""
+    connections = settings().db_pool_size
+    return sum([await warm(url, connections) for url in dict.fromkeys(_database_urls()) if url is not None])
 
 
 # A read's statements each commit on their own (no BEGIN, no ROLLBACK: one round trip per statement). Under READ

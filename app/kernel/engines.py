@@ -123,3 +123,25 @@ async def dispose_engines(url: str | None = None) -> None:
     loop_id = id(asyncio.get_running_loop())
     for key in [k for k in _engines if k[0] == loop_id and (url is None or k[1] == url)]:
         await _engines.pop(key).dispose()
+
+
+WARM_SECONDS = 10.0  # the longest a starting process waits for its pool before it answers anyway
+
+
+async def warm(url: str, connections: int) -> int:
+    """Open `connections` of `url`'s pooled connections at once, before the process answers: a cold process met by
+    a burst opened them one request at a time, each a Postgres backend's start in the request's time (issue 39,
+    docs/scaling.md "A process answers warm"). Answers how many opened; a database lost meanwhile opens none (the
+    process answers anyway, its requests 503 until it is back: `tarakan serve` checked it was there)."""
+    pool = engine_for(url)
+    opened = [pool.connect() for _ in range(connections)]
+    try:
+        async with asyncio.timeout(WARM_SECONDS):
+            results = await asyncio.gather(*(c.start() for c in opened), return_exceptions=True)
+    except TimeoutError:
+        results = []
+    finally:
+        for connection in opened:
+            if connection.sync_connection is not None:  # started: back to the pool, kept there
+                await connection.close()
+    return sum(1 for r in results if not isinstance(r, BaseException))
