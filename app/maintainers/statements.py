@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import BigInteger, ColumnElement, func, insert, literal, or_, select, update
@@ -263,11 +263,7 @@ async def record_statement(account_id: int, canonical_public_id: str, statement:
                 .values(
                     canonical_finding_id=canonical_id,
                     author_id=account_id,
-                    status=statement.status,
-                    justification=statement.justification,
-                    impact_statement=statement.impact_statement,
-                    action_statement=statement.action_statement,
-                    fixed_in=statement.fixed_in,
+                    **asdict(statement),  # status, justification, impact, action, fixed_in: the body as validated
                     # taken after the lock: the newest statement is also the last one to commit
                     inserted_at=func.clock_timestamp(),
                 )

@@ -84,6 +84,18 @@ async def _record_verdict(
     return as_json(await store(verdict))
 
 
+def _recorded(verdict: VerdictInput, account_id: int, ip_hash: bytes | None) -> dict[str, Any]:
+    """The columns every check and confirmation records of its verdict and of who gave it (the commit aside)."""
+    return {
+        "account_id": account_id,
+        "verdict": verdict.verdict,
+        "provenance": verdict.provenance,
+        "notes": verdict.notes,
+        "evidence": verdict.evidence,
+        "client_ip_hash": ip_hash,
+    }
+
+
 CHECK_TAKEN = {"commit_sha": ["you already checked this finding at this commit"]}
 
 
@@ -148,13 +160,8 @@ async def store_check(
         row = CanonicalFindingCheck(
             canonical_finding_id=canonical_id,
             scan_finding_id=int(occurrence),
-            account_id=actor.id,
             commit_sha=check.commit_sha,
-            verdict=check.verdict,
-            provenance=check.provenance,
-            notes=check.notes,
-            evidence=check.evidence,
-            client_ip_hash=ip_hash,
+            **_recorded(check, actor.id, ip_hash),
         )
         await _insert_once(session, row, "canonical_finding_checks_unique_idx", CHECK_TAKEN)
         await recompute_canonical_status(session, canonical_id)
@@ -179,13 +186,13 @@ CONFIRMATION_TAKEN = {"scan": ["you already recorded a verdict on this report"]}
 _COPY_TO_CHECKS = """
 INSERT INTO canonical_finding_checks
   (canonical_finding_id, scan_finding_id, account_id, commit_sha, verdict, provenance, notes, evidence, client_ip_hash)
-SELECT DISTINCT ON (f.canonical_finding_id) f.canonical_finding_id, f.id, :aid, s.commit_sha, :verdict,
-       :provenance, :notes, :evidence, :ip
+SELECT DISTINCT ON (f.canonical_finding_id) f.canonical_finding_id, f.id, :account_id, s.commit_sha, :verdict,
+       :provenance, :notes, :evidence, :client_ip_hash
 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
 WHERE f.scan_id = :scan_id AND f.canonical_finding_id IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM scan_findings o JOIN scans os ON os.id = o.scan_id
                   WHERE o.canonical_finding_id = f.canonical_finding_id AND os.commit_sha = s.commit_sha
-                    AND os.submitted_by_id = :aid)
+                    AND os.submitted_by_id = :account_id)
 ORDER BY f.canonical_finding_id, f.position
 ON CONFLICT (canonical_finding_id, account_id, commit_sha) DO NOTHING
 RETURNING canonical_finding_id
@@ -233,15 +240,7 @@ async def store_confirmation(
         if submitter_id == actor.id:
             raise Forbidden({"account": ["conflict of interest: you submitted this report"]})
         await session.execute(text("SELECT 1 FROM scans WHERE id = :id FOR UPDATE"), {"id": scan_id})
-        confirmation = ScanConfirmation(
-            scan_id=scan_id,
-            account_id=actor.id,
-            verdict=verdict.verdict,
-            provenance=verdict.provenance,
-            notes=verdict.notes,
-            evidence=verdict.evidence,
-            client_ip_hash=ip_hash,
-        )
+        confirmation = ScanConfirmation(scan_id=scan_id, **_recorded(verdict, actor.id, ip_hash))
         await _insert_once(session, confirmation, "scan_confirmations_unique_idx", CONFIRMATION_TAKEN)
         copied: list[int] = []
         # checks need a public occurrence at the commit, so only a public report's verdict reaches canonicals
@@ -250,16 +249,7 @@ async def store_confirmation(
                 int(c)
                 for c in (
                     await session.execute(
-                        text(_COPY_TO_CHECKS),
-                        {
-                            "aid": actor.id,
-                            "verdict": verdict.verdict,
-                            "provenance": verdict.provenance,
-                            "notes": verdict.notes,
-                            "evidence": verdict.evidence,
-                            "ip": ip_hash,
-                            "scan_id": scan_id,
-                        },
+                        text(_COPY_TO_CHECKS), {**_recorded(verdict, actor.id, ip_hash), "scan_id": scan_id}
                     )
                 ).scalars()
             ]
