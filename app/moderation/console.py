@@ -1,6 +1,7 @@
 """The moderation console's frame (docs/domain.md §8): who may use it (a moderator or admin in good standing), one
-list page (the keyset page with its filters, and the message after a no-JS action) and one action's form (run as one
-audited action, answered for both the no-JS and the htmx form). Its pages and actions are app/moderation/routes.py."""
+list page (the keyset page with its filters, and the message after a no-JS action) and one action's form and route
+(`action_route`: run as one audited action, answered for both the no-JS and the htmx form). Its pages and actions are
+app/moderation/routes.py."""
 
 from __future__ import annotations
 
