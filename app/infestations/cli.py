@@ -170,8 +170,7 @@ def _ranges_option(parser: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     """Add this feature's subcommands to the `tarakan` parser."""
-    inf = sub.add_parser("infestations", help="infestation rollups", description="infestation rollups")
-    inf_sub = inf.add_subparsers(dest="infestations_command", required=True, metavar="ACTION")
+    inf_sub = group(sub, "infestations", "infestation rollups")
     refresh = command(inf_sub, "refresh", _refresh, "recompute one pattern key from source")
     refresh.add_argument("key", metavar="KEY", help="pattern key (64 hex)")
     windows = command(inf_sub, "recompute-windows", _recompute_windows, "recompute the 7/30/90/365-day windows")

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from app.kernel import db
-from app.kernel.cli import command
+from app.kernel.cli import command, group
 from app.kernel.errors import NotFound
 
 
@@ -38,8 +38,7 @@ async def _signal(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    trust = sub.add_parser("trust", help="earned trust", description="earned trust")
-    actions = trust.add_subparsers(dest="trust_command", required=True, metavar="ACTION")
+    actions = group(sub, "trust", "earned trust")
     refresh = command(actions, "refresh", _refresh, "record new outcomes and the signals they move")
     refresh.add_argument("--all", action="store_true", help="recompute from source and count every account again")
     signal = command(actions, "signal", _signal, "print one account's signal (moderators read everyone's)")
