@@ -188,6 +188,7 @@ def clean_database(services: dict[str, str]) -> None:
     from app.record import rendered
     from app.registry import queries as registry_queries
     from app.registry.stats import reset_registry_stats_cache
+    from app.reports import evidence
     from app.seo import sitemap
     from app.site import home_infestations
 
@@ -200,6 +201,7 @@ def clean_database(services: dict[str, str]) -> None:
     flags.forget()
     registry_queries.search_cache.reset()
     rendered.reset()  # ids restart with the tables, so a version could come back with other rows behind it
+    evidence.forget()
 
 
 @pytest.fixture(scope="session")

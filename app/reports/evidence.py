@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -204,13 +205,76 @@ async def check_listed(
     """`check_evidence` of the repository listed as host/owner/name (its row read with the caches, in one
     statement), with its id; None when it is not listed."""
     paths = sorted({f.file_path for f in findings})
-    params = {"host": host, "owner": owner, "name": name, "sha": commit_sha, "paths": paths}
-    read = await _read_cache(_KNOWN_BY_NAME, params)
+    where = (host, owner, name, commit_sha)
+    read = _memo.recall(where, paths)
     if read is None:
-        return None
+        params = {"host": host, "owner": owner, "name": name, "sha": commit_sha, "paths": paths}
+        read = await _read_cache(_KNOWN_BY_NAME, params)
+        if read is None:
+            return None
     repository_id, default_branch, known = read
     result = await _check(repository_id, host, owner, name, default_branch, commit_sha, findings, known, deadline)
+    if known.state == "confirmed":
+        _memo.keep(where, repository_id, known)
     return repository_id, result
+
+
+class _Memo:
+    """The confirmed commits' present files, as the caches hold them, kept in this process for MEMO_SECONDS: the
+    next reports of an agent's run on the same commit and files skip the cache read (one statement and a pooled
+    connection of the request's time: issue 39). Only what the caches never take back (a confirmed commit, a
+    present file: their rows are never updated or deleted), and only briefly, since the name may come to mean
+    another repository (a deletion, a rename)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[tuple[str, ...], tuple[float, int, datetime | None, dict[str, bytes | None]]] = (
+            OrderedDict()
+        )
+
+    def recall(self, where: tuple[str, ...], paths: list[str]) -> tuple[int, str | None, _Commit] | None:
+        entry = self._entries.get(where)
+        if entry is None:
+            return None
+        at, repository_id, committed_at, files = entry
+        if time.monotonic() - at > MEMO_SECONDS or not all(p in files for p in paths):
+            return None
+        known = _Commit("confirmed", committed_at, files={p: _File(True, files[p]) for p in paths})
+        return repository_id, None, known
+
+    def keep(self, where: tuple[str, ...], repository_id: int, known: _Commit) -> None:
+        present = {p: f.digests for p, f in known.files.items() if f.present}
+        now = time.monotonic()
+        old = self._entries.pop(where, None)
+        at = now
+        if old is not None:
+            self.bytes -= _size(old[3])
+            if now - old[0] <= MEMO_SECONDS:  # what it knew keeps its age: a name is trusted MEMO_SECONDS at most
+                at = old[0]
+                present = {**old[3], **present}
+        self._entries[where] = (at, repository_id, known.committed_at, present)
+        self.bytes += _size(present)
+        while self.bytes > self.max_bytes and self._entries:
+            _where, (_at, _rid, _committed, files) = self._entries.popitem(last=False)
+            self.bytes -= _size(files)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
+
+def forget() -> None:
+    """Forget what this process remembers of the caches (tests: ids restart with the tables)."""
+    _memo.clear()
+
+
+def _size(files: dict[str, bytes | None]) -> int:
+    return sum(len(p) + len(d or b"") + 100 for p, d in files.items())
+
+
+MEMO_SECONDS = 60.0
+_memo = _Memo(8 * 1024 * 1024)
 
 
 async def _check(

@@ -20,7 +20,11 @@ from app.reports.evidence import EvidenceResult, FindingRef, check_listed
 from app.reports.sarif import sarif_errors
 from app.reports.validation import ReportInput
 
-_REFUSED = text("INSERT INTO report_refusals (account_id, repository_id, reason) VALUES (:aid, :rid, :reason)")
+# the repository as it is now: deleted since its row was read (a moderator's), the refusal is kept without it
+_REFUSED = text(
+    "INSERT INTO report_refusals (account_id, repository_id, reason)"
+    " SELECT :aid, (SELECT id FROM repositories WHERE id = :rid), :reason"
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,12 @@ class Gate:
     report: ReportInput
     pending: bool
     committed_at: datetime | None
+    repository_id: int  # the repository checked: the report's transaction stores it pending when its own differs
+
+    def undecided(self) -> Gate:
+        """The report as the gate stores an undecided one: every finding pending, for the worker's re-check."""
+        findings = [replace(f, evidence_state="pending", anchor=None) for f in self.report.findings]
+        return Gate(replace(self.report, findings=findings), True, None, self.repository_id)
 
 
 def refusal_errors(report: ReportInput, result: EvidenceResult) -> dict[str, list[str]]:
@@ -71,4 +81,4 @@ async def gate_report(account_id: int, host: str, owner: str, name: str, report:
         replace(f, evidence_state="pending" if pending else found.state, anchor=found.anchor)
         for f, found in zip(report.findings, result.findings, strict=True)
     ]
-    return Gate(replace(report, findings=findings), pending, result.committed_at)
+    return Gate(replace(report, findings=findings), pending, result.committed_at, repository_id)

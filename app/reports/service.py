@@ -105,14 +105,16 @@ async def store_report(
     `token_id`: the API token the request came with, checked again in the first statement (its 401 when revoked);
     its scope was checked once, by the caller (the route's bearer check, or `submit_report`)."""
     gate = await gate_report(account.id, host, owner, name, report)  # the forge's time, before any lock is taken
-    report = report if gate is None else gate.report
-    pending, committed_at = (False, None) if gate is None else (gate.pending, gate.committed_at)
     fingerprints = fingerprints_of(report.findings)  # CPU work, before any lock is taken
     async with _one_writer(account.id), db.transaction() as session:
         actor, found = await load_submitter(session, account.id, host, owner, name, token_id=token_id)
         require_acting_state(actor)
         repo = require_writable(actor, found, UNREGISTERED)
         require_not_paused(actor, repo)
+        if gate is not None and gate.repository_id != repo.id:  # the name means another repository since the check
+            gate = gate.undecided()
+        report = report if gate is None else gate.report
+        pending, committed_at = (False, None) if gate is None else (gate.pending, gate.committed_at)
         held = LOW_SIGNAL if actor.gated else None  # earned trust's gate, as the worker stored it
         values = {
             **scan_values(actor.id, repo.id, report, pending=pending, committed_at=committed_at),

@@ -13,6 +13,7 @@ import pytest
 
 from app.forge.demo import DemoForge
 from app.forge.lines import anchor, line_digests
+from app.moderation.service import delete_repository
 from tests import factories
 from tests.reports.support import finding, report_body
 from tests.reports.test_report_cost import counted_statements
@@ -158,14 +159,28 @@ async def test_reports_on_one_commit_cost_one_request_per_file_and_a_cache_hit_w
     assert sorted(a.path.rsplit("/", 1)[-1] for a in raw) == ["README", "auth.py"]
     assert len(forge.requests("github.com", "/compare/")) == 1
     assert await scalar("SELECT count(*) FROM forge_files") == 2
-    # the twenty-first: its transaction as lean as without the gate (4), the gate's reads before it (the repository,
-    # the cache), no cache write
+    # the twenty-first: its transaction as lean as without the gate (4); the gate asks neither the forge nor the
+    # caches (what they hold of this commit is remembered for a minute: app.reports.evidence._Memo)
     with counted_statements() as statements:
         answer = await post(client, reports_url(gated["repo"]), scanner, body | {"run_id": "run-20"})
     assert answer.status_code == 201, answer.text
-    assert not [s for s in statements if "INSERT INTO forge_" in s or "report_refusals" in s]
-    assert len(statements) <= 6, "\n---\n".join(statements)
+    assert not [s for s in statements if "forge_" in s or "report_refusals" in s]
+    assert len(statements) <= 4, "\n---\n".join(statements)
     assert len(forge.requests()) == 5  # once each: the repository (its default branch), compare, commit, 2 raw
+
+
+async def test_a_name_that_means_another_repository_since_the_check_stores_the_report_pending(
+    client: httpx.AsyncClient, gated: dict[str, Any]
+) -> None:
+    assert (await post(client, reports_url(gated["repo"]), gated["headers"], _body(run_id="a"))).status_code == 201
+    # a moderator deletes acme/widget and it is registered again: the same name, another repository, whose commit
+    # nothing has checked yet (what the gate remembered of the old one must not confirm it)
+    moderator = await factories.create_account(state="active", platform_role="moderator")
+    await delete_repository("github.com", "acme", "widget", actor_id=moderator.id, reason="spam")
+    again = await factories.create_repository("acme", "widget")
+    answer = await post(client, reports_url(again), gated["headers"], _body(run_id="b"))
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["findings"][0]["evidence"]["state"] == "pending"
 
 
 @pytest.mark.parametrize("trouble", ["down", "slow", "failing"])
