@@ -189,14 +189,42 @@ async def check_evidence(
     findings: Sequence[FindingRef],
     *,
     deadline: float,
+    known: _Commit | None = None,
 ) -> EvidenceResult:
     """Each finding's evidence at `commit_sha` and the commit's: confirmed, refused (with the reason and the field
     it names) or pending (the forge failed, was slow past `deadline`, a `time.monotonic()` instant, or its rate was
-    spent). Never raises for what the forge does; writes what it learnt to the caches."""
-    paths = sorted({f.file_path for f in findings})
-    read = await _read_cache(_KNOWN_BY_ID, {"rid": repository_id, "sha": commit_sha, "paths": paths})
-    known = read[2] if read is not None else _Commit()
-    return await _check(repository_id, host, owner, name, default_branch, commit_sha, findings, known, deadline)
+    spent). Never raises for what the forge does; writes what it learnt to the caches. `known`: what the caches
+    hold, when the caller read it (`check_listed`)."""
+    if known is None:
+        paths = sorted({f.file_path for f in findings})
+        read = await _read_cache(_KNOWN_BY_ID, {"rid": repository_id, "sha": commit_sha, "paths": paths})
+        known = read[2] if read is not None else _Commit()
+    wanted = sorted({f.file_path for f in findings} - known.files.keys())
+    gate = asyncio.Semaphore(RAW_AT_ONCE)
+    calls: list[Awaitable[Any]] = [_raw(host, owner, name, commit_sha, p, gate, deadline) for p in wanted]
+    if known.state == "pending":
+        calls.append(_place(host, owner, name, default_branch, commit_sha, deadline))
+    answers = await _bounded(deadline, *calls)
+    if known.state == "pending":
+        placed = answers.pop()
+        if placed is not None:
+            known.state, known.committed_at, known.reason = placed
+            known.learnt = known.state == "confirmed"
+    for path, answer in zip(wanted, answers, strict=True):
+        if answer is None or answer.outcome not in ("found", "missing"):
+            continue
+        if answer.outcome == "missing":  # the file, or the commit: only a confirmed commit says which
+            known.files[path] = _File(False, None, learnt=True)
+            continue
+        raw: forge.RawFile = answer.value
+        assert raw is not None
+        known.files[path] = _File(True, None if raw.truncated else lines.line_digests(raw.data), learnt=True)
+    where = f"{host}/{owner}/{name}"
+    result = EvidenceResult(
+        known.state, known.committed_at, known.reason, [_judge(f, known, where, commit_sha) for f in findings]
+    )
+    await _write_cache(repository_id, commit_sha, known)
+    return result
 
 
 async def check_listed(
@@ -213,7 +241,9 @@ async def check_listed(
         if read is None:
             return None
     repository_id, default_branch, known = read
-    result = await _check(repository_id, host, owner, name, default_branch, commit_sha, findings, known, deadline)
+    result = await check_evidence(
+        repository_id, host, owner, name, default_branch, commit_sha, findings, deadline=deadline, known=known
+    )
     if known.state == "confirmed":
         _memo.keep(where, repository_id, known)
     return repository_id, result
@@ -275,45 +305,6 @@ def _size(files: dict[str, bytes | None]) -> int:
 
 MEMO_SECONDS = 60.0
 _memo = _Memo(8 * 1024 * 1024)
-
-
-async def _check(
-    repository_id: int,
-    host: str,
-    owner: str,
-    name: str,
-    default_branch: str | None,
-    commit_sha: str,
-    findings: Sequence[FindingRef],
-    known: _Commit,
-    deadline: float,
-) -> EvidenceResult:
-    wanted = sorted({f.file_path for f in findings} - known.files.keys())
-    gate = asyncio.Semaphore(RAW_AT_ONCE)
-    calls: list[Awaitable[Any]] = [_raw(host, owner, name, commit_sha, p, gate, deadline) for p in wanted]
-    if known.state == "pending":
-        calls.append(_place(host, owner, name, default_branch, commit_sha, deadline))
-    answers = await _bounded(deadline, *calls)
-    if known.state == "pending":
-        placed = answers.pop()
-        if placed is not None:
-            known.state, known.committed_at, known.reason = placed
-            known.learnt = known.state == "confirmed"
-    for path, answer in zip(wanted, answers, strict=True):
-        if answer is None or answer.outcome not in ("found", "missing"):
-            continue
-        if answer.outcome == "missing":  # the file, or the commit: only a confirmed commit says which
-            known.files[path] = _File(False, None, learnt=True)
-            continue
-        raw: forge.RawFile = answer.value
-        assert raw is not None
-        known.files[path] = _File(True, None if raw.truncated else lines.line_digests(raw.data), learnt=True)
-    where = f"{host}/{owner}/{name}"
-    result = EvidenceResult(
-        known.state, known.committed_at, known.reason, [_judge(f, known, where, commit_sha) for f in findings]
-    )
-    await _write_cache(repository_id, commit_sha, known)
-    return result
 
 
 async def _write_cache(repository_id: int, commit_sha: str, known: _Commit) -> None:
