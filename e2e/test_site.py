@@ -5,10 +5,12 @@ text, and the constellation is keyboard-reachable."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
-from playwright.sync_api import Browser, Dialog, Page, expect
+from playwright.sync_api import Browser, Dialog, Page, Response, expect
 
+from app.site.home_infestations import POLL_SECONDS
 from e2e.seed import HOSTILE_NAME, HOSTILE_TITLE, SeededPattern, account, project, run_async, seed_pattern
 from tests import factories
 
@@ -252,15 +254,19 @@ def test_keyboard_reaches_every_constellation_node(page: Page, live_server: str,
     assert ring not in ("none", "")
 
 
+def polled(response: Response) -> bool:
+    return response.url.endswith("/fragments/home-infestations")
+
+
 def test_home_atlas_refreshes_in_place_and_unchanged_polls_are_304(
     page: Page, live_server: str, console_errors: list[str]
 ) -> None:
     first = seed("Exposed admin console", repos=2, name_prefix="first")
     statuses: list[int] = []
-    page.on(
-        "response",
-        lambda r: statuses.append(r.status) if r.url.endswith("/fragments/home-infestations") else None,
-    )
+    page.on("response", lambda r: statuses.append(r.status) if polled(r) else None)
+    # the page's timers run on a clock the test moves: each poll comes after the page's own POLL_SECONDS, without
+    # waiting them out in real time (the answers and the swaps are real)
+    page.clock.install()
     page.goto(f"{live_server}/")
     # the server may still hold the previous test's version for a few seconds: reload until it catches up
     for _ in range(20):
@@ -271,12 +277,21 @@ def test_home_atlas_refreshes_in_place_and_unchanged_polls_are_304(
     star = page.locator(f'#home-map svg.map--wide a[href="/infestations/{first.key}"]')
     expect(star).to_have_count(1)
     page.evaluate("window.__sameDocument = true")
-    # one poll later (15 s) nothing changed: a 304, and the section is left exactly as it was
-    page.wait_for_timeout(16_000)
-    assert 304 in statuses
+    # no poll before POLL_SECONDS; one poll later nothing changed: a 304, and the section is left exactly as it was
+    page.clock.run_for((POLL_SECONDS - 1) * 1000)
+    assert statuses == []
+    with page.expect_response(polled) as unchanged:
+        page.clock.run_for(1_000)
+    assert unchanged.value.status == 304
     expect(star).to_have_count(1)
     second = seed("Unauthenticated metrics endpoint", repos=3, name_prefix="second")
-    # the next polls pick the new version up and swap the section in place
-    expect(page.locator("#home-atlas tbody tr").first).to_contain_text(second.title, timeout=40_000)
+    # the next polls pick the new version up and swap the section in place (within 40 s of real time, as before)
+    top = page.locator("#home-atlas tbody tr").first
+    deadline = time.monotonic() + 40
+    while second.title not in (top.text_content() or "") and time.monotonic() < deadline:
+        with page.expect_response(polled):
+            page.clock.run_for(POLL_SECONDS * 1000)
+        page.wait_for_timeout(100)  # the swap after the answer; real time for the server to catch up
+    expect(top).to_contain_text(second.title)
     assert page.evaluate("window.__sameDocument === true")
     assert 200 in statuses
