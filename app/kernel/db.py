@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextvars
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 import psycopg
-from sqlalchemy import MetaData, text
+from psycopg.rows import namedtuple_row
+from sqlalchemy import MetaData, TextClause, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase
@@ -116,6 +117,45 @@ def _database_urls() -> tuple[str, str | None]:
 
 def engine() -> AsyncEngine:
     return engine_for(_database_urls()[0])
+
+
+# The driver's own execute for the report path's statements (`rows`): SQLAlchemy's costs about three times the
+# driver's CPU per statement (its greenlet hop and result machinery; docs/benchmarks.md "Ingest capacity").
+_compiled: dict[TextClause, str] = {}
+
+
+async def rows(session: AsyncSession, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
+    """`session.execute(statement, params).all()` on the session's connection and transaction, sent by psycopg
+    itself: named-tuple rows (attributes and indexes, as SQLAlchemy's), its `before_cursor_execute` and
+    `after_cursor_execute` listeners told, and its exception classes raised (a lost connection invalidated), so
+    callers and outage handling see what `execute` gives. For SQL text whose parameters need no type processing."""
+    connection = await session.connection()
+    sql = _compiled.get(statement)
+    if sql is None:
+        sql = _compiled[statement] = str(statement.compile(dialect=connection.dialect))
+    sync = connection.sync_connection
+    assert sync is not None
+    for listener in sync.dispatch.before_cursor_execute:  # tests that count statements
+        listener(sync, None, sql, params, None, False)
+    driver: psycopg.AsyncConnection[Any] = (await connection.get_raw_connection()).driver_connection  # type: ignore[assignment]
+    try:
+        async with driver.cursor(row_factory=namedtuple_row) as cursor:
+            await cursor.execute(sql, params)
+            found = await cursor.fetchall() if cursor.description is not None else []
+    except psycopg.Error as exc:
+        lost = (
+            driver.closed
+            or driver.broken
+            or (isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan must not change" in str(exc))
+        )  # a connection lost, or a plan a migration outdated (as engines._drop_stale_prepared)
+        if lost:
+            await connection.invalidate(exc)
+        raise sa_exc.DBAPIError.instance(
+            sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=connection.dialect
+        ) from exc
+    for listener in sync.dispatch.after_cursor_execute:
+        listener(sync, None, sql, params, None, False)
+    return found
 
 
 async def warm_pools() -> int:

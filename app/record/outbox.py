@@ -136,7 +136,7 @@ async def settle_new_report(
     params = {"scan_id": scan_id, "repository_id": repository_id, "listed": listed, "keys": unique}
     extra, extra_params = (None, {}) if alongside is None else alongside
     settle = _settle_statement(recount, extra)
-    row = (await session.execute(settle, {**extra_params, **params, "reason": "assimilate"})).one()
+    [row] = await db.rows(session, settle, {**extra_params, **params, "reason": "assimilate"})
     if row.entries:
         ring_webhooks_after_commit()
     return _marked(row.dirty, "assimilate"), row.listing

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.kernel import db
 from app.kernel.sql import Fragment, compose, statement
 from app.record.outbox import mark_dirty
 from app.reports.counters import REFRESH_COUNTERS as REFRESH_COUNTERS  # re-exported: a CTE of app.reports.service's
@@ -237,7 +238,7 @@ async def _resolve(
             [fingerprint(o["file_path"], o["line_start"], o["title"]) for o in occurrences],
             [legacy_fingerprint(o["file_path"], o["line_start"], o["line_end"], o["title"]) for o in occurrences],
         )
-        found = await session.execute(_FIND, {"repository_id": repository_id, "fingerprints": computed.wanted})
+        found = await db.rows(session, _FIND, {"repository_id": repository_id, "fingerprints": computed.wanted})
         fingerprints_found = (computed, found)
     prints, legacies = fingerprints_found[0].v2, fingerprints_found[0].legacy
     known: dict[str, tuple[Canonical, int | None]] = {
@@ -283,12 +284,12 @@ async def _resolve(
             planned = _dispositions(occurrences, prints, resolved)
             ids = [resolved[fp][0].id if fp in resolved else None for fp in prints]
             more = {"dispositions": planned, "canonical_ids": ids, "fingerprints": prints}
-            rows = list(await session.execute(_INSERT_AND_STORE, {**params, **store, **more}))
+            rows = await db.rows(session, _INSERT_AND_STORE, {**params, **store, **more})
             findings = [r for r in rows if r.what == "finding"]
             out.stored = sorted((int(r.id), r.public_id) for r in findings) if findings else None
             rows = [r for r in rows if r.what == "canonical"]
         else:
-            rows = list(await session.execute(_INSERT, params))
+            rows = await db.rows(session, _INSERT, params)
         for r in rows:
             resolved[str(r.fingerprint)] = (_canonical(r), 0 if r.inserted else None)
             if r.inserted:
@@ -403,7 +404,8 @@ async def assimilate_report(
     stored = assimilated.stored
     if stored is None:  # no canonical was inserted, or one was inserted concurrently: stored apart
         links = assimilated.links
-        rows = await session.execute(
+        rows = await db.rows(
+            session,
             _STORE,
             {
                 **store,

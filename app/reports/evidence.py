@@ -112,7 +112,7 @@ async def _read_cache(by: TextClause, params: dict[str, Any]) -> tuple[int, str 
     """The repository's id and default branch, and what the caches know of the commit; None: no such repository."""
     found = _Commit()
     async with db.read_session(replica=False) as session:
-        rows = (await session.execute(by, params)).all()
+        rows = await db.rows(session, by, params)
     if not rows:
         return None
     for row in rows:

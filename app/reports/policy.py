@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.accounts.service import refused_token
+from app.kernel import db
 from app.kernel.actors import can_verify, has_moderator_role, require_good_standing
 from app.kernel.errors import Forbidden, NotFound, RateLimited
 from app.kernel.quotas import DailyQuota, exempt_from_quotas, require_within_quota
@@ -123,7 +124,8 @@ async def load_submitter(
         "aid": account_id, "host": host, "owner": owner, "name": name, "plans": REPORT_PLANS, "tid": token_id,
         "high_decided": HIGH_MIN_DECIDED, "high_precision": HIGH_SIGNAL,
     }  # fmt: skip
-    row = (await session.execute(_SUBMITTER, params)).first()
+    found = await db.rows(session, _SUBMITTER, params)
+    row = found[0] if found else None
     if token_id is not None and (row is None or not row.token_live):
         raise refused_token(revoked=row is not None and row.token_live is False)
     if row is None:

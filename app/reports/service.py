@@ -124,12 +124,12 @@ async def store_report(
         # the insert and the canonicals known by the findings' fingerprints (the repository row is locked: no other
         # report adds any meanwhile), one row per canonical found, or one without
         if exempt_from_quotas(actor):  # no quota to count: a stored run is learnt from the insert
-            inserted = (await session.execute(EXEMPT_INSERT_SCAN, values)).all()
+            inserted = await db.rows(session, EXEMPT_INSERT_SCAN, values)
         else:
             # the stored run and the §9 counts too, one snapshot taken after the account row was locked (a
             # concurrent submission by this account has committed or not yet begun): a retry is answered before
             # the quotas count it, and a refused report's insert goes with the transaction's rollback
-            inserted = (await session.execute(COUNTED_INSERT_SCAN, values)).all()
+            inserted = await db.rows(session, COUNTED_INSERT_SCAN, values)
             first = inserted[0]
             if first.stored_id is not None:
                 if not first.same:
@@ -166,7 +166,7 @@ async def store_report(
             keys = _announced_keys(assimilated, embargoed)
         verified = await _new_report_verified(session, assimilated, report.commit_sha)
         if verified:
-            await session.execute(VERIFY_SCAN, {"id": scan_id})
+            await db.rows(session, VERIFY_SCAN, {"id": scan_id})
         listing = repo.listing_status
         recount: Fragment | None = RECALCULATE
         if listing == "pending":  # the report lists it: the recount's own statement announces the repository first
