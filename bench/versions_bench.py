@@ -12,7 +12,10 @@ both alike): `wrk -t2 -c32` quiet, then again while a loop posts `--rate` report
 reports, bearer tokens of admin accounts, the evidence gate off) to the same server (`--post-to apart`: to a third
 server of this tree, so the page server's own CPU is the pages' alone). The table: each page's median requests/s
 and the page server's CPU ms per request, quiet and loaded, the loaded share of the quiet rate, and the renders/s
-during the loaded run (the server's `tarakan_render_cache_requests_total{outcome="miss"}`)."""
+during the loaded run (the server's `tarakan_render_cache_requests_total{outcome="miss"}`). "by CPU": quiet CPU per
+request over loaded, the share of the quiet rate the page server's own work would allow (the machine's other load,
+Postgres, the worker and the client included in requests/s, is not).
+`--table FILE`: print the table of a saved run (bench/out/versions.json) and stop."""
 
 from __future__ import annotations
 
@@ -120,6 +123,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=35)
     parser.add_argument("--baseline", type=Path, help="another source tree, served from the same database")
     parser.add_argument("--pages", nargs="*", help="only these labels of the table")
+    parser.add_argument("--table", type=Path, help="print the table of a saved run and stop")
     parser.add_argument(
         "--post-to",
         choices=("same", "apart"),
@@ -127,6 +131,10 @@ def main() -> int:
         help="post the reports to the server under test (same) or to a server of this tree of their own (apart)",
     )
     args = parser.parse_args()
+    if args.table is not None:
+        saved = json.loads(args.table.read_text())
+        print_table(saved["rows"], saved["rate"], saved["post_to"])
+        return 0
     ensure_wrk()
     rows: list[dict[str, Any]] = []
     with throwaway_services("tarakan-versions-") as services:
@@ -171,16 +179,20 @@ def main() -> int:
             print(json.dumps(row), flush=True)
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps({"rate": args.rate, "post_to": args.post_to, "rows": rows}, indent=1))
+    print_table(rows, args.rate, args.post_to)
+    return 0
 
+
+def print_table(rows: list[dict[str, Any]], rate: float, post_to: str) -> None:
     def median(runs: list[dict[str, Any]], field: str) -> float:
         return statistics.median(float(r[field]) for r in runs)
 
     print()
-    where = "the server under test" if args.post_to == "same" else "a server of their own"
-    print(f"reports posted at {args.rate:g}/s to {where}; medians of {args.rounds} rounds of {args.duration:g} s")
-    print("| path | tree | quiet req/s (CPU ms/req) | loaded req/s (CPU ms/req) | loaded / quiet | renders/s loaded |"
-          " reports/s |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|")
+    where = "the server under test" if post_to == "same" else "a server of their own"
+    print(f"reports posted at {rate:g}/s to {where}; medians over the rounds")
+    print("| path | tree | quiet req/s (CPU ms/req) | loaded req/s (CPU ms/req) | loaded / quiet | by CPU |"
+          " renders/s loaded | reports/s |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         for tree, of_tree in row["runs"].items():
             quiet, loaded = median(of_tree["quiet"], "requests_per_s"), median(of_tree["loaded"], "requests_per_s")
@@ -188,8 +200,7 @@ def main() -> int:
             renders = median(of_tree["loaded"], "renders_per_s")
             quiet_cpu, loaded_cpu = median(of_tree["quiet"], "cpu_ms"), median(of_tree["loaded"], "cpu_ms")
             print(f"| `{row['label']}` | {tree} | {quiet:,.0f} ({quiet_cpu:.2f}) | {loaded:,.0f} ({loaded_cpu:.2f}) | "
-                  f"{loaded / quiet:.0%} | {renders:.1f} | {posted:.1f} |")  # fmt: skip
-    return 0
+                  f"{loaded / quiet:.0%} | {quiet_cpu / loaded_cpu:.0%} | {renders:.1f} | {posted:.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":
