@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from bench.common import bench_parser
-from bench.pages_bench import ensure_wrk, paths, wrk
+from bench.pages_bench import SEED_ENV, ensure_wrk, paths, wrk
 from bench.services import throwaway_services
 from tests.harness import ROOT, start_server, stop
 
@@ -40,7 +40,7 @@ def main() -> int:
     ensure_wrk()
     rows: list[dict[str, Any]] = []
     with throwaway_services("tarakan-render-cache-") as services:
-        env = services.use()
+        env = services.use(**SEED_ENV)
         subprocess.run([sys.executable, "-m", "app.cli", "seed", "--demo"], env={**os.environ, **env}, check=True,
                        cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
         logs = Path(services.pg.data_dir).parent
