@@ -270,6 +270,7 @@ def _get() -> Select[Any]:
 
 
 _GET = compiled(_get())
+PATTERN_SQL = _GET  # one pattern's row by `:key` (the show page reads it beside its pages: app.infestations.routes)
 
 
 async def get_infestation(pattern_key: str) -> dict[str, Any] | None:
@@ -337,6 +338,7 @@ def _instances() -> Select[Any]:
 
 
 _INSTANCES = newest_first_pages(_instances(), instances.c.updated_at, instances.c.canonical_finding_id)
+INSTANCE_PAGES = _INSTANCES  # the ledger's statements, first page and after a cursor
 
 
 async def _fetch_instances(

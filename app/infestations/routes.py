@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,17 +24,22 @@ from app.infestations.constellation import constellation_layout
 from app.infestations.hub import SATELLITE_CAP, hub_layout
 from app.infestations.queries import DatedList
 from app.infestations.rows import (
+    BY_UPDATED_AT,
     INDEX_LIMIT,
     MIN_REPOS_CHOICES,
     STATUS_CHOICES,
     Infestation,
     InfestationFilters,
     as_answer,
+    clamp,
+    instance_entry,
+    membership_entry,
 )
 from app.infestations.types import InfestationList, InfestationShow, affected_repository_page, instance_page
+from app.kernel import db
 from app.kernel.answers import iso
 from app.kernel.errors import BadRequest, NotFound
-from app.kernel.paging import InvalidCursor, Page
+from app.kernel.paging import InvalidCursor, Page, Pages, cursor_params, keyset_page
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.sql import WINDOW_DAYS
 from app.kernel.urls import infestation_path, twin_path
@@ -156,10 +162,14 @@ class ShowData:
         return [ATLAS_TAG, pattern_tag(self.infestation["pattern_key"]), *repositories]
 
 
+def _not_found() -> NotFound:
+    return NotFound({"pattern_key": ["not found"]}, message="No infestation is recorded under this pattern key.")
+
+
 async def _infestation(raw_key: str, rollup: bool) -> tuple[dict[str, Any], datetime | None]:
     infestation, refreshed_at = await queries.get_infestation_dated(raw_key, rollup=rollup)
     if infestation is None or infestation["repo_count"] < 1:
-        raise NotFound({"pattern_key": ["not found"]}, message="No infestation is recorded under this pattern key.")
+        raise _not_found()
     return infestation, refreshed_at
 
 
@@ -184,6 +194,8 @@ async def _show_data(view: View[LedgerQuery], *, with_repositories: bool) -> Sho
     if key is None:
         await _infestation(asked.pattern_key, rollup)  # the one 404 of an unknown key
     assert key is not None
+    if rollup:
+        return await _show_rollup(key, asked, with_repositories=with_repositories)
     empty: Page[dict[str, Any]] = {"entries": [], "next_cursor": None}
 
     async def repositories_page() -> Page[dict[str, Any]]:
@@ -205,6 +217,53 @@ async def _show_data(view: View[LedgerQuery], *, with_repositories: bool) -> Sho
     assert not isinstance(instances, BaseException) and not isinstance(repositories, BaseException)
     infestation, refreshed_at = found
     return ShowData(infestation, refreshed_at, instances, repositories, asked.cursor)
+
+
+def _paging(cursor: str | None) -> dict[str, Any] | InvalidCursor:
+    try:
+        return cursor_params(cursor)
+    except InvalidCursor as exc:
+        return exc
+
+
+async def _newest_first(
+    session: AsyncSession,
+    statements: Pages,
+    key: str,
+    params: dict[str, Any],
+    limit: int,
+    entry: Callable[[Mapping[Any, Any]], dict[str, Any]],
+) -> Page[dict[str, Any]]:
+    """`rows.newest_first_page`'s page, read on `session`."""
+    params.update(key=key, fetch=limit + 1)
+    rows = (await session.execute(statements["cursor_at" in params], params)).mappings().all()
+    return keyset_page([entry(row) for row in rows], limit, BY_UPDATED_AT)
+
+
+async def _show_rollup(key: str, asked: LedgerQuery, *, with_repositories: bool) -> ShowData:
+    """The rollup path's reads of `_show_data` in one read session, one after the other: a session costs more of
+    this process's CPU than a statement, and the page's three statements are each an index probe. The answers and
+    their order of failure are `_show_data`'s: an unknown key's 404, then a bad cursor's 400 (ledger, then
+    repositories)."""
+    ledger, satellites = _paging(asked.cursor), _paging(asked.repos_cursor)
+    async with db.read_session() as session:
+        row = (await session.execute(queries.PATTERN_SQL, {"key": key})).mappings().first()
+        infestation = None if row is None else queries.guarded_map(row)
+        if row is None or infestation is None or infestation["repo_count"] < 1:
+            raise _not_found()
+        for paging in (ledger, satellites if with_repositories else {}):
+            if isinstance(paging, InvalidCursor):
+                with _bad_cursor_is_400():
+                    raise paging
+        assert not isinstance(ledger, InvalidCursor)
+        limit = clamp(LEDGER_PAGE, 1, queries.PAGE_MAX)
+        instances = await _newest_first(session, queries.INSTANCE_PAGES, key, ledger, limit, instance_entry)
+        repositories: Page[dict[str, Any]] = {"entries": [], "next_cursor": None}
+        if with_repositories:
+            assert not isinstance(satellites, InvalidCursor)
+            limit = clamp(SATELLITE_CAP, 1, queries.PAGE_MAX)
+            repositories = await _newest_first(session, memberships._REPOS, key, satellites, limit, membership_entry)
+    return ShowData(infestation, row["refreshed_at"], instances, repositories, asked.cursor)
 
 
 async def read_show(view: View[LedgerQuery]) -> ShowData:

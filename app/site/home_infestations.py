@@ -29,6 +29,11 @@ class _State:
 
 
 _state = _State()
+# The fragment's markup is a function of its list alone, which its ETag digests: a version that moved without
+# changing the list (a report elsewhere, a statement) reuses the markup drawn for it (the constellation's layout
+# and the table are most of a home page's render).
+_HTML_KEPT = 8
+_html: dict[str, str] = {}
 
 
 def stats() -> dict[str, int]:
@@ -36,9 +41,10 @@ def stats() -> dict[str, int]:
 
 
 def clear() -> None:
-    """Forget this process's counters (tests)."""
+    """Forget this process's counters and drawn fragments (tests)."""
     global _state
     _state = _State()
+    _html.clear()
 
 
 async def current() -> Rendered:
@@ -49,10 +55,15 @@ async def current() -> Rendered:
     _state.renders += 1
     digest = hashlib.sha256(repr(items).encode()).hexdigest()[:32]
     etag = f'"home-infestations-{digest}"'
-    html = environment.get_template("site/_home_infestations.html").render(
-        etag=etag,
-        items=items,
-        constellation=constellation_layout(items, limit=HOME_TOP),
-        poll_seconds=POLL_SECONDS,
-    )
+    html = _html.get(etag)
+    if html is None:
+        html = environment.get_template("site/_home_infestations.html").render(
+            etag=etag,
+            items=items,
+            constellation=constellation_layout(items, limit=HOME_TOP),
+            poll_seconds=POLL_SECONDS,
+        )
+        if len(_html) >= _HTML_KEPT:
+            _html.clear()
+        _html[etag] = html
     return Rendered(etag=etag, html=html, items=items)
