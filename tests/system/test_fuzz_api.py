@@ -111,10 +111,12 @@ class Run:
     request_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     operations: list[str] = field(default_factory=list)
+    unchanged: list[tuple[str, int, str]] | None = None  # the snapshot after the last request, when it was a 4xx
 
     def send(self, case: Case[Any], headers: dict[str, str], *, negative: bool = False) -> None:
         started = time.perf_counter()
-        before = self.snapshot()
+        # the tables as the previous 4xx left them (nothing was sent since), else as they are now
+        before, self.unchanged = self.unchanged or self.snapshot(), None
         self.snapshot_seconds += time.perf_counter() - started
         started = time.perf_counter()
         response = case.call(base_url=self.base, session=self.session, headers=headers, timeout=30)
@@ -137,6 +139,7 @@ class Run:
             changed = sorted({row[0] for row in set(before) ^ set(after)})
             if changed:
                 found.append(f"a {response.status_code} changed {', '.join(changed)}")
+            self.unchanged = after
         if found:
             curl = case.as_curl_command(headers=headers, base_url=self.base)
             self.problems.append(f"{case.operation.label} -> {response.status_code}: {'; '.join(found)}\n  {curl}")
