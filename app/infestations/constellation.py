@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from markupsafe import Markup
+
 from app.infestations.models import UNKNOWN_TITLE
 from app.infestations.svg import (
     CHAR_WIDTH,
@@ -64,6 +66,30 @@ class StarNode:
     label_y: float
     label_anchor: str
     leader: tuple[float, float, float, float] | None = None  # node edge -> label, for a label set in the margin
+
+    # The SVG geometry as ready attribute runs, as `hub.Satellite` has them: only numbers and this module's own
+    # keywords (a status tone, a text-anchor) go in, never text from a row, so there is nothing to escape; titles and
+    # hrefs stay autoescaped in the template. One output per element instead of one autoescaped `{{ }}` per number.
+    @property
+    def ring_attrs(self) -> Markup:
+        return Markup(f'cx="{self.x}" cy="{self.y}" r="{self.r + 5}"')
+
+    @property
+    def node_attrs(self) -> Markup:
+        return Markup(f'class="node tone-{self.tone}" cx="{self.x}" cy="{self.y}" r="{self.r}"')
+
+    @property
+    def rank_attrs(self) -> Markup:
+        return Markup(f'x="{self.x}" y="{self.y + 4}"')
+
+    @property
+    def leader_attrs(self) -> Markup:
+        x1, y1, x2, y2 = self.leader or (0.0, 0.0, 0.0, 0.0)
+        return Markup(f'x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}"')
+
+    @property
+    def label_attrs(self) -> Markup:
+        return Markup(f'x="{self.label_x}" y="{self.label_y}" text-anchor="{self.label_anchor}"')
 
 
 @dataclass(frozen=True)
