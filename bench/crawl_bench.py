@@ -147,9 +147,13 @@ def measure(tier: str, services: Services, env: dict[str, str], args: Any) -> di
         servers.append(start_server({**env, **MISS_ONLY}, log=log, cwd=args.baseline, timeout=60))
     services.procs += [proc for proc, _ in servers]
     base = servers[0][1]
-    paths, kinds = crawl_paths(base, args.max_urls)
-    for path in paths:  # every URL answers 200 on both trees before anything is timed
-        for _, server in servers:
+    found, _ = crawl_paths(base, args.max_urls)
+    # a link that answers anything but a 200 to an anonymous visitor (a maintainer's page redirects to the login)
+    # is not a page a crawler indexes; every URL kept answers 200 on both trees before anything is timed
+    paths = [path for path in found if httpx.get(base + path, timeout=60).status_code == 200]
+    kinds = Counter(_kind(path) for path in paths)
+    for path in paths:
+        for _, server in servers[1:]:
             response = httpx.get(server + path, timeout=60)
             assert response.status_code == 200, (server, path, response.status_code)
     listing = work / f"crawl-{tier}.txt"

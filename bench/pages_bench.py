@@ -15,7 +15,8 @@ ratio to the direct run). `--baseline DIR`: another source tree (e.g. `git archi
 from the same database, each of its runs right after this tree's (its own `/healthz` run first), so both trees
 see the same noise. Besides requests/s, the server process's CPU per request (user + system over the run,
 /proc): the figure the machine's other work disturbs least; wrk's 95th percentile comes from its Lua `done` hook.
-`--plain`: the baseline is this tree with uvloop and httptools hidden (uvicorn then runs its pure-Python h11 on
+`--misses`: every server runs without its render cache (`RENDER_CACHE_BYTES=0`: each request renders, the
+miss's cost; issue 39), and the table adds the home twin and the atlas feed. `--plain`: the baseline is this tree with uvloop and httptools hidden (uvicorn then runs its pure-Python h11 on
 asyncio's loop), at the demo. wrk is installed with apt-get when missing. The section shows this run's tables
 only; every `--label`'s raw results accumulate in `bench/out/pages.json`.
 """
@@ -92,6 +93,11 @@ def paths(tier: str, base: str) -> dict[str, str]:
     }
 
 
+# `--misses`: the other pages a render-cache miss is measured on (issue 39)
+MISS_PATHS = {"/index.json": "/index.json", "/infestations.atom": "/infestations.atom"}
+_extra_paths: dict[str, str] = {}
+
+
 def is_twin(label: str) -> bool:
     return label.endswith(".json") or label.endswith(".xml")
 
@@ -142,7 +148,7 @@ def measure(
         services.procs.append(other[0])
     runs: list[dict[str, Any]] = []
     with varnish(base) as cached:
-        for label, path in paths(tier, base).items():
+        for label, path in {**paths(tier, base), **_extra_paths}.items():
             response = httpx.get(base + path, timeout=60)
             for server in [base] + ([other[1]] if other else []):
                 for _ in range(3):
@@ -280,8 +286,12 @@ def main() -> int:
     parser.add_argument(
         "--snapshot", type=Path, help="a pg_dump of the generated tier: restored if it exists, else made"
     )
+    parser.add_argument("--misses", action="store_true", help="servers without the render cache: each request renders")
     args = parser.parse_args()
     ensure_wrk()
+    if args.misses:
+        os.environ["RENDER_CACHE_BYTES"] = "0"  # every `tarakan serve` inherits it (tests/harness.py spawn)
+        _extra_paths.update(MISS_PATHS)
     baseline = args.baseline.resolve() if args.baseline else None
     tiers = []
     for name in args.tiers.split(","):
