@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-import psycopg
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
@@ -45,7 +43,7 @@ from app.reports.checks import record_check
 from app.reports.finding_memory import pattern_key
 from app.reports.service import submit_report
 from tests import factories
-from tests.conftest import _plain_url
+from tests.conftest import empty_tables
 from tests.infestations.support import shift_clock
 
 T = TypeVar("T")
@@ -81,42 +79,6 @@ async def side_by_side(reads: Iterable[Awaitable[T]]) -> list[T]:
             return await read
 
     return list(await asyncio.gather(*(one(read) for read in reads)))
-
-
-def empty_tables() -> None:
-    """What `truncate_all` leaves, for a few hundred rows: each table that holds rows emptied by DELETE (foreign keys
-    and triggers off for this session, as the rows all go) and every sequence a table owns back at its start, as
-    `TRUNCATE ... RESTART IDENTITY` would. TRUNCATE makes new files for all of the schema's tables, about a second
-    on a busy machine, once per example."""
-    with psycopg.connect(_plain_url(os.environ["DATABASE_URL"]), autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
-            )
-        ]
-        probe = " UNION ALL ".join(f"SELECT '{t}' WHERE EXISTS (SELECT 1 FROM {t})" for t in tables)
-        filled = [r[0] for r in conn.execute(probe)]
-        sequences = [
-            r[0]
-            for r in conn.execute(
-                "SELECT s.oid::regclass::text FROM pg_class s JOIN pg_depend d ON d.objid = s.oid "
-                "AND d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass "
-                "AND d.deptype IN ('a', 'i') JOIN pg_namespace n ON n.oid = s.relnamespace "
-                "WHERE s.relkind = 'S' AND n.nspname = 'public'"
-            )
-        ]
-        with conn.transaction():
-            conn.execute("SET LOCAL session_replication_role = replica")
-            for table in filled:
-                conn.execute(f"DELETE FROM {table}")
-            for sequence in sequences:
-                conn.execute(
-                    "SELECT setval(%s::regclass, seqstart, false) FROM pg_sequence WHERE seqrelid = %s::regclass",
-                    (sequence, sequence),
-                )
-        left = [r[0] for r in conn.execute(probe)]
-        assert not left, f"still holding rows: {left}"
 
 
 class LoopThread:

@@ -22,8 +22,9 @@ from app.trust import refresh as trust_refresh
 from app.trust.outcomes import record_outcomes
 from app.trust.refresh import refresh
 from tests import factories
+from tests.conftest import empty_tables
 from tests.infestations import test_rollup_model as rollup_model
-from tests.infestations.test_rollup_model import LoopThread, empty_tables
+from tests.infestations.test_rollup_model import LoopThread
 from tests.reports.support import check_body, finding, report_body
 
 TITLES = ("SQL injection in login", "Hardcoded secret in config", "Open redirect in callback")
