@@ -242,12 +242,12 @@ def _judge(row: Mapping[Any, Any]) -> KeyComparison:
 
 async def compare_keys(keys: list[str]) -> dict[str, KeyComparison]:
     """Compare each key over every window x status in one statement (one snapshot); pure reads, on the primary
-    (a replica's lag would pass for a mismatch)."""
+    (a replica's lag would pass for a mismatch). In key order, so a run's suspects and log lines are too."""
     if not keys:
         return {}
     async with db.read_session(replica=False) as session:
         rows = (await session.execute(_COMPARE, {"keys": sorted(set(keys))})).mappings().all()
-    return {str(row["pattern_key"]): _judge(row) for row in rows}
+    return {str(row["pattern_key"]): _judge(row) for row in sorted(rows, key=lambda row: str(row["pattern_key"]))}
 
 
 def _probes(n: int) -> list[str]:
