@@ -149,14 +149,14 @@ def caught_up(standby: Standby, timeout: float = 10.0) -> None:
             time.sleep(0.005)
 
 
+def _tables(conn: psycopg.Connection[Any]) -> list[str]:
+    sql = "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
+    return [str(r[0]) for r in conn.execute(sql)]
+
+
 def truncate_all() -> None:
     with psycopg.connect(_plain_url(os.environ["DATABASE_URL"]), autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
-            )
-        ]
+        tables = _tables(conn)
         if not tables:
             return
         # a process of the previous test (a worker finishing a refresh) may still hold locks for a moment: TRUNCATE
@@ -179,12 +179,7 @@ def empty_tables() -> None:
     `BULK_ROWS` rows to a table gets `truncate_all` instead (DELETE's cost grows with the rows, and a big table's
     statistics start again, as plan tests expect)."""
     with psycopg.connect(_plain_url(os.environ["DATABASE_URL"]), autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
-            )
-        ]
+        tables = _tables(conn)
         if not tables:
             return
         probe = " UNION ALL ".join(
@@ -241,6 +236,17 @@ def reset_rate_counters() -> None:
             client.delete(*keys)
     finally:
         client.close()
+
+
+@pytest.fixture
+def fresh_render_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The render cache on at its default size (RENDER_CACHE_BYTES unset), empty before and after the test."""
+    from app.record import rendered
+
+    monkeypatch.delenv("RENDER_CACHE_BYTES", raising=False)
+    rendered.reset()
+    yield
+    rendered.reset()
 
 
 @pytest.fixture(autouse=True)

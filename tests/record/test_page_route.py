@@ -3,8 +3,6 @@ request into one hashable value, which is the render cache's key; a bad query is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from starlette.applications import Starlette
@@ -15,16 +13,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from app.kernel.errors import BadRequest, DomainError
 from app.kernel.web import PUBLIC_CACHE, View, error_response
 from app.main import app
-from app.record import rendered
 from app.record.rendered import PageRoute, page_route
 
-
-@pytest.fixture(autouse=True)
-def fresh_render_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("RENDER_CACHE_BYTES", raising=False)
-    rendered.reset()
-    yield
-    rendered.reset()
+pytestmark = pytest.mark.usefixtures("fresh_render_cache")
 
 
 def _routes(routes: list[BaseRoute]) -> list[Route]:

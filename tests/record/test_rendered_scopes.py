@@ -5,8 +5,6 @@ read flag off the atlas reads the source tables and moves with every report agai
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
@@ -20,13 +18,7 @@ from tests import factories
 from tests.moderation.support import NOTES
 from tests.reports.support import finding, report_body
 
-
-@pytest.fixture(autouse=True)
-def fresh_render_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("RENDER_CACHE_BYTES", raising=False)
-    rendered.reset()
-    yield
-    rendered.reset()
+pytestmark = pytest.mark.usefixtures("fresh_render_cache")
 
 
 def renders() -> int:

@@ -6,7 +6,6 @@ signed-in viewers bypass it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -23,13 +22,7 @@ from tests.conftest import caught_up
 from tests.kernel.test_replica import _on_standby, _reads_the_standby, pause_replay, real_replica  # noqa: F401
 from tests.moderation.support import NOTES, act_as
 
-
-@pytest.fixture(autouse=True)
-def fresh_render_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("RENDER_CACHE_BYTES", raising=False)
-    rendered.reset()
-    yield
-    rendered.reset()
+pytestmark = pytest.mark.usefixtures("fresh_render_cache")
 
 
 def store() -> rendered.RenderCache:
