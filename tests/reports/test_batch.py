@@ -223,16 +223,22 @@ async def test_a_line_gets_what_the_lines_before_it_left_of_the_request_budget(
     first; the margins (either line's cost may be off by a factor of 1.6) absorb this machine's noise."""
     moderator = await factories.create_account(state="active", platform_role="moderator")  # no quotas
     repo = await factories.create_repository()
-    lines = [_parse_heavy_line(repo, "r0", 150_000), _parse_heavy_line(repo, "r1", 225_000)]
-    budget = round(_preparation_seconds(lines[0]) / 0.6, 4)
-    monkeypatch.setenv("BODY_BUDGET_SECONDS", str(budget))
-    answers = await send(client, await token_for(moderator), lines)
+    headers = await token_for(moderator)
+    for attempt in range(3):
+        lines = [_parse_heavy_line(repo, f"r0-{attempt}", 150_000), _parse_heavy_line(repo, f"r1-{attempt}", 225_000)]
+        budget = round(_preparation_seconds(lines[0]) / 0.6, 4)
+        monkeypatch.setenv("BODY_BUDGET_SECONDS", str(budget))
+        answers = await send(client, headers, lines)
+        # the secrets scan is wall-clocked: a first line the scheduler held past its 0.4 of a ~0.1 s budget is this
+        # machine's noise, not the rule under test; its report was not stored, so the pair is sent again
+        if "could not be checked for secrets in time" not in str(answers[0].get("errors")):
+            break
     assert statuses(answers) == [201, 429], answers
     assert answers[1]["errors"] == {
         "budget": [f"not read: the request's processing budget ({budget:g} s) ran out before this line was done; "
                    "send it again"]
     }  # fmt: skip
-    assert await stored_runs() == ["r0"]
+    assert await stored_runs() == [f"r0-{attempt}"]
 
 
 async def test_lines_past_the_request_time_are_429s_and_the_first_line_is_always_tried(
