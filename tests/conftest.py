@@ -259,7 +259,12 @@ def clean_database(services: dict[str, str]) -> None:
     from app.seo import sitemap
     from app.site import home_infestations
 
-    empty_tables()
+    # TARAKAN_TEST_FAST_WIPE=1: DELETE instead of TRUNCATE (about 3 min less of the suite); off by default until the
+    # tests that read rows in physical order without ORDER BY are all found (three so far, fixed)
+    if os.environ.get("TARAKAN_TEST_FAST_WIPE") == "1":
+        empty_tables()
+    else:
+        truncate_all()
     reset_rate_counters()
     # in-process caches must not outlive the rows they describe
     reset_registry_stats_cache()

@@ -215,8 +215,12 @@ async def test_a_ban_reaches_the_atlas_statuses_by_the_next_drain() -> None:
     async with db.read_session(replica=False) as session:
         public_id, commit = (
             await session.execute(
-                text("SELECT public_id, last_seen_commit_sha FROM canonical_findings WHERE repository_id = :r"),
-                {"r": world.secret.id},
+                # its finding of KEY (a table's rows come in no set order without ORDER BY)
+                text(
+                    "SELECT public_id, last_seen_commit_sha FROM canonical_findings"
+                    " WHERE repository_id = :r AND pattern_key = :k ORDER BY id"
+                ),
+                {"r": world.secret.id, "k": KEY},
             )
         ).first()  # type: ignore[misc]
     body = {"commit_sha": commit, "verdict": "confirmed", "provenance": "human", "notes": "Confirmed by hand here."}
