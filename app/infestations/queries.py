@@ -232,20 +232,19 @@ async def ranked_rollup(filters: InfestationFilters) -> tuple[list[dict[str, Any
         "limit": filters.limit,
     }
     started = time.perf_counter()
-    async with db.read_session() as session:
-        if status is None:
-            statement = _RANKED[window]
-        else:
-            statement = _STATUS_RANKED[window]
-            params["status"] = status
-        rows = (await session.execute(statement, params)).mappings().all()
+    if status is None:
+        statement = _RANKED[window]
+    else:
+        statement = _STATUS_RANKED[window]
+        params["status"] = status
+    async with db.reader() as read:
+        rows = await read.maps(statement, params)
     LIST_DURATION.labels(source="rollup", window=str(window)).observe(time.perf_counter() - started)
     items = []
-    for row in rows:
-        item = dict(row)
+    for item in rows:
         if status is not None:
             for other in CANONICAL_STATUSES:
-                item[f"{other}_count"] = row["instance_count"] if other == status else 0
+                item[f"{other}_count"] = item["instance_count"] if other == status else 0
         items.append(guarded_map(item))
     return items, _oldest(row["refreshed_at"] for row in rows)
 
@@ -291,9 +290,9 @@ async def get_infestation_dated(
         return None, None
     if not (await flags.read_from_rollup() if rollup is None else rollup):
         return await get_infestation_legacy(key), db.utcnow()
-    async with db.read_session() as session:
-        row = (await session.execute(_GET, {"key": key})).mappings().first()
-    return (None, None) if row is None else (guarded_map(row), row["refreshed_at"])
+    async with db.reader() as read:
+        found = await read.maps(_GET, {"key": key})
+    return (None, None) if not found else (guarded_map(found[0]), found[0]["refreshed_at"])
 
 
 def newest_first(query: Select[Any], updated_at: ColumnElement[Any], row_id: ColumnElement[Any]) -> Select[Any]:
@@ -385,6 +384,6 @@ async def list_newest_infestations(*, limit: int = 20) -> list[dict[str, Any]]:
     limit = clamp(limit, 1, PAGE_MAX)
     if not await flags.read_from_rollup():
         return await list_newest_infestations_legacy(limit=limit)
-    async with db.read_session() as session:
-        rows = (await session.execute(_NEWEST, {"limit": limit})).mappings().all()
+    async with db.reader() as read:
+        rows = await read.maps(_NEWEST, {"limit": limit})
     return [guarded_map(row) for row in rows]

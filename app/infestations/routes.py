@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
@@ -227,27 +226,28 @@ def _paging(cursor: str | None) -> dict[str, Any] | InvalidCursor:
 
 
 async def _newest_first(
-    session: AsyncSession,
+    read: db.Reader,
     statements: Pages,
     key: str,
     params: dict[str, Any],
     limit: int,
     entry: Callable[[Mapping[Any, Any]], dict[str, Any]],
 ) -> Page[dict[str, Any]]:
-    """`rows.newest_first_page`'s page, read on `session`."""
+    """`rows.newest_first_page`'s page, read on `read`."""
     params.update(key=key, fetch=limit + 1)
-    rows = (await session.execute(statements["cursor_at" in params], params)).mappings().all()
+    rows = await read.maps(statements["cursor_at" in params], params)
     return keyset_page([entry(row) for row in rows], limit, BY_UPDATED_AT)
 
 
 async def _show_rollup(key: str, asked: LedgerQuery, *, with_repositories: bool) -> ShowData:
-    """The rollup path's reads of `_show_data` in one read session, one after the other: a session costs more of
+    """The rollup path's reads of `_show_data` on one reader, one after the other: a session costs more of
     this process's CPU than a statement, and the page's three statements are each an index probe. The answers and
     their order of failure are `_show_data`'s: an unknown key's 404, then a bad cursor's 400 (ledger, then
     repositories)."""
     ledger, satellites = _paging(asked.cursor), _paging(asked.repos_cursor)
-    async with db.read_session() as session:
-        row = (await session.execute(queries.PATTERN_SQL, {"key": key})).mappings().first()
+    async with db.reader() as read:
+        found = await read.maps(queries.PATTERN_SQL, {"key": key})
+        row = found[0] if found else None
         infestation = None if row is None else queries.guarded_map(row)
         if row is None or infestation is None or infestation["repo_count"] < 1:
             raise _not_found()
@@ -257,12 +257,12 @@ async def _show_rollup(key: str, asked: LedgerQuery, *, with_repositories: bool)
                     raise paging
         assert not isinstance(ledger, InvalidCursor)
         limit = clamp(LEDGER_PAGE, 1, queries.PAGE_MAX)
-        instances = await _newest_first(session, queries.INSTANCE_PAGES, key, ledger, limit, instance_entry)
+        instances = await _newest_first(read, queries.INSTANCE_PAGES, key, ledger, limit, instance_entry)
         repositories: Page[dict[str, Any]] = {"entries": [], "next_cursor": None}
         if with_repositories:
             assert not isinstance(satellites, InvalidCursor)
             limit = clamp(SATELLITE_CAP, 1, queries.PAGE_MAX)
-            repositories = await _newest_first(session, memberships._REPOS, key, satellites, limit, membership_entry)
+            repositories = await _newest_first(read, memberships._REPOS, key, satellites, limit, membership_entry)
     return ShowData(infestation, row["refreshed_at"], instances, repositories, asked.cursor)
 
 

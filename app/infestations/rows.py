@@ -217,6 +217,6 @@ async def newest_first_page(
     if pattern_key is None:
         return {"entries": [], "next_cursor": None}
     params.update(key=pattern_key, fetch=limit + 1)
-    async with db.read_session() as session:
-        rows = (await session.execute(statements[cursor is not None], params)).mappings().all()
+    async with db.reader() as read:
+        rows = await read.maps(statements[cursor is not None], params)
     return keyset_page([entry(row) for row in rows], limit, BY_UPDATED_AT)

@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import MetaData, TextClause, text
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase
 
 from app.kernel import aftercommit, outages
@@ -122,6 +122,7 @@ def engine() -> AsyncEngine:
 # The driver's own execute for the report path's statements (`rows`): SQLAlchemy's costs about three times the
 # driver's CPU per statement (its greenlet hop and result machinery; docs/benchmarks.md "Ingest capacity").
 _compiled: dict[TextClause, str] = {}
+_NO_PARAMS: Mapping[str, Any] = {}
 
 
 async def rows(session: AsyncSession, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
@@ -156,6 +157,91 @@ async def rows(session: AsyncSession, statement: TextClause, params: Mapping[str
     for listener in sync.dispatch.after_cursor_execute:
         listener(sync, None, sql, params, None, False)
     return found
+
+
+class Reader:
+    """A public read's statements, sent by psycopg itself (`rows`' execute, its rows and errors): on a pooled
+    connection of the primary in autocommit, or, where a read must keep its session (a replica in use, a
+    transaction pooler), on a `read_session()`. What `reader()` yields."""
+
+    __slots__ = ("_connection", "_driver", "_session")
+
+    def __init__(
+        self,
+        session: AsyncSession | None,
+        connection: AsyncConnection | None = None,
+        driver: psycopg.AsyncConnection[Any] | None = None,
+    ) -> None:
+        self._session = session
+        self._connection = connection
+        self._driver = driver
+
+    async def rows(self, statement: TextClause, params: Mapping[str, Any] = _NO_PARAMS) -> list[Any]:
+        """The statement's rows as named tuples (`rows`)."""
+        if self._session is not None:
+            return await rows(self._session, statement, params)
+        connection, driver = self._connection, self._driver
+        assert connection is not None and driver is not None
+        sql = _compiled.get(statement)
+        if sql is None:
+            sql = _compiled[statement] = str(statement.compile(dialect=connection.dialect))
+        sync = connection.sync_connection
+        assert sync is not None
+        for listener in sync.dispatch.before_cursor_execute:  # tests that count statements
+            listener(sync, None, sql, params, None, False)
+        try:
+            async with driver.cursor(row_factory=namedtuple_row) as cursor:
+                await cursor.execute(sql, params)
+                found = await cursor.fetchall() if cursor.description is not None else []
+        except psycopg.Error as exc:
+            lost = (
+                driver.closed
+                or driver.broken
+                or (isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan must not change" in str(exc))
+            )
+            if lost:
+                await connection.invalidate(exc)
+            raise sa_exc.DBAPIError.instance(
+                sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=connection.dialect
+            ) from exc
+        for listener in sync.dispatch.after_cursor_execute:
+            listener(sync, None, sql, params, None, False)
+        return found
+
+    async def maps(self, statement: TextClause, params: Mapping[str, Any] = _NO_PARAMS) -> list[dict[str, Any]]:
+        """The statement's rows as dicts, keys in column order (`.mappings().all()` as plain dicts)."""
+        return [row._asdict() for row in await self.rows(statement, params)]
+
+
+# an autocommit engine per primary engine (shares its pool): a read's connection without a session (0.12 ms of CPU
+# to check out and return, a session's 0.3 ms; docs/benchmarks.md "Public pages when the cache misses")
+_autocommit: dict[AsyncEngine, AsyncEngine] = {}
+
+
+@asynccontextmanager
+async def reader() -> AsyncIterator[Reader]:
+    """A public read (`read_session()`'s routing, outage and retry handling) whose statements go through the
+    driver: `async with db.reader() as read: rows = await read.maps(STATEMENT, params)`. Without a replica in use
+    and behind no transaction pooler, a pooled connection of the primary in autocommit, no ORM session."""
+    if transaction_pooling() or not reads_use_primary():
+        async with read_session() as session:
+            yield Reader(session)
+        return
+    primary = engine()
+    options = _autocommit.get(primary)
+    if options is None:
+        if len(_autocommit) > 16:  # engines of event loops that ended (tests)
+            _autocommit.clear()
+        options = _autocommit[primary] = primary.execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        async with options.connect() as connection:
+            raw = await connection.get_raw_connection()
+            yield Reader(None, connection, raw.driver_connection)
+    except Exception as exc:
+        fence = _request.get()
+        if fence is not None and dead_connection(exc):
+            fence.retry = True  # the request runs once more, on the primary (app.kernel.security)
+        raise
 
 
 async def warm_pools() -> int:

@@ -180,9 +180,13 @@ async def current_version() -> tuple[tuple[Any, ...], bool]:
     """The data version where this request's reads go, in one statement; and whether it was read on the primary
     while a replica serves public reads (the page is then read from the primary too, so a page is never older
     than the version it is kept under)."""
+    if db.reads_use_primary():  # no replica in use: the driver's execute on a pooled connection
+        async with db.reader() as read:
+            (row,) = await read.rows(VERSION_SQL)
+        return tuple(row), False
     async with db.read_session() as session:
         row = (await session.execute(VERSION_SQL)).one()
-        on_primary = not db.reads_use_primary() and session.bind is db.engine()
+        on_primary = session.bind is db.engine()
     return tuple(row), on_primary
 
 

@@ -98,9 +98,9 @@ def normalize_query(raw: str | None) -> str:
 
 async def get_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
     """A repository by its coordinates, whatever its listing status (the caller applies visibility)."""
-    async with db.read_session() as session:
-        row = (await session.execute(_REPOSITORY, {"host": host, "owner": owner, "name": name})).mappings().first()
-    return dict(row) if row is not None else None
+    async with db.reader() as read:
+        found = await read.maps(_REPOSITORY, {"host": host, "owner": owner, "name": name})
+    return found[0] if found else None
 
 
 async def search_repositories(raw_query: str | None, *, limit: int = SEARCH_DEFAULT) -> list[dict[str, Any]]:
