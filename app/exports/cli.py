@@ -15,13 +15,13 @@ async def _export(args: argparse.Namespace) -> int:
     if args.out is None:
         # what the worker does: a new export in EXPORT_DIR, served by the web, older ones pruned
         summary = await service.rebuild_export()
-        manifest = json.loads((service.export_dir() / summary["export"] / service.MANIFEST).read_text())
+        manifest = service.read_manifest(service.export_dir() / summary["export"])
         print(f"export {summary['export']} written to {service.export_dir()}")
     else:
         manifest = await service.write_export(Path(args.out))
         print(f"export written to {args.out}")
     print(service.describe(manifest))
-    print(f"changes_cursor {json.dumps(manifest['changes_cursor'])}")
+    print(f"changes_cursor {json.dumps(manifest.changes_cursor)}")
     return 0
 
 

@@ -30,7 +30,7 @@ async def _serve(request: Request, name: str) -> Response:
         entry = export.file(name)
         if entry is None:
             raise NotFound({"file": ["not in this export"]})
-        digest = entry["sha256"]
+        digest = entry.sha256
     etag = f'"{digest}"'
     headers = {"ETag": etag, "Cache-Control": EXPORT_CACHE}
     if etag_matches(request, etag):

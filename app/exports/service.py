@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+import msgspec
 from sqlalchemy import Row, TextClause, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -171,14 +172,27 @@ class ExportError(ConfigError):
 @dataclass(frozen=True)
 class Export:
     path: Path  # the export's directory
-    manifest: dict[str, Any]
+    manifest: ExportManifest
 
     @property
     def cursor(self) -> str:
-        return str(self.manifest["changes_cursor"])
+        return self.manifest.changes_cursor
 
-    def file(self, name: str) -> dict[str, Any] | None:
-        return next((f for f in self.manifest["files"] if f["name"] == name), None)
+    def file(self, name: str) -> ExportFile | None:
+        return next((f for f in self.manifest.files if f.name == name), None)
+
+
+class Rebuilt(TypedDict):
+    """What a rebuild did (the export job's result and its `job_runs` detail)."""
+
+    export: str  # the new export's directory name
+    records: dict[str, int]  # by file name
+    deleted: int
+
+
+def read_manifest(directory: Path) -> ExportManifest:
+    """The manifest of the export in `directory` (OSError, or a ValueError when it is not one)."""
+    return msgspec.json.decode((directory / MANIFEST).read_bytes(), type=ExportManifest)
 
 
 # ---- building ---------------------------------------------------------------------------------------------------
@@ -209,7 +223,7 @@ async def _write_file(session: AsyncSession, query: TextClause | Shaped | Lines,
     return ExportFile(name=path.name, records=records, bytes=path.stat().st_size, sha256=_sha256(path))
 
 
-async def write_export(out: Path) -> dict[str, Any]:
+async def write_export(out: Path) -> ExportManifest:
     """Write one export into the directory `out` (absent or empty; created), atomically: everything is written
     into a hidden sibling directory that is renamed to `out` at the end. Returns the manifest."""
     out = out.absolute()
@@ -219,8 +233,8 @@ async def write_export(out: Path) -> dict[str, Any]:
     partial = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
     partial.mkdir()
     try:
-        manifest = as_json(await _snapshot_into(partial))  # as `exports()` reads it back
-        (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        manifest = await _snapshot_into(partial)
+        (partial / MANIFEST).write_text(json.dumps(as_json(manifest), indent=2) + "\n")
         if out.exists():
             out.rmdir()  # empty, checked above
         partial.rename(out)
@@ -260,8 +274,8 @@ def list_exports(directory: Path | None = None) -> list[Export]:
         return []
     for path in entries:
         try:
-            manifest = json.loads((path / MANIFEST).read_text())
-        except (OSError, ValueError):
+            manifest = read_manifest(path)
+        except (OSError, ValueError):  # msgspec's decode and validation errors are ValueErrors
             continue
         exports.append(Export(path, manifest))
     return exports
@@ -292,12 +306,12 @@ async def export_due(now: datetime, directory: Path | None = None) -> str | None
     newest = exports[0]
     if await stale(newest):
         return "takedown"
-    if now - datetime.fromisoformat(newest.manifest["generated_at"]) >= EXPORT_PERIOD:
+    if now - datetime.fromisoformat(newest.manifest.generated_at) >= EXPORT_PERIOD:
         return "daily"
     return None
 
 
-async def rebuild_export(directory: Path | None = None, *, keep: int = KEEP_EXPORTS) -> dict[str, Any]:
+async def rebuild_export(directory: Path | None = None, *, keep: int = KEEP_EXPORTS) -> Rebuilt:
     """Build a new export into EXPORT_DIR, then delete the exports past the newest `keep`, those holding a
     withdrawn record, and partial directories left by a build that died. Returns a summary for `job_runs`."""
     directory = directory or export_dir()
@@ -305,7 +319,7 @@ async def rebuild_export(directory: Path | None = None, *, keep: int = KEEP_EXPO
     # named after the build's start; renamed below to the snapshot's time, which orders exports by content
     building = directory / f".build-{uuid.uuid4().hex[:8]}"
     manifest = await write_export(building)
-    final = directory / _stamp(datetime.fromisoformat(manifest["generated_at"]))
+    final = directory / _stamp(datetime.fromisoformat(manifest.generated_at))
     building.rename(final)
     deleted = 0
     for index, export in enumerate(list_exports(directory)):
@@ -316,11 +330,11 @@ async def rebuild_export(directory: Path | None = None, *, keep: int = KEEP_EXPO
         if leftover.is_dir() and leftover.stat().st_mtime < datetime.now().timestamp() - 6 * 3600:
             shutil.rmtree(leftover, ignore_errors=True)  # a build that died hours ago
     log.info("export %s written (%s); %d older deleted", final.name, _summary(manifest), deleted)
-    return {"export": final.name, "records": {f["name"]: f["records"] for f in manifest["files"]}, "deleted": deleted}
+    return {"export": final.name, "records": {f.name: f.records for f in manifest.files}, "deleted": deleted}
 
 
-def _summary(manifest: dict[str, Any]) -> str:
-    return ", ".join(f"{f['name']} {f['records']} records {f['bytes']} bytes" for f in manifest["files"])
+def _summary(manifest: ExportManifest) -> str:
+    return ", ".join(f"{f.name} {f.records} records {f.bytes} bytes" for f in manifest.files)
 
 
 # ---- serving ----------------------------------------------------------------------------------------------------
@@ -345,11 +359,9 @@ async def served_export() -> Export:
     return newest
 
 
-def describe(manifest: dict[str, Any]) -> str:
+def describe(manifest: ExportManifest) -> str:
     """One line per file, for the CLI."""
-    return "\n".join(
-        f"{f['name']}: {f['records']} records, {f['bytes']} bytes, sha256 {f['sha256']}" for f in manifest["files"]
-    )
+    return "\n".join(f"{f.name}: {f.records} records, {f.bytes} bytes, sha256 {f.sha256}" for f in manifest.files)
 
 
 def clear_caches() -> None:
@@ -367,6 +379,7 @@ __all__ = [
     "export_dir",
     "export_due",
     "list_exports",
+    "read_manifest",
     "rebuild_export",
     "served_export",
     "stale",

@@ -172,7 +172,7 @@ async def test_present_moved_and_absent_at_the_default_branch_head(
     written = await exports.write_export(tmp_path)  # the export carries each record's ledger, valid against its schema
     schema = json.loads((ROOT / "docs" / "schemas" / "finding.schema.json").read_text())
     exported = {r["finding"]: r for r in records(tmp_path, "findings.ndjson.gz")}
-    assert written["files"] and len(exported) == 5
+    assert written.files and len(exported) == 5
     for record in exported.values():
         jsonschema_rs.validator_for(schema, validate_formats=True).validate(record)
     assert [o["state"] for o in exported[str(d.public_id)]["observations"]] == ["absent", "present"]

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.accounts.models import Account
 from app.exports import service
 from app.exports.types import ExportFile
+from app.kernel.answers import as_json
 from app.moderation import service as moderation
 from app.reports.service import submit_report
 from jobs import worker
@@ -69,18 +70,18 @@ async def test_export_holds_exactly_the_public_records_valid_against_the_schemas
     out = tmp_path / "snapshot"
     written = await service.write_export(out)
 
-    assert manifest(out) == written
-    assert [f["name"] for f in written["files"]] == list(service.FILE_NAMES)
-    for entry in written["files"]:
-        body = (out / entry["name"]).read_bytes()
-        assert entry["bytes"] == len(body)
-        assert entry["sha256"] == hashlib.sha256(body).hexdigest()
-        assert entry["records"] == len(records(out, entry["name"]))
-        schema = json.loads((ROOT / "docs" / "schemas" / SCHEMAS[entry["name"]]).read_text())
+    assert manifest(out) == as_json(written)
+    assert [f.name for f in written.files] == list(service.FILE_NAMES)
+    for entry in written.files:
+        body = (out / entry.name).read_bytes()
+        assert entry.bytes == len(body)
+        assert entry.sha256 == hashlib.sha256(body).hexdigest()
+        assert entry.records == len(records(out, entry.name))
+        schema = json.loads((ROOT / "docs" / "schemas" / SCHEMAS[entry.name]).read_text())
         validator = jsonschema_rs.validator_for(schema, validate_formats=True)
-        for record in records(out, entry["name"]):
+        for record in records(out, entry.name):
             validator.validate(record)
-    assert datetime.fromisoformat(written["generated_at"]).tzinfo is not None
+    assert datetime.fromisoformat(written.generated_at).tzinfo is not None
 
     repositories = records(out, "repositories.ndjson.gz")
     assert sorted(r["repository"] for r in repositories) == [
@@ -153,7 +154,7 @@ async def test_one_snapshot_while_writers_commit(tmp_path: Path, monkeypatch: py
     # a fresh export sees it, and its cursor moved on
     again = await service.write_export(tmp_path / "again")
     assert len(records(tmp_path / "again", "findings.ndjson.gz")) == 2
-    assert again["changes_cursor"] != written["changes_cursor"]
+    assert again.changes_cursor != written.changes_cursor
 
 
 async def test_served_with_etag_and_range_404_without_an_export(client: httpx.AsyncClient, export_dir: Path) -> None:

@@ -159,7 +159,7 @@ async def test_export_plus_feed_equals_a_fresh_export(client: httpx.AsyncClient,
     await moderation.change_scan_visibility(moderator, flipped["id"], "public_summary", "partial", NOTES)
     await moderation.change_scan_visibility(moderator, flipped["id"], "public", "appeal upheld", NOTES)
 
-    assert await mirror.follow(client, manifest["changes_cursor"]) > 0
+    assert await mirror.follow(client, manifest.changes_cursor) > 0
     fresh = tmp_path / "fresh"
     await service.write_export(fresh)
     expected = exported(fresh)
