@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, NamedTuple
 
 from msgspec import Meta, Struct
 from sqlalchemy import text
@@ -38,7 +38,14 @@ from app.maintainers.routes import MAINTAIN_SCOPE, parse_empty
 from app.maintainers.statement_clock import DISCLOSURE_SUBJECT
 from app.maintainers.statements import parse_public_id
 from app.record.public import LISTED
-from app.reports.embargo import DISCLOSURE_FRAGMENT, MAX_DAYS, DisclosureAnswer, disclosure_answer, publish_embargoed
+from app.reports.embargo import (
+    DISCLOSURE_FRAGMENT,
+    MAX_DAYS,
+    DisclosureAnswer,
+    DisclosureExtension,
+    disclosure_answer,
+    publish_embargoed,
+)
 from app.reports.policy import SUBMIT_SCOPES
 from app.reports.secrets_scanner import SCAN_BUDGET_SECONDS, scan_fields
 
@@ -105,16 +112,25 @@ class Clock:
     state: str
     reported_at: datetime
     deadline: datetime
-    extensions: list[dict[str, Any]]
+    extensions: list[DisclosureExtension]
 
     def extended_by_maintainer(self) -> bool:
         """A maintainer's extension counts once; a `fixed` statement's move (days <= 0) is not one."""
-        return any(e.get("by") == "maintainer" and int(e.get("days", 0)) > 0 for e in self.extensions)
+        return any(e.by == "maintainer" and e.days > 0 for e in self.extensions)
 
     def room_days(self) -> int:
         """Whole days the deadline may still move later (reported_at + LONGEST_DAYS at most)."""
         room = self.reported_at + timedelta(days=LONGEST_DAYS) - self.deadline
         return max(0, math.floor(room / timedelta(days=1)))
+
+
+class ClockEdit(NamedTuple):
+    """What a change did to the clock: the finding's `disclosure` object afterwards, and the audit event's before
+    and after values (open JSON: each action its own keys)."""
+
+    disclosure: DisclosureAnswer
+    before: dict[str, Any]
+    after: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -198,7 +214,8 @@ async def _clock(session: AsyncSession, canonical_id: int) -> Clock | None:
     row = (await session.execute(_CLOCK, {"id": canonical_id})).first()
     if row is None:
         return None
-    return Clock(str(row.state), row.reported_at, row.deadline, list(row.extensions or []))
+    extensions = [DisclosureExtension(**e) for e in row.extensions or []]
+    return Clock(str(row.state), row.reported_at, row.deadline, extensions)
 
 
 def _embargoed(clock: Clock | None) -> Clock:
@@ -207,9 +224,7 @@ def _embargoed(clock: Clock | None) -> Clock:
     return clock
 
 
-async def _extend(
-    session: AsyncSession, found: Found, clock: Clock, *, by: str, extension: Extension
-) -> tuple[DisclosureAnswer, dict[str, Any], dict[str, Any]]:
+async def _extend(session: AsyncSession, found: Found, clock: Clock, *, by: str, extension: Extension) -> ClockEdit:
     """Move the deadline `extension.days` later and append the entry the stub shows; 422 naming `days` past the
     longest deadline (reported_at + 120 days)."""
     room = clock.room_days()
@@ -226,15 +241,13 @@ async def _extend(
     ).one()
     before = {"deadline": iso(clock.deadline)}
     after = {"deadline": iso(deadline), "extended_days": extension.days}
-    return disclosure_answer(dict(row._mapping)), before, after
+    return ClockEdit(disclosure_answer(dict(row._mapping)), before, after)
 
 
-async def _publish(
-    session: AsyncSession, found: Found, because: str
-) -> tuple[DisclosureAnswer, dict[str, Any], dict[str, Any]]:
+async def _publish(session: AsyncSession, found: Found, because: str) -> ClockEdit:
     await publish_embargoed(session, [found.canonical_id], because)
     row = (await session.execute(_READ, {"id": found.canonical_id})).one()
-    return (
+    return ClockEdit(
         disclosure_answer(dict(row._mapping)),
         {"state": "embargoed"},
         {"state": "published", "published_because": because},
@@ -245,7 +258,7 @@ async def _audited(
     session: AsyncSession,
     found: Found,
     action: str,
-    changed: tuple[DisclosureAnswer, dict[str, Any], dict[str, Any]],
+    changed: ClockEdit,
     *,
     actor_id: int,
     reason: str | None,
@@ -332,7 +345,7 @@ async def person_publish(account: Account, canonical_public_id: str) -> ClockCha
 
 async def moderator_extend(
     session: AsyncSession, canonical_public_id: str | uuid.UUID, extension: Extension
-) -> tuple[Found, tuple[DisclosureAnswer, dict[str, Any], dict[str, Any]]]:
+) -> tuple[Found, ClockEdit]:
     """A moderator's extension, in the moderation action's (audited) transaction: no once or 30-day limit, but
     never past reported_at + 120 days."""
     found = await _found(session, canonical_public_id, listed_only=False)
@@ -340,9 +353,7 @@ async def moderator_extend(
     return found, await _extend(session, found, clock, by="moderator", extension=extension)
 
 
-async def moderator_publish(
-    session: AsyncSession, canonical_public_id: str | uuid.UUID
-) -> tuple[Found, tuple[DisclosureAnswer, dict[str, Any], dict[str, Any]]]:
+async def moderator_publish(session: AsyncSession, canonical_public_id: str | uuid.UUID) -> tuple[Found, ClockEdit]:
     """A moderator's publication at once (`moderator`), in the moderation action's (audited) transaction."""
     found = await _found(session, canonical_public_id, listed_only=False)
     _embargoed(await _clock(session, found.canonical_id))
