@@ -236,7 +236,14 @@ async def statement_events(repository_id: int) -> tuple[int, datetime | None]:
     return int(count_a) + int(count_b), max(times) if times else None
 
 
-async def moderation_subject(statement_id: int) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class ModeratedStatement(StatementView):
+    """A statement as the moderation form shows it, with the newest occurrence of its finding (None: none left)."""
+
+    occurrence: str | None = None
+
+
+async def moderation_subject(statement_id: int) -> ModeratedStatement | None:
     """A statement as the moderation form shows it: the statement's fields, and the newest occurrence of its finding
     (whatever its report's visibility: moderators see all), whose page the form returns to."""
     newest = (
@@ -253,8 +260,7 @@ async def moderation_subject(statement_id: int) -> dict[str, Any] | None:
         ).first()
     if row is None:
         return None
-    view = view_of(row)
-    return {**view.__dict__, "occurrence": None if row[-1] is None else str(row[-1])}
+    return ModeratedStatement(**vars(view_of(row)), occurrence=None if row[-1] is None else str(row[-1]))
 
 
 async def statement_hides_after(session: AsyncSession, cursor: str) -> bool:

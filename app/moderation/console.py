@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from msgspec import Struct, structs
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -25,11 +26,15 @@ from app.kernel.intake import body_route, form_parser
 from app.kernel.paging import Page
 from app.kernel.text import ascii_int, require_clean
 from app.maintainers.models import STATEMENT_VISIBILITIES
+from app.maintainers.statement_queries import ModeratedStatement
+from app.maintainers.webhooks import ModeratedWebhook
 from app.moderation import queries, service, signal
+from app.moderation.rows import ConsoleAuditEvent
 from app.registry.models import LISTING_STATUSES
 from app.reports.models import VISIBILITIES
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 CHOICES = {
     "visibilities": VISIBILITIES,
@@ -85,10 +90,11 @@ async def _flash(request: Request) -> str | None:
     return f"{message} {purge.STATE_NOTICES[cache].format(where='')}" if cache in purge.STATE_NOTICES else message
 
 
-def _recorded_message(event: dict[str, Any], backlog: dict[str, Any]) -> str:
-    changes = ", ".join(f"{k} {event['before'].get(k)} → {v}" for k, v in (event["after"] or {}).items())
+def _recorded_message(event: ConsoleAuditEvent, backlog: service.RollupBacklog) -> str:
+    before = event.before or {}
+    changes = ", ".join(f"{k} {before.get(k)} → {v}" for k, v in (event.after or {}).items())
     return (
-        f"Recorded as audit event #{event['id']}: {event['subject_type']} {event['subject_id']}: {changes}. "
+        f"Recorded as audit event #{event.id}: {event.subject_type} {event.subject_id}: {changes}. "
         f"Atlas: {service.describe_backlog(backlog)}."
     )
 
@@ -101,7 +107,7 @@ async def list_page(
     request: Request,
     section: str,
     filters: dict[str, str],
-    load: Callable[[str | None], Awaitable[Page[dict[str, Any]]]],
+    load: Callable[[str | None], Awaitable[Page[E]]],
 ) -> Response:
     """One console list: the moderator check (an anonymous visitor goes to the login page and comes back), the
     keyset page; bad filters and cursors are a "Bad filter" error page."""
@@ -119,7 +125,7 @@ async def list_page(
     return render(request, f"moderation/{section}.html", {**context, **await _list_context(request, page_)})
 
 
-async def _list_context(request: Request, page: Page[dict[str, Any]]) -> dict[str, Any]:
+async def _list_context(request: Request, page: Page[E]) -> dict[str, Any]:
     here = _here(request)
     cursor = page["next_cursor"]
     return {
@@ -142,7 +148,7 @@ async def act(
     form: FormData,
     *,
     partial: str,
-    subject: dict[str, Any],
+    subject: Subject,
     fields: tuple[str, ...],
     action: Callable[[dict[str, str]], Awaitable[service.ActionOutcome]],
     default_return: str,
@@ -170,11 +176,9 @@ async def act(
     event = await queries.get_audit_event(outcome.audit_event_id)
     assert event is not None
     fresh = {k: v for k, v in values.items() if k not in ("reason", "notes")}
-    for key, value in outcome.after.items():
-        subject = {**subject, key: value}
-        fresh[key] = value
+    fresh.update(outcome.after)
     context.update(
-        subject=subject,
+        subject={**_fields(subject), **outcome.after},  # the form shows the subject as the action left it
         values=fresh,
         flash=" ".join(
             m for m in (_recorded_message(event, await service.pending_rollup_backlog()), purge.notice(purges)) if m
@@ -183,12 +187,20 @@ async def act(
     return render(request, partial, context)
 
 
+# What an action's form is about: a console row (app.moderation.rows), or a feature's own view of it.
+Subject = Struct | ModeratedStatement | ModeratedWebhook
+
+
+def _fields(subject: Subject) -> dict[str, Any]:
+    return structs.asdict(subject) if isinstance(subject, Struct) else dict(vars(subject))
+
+
 @dataclass(frozen=True)
 class Action:
     """What an action's path names: the subject its form shows, the audited action run with the form's values, and
     where the no-JS form goes back to unless it says."""
 
-    subject: dict[str, Any]
+    subject: Subject
     run: Callable[[dict[str, str]], Awaitable[service.ActionOutcome]]
     default_return: str
 

@@ -4,8 +4,6 @@ with reason and notes, each one audited action; and the console's list of open e
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -19,12 +17,14 @@ from app.kernel.text import ascii_int
 from app.maintainers.statement_clock import DISCLOSURE_SUBJECT
 from app.maintainers.statements import parse_public_id
 from app.moderation.queries import clamp_limit
+from app.moderation.rows import ClockSubject, OpenEmbargo
 from app.moderation.service import ActionOutcome, Change, act, validate_reason_notes
+from app.reports.embargo import DisclosureExtension
 
 # open embargoes by deadline (the clock's own index), optionally one repository's; keyset on (deadline, canonical id)
 _OPEN = text("""
 SELECT c.public_id, c.severity, c.title, r.host, r.owner, r.name, d.reported_at, d.deadline, d.extensions,
-       d.canonical_finding_id,
+       d.canonical_finding_id, d.state,
        (SELECT f.public_id FROM scan_findings f WHERE f.canonical_finding_id = c.id ORDER BY f.id LIMIT 1)
          AS occurrence
 FROM disclosures d
@@ -39,11 +39,11 @@ LIMIT :limit
 """)
 
 
-def _cursor_of(row: dict[str, Any]) -> str:
-    return encode_cursor(row["deadline"], int(row["canonical_finding_id"]))
+def _cursor_of(row: OpenEmbargo) -> str:
+    return encode_cursor(row.deadline, row.canonical_finding_id)
 
 
-async def open_embargoes(*, repository: str | None, cursor: str | None) -> Page[dict[str, Any]]:
+async def open_embargoes(*, repository: str | None, cursor: str | None) -> Page[OpenEmbargo]:
     """Open embargoes, soonest deadline first (a 400 naming `repository` for a malformed `host/owner/name`)."""
     host = owner = name = None
     if repository:
@@ -57,7 +57,10 @@ async def open_embargoes(*, repository: str | None, cursor: str | None) -> Page[
         result = await session.execute(
             _OPEN, {**params, "host": host, "owner": owner, "name": name, "limit": limit + 1}
         )
-        rows = [dict(row) for row in result.mappings()]
+        rows = [
+            OpenEmbargo(**{**row, "extensions": [DisclosureExtension(**e) for e in row["extensions"] or []]})
+            for row in result.mappings()
+        ]
     return keyset_page(rows, limit, _cursor_of)
 
 
@@ -94,12 +97,12 @@ async def publish(actor: Account, canonical_public_id: str, reason: str, notes: 
     return await act(actor.id, actions.PUBLISH_ACTION, step, errors=errors, reason=reason_t, notes=notes_t)
 
 
-async def subject(canonical_public_id: str) -> dict[str, Any] | None:
+async def subject(canonical_public_id: str) -> ClockSubject | None:
     """What a form about one clock shows (None: no open or closed clock for that finding)."""
     public_id = parse_public_id(canonical_public_id)
     async with db.read_session(replica=False) as session:
         row = (await session.execute(_SUBJECT, {"public_id": public_id})).mappings().first()
-    return None if row is None else dict(row)
+    return None if row is None else ClockSubject(**row)
 
 
 _SUBJECT = text("""

@@ -3,7 +3,8 @@ audit log. Moderators see every row whatever its visibility or listing (the cons
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, FromClause, Select, select
 
@@ -16,20 +17,27 @@ from app.kernel.paging import (
     after_keyset,
     cursor_params,
     decode_id_cursor,
+    encode_cursor,
     encode_id_cursor,
     keyset_page,
-    time_id_cursor,
 )
+from app.moderation.rows import ConsoleAccount, ConsoleAuditEvent, ConsoleReport, ConsoleRepository
 from app.registry.models import LISTING_STATUSES, Repository
 from app.reports.models import VISIBILITIES, Scan
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
-BY_INSERTED_AT = time_id_cursor("inserted_at", "id")
+Row = TypeVar("Row", ConsoleReport, ConsoleRepository, ConsoleAccount, ConsoleAuditEvent)
+Dated = TypeVar("Dated", ConsoleReport, ConsoleAuditEvent)  # lists keyset on (inserted_at, id)
+Numbered = TypeVar("Numbered", ConsoleRepository, ConsoleAccount)  # lists keyset on id
 
 
-def _by_id(row: dict[str, Any]) -> str:
-    return encode_id_cursor(row["id"])
+def _by_inserted_at(row: ConsoleReport | ConsoleAuditEvent) -> str:
+    return encode_cursor(row.inserted_at, row.id)
+
+
+def _by_id(row: ConsoleRepository | ConsoleAccount) -> str:
+    return encode_id_cursor(row.id)
 
 
 def clamp_limit(limit: int | None) -> int:
@@ -85,41 +93,41 @@ _AUDIT_EVENTS: Select[Any] = select(
 ).select_from(_events.outerjoin(_accounts, _accounts.c.id == _events.c.actor_id))
 
 
-async def _rows(statement: Select[Any], params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+async def _rows(shape: type[Row], statement: Select[Any], params: Mapping[str, object] | None = None) -> list[Row]:
     # the console reads the primary: a moderator must see the change they just made
     async with db.read_session(replica=False) as session:
-        return [dict(row) for row in (await session.execute(statement, params or {})).mappings()]
+        return [shape(**row) for row in (await session.execute(statement, params or {})).mappings()]
 
 
-async def _one(statement: Select[Any]) -> dict[str, Any] | None:
-    found = await _rows(statement)
+async def _one(shape: type[Row], statement: Select[Any]) -> Row | None:
+    found = await _rows(shape, statement)
     return found[0] if found else None
 
 
 async def _newest_first(
-    query: Select[Any], table: FromClause, *, limit: int, cursor: str | None
-) -> Page[dict[str, Any]]:
+    shape: type[Dated], query: Select[Any], table: FromClause, *, limit: int, cursor: str | None
+) -> Page[Dated]:
     """A page keyset on `(inserted_at DESC, id DESC)`."""
     params = cursor_params(cursor or None)
     if params:
         query = query.where(after_keyset(table.c.inserted_at, table.c.id))
     query = query.order_by(table.c.inserted_at.desc(), table.c.id.desc()).limit(limit + 1)
-    return keyset_page(await _rows(query, params), limit, BY_INSERTED_AT)
+    return keyset_page(await _rows(shape, query, params), limit, _by_inserted_at)
 
 
 async def _newest_ids_first(
-    query: Select[Any], table: FromClause, *, limit: int, cursor: str | None
-) -> Page[dict[str, Any]]:
+    shape: type[Numbered], query: Select[Any], table: FromClause, *, limit: int, cursor: str | None
+) -> Page[Numbered]:
     """A page keyset on `id DESC`."""
     if (after_id := _id_cursor(cursor)) is not None:
         query = query.where(table.c.id < after_id)
     query = query.order_by(table.c.id.desc()).limit(limit + 1)
-    return keyset_page(await _rows(query), limit, _by_id)
+    return keyset_page(await _rows(shape, query), limit, _by_id)
 
 
 async def list_recent_reports(
     *, repository: str | None = None, visibility: str | None = None, limit: int | None = None, cursor: str | None = None
-) -> Page[dict[str, Any]]:
+) -> Page[ConsoleReport]:
     """Newest reports first (keyset on inserted_at DESC, id DESC), optionally for one `host/owner/name`."""
     from app.kernel.refs import parse_ref
 
@@ -130,25 +138,26 @@ async def list_recent_reports(
         except ValidationError as exc:
             raise ValidationError(exc.errors, status_code=400) from None
         query = query.where(_repositories.c.host == host, _repositories.c.owner == owner, _repositories.c.name == name)
-    return await _newest_first(query, _scans, limit=clamp_limit(limit), cursor=cursor)
+    return await _newest_first(ConsoleReport, query, _scans, limit=clamp_limit(limit), cursor=cursor)
 
 
-async def get_report(scan_id: int) -> dict[str, Any] | None:
-    return await _one(_REPORTS.where(_scans.c.id == scan_id))
+async def get_report(scan_id: int) -> ConsoleReport | None:
+    return await _one(ConsoleReport, _REPORTS.where(_scans.c.id == scan_id))
 
 
 async def list_repositories(
     *, listing_status: str | None = None, limit: int | None = None, cursor: str | None = None
-) -> Page[dict[str, Any]]:
+) -> Page[ConsoleRepository]:
     """Newest repositories first (keyset on id DESC), optionally one listing status."""
     query = _only(_REPOSITORIES, _repositories.c.listing_status, listing_status, LISTING_STATUSES)
-    return await _newest_ids_first(query, _repositories, limit=clamp_limit(limit), cursor=cursor)
+    return await _newest_ids_first(ConsoleRepository, query, _repositories, limit=clamp_limit(limit), cursor=cursor)
 
 
-async def get_repository(host: str, owner: str, name: str) -> dict[str, Any] | None:
+async def get_repository(host: str, owner: str, name: str) -> ConsoleRepository | None:
     columns = _repositories.c
     return await _one(
-        _REPOSITORIES.where(columns.host == host.lower(), columns.owner == owner.lower(), columns.name == name.lower())
+        ConsoleRepository,
+        _REPOSITORIES.where(columns.host == host.lower(), columns.owner == owner.lower(), columns.name == name.lower()),
     )
 
 
@@ -158,21 +167,21 @@ async def list_accounts(
     state: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
-) -> Page[dict[str, Any]]:
+) -> Page[ConsoleAccount]:
     """Newest accounts first (keyset on id DESC), optionally one role and/or state."""
     query = _only(_ACCOUNTS, _accounts.c.platform_role, platform_role, PLATFORM_ROLES)
     query = _only(query, _accounts.c.state, state, ACCOUNT_STATES)
-    return await _newest_ids_first(query, _accounts, limit=clamp_limit(limit), cursor=cursor)
+    return await _newest_ids_first(ConsoleAccount, query, _accounts, limit=clamp_limit(limit), cursor=cursor)
 
 
-async def get_account(handle: str) -> dict[str, Any] | None:
-    return await _one(_ACCOUNTS.where(_accounts.c.handle == handle.strip().lower()))
+async def get_account(handle: str) -> ConsoleAccount | None:
+    return await _one(ConsoleAccount, _ACCOUNTS.where(_accounts.c.handle == handle.strip().lower()))
 
 
-async def list_audit_events(*, limit: int | None = None, cursor: str | None = None) -> Page[dict[str, Any]]:
+async def list_audit_events(*, limit: int | None = None, cursor: str | None = None) -> Page[ConsoleAuditEvent]:
     """The audit log, newest first (keyset on the (inserted_at DESC, id DESC) index)."""
-    return await _newest_first(_AUDIT_EVENTS, _events, limit=clamp_limit(limit), cursor=cursor)
+    return await _newest_first(ConsoleAuditEvent, _AUDIT_EVENTS, _events, limit=clamp_limit(limit), cursor=cursor)
 
 
-async def get_audit_event(event_id: int) -> dict[str, Any] | None:
-    return await _one(_AUDIT_EVENTS.where(_events.c.id == event_id))
+async def get_audit_event(event_id: int) -> ConsoleAuditEvent | None:
+    return await _one(ConsoleAuditEvent, _AUDIT_EVENTS.where(_events.c.id == event_id))

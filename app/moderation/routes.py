@@ -3,9 +3,9 @@ each page and action on the console's frame (app/moderation/console.py)."""
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import quote
 
+from msgspec import structs
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -19,6 +19,14 @@ from app.maintainers import webhooks
 from app.maintainers.statement_queries import moderation_subject
 from app.moderation import account_actions, console, disclosures, queries, service, signal
 from app.moderation.console import action_route
+from app.moderation.rows import (
+    ClockSubject,
+    ConsoleAccount,
+    ConsoleAuditEvent,
+    ConsoleRepository,
+    Maintainership,
+    SignalledAccount,
+)
 
 
 async def reports_page(request: Request) -> Response:
@@ -48,7 +56,7 @@ async def accounts_page(request: Request) -> Response:
     role = request.query_params.get("platform_role", "")
     state = request.query_params.get("state", "")
 
-    async def load(cursor: str | None) -> Page[dict[str, Any]]:
+    async def load(cursor: str | None) -> Page[SignalledAccount]:
         return await signal.with_signals(
             await queries.list_accounts(platform_role=role or None, state=state or None, cursor=cursor)
         )
@@ -88,21 +96,21 @@ async def audit_event_page(request: Request) -> Response:
     return console.render(request, "moderation/audit_event.html", context)
 
 
-async def _subject_href(event: dict[str, Any]) -> str | None:
+async def _subject_href(event: ConsoleAuditEvent) -> str | None:
     """Where the event's subject is seen now (None once it is gone or has no page)."""
-    kind, raw = event["subject_type"], event["subject_id"]
+    kind, raw = event.subject_type, event.subject_id
     if kind == "scan" and (scan_id := ascii_int(raw)):
         report = await queries.get_report(scan_id)
-        return repo_path(report["host"], report["owner"], report["name"]) + f"#report-{scan_id}" if report else None
+        return repo_path(report.host, report.owner, report.name) + f"#report-{scan_id}" if report else None
     if kind == "repository" and raw.count("/") == 2:
         repo = await queries.get_repository(*raw.split("/"))
-        return repo_path(repo["host"], repo["owner"], repo["name"]) if repo else None
+        return repo_path(repo.host, repo.owner, repo.name) if repo else None
     if kind == "disclosure" and (canonical_id := ascii_int(raw)):
         occurrence = await disclosures.occurrence_of(canonical_id)
         return finding_path(occurrence) if occurrence else None
     if kind == "statement" and (statement_id := ascii_int(raw)):
         statement = await moderation_subject(statement_id)
-        occurrence = statement["occurrence"] if statement else None
+        occurrence = statement.occurrence if statement else None
         return finding_path(occurrence) + "#maintainer-statement" if occurrence else None
     return None
 
@@ -117,7 +125,7 @@ async def scan_visibility(request: Request, actor: Account) -> console.Action:
     )
 
 
-async def _repository(host: str, owner: str, name: str) -> dict[str, Any]:
+async def _repository(host: str, owner: str, name: str) -> ConsoleRepository:
     """The repository a moderator's form names (`{host}/{owner}/{name}` in the path), or 404."""
     repo = await queries.get_repository(host, owner, name)
     if repo is None:
@@ -127,7 +135,7 @@ async def _repository(host: str, owner: str, name: str) -> dict[str, Any]:
 
 async def repository_listing(request: Request, actor: Account) -> console.Action:
     repo = await _repository(*(request.path_params[k] for k in ("host", "owner", "name")))
-    slug = (repo["host"], repo["owner"], repo["name"])
+    slug = (repo.host, repo.owner, repo.name)
     return console.Action(
         subject=repo,
         run=lambda v: service.change_repository_listing(actor, *slug, v["listing_status"], v["reason"], v["notes"]),
@@ -135,7 +143,7 @@ async def repository_listing(request: Request, actor: Account) -> console.Action
     )
 
 
-async def _target_account(request: Request) -> dict[str, Any]:
+async def _target_account(request: Request) -> ConsoleAccount:
     """The account a moderator's form names (`{handle}` in the path), or 404."""
     handle = request.path_params["handle"]
     target = await queries.get_account(handle)
@@ -144,7 +152,7 @@ async def _target_account(request: Request) -> dict[str, Any]:
     return target
 
 
-async def _target_with_signal(request: Request) -> dict[str, Any]:
+async def _target_with_signal(request: Request) -> SignalledAccount:
     """The named account with its reporter signal, for the signal and queue forms."""
     page = await signal.with_signals({"entries": [await _target_account(request)], "next_cursor": None})
     return page["entries"][0]
@@ -156,7 +164,7 @@ async def account_change(request: Request, actor: Account) -> console.Action:
         subject=target,
         run=lambda v: account_actions.change_account(
             actor,
-            target["handle"],
+            target.handle,
             platform_role=v["platform_role"] or None,
             state=v["state"] or None,
             reason=v["reason"],
@@ -170,7 +178,7 @@ async def account_statements_hide(request: Request, actor: Account) -> console.A
     target = await _target_account(request)
     return console.Action(
         subject=target,
-        run=lambda v: account_actions.hide_account_statements(actor, target["handle"], v["reason"], v["notes"]),
+        run=lambda v: account_actions.hide_account_statements(actor, target.handle, v["reason"], v["notes"]),
         default_return="/moderation/accounts",
     )
 
@@ -179,7 +187,7 @@ async def account_signal_pin(request: Request, actor: Account) -> console.Action
     subject = await _target_with_signal(request)
     return console.Action(
         subject=subject,
-        run=lambda v: signal.pin_signal(actor, subject["handle"], v["pin"], v["reason"], v["notes"]),
+        run=lambda v: signal.pin_signal(actor, subject.handle, v["pin"], v["reason"], v["notes"]),
         default_return="/moderation/accounts",
     )
 
@@ -188,7 +196,7 @@ async def account_held_release(request: Request, actor: Account) -> console.Acti
     subject = await _target_with_signal(request)
     return console.Action(
         subject=subject,
-        run=lambda v: signal.release_queue(actor, subject["handle"], v["reason"], v["notes"]),
+        run=lambda v: signal.release_queue(actor, subject.handle, v["reason"], v["notes"]),
         default_return="/moderation/held",
     )
 
@@ -196,9 +204,9 @@ async def account_held_release(request: Request, actor: Account) -> console.Acti
 async def maintainer_end(request: Request, actor: Account) -> console.Action:
     repo = await _repository(*(request.path_params[k] for k in ("host", "owner", "name")))
     handle = request.path_params["handle"]
-    slug = (repo["host"], repo["owner"], repo["name"])
+    slug = (repo.host, repo.owner, repo.name)
     return console.Action(
-        subject={**repo, "handle": handle},
+        subject=Maintainership(**structs.asdict(repo), handle=handle),
         run=lambda v: service.end_maintainership(actor, *slug, handle, v["reason"], v["notes"]),
         default_return=repo_path(*slug) + "/maintain",
     )
@@ -207,7 +215,7 @@ async def maintainer_end(request: Request, actor: Account) -> console.Action:
 async def statement_visibility(request: Request, actor: Account) -> console.Action:
     statement_id = request.path_params["statement_id"]
     statement = await console.subject_or_404(moderation_subject, statement_id, "statement", "statement")
-    occurrence = statement["occurrence"]
+    occurrence = statement.occurrence
     return console.Action(
         subject=statement,
         run=lambda v: service.change_statement_visibility(
@@ -217,7 +225,7 @@ async def statement_visibility(request: Request, actor: Account) -> console.Acti
     )
 
 
-async def _clock_subject(request: Request) -> tuple[str, dict[str, Any]]:
+async def _clock_subject(request: Request) -> tuple[str, ClockSubject]:
     public_id = request.path_params["canonical_public_id"]
     found = await disclosures.subject(public_id)
     if found is None:
@@ -247,7 +255,7 @@ async def webhook_delete(request: Request, actor: Account) -> console.Action:
     webhook_id = request.path_params["webhook_id"]
     hook = await console.subject_or_404(webhooks.moderation_subject, webhook_id, "webhook", "webhook")
     return console.Action(
-        subject={"id": hook.id, "repository": hook.repository, "owner": hook.owner, "destination": hook.destination},
+        subject=hook,
         run=lambda v: service.delete_webhook(actor, webhook_id, v["reason"], v["notes"]),
         default_return=repo_path(*hook.repository.split("/")) + "/maintain",
     )

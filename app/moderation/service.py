@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import delete, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -283,7 +283,14 @@ async def delete_repository(
     await act(actor_id, "repository.delete", step, reason=reason, notes=notes, forbidden=forbidden)
 
 
-async def pending_rollup_backlog() -> dict[str, Any]:
+class RollupBacklog(TypedDict):
+    """Pending rollup work: pattern keys waiting for the worker and the age of the oldest (None: none waits)."""
+
+    pending: int
+    oldest_age_seconds: float | None
+
+
+async def pending_rollup_backlog() -> RollupBacklog:
     """Pending rollup work: how many pattern keys wait for the worker and the age of the oldest, for the "the
     atlas will reflect it" message after an action."""
     async with db.read_session(replica=False) as session:
@@ -300,8 +307,8 @@ async def pending_rollup_backlog() -> dict[str, Any]:
     return {"pending": int(row.pending), "oldest_age_seconds": oldest}
 
 
-def describe_backlog(backlog: dict[str, Any]) -> str:
-    pending = int(backlog["pending"])
+def describe_backlog(backlog: RollupBacklog) -> str:
+    pending = backlog["pending"]
     if pending == 0:
         return "no rollup work pending; the atlas already reflects it"
     oldest = backlog["oldest_age_seconds"] or 0.0

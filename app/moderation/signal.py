@@ -6,9 +6,7 @@ queue of held findings with their reporters' signal."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
-
+from msgspec import structs
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,10 +14,11 @@ from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.errors import ValidationError
 from app.kernel.paging import Page
+from app.moderation.rows import ConsoleAccount, SignalledAccount
 from app.moderation.service import ActionOutcome, Change, act, lock_other_account, validate_reason_notes
 from app.reports.held import release_held
 from app.trust.models import PINS
-from app.trust.queue import held_page
+from app.trust.queue import Held, held_page
 from app.trust.signal import store_signals
 
 PIN_ACTION = "account.signal_pin"
@@ -93,25 +92,30 @@ WHERE account_id = ANY(CAST(:ids AS bigint[]))
 """)
 
 
-async def with_signals(accounts: Page[dict[str, Any]]) -> Page[dict[str, Any]]:
+async def with_signals(accounts: Page[ConsoleAccount]) -> Page[SignalledAccount]:
     """The console's accounts with their stored signal (a new account: 0.5 of 0 decided, open, no pin)."""
-    ids = [int(a["id"]) for a in accounts["entries"]]
+    ids = [a.id for a in accounts["entries"]]
     async with db.read_session(replica=False) as session:
         rows = {int(r.account_id): r for r in await session.execute(_SIGNALS, {"ids": ids})}
         held = {int(r.account_id): int(r.held) for r in await session.execute(_HELD_OF, {"ids": ids})}
     entries = []
     for a in accounts["entries"]:
-        row = rows.get(int(a["id"]))
-        signal = {"precision": 0.5, "decided": 0, "gated": False, "pin": "clear"}
-        if row is not None:
-            signal = {"precision": row.precision, "decided": row.decided, "gated": row.gated, "pin": row.pin or "clear"}
-        entries.append({**a, **signal, "held": held.get(int(a["id"]), 0)})
+        row = rows.get(a.id)
+        signal = (
+            (0.5, 0, False, "clear") if row is None else (row.precision, row.decided, row.gated, row.pin or "clear")
+        )
+        precision, decided, gated, pin = signal
+        entries.append(
+            SignalledAccount(
+                **structs.asdict(a), precision=precision, decided=decided, gated=gated, pin=pin, held=held.get(a.id, 0)
+            )
+        )
     return Page(entries=entries, next_cursor=accounts["next_cursor"])
 
 
-async def held_queue(cursor: str | None) -> Page[dict[str, Any]]:
+async def held_queue(cursor: str | None) -> Page[Held]:
     """The console's queue: findings held for review, oldest first, each with its reporter's signal (the review
     queue's own query, app/trust/queue.py)."""
     async with db.read_session(replica=False) as session:
         items, next_cursor = await held_page(session, cursor)
-    return Page(entries=[asdict(item) for item in items], next_cursor=next_cursor)
+    return Page(entries=list(items), next_cursor=next_cursor)
