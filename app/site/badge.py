@@ -62,7 +62,7 @@ async def badge(request: Request) -> Response:
     p = request.path_params
     repository = await public_repository(p["host"], p["owner"], p["name"])
     async with db.read_session() as session:
-        row = (await session.execute(_COUNTS, {"repository_id": repository["id"]})).first()
+        row = (await session.execute(_COUNTS, {"repository_id": repository.id})).first()
     if row is None:  # delisted between the two reads
         raise NotFound({"repository": ["not found"]}, message=NOT_PUBLIC)
     open_count, scanned = int(row[0]), bool(row[1])
@@ -72,7 +72,7 @@ async def badge(request: Request) -> Response:
         message, color = "clean", COLORS["clean"]
     else:
         message, color = "not scanned", COLORS["not scanned"]
-    tags = [repository_tag(repository["id"])]
+    tags = [repository_tag(repository.id)]
     return document_response(request, badge_svg(message, color).encode(), SVG_TYPE, tags=tags)
 
 

@@ -4,8 +4,9 @@ code-scanning service (docs/sarif.md)."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from sqlalchemy import bindparam, select
@@ -25,7 +26,7 @@ from app.maintainers.statement_queries import StatementView, current_by_canonica
 from app.record.public import listed_repository, public_occurrence
 from app.record.rendered import rendered_once
 from app.registry.models import Repository
-from app.reports.embargo import DISCLOSURE_FRAGMENT, disclosure_answer
+from app.reports.embargo import DISCLOSURE_FRAGMENT, DisclosureAnswer, disclosure_answer
 
 SARIF_MEDIA_TYPE = "application/sarif+json"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -70,7 +71,37 @@ LIMIT :limit
 )
 
 
-async def public_repository(host: str, owner: str, name: str) -> dict[str, Any]:
+class SarifRepository(NamedTuple):
+    id: int
+    host: str
+    owner: str
+    name: str
+    canonical_url: str
+
+
+class SarifFinding(NamedTuple):
+    """A canonical finding with its newest public occurrence (`occurrence_id`, `public_id`, ...) and its clock."""
+
+    id: int  # the canonical's
+    fingerprint: str
+    pattern_key: str | None
+    status: str
+    canonical_public_id: uuid.UUID
+    occurrence_id: int
+    public_id: uuid.UUID
+    title: str
+    severity: str
+    file_path: str
+    line_start: int | None
+    line_end: int | None
+    commit_sha: str
+    disclosure: DisclosureAnswer
+
+
+_READ_FIELDS = SarifFinding._fields[:-1]  # the read's columns; the clock is built from its disclosure columns
+
+
+async def public_repository(host: str, owner: str, name: str) -> SarifRepository:
     """The listed repository at these coordinates, or NotFound (quarantined, pending, delisted or unknown alike)."""
     async with db.read_session() as session:
         row = (
@@ -80,13 +111,16 @@ async def public_repository(host: str, owner: str, name: str) -> dict[str, Any]:
         )
     if row is None:
         raise NotFound({"repository": ["not found"]}, message=NOT_PUBLIC)
-    return dict(row)
+    return SarifRepository(**row)
 
 
-async def public_findings(repository_id: int, *, limit: int = MAX_RESULTS) -> list[dict[str, Any]]:
+async def public_findings(repository_id: int, *, limit: int = MAX_RESULTS) -> list[SarifFinding]:
     async with db.read_session() as session:
         result = await session.execute(_FINDINGS, {"repository_id": repository_id, "limit": limit})
-        return [dict(row) for row in result.mappings()]
+        rows = [dict(row) for row in result.mappings()]
+    return [
+        SarifFinding(**{name: row[name] for name in _READ_FIELDS}, disclosure=disclosure_answer(row)) for row in rows
+    ]
 
 
 def _rule(key: str, title: str, base_url: str) -> dict[str, Any]:
@@ -115,40 +149,40 @@ def _statement(result: dict[str, Any], statement: StatementView) -> None:
     }
 
 
-def _result(finding: dict[str, Any], rule_index: int, key: str, base_url: str) -> dict[str, Any]:
+def _result(finding: SarifFinding, rule_index: int, key: str, base_url: str) -> dict[str, Any]:
     region: dict[str, Any] = {}
-    if finding["line_start"] is not None:
-        region = {"startLine": finding["line_start"], "endLine": finding["line_end"] or finding["line_start"]}
+    if finding.line_start is not None:
+        region = {"startLine": finding.line_start, "endLine": finding.line_end or finding.line_start}
     location: dict[str, Any] = {
-        "artifactLocation": {"uri": quote(finding["file_path"]), "uriBaseId": "%SRCROOT%"},
+        "artifactLocation": {"uri": quote(finding.file_path), "uriBaseId": "%SRCROOT%"},
     }
     if region:
         location["region"] = region
-    url = base_url + finding_path(finding["public_id"])
+    url = base_url + finding_path(finding.public_id)
     return {
         "ruleId": key,
         "ruleIndex": rule_index,
-        "level": LEVELS.get(finding["severity"], "warning"),
-        "message": {"text": finding["title"]},
+        "level": LEVELS.get(finding.severity, "warning"),
+        "message": {"text": finding.title},
         "locations": [{"physicalLocation": location}],
-        "partialFingerprints": {FINGERPRINT_KEY: finding["fingerprint"]},
+        "partialFingerprints": {FINGERPRINT_KEY: finding.fingerprint},
         "hostedViewerUri": url,
         "properties": {
-            "status": finding["status"],
-            "severity": finding["severity"],
-            "security-severity": SCORES.get(finding["severity"], "0.0"),
-            "finding": str(finding["public_id"]),
-            "canonical": str(finding["canonical_public_id"]),
-            "commit": finding["commit_sha"],
+            "status": finding.status,
+            "severity": finding.severity,
+            "security-severity": SCORES.get(finding.severity, "0.0"),
+            "finding": str(finding.public_id),
+            "canonical": str(finding.canonical_public_id),
+            "commit": finding.commit_sha,
             # its coordinated-disclosure clock: `published` with how it ended, or `immediate`
-            "disclosure": as_json(disclosure_answer(finding)),
+            "disclosure": as_json(finding.disclosure),
         },
     }
 
 
 def sarif_log(
-    repository: dict[str, Any],
-    findings: list[dict[str, Any]],
+    repository: SarifRepository,
+    findings: list[SarifFinding],
     *,
     truncated: bool,
     statements: Mapping[int, StatementView] | None = None,
@@ -160,15 +194,15 @@ def sarif_log(
     index_of: dict[str, int] = {}
     results = []
     for finding in findings:
-        key = finding["pattern_key"] or "unkeyed"
+        key = finding.pattern_key or "unkeyed"
         if key not in index_of:
             index_of[key] = len(rules)
-            rules.append(_rule(key, finding["title"], base_url))
+            rules.append(_rule(key, finding.title, base_url))
         result = _result(finding, index_of[key], key, base_url)
-        if statements and (statement := statements.get(finding["id"])) is not None:
+        if statements and (statement := statements.get(finding.id)) is not None:
             _statement(result, statement)
         results.append(result)
-    slug = f"{repository['host']}/{repository['owner']}/{repository['name']}"
+    slug = f"{repository.host}/{repository.owner}/{repository.name}"
     run: dict[str, Any] = {
         "tool": {
             "driver": {
@@ -181,12 +215,12 @@ def sarif_log(
         "results": results,
         "properties": {
             "repository": slug,
-            "record": base_url + repo_path(repository["host"], repository["owner"], repository["name"]),
+            "record": base_url + repo_path(repository.host, repository.owner, repository.name),
             "truncated": truncated,
         },
     }
-    if repository["canonical_url"].startswith("https://"):
-        run["versionControlProvenance"] = [{"repositoryUri": repository["canonical_url"]}]
+    if repository.canonical_url.startswith("https://"):
+        run["versionControlProvenance"] = [{"repositoryUri": repository.canonical_url}]
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
@@ -194,13 +228,13 @@ def sarif_log(
 async def findings_sarif(request: Request) -> Response:
     p = request.path_params
     repository = await public_repository(p["host"], p["owner"], p["name"])
-    findings = await public_findings(repository["id"], limit=MAX_RESULTS + 1)
+    findings = await public_findings(repository.id, limit=MAX_RESULTS + 1)
     shown = findings[:MAX_RESULTS]
-    statements = await current_by_canonical_ids(f["id"] for f in shown)
+    statements = await current_by_canonical_ids(f.id for f in shown)
     log = sarif_log(repository, shown, truncated=len(findings) > MAX_RESULTS, statements=statements)
     body = json.dumps(log, ensure_ascii=False, separators=(",", ":")).encode()
     # its repository, and each occurrence it shows (up to MAX_RESULTS: a quarantine purges the repository anyway)
-    tags = [repository_tag(repository["id"]), *(occurrence_tag(f["occurrence_id"]) for f in shown)]
+    tags = [repository_tag(repository.id), *(occurrence_tag(f.occurrence_id) for f in shown)]
     return document_response(request, body, SARIF_MEDIA_TYPE, tags=tags)
 
 
