@@ -180,7 +180,7 @@ class RunResult:
     outcomes: dict[str, int]
     backlog: webhook_queue.Backlog
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, int]:  # the outcomes' counts are keyed by outcome ("delivered", "failed", ...)
         return {"fanned_out": self.fanned_out, **self.outcomes, "pending": self.backlog.pending}
 
 

@@ -3,8 +3,9 @@ every unsafe route is a `body_route` (docs/domain.md §14)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote
 
 from starlette.datastructures import FormData
@@ -244,17 +245,26 @@ async def window_form(request: Request, account: Account, form: FormData) -> Res
     return RedirectResponse(here + "?window=1", status_code=303)
 
 
-_FORM: dict[str, Any] = {"authenticate": _signed_in, "parse": form_parser(MAINTAIN_FORM)}
-_API: dict[str, Any] = {
-    "authenticate": _maintainer,
-    "parse": parse_empty,
-    "allowance": refused_subject,
-    "limit": MAX_BODY_BYTES,
-}
+class MaintainerApi(TypedDict):
+    """`body_route`'s caller for the maintainers' API: a bearer token's caller, refusals counted against it."""
+
+    authenticate: Callable[[Request], Awaitable[ApiCaller]]
+    allowance: Callable[[ApiCaller], str | None]
+
+
+class _Form(TypedDict):
+    authenticate: Callable[[Request], Awaitable[Account]]
+    parse: Callable[[Body, Budget], FormData]
+
+
+_FORM: _Form = {"authenticate": _signed_in, "parse": form_parser(MAINTAIN_FORM)}
+_API: MaintainerApi = {"authenticate": _maintainer, "allowance": refused_subject}
 
 routes: list[BaseRoute] = [
-    body_route("/api/v1/repos/{host}/{owner}/{name}/claims", create_claim, **_API),
-    body_route("/api/v1/claims/{claim_id}/verify", verify_claim, **_API),
+    body_route(
+        "/api/v1/repos/{host}/{owner}/{name}/claims", create_claim, parse=parse_empty, limit=MAX_BODY_BYTES, **_API
+    ),
+    body_route("/api/v1/claims/{claim_id}/verify", verify_claim, parse=parse_empty, limit=MAX_BODY_BYTES, **_API),
     Route("/repos/{host}/{owner}/{name}/maintain", maintain_page, methods=["GET", "HEAD"], name="maintain"),
     body_route("/repos/{host}/{owner}/{name}/maintain/claim", claim_form, name="maintain_claim", **_FORM),
     body_route("/repos/{host}/{owner}/{name}/maintain/verify", verify_form, name="maintain_verify", **_FORM),
@@ -262,9 +272,17 @@ routes: list[BaseRoute] = [
         "/api/v1/repos/{host}/{owner}/{name}/disclosure",
         set_window,
         method="PUT",
-        **{**_API, "parse": parse_window},
+        parse=parse_window,
+        limit=MAX_BODY_BYTES,
+        **_API,
     ),
     Route("/api/v1/repos/{host}/{owner}/{name}/embargoed", embargoed_findings, methods=["GET"]),
-    body_route("/api/v1/findings/{canonical_public_id}/disclosure/acknowledge", acknowledge, **_API),
+    body_route(
+        "/api/v1/findings/{canonical_public_id}/disclosure/acknowledge",
+        acknowledge,
+        parse=parse_empty,
+        limit=MAX_BODY_BYTES,
+        **_API,
+    ),
     body_route("/repos/{host}/{owner}/{name}/maintain/disclosure", window_form, name="maintain_disclosure", **_FORM),
 ]

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -16,7 +14,7 @@ from app.kernel.intake import Body, Budget, body_route, json_object
 from app.kernel.paging import strict_limit
 from app.kernel.text import ascii_int
 from app.maintainers import destinations, webhooks
-from app.maintainers.routes import MAINTAIN_SCOPE, parse_empty
+from app.maintainers.routes import MAINTAIN_SCOPE, MaintainerApi, parse_empty
 from app.maintainers.webhook_types import (
     WebhookAnswer,
     WebhookList,
@@ -95,8 +93,7 @@ async def deliveries(request: Request) -> Response:
     return answer_response(delivery_page(page))
 
 
-_API: dict[str, Any] = {"authenticate": _maintainer, "allowance": refused_subject}
-_NO_BODY: dict[str, Any] = {**_API, "parse": parse_empty, "limit": 1024}
+_API: MaintainerApi = {"authenticate": _maintainer, "allowance": refused_subject}
 
 routes: list[BaseRoute] = [
     body_route(
@@ -108,7 +105,7 @@ routes: list[BaseRoute] = [
     ),
     Route("/api/v1/repos/{host}/{owner}/{name}/webhooks", list_webhooks, methods=["GET"]),
     Route("/api/v1/webhooks/{webhook_id}", show, methods=["GET"]),
-    body_route("/api/v1/webhooks/{webhook_id}", remove, method="DELETE", **_NO_BODY),
-    body_route("/api/v1/webhooks/{webhook_id}/enable", enable, **_NO_BODY),
+    body_route("/api/v1/webhooks/{webhook_id}", remove, method="DELETE", parse=parse_empty, limit=1024, **_API),
+    body_route("/api/v1/webhooks/{webhook_id}/enable", enable, parse=parse_empty, limit=1024, **_API),
     Route("/api/v1/webhooks/{webhook_id}/deliveries", deliveries, methods=["GET"]),
 ]
