@@ -8,7 +8,7 @@ import functools
 import logging
 from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from arq import cron
 from arq.connections import RedisSettings
@@ -49,6 +49,24 @@ METADATA_PENDING_LEASE = "metadata_pending"
 METADATA_REFRESH_LEASE = "metadata_refresh"
 EVIDENCE_RECHECK_LEASE = "evidence_recheck"
 
+# `ctx` stays `dict[str, Any]` throughout: it is arq's own job context (a dict arq fills and passes; its job protocol,
+# `WorkerCoroutine`, takes `dict[Any, Any]`), not one of our shapes.
+
+
+class Drained(TypedDict):
+    """One drain batch's figures (the job's result)."""
+
+    refreshed: int
+    failed: int
+    released: int
+    remaining_claimable: int
+
+
+class ExportRun(exports.Rebuilt):
+    """The export job's `job_runs` detail: why it was due, and the rebuild."""
+
+    reason: str
+
 
 def _transient(exc: BaseException) -> bool:
     """Database unreachable or connection dropped: worth an arq retry (not a bug in our SQL). Counted and logged
@@ -77,7 +95,7 @@ async def _retrying(ctx: dict[str, Any], work: Awaitable[T]) -> T:
         raise
 
 
-async def drain_dirty_keys(ctx: dict[str, Any]) -> dict[str, Any]:
+async def drain_dirty_keys(ctx: dict[str, Any]) -> Drained:
     """One drain batch (at most 200 keys). While claimable work remains, enqueue a continuation; when only
     throttled or backed-off keys remain, enqueue a drain deferred to the soonest `available_at`."""
     result = await _retrying(ctx, dirty_queue.drain(worker_id=ctx.get("worker_id")))
@@ -96,7 +114,7 @@ async def drain_dirty_keys(ctx: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def sweep_dirty_keys(ctx: dict[str, Any]) -> dict[str, Any]:
+async def sweep_dirty_keys(ctx: dict[str, Any]) -> Drained:
     """Every minute: drain whatever is pending (covers rings lost while Redis was down)."""
     return await drain_dirty_keys(ctx)
 
@@ -164,7 +182,7 @@ async def export_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
     if due is None:
         return False
 
-    async def run() -> dict[str, Any]:
+    async def run() -> ExportRun:
         return {"reason": due, **await exports.rebuild_export()}
 
     return await _singleton(ctx, EXPORT_LEASE, when, run)
@@ -174,7 +192,7 @@ async def maintainer_recheck_job(ctx: dict[str, Any], slot: str | None = None) -
     """The daily recheck of every maintainer's verification file (app.maintainers.recheck), once fleet-wide per
     slot; expired claims a month old are pruned with it. Returns False when another worker ran it."""
 
-    async def run() -> dict[str, Any]:
+    async def run() -> dict[str, int]:
         ended = await recheck.recheck_maintainers()
         for item in ended:
             log.info("maintainer @%s of %s ended (%s)", item.handle, item.repository, item.reason)
@@ -224,7 +242,7 @@ async def observe_job(ctx: dict[str, Any], slot: str | None = None) -> bool:
     """Daily: is the code still there? Every listed repository not observed today (app.evidence.observe), once
     fleet-wide per slot. Returns False when another worker ran it."""
 
-    async def run() -> dict[str, Any]:
+    async def run() -> observations.RunSummary:
         return (await observations.observe(limit=observations.DAILY_LIMIT)).summary()
 
     return await _singleton(ctx, OBSERVE_LEASE, _slot(ctx, slot), run)
@@ -237,7 +255,7 @@ async def disclosure_clock_job(ctx: dict[str, Any]) -> dict[str, int]:
     return {"published": await _retrying(ctx, disclosure_clock.publish_due())}
 
 
-async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, Any]:
+async def deliver_webhooks(ctx: dict[str, Any]) -> dict[str, int]:
     """One webhook delivery run (app.maintainers.delivery): new change-feed entries become deliveries, then due
     ones are sent for up to 30 s. Rung after every commit that wrote entries and every minute (the backstop); it
     rings its own continuation while deliveries are due, else one at the next retry's time (or a lease's end)."""

@@ -11,8 +11,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 
+import msgspec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -25,6 +26,7 @@ from app.kernel.refs import parse_ref
 from app.kernel.shared_cache import repository_tag
 from app.kernel.sql import statement
 from app.record.models import FINDING_OBSERVED
+from app.record.observations import Observation, stored_entries
 from app.record.outbox import ring_webhooks_after_commit
 from app.record.public import has_public_occurrence, listed_repository, public_occurrence
 
@@ -124,6 +126,26 @@ class _Target:
     anchor: str | None
 
 
+class RunSummary(TypedDict):
+    """A run in figures (the job's result and its `job_runs` detail)."""
+
+    repositories: int
+    observed: int
+    changed: int
+    skipped: int
+    left: int
+
+
+class _CachedFile(TypedDict):
+    """A forge_files row learnt during the run (the parameters of `_CACHE_FILE`)."""
+
+    repository_id: int
+    sha: str
+    path: str
+    present: bool
+    digests: bytes | None
+
+
 @dataclass
 class RunResult:
     """What one run did: repositories visited, findings observed, feed entries (state changes) written."""
@@ -134,7 +156,7 @@ class RunResult:
     skipped: list[str] = field(default_factory=list)  # "host/owner/name: why"
     left: int = 0  # not visited: their host failed earlier in the run, or no forge is asked for it
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> RunSummary:
         return {
             "repositories": self.repositories,
             "observed": self.observed,
@@ -155,7 +177,7 @@ class _Files:
         self.repository = repository
         self.deadline = deadline
         self.read: dict[tuple[str, str], bytes | None] = {}
-        self.learnt: list[dict[str, Any]] = []  # cache rows, written in the repository's transaction
+        self.learnt: list[_CachedFile] = []  # cache rows, written in the repository's transaction
 
     async def digests(self, sha: str, path: str) -> bytes | None:
         """One digest per line of `path` at `sha`; None when the file is not there."""
@@ -166,20 +188,19 @@ class _Files:
 
     async def _fetch(self, sha: str, path: str) -> bytes | None:
         r = self.repository
-        params = {"repository_id": r.id, "sha": sha, "path": path}
         async with db.read_session(replica=False) as session:
-            cached = (await session.execute(_CACHED_FILE, params)).first()
+            cached = (await session.execute(_CACHED_FILE, {"repository_id": r.id, "sha": sha, "path": path})).first()
         if cached is not None:
             return bytes(cached.line_digests or b"") if cached.present else None
         answer = await forge.raw_file(r.host, r.owner, r.name, sha, path, deadline=self.deadline)
         if answer.outcome == "missing":
-            self.learnt.append({**params, "present": False, "digests": None})
+            self.learnt.append(_CachedFile(repository_id=r.id, sha=sha, path=path, present=False, digests=None))
             return None
         if answer.outcome != "found" or answer.value is None:
             raise _ForgeTrouble(answer.detail or answer.outcome)
         digests = lines.line_digests(answer.value.data)
         if not answer.value.truncated:  # a file cut at FORGE_MAX_FILE_BYTES is searched, never cached
-            self.learnt.append({**params, "present": True, "digests": digests})
+            self.learnt.append(_CachedFile(repository_id=r.id, sha=sha, path=path, present=True, digests=digests))
         return digests
 
 
@@ -191,19 +212,19 @@ def _nonblank(digests: bytes, line_start: int, line_end: int) -> int:
 
 def _entry(
     head: str, branch: str, at: datetime, state: str, span: tuple[int, int] | None, reason: str | None
-) -> dict[str, Any]:
-    return {
-        "commit": head,
-        "branch": branch,
-        "state": state,
-        "line_start": span[0] if span else None,
-        "line_end": span[1] if span else None,
-        "reason": reason,
-        "at": at.isoformat(),
-    }
+) -> Observation:
+    return Observation(
+        commit=head,
+        branch=branch,
+        state=state,
+        line_start=span[0] if span else None,
+        line_end=span[1] if span else None,
+        reason=reason,
+        at=at.isoformat(),
+    )
 
 
-async def _observe(target: _Target, files: _Files, head: str, branch: str, at: datetime) -> dict[str, Any]:
+async def _observe(target: _Target, files: _Files, head: str, branch: str, at: datetime) -> Observation:
     """The finding's state at `head`: its occurrence's anchor searched in the file there."""
     now = await files.digests(head, target.file_path)
     if now is None:
@@ -247,16 +268,11 @@ async def _head(repository: _Repository, deadline: float) -> tuple[str, str] | N
     return branch, answer.value.sha
 
 
-def _ledger(value: Any) -> list[dict[str, Any]]:
-    raw = json.loads(value) if isinstance(value, str) else value
-    return [e for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
-
-
 async def _write(
     session: AsyncSession,
     repository: _Repository,
-    observed: dict[int, dict[str, Any]],
-    learnt: list[dict[str, Any]],
+    observed: dict[int, Observation],
+    learnt: list[_CachedFile],
     now: datetime,
 ) -> tuple[int, int]:
     """The repository's one transaction: caches, ledgers (a head already recorded adds nothing), feed entries for
@@ -268,17 +284,17 @@ async def _write(
     if observed:
         ledgers = (await session.execute(_LEDGERS, {"ids": sorted(observed)})).all()
         for row in ledgers:
-            ledger, entry = _ledger(row.observations), observed[row.id]
-            if ledger and ledger[0].get("commit") == entry["commit"]:
+            # the stored entries are written back as they are (older ones may lack a key)
+            ledger, entry = stored_entries(row.observations), observed[row.id]
+            if ledger and ledger[0].get("commit") == entry.commit:
                 continue
             before = ledger[0].get("state") if ledger else PRESENT  # the report said it is there
-            await session.execute(_WRITE_LEDGER, {"id": row.id, "ledger": json.dumps([entry, *ledger][:LEDGER_SIZE])})
+            new = [msgspec.to_builtins(entry), *ledger][:LEDGER_SIZE]
+            await session.execute(_WRITE_LEDGER, {"id": row.id, "ledger": json.dumps(new)})
             written += 1
-            if entry["state"] != before:
-                params = {"kind": FINDING_OBSERVED, "id": row.id, "state": entry["state"]}
-                result = await session.execute(
-                    _ANNOUNCE, {**params, "reason": entry["reason"], "commit": entry["commit"]}
-                )
+            if entry.state != before:
+                params = {"kind": FINDING_OBSERVED, "id": row.id, "state": entry.state}
+                result = await session.execute(_ANNOUNCE, {**params, "reason": entry.reason, "commit": entry.commit})
                 entries += int(result.rowcount or 0)  # type: ignore[attr-defined]
     await session.execute(_OBSERVED_AT, {"repository_id": repository.id, "now": now})
     if entries:
@@ -303,7 +319,7 @@ async def observe_repository(repository: _Repository, result: RunResult, now: da
         _Target(int(r.id), r.last_commit, r.commit_sha, r.file_path, r.line_start, r.line_end, r.anchor) for r in rows
     ]
     files = _Files(repository, deadline)
-    observed: dict[int, dict[str, Any]] = {}
+    observed: dict[int, Observation] = {}
     for target in targets:
         if target.last_commit == sha:  # the same head twice adds nothing (and costs no request)
             continue

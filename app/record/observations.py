@@ -8,7 +8,7 @@ import json
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from msgspec import Meta
 from sqlalchemy import text
@@ -35,7 +35,17 @@ class Observation(Answer):
     at: Timestamp
 
 
+class ObservedFinding(NamedTuple):
+    """A maintain page row: an observed finding, by its newest publishable occurrence, and its newest look in words."""
+
+    public_id: uuid.UUID
+    title: str
+    file_path: str
+    words: str
+
+
 def observation(entry: dict[str, Any]) -> Observation:
+    """One ledger entry as stored (JSON written by app/evidence/observe.py; rows before `branch` lack it)."""
     return Observation(
         commit=str(entry["commit"]),
         branch=str(entry.get("branch") or ""),
@@ -47,22 +57,27 @@ def observation(entry: dict[str, Any]) -> Observation:
     )
 
 
-def words(entry: dict[str, Any]) -> str:
+def words(entry: Observation) -> str:
     """The observation in words: "not in the code at abc1234 on main, 3 Dec: the lines changed"."""
-    at = datetime.fromisoformat(str(entry["at"]))
-    where = f"{str(entry['commit'])[:7]} on {entry.get('branch') or 'the default branch'}, {at.day} {at:%b}"
-    span = f"lines {entry['line_start']}–{entry['line_end']}" if entry.get("line_start") else None
-    if entry["state"] == "moved":
+    at = datetime.fromisoformat(entry.at)
+    where = f"{entry.commit[:7]} on {entry.branch or 'the default branch'}, {at.day} {at:%b}"
+    span = f"lines {entry.line_start}–{entry.line_end}" if entry.line_start else None
+    if entry.state == "moved":
         return f"moved to {span} at {where}"
-    if entry["state"] == "present":
+    if entry.state == "present":
         return f"in the code at {where}" + (f" ({span})" if span else " (its file)")
-    why = "the file is gone" if entry.get("reason") == "file_missing" else "the lines changed"
+    why = "the file is gone" if entry.reason == "file_missing" else "the lines changed"
     return f"not in the code at {where}: {why}"
 
 
-def _entries(value: Any) -> list[dict[str, Any]]:
+def stored_entries(value: Any) -> list[dict[str, Any]]:
+    """A ledger column as its stored JSON entries (the driver hands JSONB over as text or decoded)."""
     raw = json.loads(value) if isinstance(value, str) else value
     return [e for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
+
+
+def _entries(value: Any) -> list[Observation]:
+    return [observation(e) for e in stored_entries(value)]
 
 
 _LEDGER = text("SELECT observations FROM canonical_findings WHERE id = :id")
@@ -90,7 +105,7 @@ LIMIT :limit
 )
 
 
-async def ledger(canonical_id: int | None) -> list[dict[str, Any]]:
+async def ledger(canonical_id: int | None) -> list[Observation]:
     """The canonical's ledger, newest first (empty when never observed)."""
     if canonical_id is None:
         return []
@@ -99,7 +114,7 @@ async def ledger(canonical_id: int | None) -> list[dict[str, Any]]:
     return _entries(value)
 
 
-async def latest_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[str, dict[str, Any]]:
+async def latest_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[str, Observation]:
     """The newest observation of each occurrence's canonical, by occurrence public id (str)."""
     ids = sorted({str(p) for p in public_ids})
     if not ids:
@@ -109,14 +124,12 @@ async def latest_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[s
     return {str(r.public_id): e[0] for r in rows if (e := _entries([r.latest]))}
 
 
-async def repository_latest(repository_id: int) -> list[dict[str, Any]]:
-    """The maintain page's rows: occurrence `public_id`, `title`, `file_path`, the newest observation's `words`."""
+async def repository_latest(repository_id: int) -> list[ObservedFinding]:
+    """The maintain page's rows: each observed finding and its newest observation in words."""
     async with db.read_session(replica=False) as session:
         rows = (await session.execute(_REPOSITORY, {"repository_id": repository_id, "limit": MAINTAIN_ROWS})).all()
-    found = []
-    for r in rows:
-        entries = _entries([r.latest])
-        if entries:
-            found.append({"public_id": r.public_id, "title": r.title, "file_path": r.file_path, **entries[0]})
-            found[-1]["words"] = words(entries[0])
-    return found
+    return [
+        ObservedFinding(r.public_id, r.title, r.file_path, words(entries[0]))
+        for r in rows
+        if (entries := _entries([r.latest]))
+    ]

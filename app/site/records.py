@@ -36,6 +36,7 @@ from app.maintainers.statement_types import maintainer_statement, repository_mai
 from app.maintainers.statements import MAX_TEXT
 from app.record import observations
 from app.record.changes import withdrawn_finding
+from app.record.observations import Observation
 from app.record.takedowns import Marks, page_marks
 from app.record.visibility import repository_visible
 from app.registry import queries
@@ -124,7 +125,7 @@ async def repository_page(request: Request) -> Response:
 
 
 def _record_report(
-    report: dict[str, Any], statements: dict[str, StatementView], observed: dict[str, dict[str, Any]]
+    report: dict[str, Any], statements: dict[str, StatementView], observed: dict[str, Observation]
 ) -> RecordReport:
     full = report["access"] == "full"  # summary-only: the header, nothing about its findings
     return RecordReport(
@@ -144,9 +145,8 @@ def _record_report(
 
 
 def _record_finding(
-    f: dict[str, Any], statement: StatementView | None, observed: dict[str, dict[str, Any]]
+    f: dict[str, Any], statement: StatementView | None, observed: dict[str, Observation]
 ) -> RecordFinding:
-    latest = observed.get(str(f["public_id"]))
     return RecordFinding(
         public_id=str(f["public_id"]),
         title=f["title"],
@@ -158,7 +158,7 @@ def _record_finding(
         pattern_key=f["pattern_key"],
         url=finding_path(f["public_id"]),
         maintainer_statement=maintainer_statement(statement),
-        observation=observations.observation(latest) if latest else None,
+        observation=observed.get(str(f["public_id"])),
     )
 
 
@@ -293,7 +293,7 @@ def finding_tags(finding: dict[str, Any]) -> list[str]:
 
 
 def _finding_record(
-    f: dict[str, Any], statement: StatementView | None, ledger: list[dict[str, Any]], disclosure: DisclosureAnswer
+    f: dict[str, Any], statement: StatementView | None, ledger: list[Observation], disclosure: DisclosureAnswer
 ) -> FindingRecord:
     detail = finding_detail(f)
     checks = [
@@ -309,7 +309,7 @@ def _finding_record(
         finding=detail,
         checks=checks,
         maintainer_statement=maintainer_statement(statement),
-        observations=[observations.observation(e) for e in ledger],
+        observations=ledger,
         disclosure=disclosure,
     )
 
