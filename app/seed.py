@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Required, TypedDict, TypeVar
 
 import psycopg
 from sqlalchemy import exists, func, select, text, update
@@ -374,7 +374,23 @@ async def _apply_statuses_and_times(submitted: list[tuple[SeedReport, uuid.UUID]
             await recalculate_repository_metrics(session, repository_id)
 
 
-async def seed_demo(*, if_empty: bool) -> dict[str, Any]:
+class SeedSummary(TypedDict, total=False):
+    """What a seed did (`skipped`, and then only `reason`); printed by `tarakan seed`."""
+
+    skipped: Required[bool]
+    reason: str
+    accounts_created: int
+    repositories: int
+    reports_submitted: int
+    reports_skipped: int
+    reports_dated: int
+    patterns: int
+    rollups_refreshed: int
+    moderator_email: str
+    password: str
+
+
+async def seed_demo(*, if_empty: bool) -> SeedSummary:
     """Load the demo registry. With `if_empty`, do nothing when any repository exists, unless they are the demo's own
     and an earlier seed stopped half way (it is finished then). Returns a summary."""
     from app.infestations.dirty_queue import drain_all
