@@ -49,8 +49,8 @@ METADATA_PENDING_LEASE = "metadata_pending"
 METADATA_REFRESH_LEASE = "metadata_refresh"
 EVIDENCE_RECHECK_LEASE = "evidence_recheck"
 
-# `ctx` stays `dict[str, Any]` throughout: it is arq's own job context (a dict arq fills and passes; its job protocol,
-# `WorkerCoroutine`, takes `dict[Any, Any]`), not one of our shapes.
+# `ctx` is arq's own job context, typed as arq types it: a plain dict arq fills and passes (its job protocol,
+# `WorkerCoroutine`, takes `dict[Any, Any]`, which a TypedDict would not satisfy), not one of our shapes.
 
 
 class Drained(TypedDict):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 from urllib.parse import quote
 
 from msgspec import Struct, structs
@@ -125,7 +125,13 @@ async def list_page(
     return render(request, f"moderation/{section}.html", {**context, **await _list_context(request, page_)})
 
 
-async def _list_context(request: Request, page: Page[E]) -> dict[str, Any]:
+class _ListExtras(TypedDict):
+    flash: str | None  # the message after a no-JS action
+    return_to: str  # this page, where the forms on it come back to
+    next_href: str | None
+
+
+async def _list_context(request: Request, page: Page[E]) -> _ListExtras:
     here = _here(request)
     cursor = page["next_cursor"]
     return {
