@@ -22,7 +22,12 @@ from app.kernel.quotas import exempt_from_quotas
 from app.kernel.shared_cache import ATLAS_TAG, repository_tag
 from app.kernel.sql import Fragment
 from app.record.outbox import settle_new_report
-from app.registry.metrics import RECALCULATE, recalculate_repository_metrics, registry_counts_moved
+from app.registry.metrics import (
+    COUNT_NEW_REPORT,
+    RECALCULATE,
+    recalculate_repository_metrics,
+    registry_counts_moved,
+)
 from app.reports.assimilation import Assimilated, assimilate_report, fingerprints_of
 from app.reports.counters import REFRESH_COUNTERS
 from app.reports.embargo import embargo_new_occurrences
@@ -168,7 +173,8 @@ async def store_report(
         if verified:
             await db.rows(session, VERIFY_SCAN, {"id": scan_id})
         listing = repo.listing_status
-        recount: Fragment | None = RECALCULATE
+        # no canonical's status moved: the counts move by this report alone, else they are counted from source
+        recount: Fragment | None = RECALCULATE if assimilated.checked_ids else COUNT_NEW_REPORT
         if listing == "pending":  # the report lists it: the recount's own statement announces the repository first
             _before, listing = await recalculate_repository_metrics(session, repo.id, locked_listing=listing)
             recount = None

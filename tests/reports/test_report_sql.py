@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import TextClause
 
 from app.record.outbox import _settle_statement
-from app.registry.metrics import RECALCULATE
+from app.registry.metrics import COUNT_NEW_REPORT, RECALCULATE
 from app.reports.counters import REFRESH_COUNTERS
 from app.reports.report_sql import COUNTED_INSERT_SCAN, EXEMPT_INSERT_SCAN
 
@@ -23,7 +23,10 @@ GOLDEN = Path(__file__).parent / "golden"
 STATEMENTS: dict[str, TextClause] = {
     "insert_counted": COUNTED_INSERT_SCAN,
     "insert_exempt": EXEMPT_INSERT_SCAN,
-    "settle_recount_counters": _settle_statement(RECALCULATE, REFRESH_COUNTERS),
+    # the common report: its counts moved by it alone, its known canonicals' counters alongside
+    "settle_count_counters": _settle_statement(COUNT_NEW_REPORT, REFRESH_COUNTERS),
+    "settle_count": _settle_statement(COUNT_NEW_REPORT, None),
+    # a report that moved a canonical's status: counted from source (its counters refreshed before, not alongside)
     "settle_recount": _settle_statement(RECALCULATE, None),
     "settle_counters": _settle_statement(None, REFRESH_COUNTERS),
     "settle": _settle_statement(None, None),

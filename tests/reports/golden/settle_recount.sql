@@ -11,10 +11,9 @@ WITH visible AS (
     AND EXISTS (SELECT 1 FROM scan_findings f JOIN visible v ON v.id = f.scan_id
                 WHERE f.canonical_finding_id = c.id AND f.published_at IS NOT NULL)
 ), target AS (
-  SELECT scans, last_scanned, open, verified,
-         CASE WHEN scans = 0 THEN 'unscanned' WHEN open > 0 THEN 'findings' ELSE 'reviewed' END AS status
-  FROM scan_stats, canonical_stats
+  SELECT scans, last_scanned, open, verified, CASE WHEN scans = 0 THEN 'unscanned' WHEN open > 0 THEN 'findings' ELSE 'reviewed' END AS status FROM scan_stats, canonical_stats
 )
+
 UPDATE repositories r SET
   scan_count = t.scans, last_scanned_at = t.last_scanned, open_findings_count = t.open,
   verified_findings_count = t.verified, status = t.status,

@@ -1,20 +1,26 @@
 WITH recount AS (
-WITH visible AS (
-  SELECT id, inserted_at FROM scans
-  WHERE repository_id = :repository_id AND visibility IN ('public', 'public_summary') AND published_at IS NOT NULL
-), scan_stats AS (
-  SELECT count(*) AS scans, max(inserted_at) AS last_scanned FROM visible
-), canonical_stats AS (
-  SELECT count(*) FILTER (WHERE c.status <> 'fixed') AS open, count(*) FILTER (WHERE c.status = 'verified') AS verified
-  FROM canonical_findings c
-  WHERE c.repository_id = :repository_id
-    AND EXISTS (SELECT 1 FROM scan_findings f JOIN visible v ON v.id = f.scan_id
-                WHERE f.canonical_finding_id = c.id AND f.published_at IS NOT NULL)
+WITH new_scan AS (
+  SELECT inserted_at FROM scans
+  WHERE id = :scan_id AND repository_id = :repository_id AND visibility IN ('public', 'public_summary')
+    AND published_at IS NOT NULL
+), newly_counted AS (
+  SELECT c.status FROM canonical_findings c
+  WHERE c.repository_id = :repository_id AND EXISTS (SELECT 1 FROM new_scan)
+    AND c.id IN (SELECT f.canonical_finding_id FROM scan_findings f
+                 WHERE f.scan_id = :scan_id AND f.published_at IS NOT NULL)
+    AND NOT EXISTS (SELECT 1 FROM scan_findings f JOIN scans s ON s.id = f.scan_id
+                    WHERE f.canonical_finding_id = c.id AND f.published_at IS NOT NULL AND f.scan_id <> :scan_id
+                      AND s.visibility IN ('public', 'public_summary') AND s.published_at IS NOT NULL)
+), counted AS (
+  SELECT r.scan_count + (SELECT count(*) FROM new_scan) AS scans,
+         greatest(r.last_scanned_at, (SELECT inserted_at FROM new_scan)) AS last_scanned,
+         r.open_findings_count + (SELECT count(*) FROM newly_counted WHERE status <> 'fixed') AS open,
+         r.verified_findings_count + (SELECT count(*) FROM newly_counted WHERE status = 'verified') AS verified
+  FROM repositories r WHERE r.id = :repository_id
 ), target AS (
-  SELECT scans, last_scanned, open, verified,
-         CASE WHEN scans = 0 THEN 'unscanned' WHEN open > 0 THEN 'findings' ELSE 'reviewed' END AS status
-  FROM scan_stats, canonical_stats
+  SELECT scans, last_scanned, open, verified, CASE WHEN scans = 0 THEN 'unscanned' WHEN open > 0 THEN 'findings' ELSE 'reviewed' END AS status FROM counted
 )
+
 UPDATE repositories r SET
   scan_count = t.scans, last_scanned_at = t.last_scanned, open_findings_count = t.open,
   verified_findings_count = t.verified, status = t.status,
