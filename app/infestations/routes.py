@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from app.infestations import memberships, queries
-from app.infestations.constellation import constellation_layout
+from app.infestations.constellation import Constellation, constellation_layout
 from app.infestations.hub import SATELLITE_CAP, hub_layout
 from app.infestations.queries import DatedList
 from app.infestations.rows import (
@@ -94,6 +94,39 @@ async def read_index(view: View[InfestationFilters]) -> DatedList:
     return await queries.list_infestations_dated(view.query, rollup=view.rollup)
 
 
+# The picture is a pure function of the rows it draws (app.infestations.svg: the same rows draw the same picture):
+# the pages of one list (a status, a window) and the renders after a version move that left the top rows as they were
+# (a refresh elsewhere, a report on a pattern below them) draw the one layout kept for those rows. Keyed by every
+# field the layout reads (counts are ints: `infestation_map`), so different rows never share a picture; a handful
+# kept, dropped all at once when full.
+_LAYOUT_FIELDS = (
+    "pattern_key",
+    "title",
+    "severity",
+    "repo_count",
+    "instance_count",
+    "open_count",
+    "verified_count",
+    "fixed_count",
+    "disputed_count",
+)
+_LAYOUTS_KEPT = 16
+_layouts: dict[tuple[tuple[Any, ...], ...], Constellation] = {}
+
+
+def index_constellation(items: list[dict[str, Any]]) -> Constellation:
+    """`constellation_layout(items, limit=CONSTELLATION_TOP)`, drawn once per distinct top rows."""
+    top = items[:CONSTELLATION_TOP]
+    key = tuple(tuple(item.get(name) for name in _LAYOUT_FIELDS) for item in top)
+    layout = _layouts.get(key)
+    if layout is None:
+        layout = constellation_layout(top, limit=CONSTELLATION_TOP)
+        if len(_layouts) >= _LAYOUTS_KEPT:
+            _layouts.clear()
+        _layouts[key] = layout
+    return layout
+
+
 def render_index(view: View[InfestationFilters], dated: DatedList) -> Response:
     filters, items = view.query, dated.items
     tags = atlas_tags(items)
@@ -106,7 +139,7 @@ def render_index(view: View[InfestationFilters], dated: DatedList) -> Response:
     context = {
         "filters": filters,
         "items": items,
-        "constellation": constellation_layout(items, limit=CONSTELLATION_TOP),
+        "constellation": index_constellation(items),
         "windows": WINDOW_DAYS,
         "min_repos_choices": MIN_REPOS_CHOICES,
         "status_choices": STATUS_CHOICES,
