@@ -66,13 +66,17 @@ WHERE {which}
 """
 _KNOWN_BY_ID = statement(_KNOWN, which=Fragment("r.id = :rid"))
 _KNOWN_BY_NAME = statement(_KNOWN, which=Fragment("r.host = :host AND r.owner = :owner AND r.name = :name"))
-_CACHE_COMMIT = text("""
-INSERT INTO forge_commits (repository_id, commit_sha, present, committed_at)
-VALUES (:rid, :sha, true, :committed_at) ON CONFLICT DO NOTHING
-""")
-_CACHE_FILES = text("""
+# What a check learnt, in one statement (one round trip in autocommit: both inserts are idempotent); the commit's
+# row only when `:commit` (a confirmed commit learnt now), the files' rows for `:paths`
+_CACHE = text("""
+WITH known_commit AS (
+  INSERT INTO forge_commits (repository_id, commit_sha, present, committed_at)
+  SELECT CAST(:rid AS bigint), CAST(:sha AS text), true, CAST(:committed_at AS timestamptz)
+  WHERE CAST(:commit AS boolean)
+  ON CONFLICT DO NOTHING
+)
 INSERT INTO forge_files (repository_id, commit_sha, path, present, line_digests)
-SELECT :rid, :sha, n.path, n.present, n.digests
+SELECT CAST(:rid AS bigint), CAST(:sha AS text), n.path, n.present, n.digests
 FROM unnest(CAST(:paths AS text[]), CAST(:presents AS boolean[]), CAST(:digests AS bytea[])) AS n(path, present, digests)
 ON CONFLICT DO NOTHING
 """)
@@ -111,7 +115,7 @@ async def _bounded(deadline: float, *calls: Awaitable[Any]) -> list[Any]:
 async def _read_cache(by: TextClause, params: dict[str, Any]) -> tuple[int, str | None, _Commit] | None:
     """The repository's id and default branch, and what the caches know of the commit; None: no such repository."""
     found = _Commit()
-    async with db.read_session(replica=False) as session:
+    async with db.statement_session() as session:  # one statement on the primary: no transaction block around it
         rows = await db.rows(session, by, params)
     if not rows:
         return None
@@ -313,19 +317,14 @@ async def _write_cache(repository_id: int, commit_sha: str, known: _Commit) -> N
     learnt = {path: f for path, f in known.files.items() if f.learnt and (f.present or known.state == "confirmed")}
     if not learnt and not known.learnt:
         return
-    async with db.transaction() as session:
-        if known.learnt:
-            await session.execute(
-                _CACHE_COMMIT, {"rid": repository_id, "sha": commit_sha, "committed_at": known.committed_at}
-            )
-        if learnt:
-            await session.execute(
-                _CACHE_FILES,
-                {
-                    "rid": repository_id,
-                    "sha": commit_sha,
-                    "paths": list(learnt),
-                    "presents": [f.present for f in learnt.values()],
-                    "digests": [f.digests for f in learnt.values()],
-                },
-            )
+    params = {
+        "rid": repository_id,
+        "sha": commit_sha,
+        "commit": known.learnt,
+        "committed_at": known.committed_at,
+        "paths": list(learnt),
+        "presents": [f.present for f in learnt.values()],
+        "digests": [f.digests for f in learnt.values()],
+    }
+    async with db.statement_session() as session:
+        await db.rows(session, _CACHE, params)
