@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 import uvloop
 
-from bench.capacity_bench import Client, capacity_report, make_submitters
+from bench.capacity_bench import Client, Commits, capacity_report, demo_forge, make_submitters
 from bench.common import (
     backfill,
     bench_parser,
@@ -93,36 +93,71 @@ def _kinds(tokens: list[str], repos: list[tuple[str, str, str]]) -> dict[str, Ca
     }
 
 
+GATE_KIND = "report, gate on (201)"
+
+
+def _gated(tokens: list[str], commits: Commits) -> Callable[[int], Request]:
+    """Reports as the capacity bench's with --gate: report n cites `commits.of(n)`, on that commit's repository."""
+    seq = [0]
+
+    def make(_i: int) -> Request:
+        n = seq[0]
+        seq[0] += 1
+        host, owner, name = commits.repo(n)
+        path = f"/api/v1/repos/{host}/{owner}/{name}/reports"
+        return "POST", path, msgspec.json.encode(capacity_report(n, commits)), tokens[n % len(tokens)]
+
+    return make
+
+
 def run(tier_name: str, args: Any) -> dict[str, Any]:
     trees = [ROOT, *([Path(args.baseline).resolve()] if args.baseline else [])]
     results: dict[str, Any] = {"tier": tier_name, "requests": args.requests, "trees": {}}
     with throwaway_services("tarakan-request-cost-") as services:
-        env = services.use(REGISTRY_STATS_TTL="30", INFESTATIONS_READ_FROM_ROLLUP="true", REFUSED_PER_MINUTE="0")
+        env = services.use(
+            REGISTRY_STATS_TTL="30", INFESTATIONS_READ_FROM_ROLLUP="true", REFUSED_PER_MINUTE="0", EVIDENCE_CHECK="off"
+        )
         results["rows"], _ = timed_generate(services.dsn, tier_name)
         backfill(None, concurrency=2)
         vacuum_analyze(services.dsn)
         tokens = make_submitters(services.dsn, TOKENS)
         repos = listed_repositories(services.dsn)
         kinds = _kinds(tokens, repos)
-        servers: list[tuple[Path, subprocess.Popen[bytes], str]] = []
-        try:
-            for tree in trees:
-                proc, base = start_server(env, quiet=True, cwd=tree)
-                servers.append((tree, proc, base))
-                uvloop.run(_send(base, kinds["report (201)"], 50))  # warm: pools, prepared statements
-            for run_no in range(args.runs):
-                for tree, proc, base in servers if run_no % 2 == 0 else servers[::-1]:
-                    figures = results["trees"].setdefault(tree_label(tree), {})
-                    for kind, make in kinds.items():
-                        before = cpu_seconds(proc.pid, children=True)
-                        statuses = uvloop.run(_send(base, make, args.requests))
-                        ms = (cpu_seconds(proc.pid, children=True) - before) / args.requests * 1e3
-                        figures.setdefault(kind, []).append(ms)
-                        print(f"  {tree_label(tree)} run {run_no}: {kind}: {ms:.2f} ms {statuses}", flush=True)
-        finally:
-            for _, proc, _ in servers:
-                stop(proc)
+        commits = Commits(repos, args.per_commit)
+        gated = _gated(tokens, commits)
+        planned = (50 + args.requests * args.runs) * len(trees) + 1
+        servers: list[tuple[Path, subprocess.Popen[bytes], str, dict[str, Callable[[int], Request]]]] = []
+        with demo_forge(services.dsn, commits, planned) as (_forge, forge_env):
+            try:
+                for tree in trees:
+                    proc, base = start_server(env, quiet=True, cwd=tree)
+                    servers.append((tree, proc, base, kinds))
+                    uvloop.run(_send(base, kinds["report (201)"], 50))  # warm: pools, prepared statements
+                    proc, base = start_server({**env, **forge_env}, quiet=True, cwd=tree)
+                    servers.append((tree, proc, base, {GATE_KIND: gated}))
+                    uvloop.run(_send(base, gated, 50))
+                _measure(results, servers, args)
+            finally:
+                for _, proc, _, _ in servers:
+                    stop(proc)
     return results
+
+
+def _measure(
+    results: dict[str, Any],
+    servers: list[tuple[Path, subprocess.Popen[bytes], str, dict[str, Callable[[int], Request]]]],
+    args: Any,
+) -> None:
+    """Each server's kinds in turn, `args.runs` times, the servers' order reversed every other run."""
+    for run_no in range(args.runs):
+        for tree, proc, base, kinds in servers if run_no % 2 == 0 else servers[::-1]:
+            figures = results["trees"].setdefault(tree_label(tree), {})
+            for kind, make in kinds.items():
+                before = cpu_seconds(proc.pid, children=True)
+                statuses = uvloop.run(_send(base, make, args.requests))
+                ms = (cpu_seconds(proc.pid, children=True) - before) / args.requests * 1e3
+                figures.setdefault(kind, []).append(ms)
+                print(f"  {tree_label(tree)} run {run_no}: {kind}: {ms:.2f} ms {statuses}", flush=True)
 
 
 def tree_label(tree: Path) -> str:
@@ -153,6 +188,7 @@ def main() -> int:
     parser = bench_parser(__doc__, runs=3)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--baseline", metavar="DIR", help="a second source tree served on the same database")
+    parser.add_argument("--per-commit", type=int, default=20, help="gate on: reports citing each commit")
     args = parser.parse_args()
     publish("request_cost", run(args.tier, args), render, HEADING, args)
     return 0
