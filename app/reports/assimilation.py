@@ -240,13 +240,13 @@ async def _resolve(
         )
         found = await db.rows(session, _FIND, {"repository_id": repository_id, "fingerprints": computed.wanted})
         fingerprints_found = (computed, found)
-    prints, legacies = fingerprints_found[0].v2, fingerprints_found[0].legacy
+    fingerprints_v2, legacies = fingerprints_found[0].v2, fingerprints_found[0].legacy
     known: dict[str, tuple[Canonical, int | None]] = {
         str(r.fingerprint): (_canonical(r), int(r.prior)) for r in fingerprints_found[1]
     }
     resolved: dict[str, tuple[Canonical, int | None]] = {}  # v2 fingerprint -> (canonical, prior reports or None)
     new: dict[str, Mapping[Any, Any]] = {}  # v2 fingerprint -> its first occurrence, to insert
-    for occ, fp, legacy in zip(occurrences, prints, legacies, strict=True):
+    for occ, fp, legacy in zip(occurrences, fingerprints_v2, legacies, strict=True):
         if fp in resolved or fp in new:
             continue
         if fp in known:
@@ -281,9 +281,9 @@ async def _resolve(
             "new_descriptions": [o["description"] for o in new.values()],
         }
         if store is not None and all(prior is not None for _c, prior in resolved.values()):
-            planned = _dispositions(occurrences, prints, resolved)
-            ids = [resolved[fp][0].id if fp in resolved else None for fp in prints]
-            more = {"dispositions": planned, "canonical_ids": ids, "fingerprints": prints}
+            planned = _dispositions(occurrences, fingerprints_v2, resolved)
+            ids = [resolved[fp][0].id if fp in resolved else None for fp in fingerprints_v2]
+            more = {"dispositions": planned, "canonical_ids": ids, "fingerprints": fingerprints_v2}
             rows = await db.rows(session, _INSERT_AND_STORE, {**params, **store, **more})
             findings = [r for r in rows if r.what == "finding"]
             out.stored = sorted((int(r.id), r.public_id) for r in findings) if findings else None
@@ -300,7 +300,7 @@ async def _resolve(
         counted = {int(cid): int(n) for cid, n in await session.execute(text(_PRIOR), {"ids": unknown})}
     # §2.6 step 4 in position order: an earlier occurrence of this report already counts as a prior report
     seen: set[int] = set()
-    for occ, fp in zip(occurrences, prints, strict=True):
+    for occ, fp in zip(occurrences, fingerprints_v2, strict=True):
         canonical, prior = resolved[fp]
         earlier = (counted.get(canonical.id, 0) if prior is None else prior) + (1 if canonical.id in seen else 0)
         out.links.append(Link(canonical, fp, disposition_for(earlier, canonical.status, str(occ["disposition"]))))
@@ -313,14 +313,16 @@ async def _resolve(
 
 
 def _dispositions(
-    occurrences: Sequence[Mapping[Any, Any]], prints: list[str], known: Mapping[str, tuple[Canonical, int | None]]
+    occurrences: Sequence[Mapping[Any, Any]],
+    fingerprints_v2: list[str],
+    known: Mapping[str, tuple[Canonical, int | None]],
 ) -> list[str]:
     """§2.6 step 4 as the loop in `_resolve` decides it, before the new canonicals exist: an occurrence whose
     fingerprint is not `known` has a canonical inserted now (open, no report yet). Fingerprints stand for canonicals
     here: `known` holds one canonical per fingerprint (no v1 upgrade: its count is not known yet)."""
     decided: list[str] = []
     seen: set[str] = set()
-    for occ, fp in zip(occurrences, prints, strict=True):
+    for occ, fp in zip(occurrences, fingerprints_v2, strict=True):
         canonical, prior = known.get(fp, (None, 0))
         earlier = (prior or 0) + (1 if fp in seen else 0)
         decided.append(
