@@ -192,21 +192,24 @@ def truncate_all() -> None:
     come back in insertion order), never analyzed, its sequences at their start. Only the tables the last test
     touched are truncated (with those whose foreign keys point at them): the others already are in that state, and
     a TRUNCATE of all 36 tables makes files for some 180 tables and indexes (0.07 s a test on a quiet machine,
-    against 0.01 s for a test that wrote nothing and 0.04 s for one that made an account)."""
+    against 0.01 s for a test that wrote nothing and 0.04 s for one that made an account). The locks are those of
+    a TRUNCATE of every table, taken first, so a transaction still open on any table (a worker of the previous test
+    finishing a refresh) ends before the look, as it did when every table was truncated."""
     with psycopg.connect(_plain_url(os.environ["DATABASE_URL"]), autocommit=True) as conn:
-        # a process of the previous test (a worker finishing a refresh) may still hold locks for a moment: TRUNCATE
-        # takes its locks table by table, so it can deadlock with such a transaction; the loser is retried. A row
-        # it writes once the TRUNCATE is done is seen by the second look, and goes too.
-        truncated = 0
-        for attempt in range(6):
-            touched = [str(r[0]) for r in conn.execute(_TOUCHED_TABLES)]
-            if not touched or truncated == 2:
-                return
+        tables = _tables(conn)
+        if not tables:
+            return
+        # the locks are taken table by table, so they can deadlock with such a transaction; the loser is retried
+        for attempt in range(5):
             try:
-                conn.execute(f"TRUNCATE {', '.join(touched)} RESTART IDENTITY CASCADE")
-                truncated += 1
+                with conn.transaction():
+                    conn.execute(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE")
+                    touched = [str(r[0]) for r in conn.execute(_TOUCHED_TABLES)]
+                    if touched:
+                        conn.execute(f"TRUNCATE {', '.join(touched)} RESTART IDENTITY CASCADE")
+                return
             except psycopg.errors.DeadlockDetected:
-                if attempt == 5:
+                if attempt == 4:
                     raise
                 time.sleep(0.5)
 
