@@ -101,6 +101,11 @@ class Postgres:
     def url(self) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
 
+    @property
+    def socket_url(self) -> str:
+        """The same server over its Unix socket (in the data directory): cheaper than loopback TCP per statement."""
+        return f"postgresql+psycopg://postgres@/postgres?host={self.data_dir}&port={self.port}"
+
     def start(self, timeout: float = 30) -> Postgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.run_as:

@@ -58,7 +58,7 @@ from bench.common import (
     write_section,
 )
 from bench.infestations_bench import poll_lag
-from bench.services import throwaway_services
+from bench.services import Services, throwaway_services
 from tests.harness import ROOT, spawn, start_server, stop
 
 HEADING = "## Ingest capacity"
@@ -587,6 +587,12 @@ def gate_settings(
         yield {**env, **settings}, Forge(proc, commits)
 
 
+def over_socket(env: dict[str, str], services: Services, args: argparse.Namespace) -> dict[str, str]:
+    """The server processes' environment, with `--unix-socket` their Postgres over its Unix socket (a Postgres on
+    the same host: no loopback TCP stack per statement, on either side)."""
+    return {**env, "DATABASE_URL": services.pg.socket_url} if args.unix_socket else env
+
+
 def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"tier": tier_name, "configs": [], "gate": args.gate, "per_commit": args.per_commit}
     with throwaway_services("tarakan-capacity-bench-") as services:
@@ -596,6 +602,7 @@ def run(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         env, results["rows"] = prepared_tier(services, tier_name)
         results["setup_s"] = time.perf_counter() - t
+        env = over_socket(env, services, args)
         print(f"[{tier_name}] migrated, generated and backfilled in {results['setup_s']:.0f}s", flush=True)
         tokens = make_submitters(dsn, ACCOUNTS)
         seq = [0]
@@ -776,6 +783,7 @@ def run_profile(tier_name: str, args: argparse.Namespace) -> dict[str, Any]:
         results["shared_buffers"] = args.shared_buffers
         dsn = services.dsn
         env, results["rows"] = prepared_tier(services, tier_name)
+        env = over_socket(env, services, args)
         tokens = make_submitters(dsn, ACCOUNTS)
         seq = [0]
         assert services.pg.proc is not None
@@ -982,6 +990,9 @@ def main() -> int:
         help="the evidence gate on, against the loopback demo forge (a process; its CPU apart); default: gate off",
     )  # fmt: skip
     parser.add_argument("--per-commit", type=int, default=20, help="with --gate: reports citing each commit")
+    parser.add_argument(
+        "--unix-socket", action="store_true", help="web and workers reach Postgres over its Unix socket, not TCP"
+    )
     parser.add_argument("--rerender", metavar="COMMAND", help="with --profile: write bench/out's last results again")
     args = parser.parse_args()
     if args.profile:
