@@ -6,20 +6,21 @@ from __future__ import annotations
 import contextvars
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 import psycopg
-from psycopg.rows import namedtuple_row
-from sqlalchemy import MetaData, TextClause, text
+from sqlalchemy import MetaData, text
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase
 
 from app.kernel import aftercommit, outages
 from app.kernel.config import settings, transaction_pooling
+from app.kernel.driver import Reader as Reader  # re-exported: callers say db.Reader
+from app.kernel.driver import rows as rows  # re-exported: callers say db.rows(session, statement, params)
 from app.kernel.engines import dispose_engines as dispose_engines  # re-exported: callers say db.dispose_engines()
 from app.kernel.engines import engine_for, warm
 from app.kernel.engines import limit_statements as limit_statements  # re-exported: app.main calls db.limit_statements()
@@ -117,100 +118,6 @@ def _database_urls() -> tuple[str, str | None]:
 
 def engine() -> AsyncEngine:
     return engine_for(_database_urls()[0])
-
-
-# The driver's own execute for the report path's statements (`rows`): SQLAlchemy's costs about three times the
-# driver's CPU per statement (its greenlet hop and result machinery; docs/benchmarks.md "Ingest capacity").
-_compiled: dict[TextClause, str] = {}
-_NO_PARAMS: Mapping[str, Any] = {}
-
-
-async def rows(session: AsyncSession, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
-    """`session.execute(statement, params).all()` on the session's connection and transaction, sent by psycopg
-    itself: named-tuple rows (attributes and indexes, as SQLAlchemy's), its `before_cursor_execute` and
-    `after_cursor_execute` listeners told, and its exception classes raised (a lost connection invalidated), so
-    callers and outage handling see what `execute` gives. For SQL text whose parameters need no type processing."""
-    connection = await session.connection()
-    sql = _compiled.get(statement)
-    if sql is None:
-        sql = _compiled[statement] = str(statement.compile(dialect=connection.dialect))
-    sync = connection.sync_connection
-    assert sync is not None
-    for listener in sync.dispatch.before_cursor_execute:  # tests that count statements
-        listener(sync, None, sql, params, None, False)
-    driver: psycopg.AsyncConnection[Any] = (await connection.get_raw_connection()).driver_connection  # type: ignore[assignment]
-    try:
-        async with driver.cursor(row_factory=namedtuple_row) as cursor:
-            await cursor.execute(sql, params)
-            found = await cursor.fetchall() if cursor.description is not None else []
-    except psycopg.Error as exc:
-        lost = (
-            driver.closed
-            or driver.broken
-            or (isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan must not change" in str(exc))
-        )  # a connection lost, or a plan a migration outdated (as engines._drop_stale_prepared)
-        if lost:
-            await connection.invalidate(exc)
-        raise sa_exc.DBAPIError.instance(
-            sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=connection.dialect
-        ) from exc
-    for listener in sync.dispatch.after_cursor_execute:
-        listener(sync, None, sql, params, None, False)
-    return found
-
-
-class Reader:
-    """A public read's statements, sent by psycopg itself (`rows`' execute, its rows and errors): on a pooled
-    connection of the primary in autocommit, or, where a read must keep its session (a replica in use, a
-    transaction pooler), on a `read_session()`. What `reader()` yields."""
-
-    __slots__ = ("_connection", "_driver", "_session")
-
-    def __init__(
-        self,
-        session: AsyncSession | None,
-        connection: AsyncConnection | None = None,
-        driver: psycopg.AsyncConnection[Any] | None = None,
-    ) -> None:
-        self._session = session
-        self._connection = connection
-        self._driver = driver
-
-    async def rows(self, statement: TextClause, params: Mapping[str, Any] = _NO_PARAMS) -> list[Any]:
-        """The statement's rows as named tuples (`rows`)."""
-        if self._session is not None:
-            return await rows(self._session, statement, params)
-        connection, driver = self._connection, self._driver
-        assert connection is not None and driver is not None
-        sql = _compiled.get(statement)
-        if sql is None:
-            sql = _compiled[statement] = str(statement.compile(dialect=connection.dialect))
-        sync = connection.sync_connection
-        assert sync is not None
-        for listener in sync.dispatch.before_cursor_execute:  # tests that count statements
-            listener(sync, None, sql, params, None, False)
-        try:
-            async with driver.cursor(row_factory=namedtuple_row) as cursor:
-                await cursor.execute(sql, params)
-                found = await cursor.fetchall() if cursor.description is not None else []
-        except psycopg.Error as exc:
-            lost = (
-                driver.closed
-                or driver.broken
-                or (isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan must not change" in str(exc))
-            )
-            if lost:
-                await connection.invalidate(exc)
-            raise sa_exc.DBAPIError.instance(
-                sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=connection.dialect
-            ) from exc
-        for listener in sync.dispatch.after_cursor_execute:
-            listener(sync, None, sql, params, None, False)
-        return found
-
-    async def maps(self, statement: TextClause, params: Mapping[str, Any] = _NO_PARAMS) -> list[dict[str, Any]]:
-        """The statement's rows as dicts, keys in column order (`.mappings().all()` as plain dicts)."""
-        return [row._asdict() for row in await self.rows(statement, params)]
 
 
 # an autocommit engine per primary engine (shares its pool): a read's connection without a session (0.12 ms of CPU

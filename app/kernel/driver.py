@@ -1,0 +1,90 @@
+"""Statements sent by psycopg itself, on a connection SQLAlchemy checked out (`db.rows`, `db.Reader`): SQLAlchemy's
+execute costs about three times the driver's CPU per statement (its greenlet hop and result machinery;
+docs/benchmarks.md "Ingest capacity"). What callers and outage handling see stays what `execute` gives:
+named-tuple rows, the `before_cursor_execute` / `after_cursor_execute` listeners told (tests count statements), and
+SQLAlchemy's exception classes (a lost connection invalidated)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg.rows import namedtuple_row
+from sqlalchemy import TextClause
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+_compiled: dict[TextClause, str] = {}
+NO_PARAMS: Mapping[str, Any] = {}
+
+
+async def execute(
+    connection: AsyncConnection,
+    driver: psycopg.AsyncConnection[Any],
+    statement: TextClause,
+    params: Mapping[str, Any],
+) -> list[Any]:
+    """`statement` on `driver`, the raw connection of `connection` (its transaction, or its autocommit)."""
+    sql = _compiled.get(statement)
+    if sql is None:
+        sql = _compiled[statement] = str(statement.compile(dialect=connection.dialect))
+    sync = connection.sync_connection
+    assert sync is not None
+    for listener in sync.dispatch.before_cursor_execute:
+        listener(sync, None, sql, params, None, False)
+    try:
+        async with driver.cursor(row_factory=namedtuple_row) as cursor:
+            await cursor.execute(sql, params)
+            found = await cursor.fetchall() if cursor.description is not None else []
+    except psycopg.Error as exc:
+        lost = (
+            driver.closed
+            or driver.broken
+            or (isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan must not change" in str(exc))
+        )  # a connection lost, or a plan a migration outdated (as engines._drop_stale_prepared)
+        if lost:
+            await connection.invalidate(exc)
+        raise sa_exc.DBAPIError.instance(
+            sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=connection.dialect
+        ) from exc
+    for listener in sync.dispatch.after_cursor_execute:
+        listener(sync, None, sql, params, None, False)
+    return found
+
+
+async def rows(session: AsyncSession, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
+    """`session.execute(statement, params).all()` on the session's connection and transaction, sent by psycopg.
+    For SQL text whose parameters need no type processing."""
+    connection = await session.connection()
+    raw = await connection.get_raw_connection()
+    return await execute(connection, raw.driver_connection, statement, params)  # type: ignore[arg-type]
+
+
+class Reader:
+    """A public read's statements, sent by psycopg (`rows`): on a pooled connection of the primary in autocommit,
+    or, where a read must keep its session (a replica in use, a transaction pooler), on a `read_session()`. What
+    `db.reader()` yields."""
+
+    __slots__ = ("_connection", "_driver", "_session")
+
+    def __init__(
+        self,
+        session: AsyncSession | None,
+        connection: AsyncConnection | None = None,
+        driver: psycopg.AsyncConnection[Any] | None = None,
+    ) -> None:
+        self._session = session
+        self._connection = connection
+        self._driver = driver
+
+    async def rows(self, statement: TextClause, params: Mapping[str, Any] = NO_PARAMS) -> list[Any]:
+        """The statement's rows as named tuples (`rows`)."""
+        if self._session is not None:
+            return await rows(self._session, statement, params)
+        assert self._connection is not None and self._driver is not None
+        return await execute(self._connection, self._driver, statement, params)
+
+    async def maps(self, statement: TextClause, params: Mapping[str, Any] = NO_PARAMS) -> list[dict[str, Any]]:
+        """The statement's rows as dicts, keys in column order (`.mappings().all()` as plain dicts)."""
+        return [row._asdict() for row in await self.rows(statement, params)]
