@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import namedtuple_row
 from sqlalchemy import TextClause
 from sqlalchemy import exc as sa_exc
@@ -36,7 +37,9 @@ async def execute(
     try:
         async with driver.cursor(row_factory=namedtuple_row) as cursor:
             await cursor.execute(sql, params)
-            found = await cursor.fetchall() if cursor.description is not None else []
+            # the result's status, not `description` (which builds a column object per column, each statement)
+            result = cursor.pgresult
+            found = await cursor.fetchall() if result is not None and result.status == pq.ExecStatus.TUPLES_OK else []
     except psycopg.Error as exc:
         lost = (
             driver.closed
