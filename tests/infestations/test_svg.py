@@ -13,7 +13,7 @@ from app.infestations.hub import SATELLITE_CAP, hub_layout
 from app.infestations.svg import CHAR_WIDTH
 from app.kernel.templating import environment
 from app.kernel.urls import repo_path
-from app.seed import DEMO_PATTERNS
+from app.seed_data import DEMO_PATTERNS
 from e2e.seed import HOSTILE_NAME, HOSTILE_TITLE
 from e2e.soup import attr, attrs, one, soup
 

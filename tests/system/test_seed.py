@@ -22,7 +22,8 @@ from app.kernel import db
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
 from app.reports.models import Scan
-from app.seed import DEMO_ONE_OFFS, DEMO_PASSWORD, DEMO_PATTERNS, DEMO_REPOSITORIES, seed_demo
+from app.seed import DEMO_PASSWORD, seed_demo
+from app.seed_data import DEMO_ONE_OFFS, DEMO_PATTERNS, DEMO_REPOSITORIES
 from tests import factories
 from tests.harness import ARTIFACTS, spawn, stop, tarakan
 

@@ -11,7 +11,8 @@ from sqlalchemy import text
 
 from app.devforge import DEMO_FORGE_DIR, FolderForge
 from app.kernel import db
-from app.seed import DEMO_ONE_OFFS, seed_demo
+from app.seed import seed_demo
+from app.seed_data import DEMO_ONE_OFFS
 
 
 @pytest.fixture
