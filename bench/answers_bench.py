@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 import msgspec
 import pydantic
@@ -34,6 +34,7 @@ from app.kernel.config import settings
 from app.kernel.urls import finding_path, repo_path
 from app.kernel.web import json_twin
 from app.registry.types import public_repository
+from app.reports.rows import RepositoryReport
 from app.reports.serializers import finding_url, record_path, report_answer
 from app.site import records
 from app.site.types import Burden, RepositoryRecord
@@ -203,6 +204,7 @@ SHOW: dict[str, Any] = {
 }
 REPOSITORY = _repository_row()
 REPORTS = [_report_row(i) for i in range(20)]
+REPORT_ROWS = [cast(RepositoryReport, r) for r in REPORTS]  # the "now" path's type: app.reports.queries' rows
 REPOSITORY_INFESTATIONS = [_repository_infestation_row(i) for i in range(50)]
 SCAN = _scan_row()
 SCAN_FINDINGS = [_scan_finding_row(i) for i in range(20)]
@@ -336,7 +338,7 @@ def show_now() -> bytes:
 def record_now() -> bytes:
     answer = RepositoryRecord(
         repository=public_repository(REPOSITORY),
-        reports=[records._record_report(r, {}, {}) for r in REPORTS],
+        reports=[records._record_report(r, {}, {}) for r in REPORT_ROWS],
         infestations=[as_answer(RepositoryInfestation, i) for i in REPOSITORY_INFESTATIONS],
         maintainers=[],
         burden=Burden(decided=0, disputed=0, refused=0),

@@ -44,6 +44,7 @@ from app.moderation.service import (
 from app.record import changes
 from app.registry.models import Repository
 from app.reports.queries import get_finding
+from app.reports.rows import FindingRow
 from e2e.seed import account, run_async, seed_pattern
 from tests import factories
 from tests.disclosure.support import clock_ends, embargoed_report, moderator_extends
@@ -144,13 +145,19 @@ async def maintained(repo: Repository, moderator: Account) -> None:
     await claim_repository(moderator.id, repo.host, repo.owner, repo.name)
 
 
+async def _finding(occurrence: str) -> FindingRow:
+    found = await get_finding(uuid.UUID(occurrence), viewer=ANONYMOUS)
+    assert found is not None, occurrence
+    return found
+
+
 async def stated(repo: Repository, occurrence: str, moderator: Account) -> None:
     """A finding of `repo` with a current maintainer statement, on a repository the moderator maintains too."""
     sayer = await factories.create_account(email="sayer@example.com", handle="sayer")
     async with db.transaction() as session:
         session.add(RepositoryMaintainer(repository_id=repo.id, account_id=sayer.id))
         session.add(RepositoryMaintainer(repository_id=repo.id, account_id=moderator.id))
-    canonical = (await get_finding(uuid.UUID(occurrence), viewer=ANONYMOUS) or {})["canonical_public_id"]
+    canonical = (await _finding(occurrence))["canonical_public_id"]
     statement = StatementInput("not_affected", "vulnerable_code_not_in_execute_path", "Only the admin CLI reaches it.")
     await record_statement(sayer.id, str(canonical), statement)
 
@@ -159,9 +166,9 @@ async def taken_down(submitter: Account, moderator: Account, restrict: str, stat
     """Takedowns through the moderation service (each with its audit event), for the moderator's markers: the report
     of `restrict` (the "finding" and "repository" pages), a second statement on `stated_occurrence`'s finding, hidden,
     and a quarantined repository with a summary-only report. The pages they add, by type."""
-    scan_id = (await get_finding(uuid.UUID(restrict), viewer=ANONYMOUS) or {})["scan_id"]
+    scan_id = (await _finding(restrict))["scan_id"]
     event = await change_scan_visibility(moderator, scan_id, "restricted", "takedown", NOTES)
-    canonical = (await get_finding(uuid.UUID(stated_occurrence), viewer=ANONYMOUS) or {})["canonical_public_id"]
+    canonical = (await _finding(stated_occurrence))["canonical_public_id"]
     sayer = await account_by_handle("sayer")
     second = await record_statement(sayer, str(canonical), StatementInput("affected", action_statement="Patch it."))
     await change_statement_visibility(moderator, second.id, "hidden", "abuse", NOTES)

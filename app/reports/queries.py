@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import typing
 import uuid
-from typing import Any
 
 from sqlalchemy import ARRAY, Boolean, Text, and_, any_, bindparam, cast, or_, select, text
 
@@ -14,6 +14,7 @@ from app.record.public import listed_repository, public_occurrence, published_sc
 from app.record.visibility import report_access, visible_visibilities
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, Scan, ScanFinding
+from app.reports.rows import CheckRow, FindingRow, RecentReport, ReportFindingRow, RepositoryReport
 
 REPORTS_PER_REPOSITORY_MAX = 50
 FINDINGS_PER_PAGE_MAX = 500
@@ -96,7 +97,7 @@ LIMIT :limit
 
 async def list_repository_reports(
     repository_id: int, listing_status: str, *, viewer: Viewer = ANONYMOUS, limit: int = 20
-) -> list[dict[str, Any]]:
+) -> list[RepositoryReport]:
     """Newest reports of one repository that `viewer` may see; full ones carry their findings (capped)."""
     limit = max(1, min(limit, REPORTS_PER_REPOSITORY_MAX))
     async with db.read_session() as session:
@@ -111,11 +112,11 @@ async def list_repository_reports(
                 },
             )
         ).mappings()
-        reports = []
+        reports: list[RepositoryReport] = []
         for row in rows:
             access = report_access(viewer, listing_status=listing_status, visibility=row["visibility"])
             if access != "hidden":
-                reports.append({**row, "access": access, "findings": []})
+                reports.append(typing.cast(RepositoryReport, {**row, "access": access, "findings": []}))
         full = {r["id"]: r for r in reports if r["access"] == "full"}
         if full:
             findings = (
@@ -125,11 +126,11 @@ async def list_repository_reports(
                 )
             ).mappings()
             for finding in findings:
-                full[finding["scan_id"]]["findings"].append(dict(finding))
+                full[finding["scan_id"]]["findings"].append(typing.cast(ReportFindingRow, dict(finding)))
     return reports
 
 
-async def list_recent_public_reports(*, viewer: Viewer = ANONYMOUS, limit: int = 10) -> list[dict[str, Any]]:
+async def list_recent_public_reports(*, viewer: Viewer = ANONYMOUS, limit: int = 10) -> list[RecentReport]:
     """Newest reports on listed repositories (headers only: the home page lists, it does not expand)."""
     limit = max(1, min(limit, RECENT_REPORTS_MAX))
     async with db.read_session() as session:
@@ -139,15 +140,15 @@ async def list_recent_public_reports(*, viewer: Viewer = ANONYMOUS, limit: int =
                 {"visibilities": visible_visibilities(viewer), "unpublished": viewer.privileged, "limit": limit},
             )
         ).mappings()
-        reports = []
+        reports: list[RecentReport] = []
         for row in rows:
             access = report_access(viewer, listing_status=row["listing_status"], visibility=row["visibility"])
             if access != "hidden":
-                reports.append({**row, "access": access})
+                reports.append(typing.cast(RecentReport, {**row, "access": access}))
     return reports
 
 
-async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> dict[str, Any] | None:
+async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> FindingRow | None:
     """One finding occurrence with its canonical status and checks, or None when `viewer` may not see it in
     full (restricted or summary-only report, quarantined repository) or it does not exist."""
     async with db.read_session() as session:
@@ -159,15 +160,13 @@ async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> di
         )
         if access != "full":
             return None
-        finding = dict(row)
-        checks: list[dict[str, Any]] = []
-        if finding["canonical_id"] is not None:
+        checks: list[CheckRow] = []
+        if row["canonical_id"] is not None:
             result = await session.execute(
-                text(_CHECKS), {"canonical_id": finding["canonical_id"], "limit": CHECKS_PER_FINDING_MAX}
+                text(_CHECKS), {"canonical_id": row["canonical_id"], "limit": CHECKS_PER_FINDING_MAX}
             )
-            checks = [dict(c) for c in result.mappings()]
-        finding["checks"] = checks
-    return finding
+            checks = [typing.cast(CheckRow, dict(c)) for c in result.mappings()]
+    return typing.cast(FindingRow, {**row, "checks": checks})
 
 
 _F, _C = ScanFinding.__table__.alias("f"), CanonicalFinding.__table__.alias("c")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -40,10 +40,12 @@ from app.record.observations import Observation
 from app.record.takedowns import Marks, page_marks
 from app.record.visibility import repository_visible
 from app.registry import queries
+from app.registry.queries import RegisteredRepository
 from app.registry.types import public_repository
 from app.reports.embargo import DisclosureAnswer
 from app.reports.models import REVIEW_STATUS_WORDS
 from app.reports.queries import get_finding, list_repository_reports, newest_public_occurrence
+from app.reports.rows import FindingRow, ReportFindingRow, RepositoryReport
 from app.reports.serializers import finding_detail
 from app.site.burden import burden_of
 from app.site.types import (
@@ -59,7 +61,14 @@ REPOSITORY_REPORTS = 20
 REPOSITORY_INFESTATIONS = 50
 
 
-async def _visible_repository(viewer: Viewer, host: str, owner: str, name: str) -> dict[str, Any] | None:
+class StatementForm(TypedDict):
+    """The maintainer's statement form as typed (`values`) and what refused it (`errors`)."""
+
+    values: dict[str, str]
+    errors: dict[str, list[str]]
+
+
+async def _visible_repository(viewer: Viewer, host: str, owner: str, name: str) -> RegisteredRepository | None:
     repository = await queries.get_repository(host.lower(), owner.lower(), name.lower())
     if repository is None or not repository_visible(viewer, repository["listing_status"]):
         return None
@@ -125,7 +134,7 @@ async def repository_page(request: Request) -> Response:
 
 
 def _record_report(
-    report: dict[str, Any], statements: dict[str, StatementView], observed: dict[str, Observation]
+    report: RepositoryReport, statements: dict[str, StatementView], observed: dict[str, Observation]
 ) -> RecordReport:
     full = report["access"] == "full"  # summary-only: the header, nothing about its findings
     return RecordReport(
@@ -145,7 +154,7 @@ def _record_report(
 
 
 def _record_finding(
-    f: dict[str, Any], statement: StatementView | None, observed: dict[str, Observation]
+    f: ReportFindingRow, statement: StatementView | None, observed: dict[str, Observation]
 ) -> RecordFinding:
     return RecordFinding(
         public_id=str(f["public_id"]),
@@ -211,7 +220,7 @@ async def finding_page(request: Request) -> Response:
     return await render_finding(request, viewer, finding, statement)
 
 
-async def load_finding(request: Request, raw: str) -> tuple[Viewer, dict[str, Any] | None]:
+async def load_finding(request: Request, raw: str) -> tuple[Viewer, FindingRow | None]:
     """The viewer, and the finding at `/findings/{raw}` if they may see it in full."""
     public_id = _parse_public_id(raw)
     viewer = await viewer_for(request)
@@ -221,10 +230,10 @@ async def load_finding(request: Request, raw: str) -> tuple[Viewer, dict[str, An
 async def render_finding(
     request: Request,
     viewer: Viewer,
-    finding: dict[str, Any],
+    finding: FindingRow,
     statement: StatementView | None,
     *,
-    form: dict[str, Any] | None = None,
+    form: StatementForm | None = None,
     status_code: int = 200,
 ) -> Response:
     """The finding page. A signed-in maintainer of its repository (in good standing) gets the statement form and a
@@ -265,7 +274,7 @@ async def render_finding(
 async def _marks(
     request: Request,
     viewer: Viewer,
-    repository: dict[str, Any],
+    repository: RegisteredRepository | FindingRow,
     reports: list[tuple[int, str]],
     statements: list[tuple[int, str]] | None = None,
 ) -> Marks | None:
@@ -283,17 +292,17 @@ async def _marks(
     )
 
 
-def finding_tags(finding: dict[str, Any]) -> list[str]:
+def finding_tags(finding: FindingRow) -> list[str]:
     """The shared cache's tags of a finding page: its repository, this occurrence (the scan_findings id) and its
     pattern (the page links the pattern's infestation while it has one, which other repositories' reports change)."""
     tags = [repository_tag(finding["repository_id"]), occurrence_tag(finding["id"])]
-    if finding.get("pattern_key"):
+    if finding["pattern_key"]:
         tags.append(pattern_tag(finding["pattern_key"]))
     return tags
 
 
 def _finding_record(
-    f: dict[str, Any], statement: StatementView | None, ledger: list[Observation], disclosure: DisclosureAnswer
+    f: FindingRow, statement: StatementView | None, ledger: list[Observation], disclosure: DisclosureAnswer
 ) -> FindingRecord:
     detail = finding_detail(f)
     checks = [

@@ -18,7 +18,7 @@ from app.kernel.intake import Body, Budget, body_route, form_parser
 from app.kernel.urls import finding_path
 from app.maintainers.statement_queries import current_statement
 from app.maintainers.statements import StatementInput, prepare_statement, record_statement, take_allowance
-from app.site.records import load_finding, render_finding
+from app.site.records import StatementForm, load_finding, render_finding
 
 FIELDS = ("status", "justification", "impact_statement", "action_statement", "fixed_in")
 STATEMENT_FORM = FormLimits(max_fields=8, max_part_size=8 * 1024)
@@ -55,7 +55,7 @@ async def _signed_in(request: Request) -> Account:
 
 async def statement_form(request: Request, account: Account, typed: Typed) -> Response:
     viewer, finding = await load_finding(request, request.path_params["ref"])
-    if finding is None or finding["canonical_public_id"] is None:
+    if finding is None or finding["canonical_id"] is None:  # unlinked: no canonical finding to state on
         raise NotFound({"finding": ["not found"]}, message="No public finding is recorded at this address.")
     here = finding_path(finding["public_id"])
     errors = typed.errors
@@ -68,7 +68,7 @@ async def statement_form(request: Request, account: Account, typed: Typed) -> Re
         else:
             return RedirectResponse(here + "?stated=1#maintainer-statement", status_code=303)
     statement = await current_statement(finding["canonical_id"])
-    form = {"values": typed.values, "errors": errors}
+    form = StatementForm(values=typed.values, errors=errors)
     return await render_finding(request, viewer, finding, statement, form=form, status_code=422)
 
 
