@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.exc import IntegrityError
@@ -84,7 +84,16 @@ async def _record_verdict(
     return as_json(await store(verdict))
 
 
-def _recorded(verdict: VerdictInput, account_id: int, ip_hash: bytes | None) -> dict[str, Any]:
+class _Recorded(TypedDict):
+    account_id: int
+    verdict: str
+    provenance: str
+    notes: str
+    evidence: str | None
+    client_ip_hash: bytes | None
+
+
+def _recorded(verdict: VerdictInput, account_id: int, ip_hash: bytes | None) -> _Recorded:
     """The columns every check and confirmation records of its verdict and of who gave it (the commit aside)."""
     return {
         "account_id": account_id,

@@ -3,9 +3,10 @@ response shows exactly what was committed."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote
 
 from sqlalchemy import text
@@ -51,9 +52,45 @@ WHERE f.scan_id = :id ORDER BY f.position, f.id
 """
 
 
+class StoredReport(TypedDict):
+    """A report as `_REPORT` reads it, or as `new_report` has it without reading: what `report_answer` shows."""
+
+    id: int
+    commit_sha: str
+    model: str | None
+    prompt_version: str | None
+    run_id: str | None
+    provenance: str
+    review_kind: str
+    findings_count: int
+    verified_at: datetime | bool | None  # True: verified by its own submission (set without reading the time)
+    review_status: str
+    visibility: str
+    commit_committed_at: datetime | None
+    pending: bool
+    host: str
+    owner: str
+    name: str
+    listing_status: str
+
+
+class StoredFinding(TypedDict):
+    """A report's finding as `_FINDINGS` reads it, or as `linked_rows` / `pending_rows` have it without reading."""
+
+    public_id: uuid.UUID
+    canonical_public_id: uuid.UUID | None
+    pattern_key: str | None
+    title: str
+    severity: str
+    disposition: str
+    evidence_state: str
+    anchor: str | None
+    held_reason: str | None
+
+
 def new_report(
     report: ReportInput, repo: RepositoryRow, scan_id: int, *, pending: bool, committed_at: datetime | None
-) -> dict[str, Any]:
+) -> StoredReport:
     """A report just stored, as `_REPORT` reads it (before it is settled: not verified, its listing as found)."""
     return {
         "id": scan_id, "commit_sha": report.commit_sha, "model": report.model,
@@ -68,11 +105,11 @@ def new_report(
 def linked_rows(
     report: ReportInput,
     links: Sequence[Link],
-    stored: Sequence[tuple[int, Any]],
+    stored: Sequence[tuple[int, uuid.UUID]],
     *,
     held: str | None = None,
     embargoed: Collection[int] = (),
-) -> list[dict[str, Any]]:
+) -> list[StoredFinding]:
     """A new report's findings as `_FINDINGS` reads them, from what its statements returned: `held` the reason all
     of them are held for (low signal), `embargoed` the canonicals whose occurrences an embargo holds."""
     return [
@@ -91,7 +128,7 @@ def linked_rows(
     ]
 
 
-def pending_rows(report: ReportInput, stored: Sequence[Any]) -> list[dict[str, Any]]:
+def pending_rows(report: ReportInput, stored: Sequence[Any]) -> list[StoredFinding]:
     """A pending report's findings (unlinked) as `_FINDINGS` reads them."""
     return [
         {
