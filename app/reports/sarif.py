@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from app.kernel.errors import ValidationError
 from app.kernel.intake import Budget
@@ -45,6 +45,18 @@ NOT_PROBLEMS = frozenset({"pass", "notApplicable"})
 MAX_RUNS, MAX_RESULTS_PER_RUN = 20, 25_000  # and MAX_RULES_PER_RUN (app.reports.sarif_runs)
 MAX_ARGUMENTS, MAX_ARGUMENT = 20, 200
 MAX_RULE_ID = 200  # message arguments filled into a rule's message string
+
+
+class _Finding(TypedDict):
+    """A Scan Format v1 finding mapped from one result (the body's `document.findings[]`)."""
+
+    file: str
+    line_start: int | None
+    line_end: int | None
+    severity: str
+    title: str
+    description: str
+    partial_fingerprints: NotRequired[dict[str, str]]
 
 
 @dataclass
@@ -288,7 +300,7 @@ def sarif_to_report(
     model, prompt_version = _tool(runs)
     sha = _commit(runs, raw_runs, commit_sha)
     report = SarifReport(body={})
-    findings: list[dict[str, Any]] = []
+    findings: list[_Finding] = []
     origins: list[str] = []  # the SARIF path of each finding, to name the validator's errors
     rule_ids: list[str | None] = []
     for run, raw in zip(runs, raw_runs, strict=True):
@@ -319,7 +331,7 @@ def sarif_to_report(
             description, cut_description = shorten(_description(rule, message, title), MAX_DESCRIPTION)
             report.truncated["titles"] += cut_title
             report.truncated["descriptions"] += cut_description
-            finding: dict[str, Any] = {
+            finding: _Finding = {
                 "file": file_path,
                 "line_start": line_start,
                 "line_end": line_end,
