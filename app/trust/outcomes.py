@@ -18,10 +18,15 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-# `:since` NULL: every canonical, every refused occurrence and every refusal (the recompute from source)
+# `:since` NULL: every canonical, every refused occurrence and every refusal (the recompute from source). Since a
+# time, of the canonicals that moved only those a verified or disputed outcome can come from (a report stream moves
+# every canonical it touches: at 120 reports/s the lookback held 36,000, each joined to its first report); a
+# withdrawal comes from the audit log's branch
 _CANONICALS = text("""
 WITH touched AS (
-  SELECT c.id FROM canonical_findings c WHERE CAST(:since AS timestamptz) IS NULL OR c.updated_at >= :since
+  SELECT c.id FROM canonical_findings c
+  WHERE CAST(:since AS timestamptz) IS NULL
+     OR c.updated_at >= :since AND (c.status IN ('verified', 'fixed') OR c.disputes_count >= 2)
   UNION
   SELECT f.canonical_finding_id FROM audit_events e JOIN scan_findings f ON f.scan_id = CAST(e.subject_id AS bigint)
   WHERE CAST(:since AS timestamptz) IS NOT NULL AND e.inserted_at >= :since AND e.action = 'scan.visibility'
