@@ -80,6 +80,7 @@ def _instance_row(i: int) -> dict[str, Any]:
         "owner": f"owner-{i}",
         "name": f"repo-{i}",
         "repository_id": 500 + i,
+        "repository_uuid": str(uuid.UUID(int=40_000 + i)),
         "commit_sha": f"{i:040x}",
         "scan_id": 700 + i,
         "updated_at": NOW - timedelta(minutes=i),
@@ -90,6 +91,7 @@ def _membership_row(i: int) -> dict[str, Any]:
     return {
         "id": 500 + i,
         "repository_id": 500 + i,
+        "repository_uuid": str(uuid.UUID(int=40_000 + i)),
         "host": "github.com",
         "owner": f"owner-{i}",
         "name": f"repo-{i}",
@@ -122,6 +124,8 @@ def _repository_row() -> dict[str, Any]:
         "archived": False,
         "participation_mode": "observed",
         "listing_status": "listed",
+        "default_branch": "main",
+        "metadata_state": "found",
     }
 
 
@@ -180,6 +184,8 @@ def _scan_row() -> dict[str, Any]:
         "owner": "acme",
         "name": "widget",
         "listing_status": "listed",
+        "commit_committed_at": None,
+        "pending": False,
     }
 
 
@@ -191,6 +197,9 @@ def _scan_finding_row(i: int) -> dict[str, Any]:
         "title": f"Finding {i}",
         "severity": "high",
         "disposition": "new",
+        "evidence_state": "confirmed",
+        "anchor": None,
+        "held_reason": None,
     }
 
 
@@ -229,12 +238,12 @@ def _twin_before(data: Any) -> bytes:
     return bytes(JSONResponse(jsonable(data), headers={"Cache-Control": "public"}).body)
 
 
-PUBLIC_REPOSITORY_FIELDS = tuple(k for k in REPOSITORY if k != "id")
+PUBLIC_REPOSITORY_FIELDS = tuple(k for k in REPOSITORY if k not in ("id", "default_branch", "metadata_state"))
 
 
 def _report_before(report: dict[str, Any]) -> dict[str, Any]:
-    """As app/site/records.py built it, with the keys added since (issue 24's `maintainer_statement`, `maintainers`):
-    the same answer the old way."""
+    """As app/site/records.py built it, with the keys added since (issue 24's `maintainer_statement`, `maintainers`;
+    evidence's `observation`): the same answer the old way."""
     header = {
         k: report[k]
         for k in (
@@ -253,6 +262,7 @@ def _report_before(report: dict[str, Any]) -> dict[str, Any]:
     findings = [
         {k: f[k] for k in ("public_id", "title", "severity", "file_path", "line_start", "line_end", "status")}
         | {"pattern_key": f["pattern_key"], "url": finding_path(f["public_id"]), "maintainer_statement": None}
+        | {"observation": None}
         for f in report["findings"]
     ]
     return header | {"findings_count": report["findings_count"], "findings": findings}
@@ -270,10 +280,13 @@ def record_before() -> bytes:
     path = repo_path(REPOSITORY["host"], REPOSITORY["owner"], REPOSITORY["name"])
     return _twin_before(
         {
-            "repository": {k: REPOSITORY[k] for k in PUBLIC_REPOSITORY_FIELDS} | {"url": path},
+            "repository": {k: REPOSITORY[k] for k in PUBLIC_REPOSITORY_FIELDS}
+            | {"url": path, "default_branch": REPOSITORY["default_branch"], "metadata": REPOSITORY["metadata_state"]},
             "reports": [_report_before(r) for r in REPORTS],
             "infestations": REPOSITORY_INFESTATIONS,
             "maintainers": [],
+            "burden": {"decided": 0, "disputed": 0, "refused": 0},  # keys added since: earned trust, disclosure
+            "disclosures": {"embargoed": 0, "items": []},
         }
     )
 
@@ -284,6 +297,7 @@ def report_before() -> bytes:
         "id": s["id"],
         "kind": "report",
         "repository": f"{s['owner']}/{s['name']}",
+        "host": s["host"],
         "commit_sha": s["commit_sha"],
         "commit_committed_at": None,
         "model": s["model"],
@@ -307,6 +321,8 @@ def report_before() -> bytes:
                 "severity": f["severity"],
                 "disposition": f["disposition"],
                 "url": finding_url(f["public_id"]),
+                "evidence": {"state": f["evidence_state"], "commit": s["commit_sha"], "anchor": f["anchor"]},
+                "held": f["held_reason"],
             }
             for f in SCAN_FINDINGS
         ],
