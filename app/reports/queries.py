@@ -52,7 +52,7 @@ _REPOSITORY_REPORTS = compiled(
     .limit(bindparam("limit"))
 )
 
-_FINDINGS_OF_REPORTS = """
+_FINDINGS_OF_REPORTS = text("""
 SELECT f.scan_id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end,
        c.status, c.pattern_key
 FROM scan_findings f
@@ -60,7 +60,7 @@ LEFT JOIN canonical_findings c ON c.id = f.canonical_finding_id
 WHERE f.scan_id = ANY(CAST(:scan_ids AS bigint[])) AND (f.published_at IS NOT NULL OR :unpublished)
 ORDER BY f.scan_id DESC, f.position, f.id
 LIMIT :limit
-"""
+""")
 
 _RECENT_REPORTS = compiled(
     _REPORTS.add_columns(_S.c.repository_id, _R.c.host, _R.c.owner, _R.c.name, _R.c.listing_status)
@@ -70,7 +70,7 @@ _RECENT_REPORTS = compiled(
     .limit(bindparam("limit"))
 )
 
-_FINDING = """
+_FINDING = text("""
 SELECT f.id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end, f.description,
        f.disposition, f.inserted_at,
        s.id AS scan_id, s.commit_sha, s.visibility, s.model, s.provenance, s.inserted_at AS reported_at,
@@ -84,15 +84,15 @@ JOIN scans s ON s.id = f.scan_id
 JOIN repositories r ON r.id = s.repository_id
 LEFT JOIN canonical_findings c ON c.id = f.canonical_finding_id
 WHERE f.public_id = :public_id
-"""
+""")
 
-_CHECKS = """
+_CHECKS = text("""
 SELECT k.verdict, k.provenance, k.commit_sha, k.inserted_at
 FROM canonical_finding_checks k
 WHERE k.canonical_finding_id = :canonical_id
 ORDER BY k.inserted_at DESC, k.id DESC
 LIMIT :limit
-"""
+""")
 
 
 async def list_repository_reports(
@@ -121,7 +121,7 @@ async def list_repository_reports(
         if full:
             findings = (
                 await session.execute(
-                    text(_FINDINGS_OF_REPORTS),
+                    _FINDINGS_OF_REPORTS,
                     {"scan_ids": list(full), "limit": FINDINGS_PER_PAGE_MAX, "unpublished": viewer.privileged},
                 )
             ).mappings()
@@ -152,7 +152,7 @@ async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> Fi
     """One finding occurrence with its canonical status and checks, or None when `viewer` may not see it in
     full (restricted or summary-only report, quarantined repository) or it does not exist."""
     async with db.read_session() as session:
-        row = (await session.execute(text(_FINDING), {"public_id": public_id})).mappings().first()
+        row = (await session.execute(_FINDING, {"public_id": public_id})).mappings().first()
         if row is None:
             return None
         access = report_access(
@@ -163,7 +163,7 @@ async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> Fi
         checks: list[CheckRow] = []
         if row["canonical_id"] is not None:
             result = await session.execute(
-                text(_CHECKS), {"canonical_id": row["canonical_id"], "limit": CHECKS_PER_FINDING_MAX}
+                _CHECKS, {"canonical_id": row["canonical_id"], "limit": CHECKS_PER_FINDING_MAX}
             )
             checks = [typing.cast(CheckRow, dict(c)) for c in result.mappings()]
     return typing.cast(FindingRow, {**row, "checks": checks})
