@@ -109,9 +109,9 @@ async def ledger(canonical_id: int | None) -> list[Observation]:
     """The canonical's ledger, newest first (empty when never observed)."""
     if canonical_id is None:
         return []
-    async with db.read_session() as session:
-        value = (await session.execute(_LEDGER, {"id": canonical_id})).scalar()
-    return _entries(value)
+    async with db.reader() as read:
+        found = await read.rows(_LEDGER, {"id": canonical_id})
+    return _entries(found[0][0] if found else None)
 
 
 async def latest_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[str, Observation]:
@@ -119,8 +119,8 @@ async def latest_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[s
     ids = sorted({str(p) for p in public_ids})
     if not ids:
         return {}
-    async with db.read_session() as session:
-        rows = (await session.execute(_LATEST, {"ids": ids})).all()
+    async with db.reader() as read:
+        rows = await read.rows(_LATEST, {"ids": ids})
     return {str(r.public_id): e[0] for r in rows if (e := _entries([r.latest]))}
 
 

@@ -151,8 +151,9 @@ async def list_recent_public_reports(*, viewer: Viewer = ANONYMOUS, limit: int =
 async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> FindingRow | None:
     """One finding occurrence with its canonical status and checks, or None when `viewer` may not see it in
     full (restricted or summary-only report, quarantined repository) or it does not exist."""
-    async with db.read_session() as session:
-        row = (await session.execute(_FINDING, {"public_id": public_id})).mappings().first()
+    async with db.reader() as read:
+        found = await read.maps(_FINDING, {"public_id": public_id})
+        row = found[0] if found else None
         if row is None:
             return None
         access = report_access(
@@ -162,10 +163,8 @@ async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> Fi
             return None
         checks: list[CheckRow] = []
         if row["canonical_id"] is not None:
-            result = await session.execute(
-                _CHECKS, {"canonical_id": row["canonical_id"], "limit": CHECKS_PER_FINDING_MAX}
-            )
-            checks = [typing.cast(CheckRow, dict(c)) for c in result.mappings()]
+            params = {"canonical_id": row["canonical_id"], "limit": CHECKS_PER_FINDING_MAX}
+            checks = [typing.cast(CheckRow, c) for c in await read.maps(_CHECKS, params)]
     return typing.cast(FindingRow, {**row, "checks": checks})
 
 
