@@ -351,6 +351,26 @@ async def _settle(
     await mark_dirty(session, assimilated.rekeyed, "assimilate", repository_id=repository_id)
 
 
+def finding_arrays(findings: Sequence[FindingInput]) -> dict[str, list[Any]]:
+    """A report's findings as the parallel arrays a `scan_findings` insert unnests, one a column sent as is (the
+    dispositions and evidence states aside: the linked path decides them, the pending one stores what was sent)."""
+    return {
+        "positions": [f.position for f in findings],
+        "file_paths": [f.file_path for f in findings],
+        "line_starts": [f.line_start for f in findings],
+        "line_ends": [f.line_end for f in findings],
+        "severities": [f.severity for f in findings],
+        "titles": [f.title for f in findings],
+        "descriptions": [f.description for f in findings],
+        "claimed": [None if f.claimed_canonical_public_id is None else str(f.claimed_canonical_public_id)
+                    for f in findings],
+        "partials": [None if f.partial_fingerprints is None else json.dumps(f.partial_fingerprints)
+                     for f in findings],
+        "anchors": [f.anchor for f in findings],
+        "rule_ids": [f.rule_id for f in findings],
+    }  # fmt: skip
+
+
 async def assimilate_report(
     session: AsyncSession,
     *,
@@ -381,23 +401,11 @@ async def assimilate_report(
         for f in findings
     ]
     store = {
+        **finding_arrays(findings),
         "scan_id": scan_id,
-        "positions": [f.position for f in findings],
-        "file_paths": [f.file_path for f in findings],
-        "line_starts": [f.line_start for f in findings],
-        "line_ends": [f.line_end for f in findings],
-        "severities": [f.severity for f in findings],
-        "titles": [f.title for f in findings],
-        "descriptions": [f.description for f in findings],
-        "claimed": [None if f.claimed_canonical_public_id is None else str(f.claimed_canonical_public_id)
-                    for f in findings],
-        "partials": [None if f.partial_fingerprints is None else json.dumps(f.partial_fingerprints)
-                     for f in findings],
         "evidence_states": [f.evidence_state for f in findings],
-        "anchors": [f.anchor for f in findings],
-        "rule_ids": [f.rule_id for f in findings],
         "held": held,  # held for review (app/reports/held.py): linked, unpublished
-    }  # fmt: skip
+    }
     assimilated = await _resolve(
         session, repository_id, commit_sha, model, occurrences, fingerprints_found=fingerprints_found, store=store
     )

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -13,7 +12,7 @@ from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel.sql import Fragment, statement
-from app.reports.assimilation import FIND_KNOWN
+from app.reports.assimilation import FIND_KNOWN, finding_arrays
 from app.reports.policy import RECENT_REPORTS
 from app.reports.validation import FindingInput, ReportInput
 
@@ -103,23 +102,7 @@ async def store_pending(session: AsyncSession, scan_id: int, report: ReportInput
 
 
 def _pending_values(scan_id: int, findings: Sequence[FindingInput]) -> dict[str, Any]:
-    return {
-        "scan_id": scan_id,
-        "positions": [f.position for f in findings],
-        "file_paths": [f.file_path for f in findings],
-        "line_starts": [f.line_start for f in findings],
-        "line_ends": [f.line_end for f in findings],
-        "severities": [f.severity for f in findings],
-        "titles": [f.title for f in findings],
-        "descriptions": [f.description for f in findings],
-        "dispositions": [f.disposition for f in findings],
-        "claimed": [None if f.claimed_canonical_public_id is None else str(f.claimed_canonical_public_id)
-                    for f in findings],
-        "partials": [None if f.partial_fingerprints is None else json.dumps(f.partial_fingerprints)
-                     for f in findings],
-        "anchors": [f.anchor for f in findings],
-        "rule_ids": [f.rule_id for f in findings],
-    }  # fmt: skip
+    return {**finding_arrays(findings), "scan_id": scan_id, "dispositions": [f.disposition for f in findings]}
 
 
 def scan_values(
