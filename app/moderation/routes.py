@@ -3,6 +3,7 @@ each page and action on the console's frame (app/moderation/console.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from urllib.parse import quote
 
 from msgspec import structs
@@ -158,47 +159,50 @@ async def _target_with_signal(request: Request) -> SignalledAccount:
     return page["entries"][0]
 
 
-async def account_change(request: Request, actor: Account) -> console.Action:
-    target = await _target_account(request)
-    return console.Action(
-        subject=target,
-        run=lambda v: account_actions.change_account(
-            actor,
-            target.handle,
-            platform_role=v["platform_role"] or None,
-            state=v["state"] or None,
-            reason=v["reason"],
-            notes=v["notes"],
-        ),
-        default_return="/moderation/accounts",
+# what an action on an account runs: the actor, the account's handle and the form's values
+AccountRun = Callable[[Account, str, dict[str, str]], Awaitable[service.ActionOutcome]]
+
+
+def _account_action(
+    run: AccountRun,
+    *,
+    target: Callable[[Request], Awaitable[ConsoleAccount]] = _target_account,
+    default_return: str = "/moderation/accounts",
+) -> Callable[[Request, Account], Awaitable[console.Action]]:
+    """An action on the account the path names, its form showing `target`'s row of it."""
+
+    async def find(request: Request, actor: Account) -> console.Action:
+        subject = await target(request)
+        return console.Action(
+            subject=subject, run=lambda v: run(actor, subject.handle, v), default_return=default_return
+        )
+
+    return find
+
+
+account_change = _account_action(
+    lambda actor, handle, v: account_actions.change_account(
+        actor,
+        handle,
+        platform_role=v["platform_role"] or None,
+        state=v["state"] or None,
+        reason=v["reason"],
+        notes=v["notes"],
     )
-
-
-async def account_statements_hide(request: Request, actor: Account) -> console.Action:
-    target = await _target_account(request)
-    return console.Action(
-        subject=target,
-        run=lambda v: account_actions.hide_account_statements(actor, target.handle, v["reason"], v["notes"]),
-        default_return="/moderation/accounts",
-    )
-
-
-async def account_signal_pin(request: Request, actor: Account) -> console.Action:
-    subject = await _target_with_signal(request)
-    return console.Action(
-        subject=subject,
-        run=lambda v: signal.pin_signal(actor, subject.handle, v["pin"], v["reason"], v["notes"]),
-        default_return="/moderation/accounts",
-    )
-
-
-async def account_held_release(request: Request, actor: Account) -> console.Action:
-    subject = await _target_with_signal(request)
-    return console.Action(
-        subject=subject,
-        run=lambda v: signal.release_queue(actor, subject.handle, v["reason"], v["notes"]),
-        default_return="/moderation/held",
-    )
+)
+account_statements_hide = _account_action(
+    lambda actor, handle, v: account_actions.hide_account_statements(actor, handle, v["reason"], v["notes"])
+)
+# the signal's forms show the account with its reporter signal
+account_signal_pin = _account_action(
+    lambda actor, handle, v: signal.pin_signal(actor, handle, v["pin"], v["reason"], v["notes"]),
+    target=_target_with_signal,
+)
+account_held_release = _account_action(
+    lambda actor, handle, v: signal.release_queue(actor, handle, v["reason"], v["notes"]),
+    target=_target_with_signal,
+    default_return="/moderation/held",
+)
 
 
 async def maintainer_end(request: Request, actor: Account) -> console.Action:
