@@ -133,17 +133,6 @@ class ClockEdit(NamedTuple):
     after: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class ClockChange:
-    """What a person's change did: the finding's `disclosure` object afterwards and its audit event."""
-
-    disclosure: DisclosureAnswer
-    audit_event_id: int
-    before: dict[str, Any]
-    after: dict[str, Any]
-    subject_id: str
-
-
 class DisclosureChanged(Answer):
     """The finding's clock after the change (the `disclosure` object every twin carries)."""
 
@@ -263,9 +252,10 @@ async def _audited(
     actor_id: int,
     reason: str | None,
     notes: str | None,
-) -> ClockChange:
+) -> DisclosureAnswer:
+    """`changed` recorded as its audit event; the finding's `disclosure` object afterwards."""
     answer, before, after = changed
-    event = await record_audit(
+    await record_audit(
         session,
         actor_id=actor_id,
         action=action,
@@ -276,10 +266,10 @@ async def _audited(
         reason=reason,
         notes=notes,
     )
-    return ClockChange(answer, event.id, before, after, str(found.canonical_id))
+    return answer
 
 
-async def maintainer_extend(account: Account, canonical_public_id: str, extension: Extension) -> ClockChange:
+async def maintainer_extend(account: Account, canonical_public_id: str, extension: Extension) -> DisclosureAnswer:
     """A verified maintainer's one extension (403 for anyone else; 422 naming `disclosure` when the finding is not
     embargoed, was extended by a maintainer already, or has no current `affected`/`under_investigation`
     statement)."""
@@ -309,7 +299,7 @@ async def maintainer_extend(account: Account, canonical_public_id: str, extensio
         )
 
 
-async def person_publish(account: Account, canonical_public_id: str) -> ClockChange:
+async def person_publish(account: Account, canonical_public_id: str) -> DisclosureAnswer:
     """Publish at once: a verified maintainer (`maintainer`), or the reporter of the finding's first report when
     the repository has no window of its own (`reporter`); 403 for anyone else, 422 naming `disclosure` when the
     finding is not embargoed."""
@@ -376,13 +366,13 @@ async def _publisher(request: Request) -> ApiCaller:
 
 
 async def extend(request: Request, caller: ApiCaller, extension: Extension) -> Response:
-    change = await maintainer_extend(caller.account, request.path_params["canonical_public_id"], extension)
-    return answer_response(DisclosureChanged(disclosure=change.disclosure))
+    disclosure = await maintainer_extend(caller.account, request.path_params["canonical_public_id"], extension)
+    return answer_response(DisclosureChanged(disclosure=disclosure))
 
 
 async def publish(request: Request, caller: ApiCaller, _: None) -> Response:
-    change = await person_publish(caller.account, request.path_params["canonical_public_id"])
-    return answer_response(DisclosureChanged(disclosure=change.disclosure))
+    disclosure = await person_publish(caller.account, request.path_params["canonical_public_id"])
+    return answer_response(DisclosureChanged(disclosure=disclosure))
 
 
 routes: list[BaseRoute] = [
