@@ -64,11 +64,24 @@ END $$
     lock=literal(COMMIT_ORDER_LOCK),
     sequence=Name(FENCE_SEQUENCE),
 ).sql
-FENCE_TRIGGER = """
-CREATE CONSTRAINT TRIGGER audit_events_fence_at_commit AFTER INSERT ON audit_events
-DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.fence IS NULL)
-EXECUTE FUNCTION audit_events_fence_at_commit()
-"""
+
+
+def at_commit_trigger(function: str, table: str, column: str) -> str:
+    """The deferred trigger that runs a commit-order numbering, `function`, at the commit of a transaction that
+    inserted `table` rows whose `column` is not numbered yet (the fence's here; the change feed's in app.record)."""
+    return compose(
+        """
+CREATE CONSTRAINT TRIGGER {function} AFTER INSERT ON {table}
+DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.{column} IS NULL)
+EXECUTE FUNCTION {function}()
+""",
+        function=Name(function),
+        table=Name(table),
+        column=Name(column),
+    ).sql
+
+
+FENCE_TRIGGER = at_commit_trigger("audit_events_fence_at_commit", "audit_events", "fence")
 
 
 async def record_audit(

@@ -20,7 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kernel.audit import COMMIT_ORDER_LOCK
+from app.kernel.audit import COMMIT_ORDER_LOCK, at_commit_trigger
 from app.kernel.columns import closed_sets
 from app.kernel.db import Base
 from app.kernel.sql import compose
@@ -137,11 +137,7 @@ END $$
 """,
     lock=literal(COMMIT_ORDER_LOCK),
 ).sql
-NUMBERING_TRIGGER = """
-CREATE CONSTRAINT TRIGGER changes_number_at_commit AFTER INSERT ON changes
-DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.seq IS NULL)
-EXECUTE FUNCTION changes_number_at_commit()
-"""
+NUMBERING_TRIGGER = at_commit_trigger("changes_number_at_commit", "changes", "seq")
 
 # Number this transaction's pending entries now (the lock is held): the deferred trigger then finds none.
 NUMBER_PENDING = """
