@@ -5,15 +5,15 @@ read retried on the primary, and a pooled connection handed back as it was lent 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
 
 from app.kernel import db, outages
 from app.kernel.config import settings
+from tests.statements import statements_sent
 
 ROWS = text("SELECT n, n * :k AS times, now() AS at FROM generate_series(1, 3) AS n WHERE n > :above ORDER BY n")
 
@@ -61,15 +61,7 @@ async def test_errors_are_sqlalchemys_and_a_lost_connection_is_an_outage_retried
 
 
 async def test_statement_listeners_are_told() -> None:
-    seen: list[str] = []
-
-    def before(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    event.listen(db.engine().sync_engine, "before_cursor_execute", before)
-    try:
+    with statements_sent() as seen:
         async with db.reader() as read:
             await read.rows(text("SELECT :k AS k"), {"k": 1})
-    finally:
-        event.remove(db.engine().sync_engine, "before_cursor_execute", before)
     assert seen == ["SELECT %(k)s AS k"]

@@ -4,14 +4,13 @@ lost connection is, and is invalidated), and the statement listeners told."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import psycopg
 import pytest
-from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
 
 from app.kernel import db, outages
+from tests.statements import statements_sent
 
 ROWS = text("SELECT n, n * :k AS times FROM generate_series(1, 3) AS n WHERE n > :above ORDER BY n")
 
@@ -49,15 +48,7 @@ async def test_a_lost_connection_is_an_outage_and_invalidated() -> None:
 
 
 async def test_statement_listeners_are_told() -> None:
-    seen: list[str] = []
-
-    def before(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    event.listen(db.engine().sync_engine, "before_cursor_execute", before)
-    try:
+    with statements_sent() as seen:
         async with db.transaction() as session:
             await db.rows(session, ROWS, {"k": 1, "above": 0})
-    finally:
-        event.remove(db.engine().sync_engine, "before_cursor_execute", before)
     assert seen == ["SELECT n, n * %(k)s AS times FROM generate_series(1, 3) AS n WHERE n > %(above)s ORDER BY n"]
