@@ -8,28 +8,17 @@ import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
 
 from app.kernel.errors import BadRequest, DomainError
 from app.kernel.web import PUBLIC_CACHE, View, error_response
-from app.main import app
 from app.record.rendered import PageRoute, page_route
+from tests.routes import flat_routes
 
 pytestmark = pytest.mark.usefixtures("fresh_render_cache")
 
 
-def _routes(routes: list[BaseRoute]) -> list[Route]:
-    found: list[Route] = []
-    for route in routes:
-        if isinstance(route, Mount):
-            found.extend(_routes(list(route.routes)))
-        elif isinstance(route, Route):
-            found.append(route)
-    return found
-
-
 def test_the_atlas_pages_go_through_page_route() -> None:
-    paths = {route.path for route in _routes(app.routes) if isinstance(route, PageRoute)}
+    paths = {route.path for route in flat_routes() if isinstance(route, PageRoute)}
     assert {
         "/infestations{format:format}",
         "/infestations/{pattern_key}/instances{format:format}",

@@ -16,15 +16,14 @@ from app.reports.service import submit_report
 from e2e.seed import SeededPattern, seed_pattern
 from tests import factories
 from tests.moderation.support import NOTES
+from tests.record.support import bodies, store
 from tests.reports.support import finding, report_body
 
 pytestmark = pytest.mark.usefixtures("fresh_render_cache")
 
 
 def renders() -> int:
-    cache = rendered.cache()
-    assert cache is not None
-    return cache.renders
+    return store().renders
 
 
 def atlas_pages(key: str) -> list[str]:
@@ -43,16 +42,6 @@ def atlas_pages(key: str) -> list[str]:
 def repository_pages(repository: Repository) -> list[str]:
     slug = f"/repos/{repository.host}/{repository.owner}/{repository.name}"
     return [f"{slug}/badge.svg", f"{slug}/reports.atom", f"{slug}/findings.sarif"]
-
-
-async def kept(client: httpx.AsyncClient, paths: list[str]) -> dict[str, str]:
-    """Each page rendered and kept: its body."""
-    bodies = {}
-    for path in paths:
-        answer = await client.get(path)
-        assert answer.status_code == 200, (path, answer.text)
-        bodies[path] = answer.text
-    return bodies
 
 
 async def report_on(repository: Repository, seeded: SeededPattern, file: str) -> int:
@@ -74,24 +63,24 @@ async def test_a_report_moves_its_repository_pages_at_once_and_the_atlas_at_its_
     seeded = await seed_pattern("Scoped pattern", repos=2)
     reported = seeded.repositories[0]
     atlas, documents = atlas_pages(seeded.key), [*repository_pages(reported), "/", "/index.json"]
-    before = await kept(client, [*atlas, *documents])
+    before = await bodies(client, [*atlas, *documents])
     rendered_before = renders()
 
     report_id = await report_on(reported, seeded, "src/reported_later.py")
 
     # (d) what shows reports changes at the next request: the repository's badge, feed and SARIF, the home page
-    after = await kept(client, documents)
+    after = await bodies(client, documents)
     assert all(after[path] != before[path] for path in documents), [p for p in documents if after[p] == before[p]]
     assert f"Report {report_id} on" in after[documents[1]]
     assert "src/reported_later.py" in after[documents[2]]
     assert renders() == rendered_before + len(documents)
     # (a) the atlas's pages are served from memory: the report wrote no rollup row yet
-    assert await kept(client, atlas) == {path: before[path] for path in atlas}
+    assert await bodies(client, atlas) == {path: before[path] for path in atlas}
     assert renders() == rendered_before + len(documents)
 
     # (b) the refresh the report queued moves them, at the next request
     await drain_all()
-    refreshed = await kept(client, atlas)
+    refreshed = await bodies(client, atlas)
     assert renders() == rendered_before + len(documents) + len(atlas)
     assert "src/reported_later.py" in refreshed[f"/infestations/{seeded.key}"]
     assert "src/reported_later.py" in instance_files(await client.get(f"/infestations/{seeded.key}.json"))
@@ -106,16 +95,16 @@ async def test_a_takedown_moves_the_atlas_pages_at_the_next_request_without_a_re
     seeded = await seed_pattern("Scoped takedown", repos=3)
     quarantined = seeded.repositories[0]
     show, twin = f"/infestations/{seeded.key}", f"/infestations/{seeded.key}.json"
-    pages = await kept(client, [show, twin, f"/infestations/{seeded.key}.atom"])
+    pages = await bodies(client, [show, twin, f"/infestations/{seeded.key}.atom"])
     assert all(quarantined.name in body for body in pages.values())
     rendered_before = renders()
-    assert await kept(client, list(pages)) == pages and renders() == rendered_before  # kept
+    assert await bodies(client, list(pages)) == pages and renders() == rendered_before  # kept
 
     moderator = await factories.create_account(platform_role="moderator", state="active")
     await moderation.change_repository_listing(
         moderator, quarantined.host, quarantined.owner, quarantined.name, "quarantined", "takedown", NOTES
     )
-    after = await kept(client, list(pages))
+    after = await bodies(client, list(pages))
     assert renders() == rendered_before + len(pages)
     assert not any(quarantined.name in body for body in after.values())
     assert {entry["repository_id"] for entry in (await client.get(twin)).json()["instances"]["entries"]} == {

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from app.devservices import Standby
 from app.kernel import db
-from app.kernel.metrics import RENDER_CACHE_EVICTIONS, RENDER_CACHE_REQUESTS
+from app.kernel.metrics import RENDER_CACHE_EVICTIONS
 from app.moderation import service as moderation
 from app.record import rendered
 from e2e.seed import SeededPattern, seed_pattern
@@ -21,36 +21,15 @@ from tests import factories
 from tests.conftest import caught_up
 from tests.kernel.test_replica import _on_standby, _reads_the_standby, pause_replay, real_replica  # noqa: F401
 from tests.moderation.support import NOTES, act_as
+from tests.record.support import kept_show_page, requests, retitle_behind_the_cache, store
 
 pytestmark = pytest.mark.usefixtures("fresh_render_cache")
-
-
-def store() -> rendered.RenderCache:
-    cache = rendered.cache()
-    assert cache is not None
-    return cache
-
-
-def requests(outcome: str) -> float:
-    value: float = RENDER_CACHE_REQUESTS.labels(outcome=outcome)._value.get()
-    return value
-
-
-async def retitle_behind_the_cache(key: str, title: str) -> None:
-    """Change what the show page reads without moving any part of the version (no audit, feed, report or refresh)."""
-    async with db.transaction() as session:
-        await session.execute(
-            text("UPDATE infestation_patterns SET title = :t WHERE pattern_key = :k"), {"t": title, "k": key}
-        )
 
 
 async def test_a_second_anonymous_request_is_served_from_memory_and_a_304_renders_nothing(
     client: httpx.AsyncClient,
 ) -> None:
-    seeded = await seed_pattern("Cached pattern", repos=2)
-    path = f"/infestations/{seeded.key}"
-    first = await client.get(path)
-    assert first.status_code == 200 and "Cached pattern" in first.text
+    seeded, path, first = await kept_show_page(client, "Cached pattern")
     etag = first.headers["ETag"]
     renders, hits = store().renders, store().hits
     await retitle_behind_the_cache(seeded.key, "Changed behind the cache")
@@ -71,9 +50,7 @@ async def test_a_kept_page_is_rendered_again_once_it_is_max_age_old(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Window exits are decided at read time: nothing written, the page is still read again after MAX_AGE_SECONDS."""
-    seeded = await seed_pattern("Aging pattern", repos=2)
-    path = f"/infestations/{seeded.key}"
-    assert (await client.get(path)).status_code == 200
+    seeded, path, _ = await kept_show_page(client, "Aging pattern")
     await retitle_behind_the_cache(seeded.key, "Read again")
     assert "Read again" not in (await client.get(path)).text
     monkeypatch.setattr(rendered, "MAX_AGE_SECONDS", 0.0)
@@ -81,9 +58,7 @@ async def test_a_kept_page_is_rendered_again_once_it_is_max_age_old(
 
 
 async def test_a_signed_in_viewer_bypasses_the_cache(client: httpx.AsyncClient) -> None:
-    seeded = await seed_pattern("Bypassed pattern", repos=2)
-    path = f"/infestations/{seeded.key}"
-    assert (await client.get(path)).status_code == 200
+    seeded, path, _ = await kept_show_page(client, "Bypassed pattern")
     renders, hits = store().renders, store().hits
     await retitle_behind_the_cache(seeded.key, "Seen by the moderator")
     await act_as(client, await factories.create_account(platform_role="moderator", state="active"))

@@ -28,6 +28,7 @@ from app.reports.checks import record_check
 from app.reports.finding_memory import pattern_key
 from app.reports.models import Scan
 from tests import factories
+from tests.record.support import bodies
 
 TITLE = "Open redirect after login"
 KEY = pattern_key(TITLE)
@@ -95,15 +96,6 @@ SURFACES = (
 )
 
 
-async def _surfaces(client: httpx.AsyncClient) -> dict[str, str]:
-    bodies = {}
-    for path in SURFACES:
-        response = await client.get(path)
-        assert response.status_code == 200, (path, response.status_code)
-        bodies[path] = response.text
-    return bodies
-
-
 async def quarantine(world: World) -> None:
     r = world.secret
     await change_repository_listing(world.moderator, r.host, r.owner, r.name, "quarantined", REASON, NOTES)
@@ -136,7 +128,7 @@ async def test_a_takedown_holds_at_the_next_request_on_every_surface_then_counts
 ) -> None:
     world = World()
     await world.build()
-    before = await _surfaces(client)  # also warms every in-process cache (home fragment, sitemap boundaries)
+    before = await bodies(client, SURFACES)  # also warms every in-process cache (home fragment, sitemap boundaries)
     assert any(mark in body for body in before.values() for mark in world.secret_marks)  # the marks are real
     assert (await client.get(f"/infestations/{LONE_KEY}.json")).status_code == 200
 
@@ -144,7 +136,7 @@ async def test_a_takedown_holds_at_the_next_request_on_every_surface_then_counts
     if takedown in WHOLE_REPOSITORY:
         world.secret_marks = (*world.report_marks, "hushco", "vaultrepo", world.secret_scan.commit_sha)
 
-    after = await _surfaces(client)  # the very next requests, no worker has run
+    after = await bodies(client, SURFACES)  # the very next requests, no worker has run
     for path, body in after.items():
         for mark in world.secret_marks:
             assert mark not in body, (takedown.__name__, path, mark)
@@ -161,7 +153,7 @@ async def test_a_takedown_holds_at_the_next_request_on_every_surface_then_counts
     assert infestation is not None
     assert (infestation["repo_count"], infestation["instance_count"]) == (2, 2)
     assert await get_infestation(LONE_KEY) is None
-    for path, body in (await _surfaces(client)).items():
+    for path, body in (await bodies(client, SURFACES)).items():
         for mark in world.secret_marks:
             assert mark not in body, (takedown.__name__, "after the drain", path, mark)
 
