@@ -10,15 +10,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from sqlalchemy import text
-
 from app.accounts.models import Account
 from app.infestations.dirty_queue import drain_all
 from app.kernel import db
 from app.record.outbox import mark_dirty
 from app.registry.models import Repository
 from app.reports.finding_memory import pattern_key
-from tests import factories
+from tests import factories, sql
 
 T = TypeVar("T")
 
@@ -84,15 +82,12 @@ async def project(keys: list[str]) -> int:
 
 async def occurrence_public_ids(key: str) -> list[str]:
     """Public ids of the key's occurrences, oldest first (server defaults are not loaded on the ORM rows)."""
-    async with db.read_session(replica=False) as session:
-        rows = await session.scalars(
-            text(
-                "SELECT f.public_id FROM scan_findings f JOIN canonical_findings c ON c.id = f.canonical_finding_id "
-                "WHERE c.pattern_key = :key ORDER BY f.id"
-            ),
-            {"key": key},
-        )
-        return [str(v) for v in rows]
+    found = await sql.rows(
+        "SELECT f.public_id FROM scan_findings f JOIN canonical_findings c ON c.id = f.canonical_finding_id "
+        "WHERE c.pattern_key = :key ORDER BY f.id",
+        key=key,
+    )
+    return [str(row["public_id"]) for row in found]
 
 
 def run_async(make: Callable[[], Awaitable[T]]) -> T:

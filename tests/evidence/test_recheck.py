@@ -18,7 +18,7 @@ from app.forge.demo import DemoForge
 from app.kernel import db
 from app.reports.service import submit_report
 from jobs import worker
-from tests import factories
+from tests import factories, sql
 from tests.evidence.support import Pending, pending_report
 from tests.harness import tarakan
 from tests.reports.support import finding, report_body
@@ -49,15 +49,12 @@ async def _scan(scan_id: int) -> Any:
 
 
 async def _states(scan_id: int) -> list[tuple[str, bool, bool]]:
-    async with db.read_session(replica=False) as session:
-        rows = await session.execute(
-            text(
-                "SELECT evidence_state, published_at IS NOT NULL, canonical_finding_id IS NOT NULL "
-                "FROM scan_findings WHERE scan_id = :id ORDER BY position"
-            ),
-            {"id": scan_id},
-        )
-        return [(str(s), bool(p), bool(c)) for s, p, c in rows]
+    found = await sql.rows(
+        "SELECT evidence_state, published_at IS NOT NULL AS published, canonical_finding_id IS NOT NULL AS linked "
+        "FROM scan_findings WHERE scan_id = :id ORDER BY position",
+        id=scan_id,
+    )
+    return [(str(row["evidence_state"]), bool(row["published"]), bool(row["linked"])) for row in found]
 
 
 async def test_down_then_back_publishes_the_confirmed_finding_with_backoff_between(

@@ -14,20 +14,11 @@ from e2e.seed import HOSTILE_TITLE, account, project, seed_pattern
 from e2e.soup import attr, maybe, one, soup
 from tests import factories
 
+# the infestation map (app.infestations.rows.Infestation): what names the pattern, its counts, its dates
 MAP_KEYS = {
-    "pattern_key",
-    "title",
-    "severity",
-    "sample_file_path",
-    "sample_occurrence_public_id",
-    "repo_count",
-    "instance_count",
-    "open_count",
-    "verified_count",
-    "fixed_count",
-    "disputed_count",
-    "last_seen_at",
-    "first_seen_at",
+    *("pattern_key", "title", "severity", "sample_file_path", "sample_occurrence_public_id"),
+    *("repo_count", "instance_count", "open_count", "verified_count", "fixed_count", "disputed_count"),
+    *("last_seen_at", "first_seen_at"),
 }
 
 
