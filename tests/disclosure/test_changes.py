@@ -6,14 +6,11 @@ publication public at the next request, with its feed entries then and not befor
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy import text
 
 from app.accounts.models import Account
@@ -23,6 +20,7 @@ from app.registry.models import Repository
 from app.reports.embargo import publish_embargoed
 from app.reports.service import submit_report
 from tests import factories
+from tests.maintainers.conftest import forge  # noqa: F401 (the loopback forge a claim is verified against)
 from tests.maintainers.statement_support import bearer, verified_maintainer
 from tests.maintainers.support import Forge
 from tests.moderation.support import HTMX, NOTES, SAME_ORIGIN, act_as
@@ -35,20 +33,6 @@ EXTEND_PATH = "/api/v1/findings/{canonical_public_id}/disclosure/extend"
 PUBLISH_PATH = "/api/v1/findings/{canonical_public_id}/disclosure/publish"
 AFFECTED = {"status": "affected", "action_statement": "Upgrade to 2.4.1 once it is released."}
 WHY = "The fix needs a release of the two downstream packages."
-
-
-@pytest.fixture
-def claims_forge(monkeypatch: pytest.MonkeyPatch) -> Iterator[Forge]:
-    """The loopback forge the claim service verifies a maintainer's token against (as tests/maintainers')."""
-    served = Forge()
-    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
-    thread.start()
-    served.serve_hosts(monkeypatch)
-    try:
-        yield served
-    finally:
-        served.server.shutdown()
-        served.server.server_close()
 
 
 @dataclass(frozen=True)
@@ -109,10 +93,11 @@ def near(a: datetime, b: datetime) -> bool:
 
 
 async def test_a_maintainer_extends_once_by_up_to_30_days_after_stating(
-    client: httpx.AsyncClient, claims_forge: Forge
+    client: httpx.AsyncClient,
+    forge: Forge,  # noqa: F811 (the fixture imported above)
 ) -> None:
     e = await embargoed()
-    maintainer = await bearer(await verified_maintainer(claims_forge, e.repository))
+    maintainer = await bearer(await verified_maintainer(forge, e.repository))
     stranger = await bearer(await factories.create_account())
     extend = {"days": 14, "reason": WHY}
 
@@ -158,11 +143,12 @@ async def test_a_maintainer_extends_once_by_up_to_30_days_after_stating(
 
 
 async def test_a_fixed_statement_moves_the_deadline_to_7_days_later_only_when_sooner(
-    client: httpx.AsyncClient, claims_forge: Forge
+    client: httpx.AsyncClient,
+    forge: Forge,  # noqa: F811 (the fixture imported above)
 ) -> None:
     far = await embargoed(days=30, title="Path traversal")
     near_ = await embargoed(far.repository, days=7, title="Header injection")
-    maintainer = await bearer(await verified_maintainer(claims_forge, far.repository))
+    maintainer = await bearer(await verified_maintainer(forge, far.repository))
     soon = (await clock(near_)).deadline
 
     for e in (far, near_):
@@ -188,10 +174,11 @@ async def test_a_fixed_statement_moves_the_deadline_to_7_days_later_only_when_so
 
 
 async def test_a_maintainer_publishes_at_once_public_at_the_next_request(
-    client: httpx.AsyncClient, claims_forge: Forge
+    client: httpx.AsyncClient,
+    forge: Forge,  # noqa: F811 (the fixture imported above)
 ) -> None:
     e = await embargoed()
-    account = await verified_maintainer(claims_forge, e.repository)
+    account = await verified_maintainer(forge, e.repository)
     maintainer = await bearer(account)
     await client.post(
         f"/api/v1/findings/{e.canonical}/statements", headers=maintainer, json={"status": "under_investigation"}
