@@ -87,6 +87,9 @@ environment = _Environment(
     autoescape=select_autoescape(enabled_extensions=("html", "xml", "svg", "atom"), default=True),
     trim_blocks=True,
     lstrip_blocks=True,
+    # a template is compiled once per process: no stat of its file on every render (a template edited while
+    # `tarakan serve` runs is read after a restart)
+    auto_reload=False,
 )
 templates = Jinja2Templates(env=environment)
 
