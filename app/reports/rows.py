@@ -5,8 +5,15 @@ this feature read them by key (the home page's recent reports in `app.site.route
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TypedDict
+from typing import Any, TypedDict
+
+
+def columns(row: Mapping[Any, Any], names: str) -> dict[str, Any]:
+    """The columns of a row named in `names` (space-separated), as read: the fields an answer copies unchanged,
+    given as `Answer(**columns(row, "a b c"), d=...)` beside the fields it computes."""
+    return {name: row[name] for name in names.split()}
 
 
 class _Occurrence(TypedDict):
@@ -20,6 +27,10 @@ class _Occurrence(TypedDict):
     line_end: int | None
     status: str | None
     pattern_key: str | None
+
+
+# the columns of `_Occurrence` an answer copies unchanged (its public id is sent as text)
+OCCURRENCE_COLUMNS = "title severity file_path line_start line_end status pattern_key"
 
 
 class ReportFindingRow(_Occurrence):

@@ -17,6 +17,7 @@ from app.kernel.config import settings
 from app.reports.assimilation import Link
 from app.reports.held import EMBARGO
 from app.reports.policy import RepositoryRow
+from app.reports.rows import OCCURRENCE_COLUMNS, columns
 from app.reports.types import (
     Check,
     Confirmation,
@@ -150,20 +151,9 @@ def finding_detail(f: Mapping[str, Any]) -> FindingDetail:
     """A finding occurrence in full from its row (the twin's columns): one builder for the finding's twin and a
     maintainer's view of it while it is embargoed."""
     return FindingDetail(
+        **columns(f, f"{OCCURRENCE_COLUMNS} description disposition confirmations_count disputes_count commit_sha"),
         public_id=str(f["public_id"]),
-        title=f["title"],
-        severity=f["severity"],
-        file_path=f["file_path"],
-        line_start=f["line_start"],
-        line_end=f["line_end"],
-        description=f["description"],
-        disposition=f["disposition"],
-        status=f["status"],
         canonical_public_id=uuid_text(f["canonical_public_id"]),
-        confirmations_count=f["confirmations_count"],
-        disputes_count=f["disputes_count"],
-        pattern_key=f["pattern_key"],
-        commit_sha=f["commit_sha"],
         reported_at=iso(f["reported_at"]),
         repository=FindingRepository(host=f["host"], owner=f["owner"], name=f["name"]),
     )
@@ -180,22 +170,15 @@ def report_answer(s: Mapping[Any, Any], findings: Sequence[Mapping[Any, Any]]) -
     """A report from its row (`_REPORT`) and its findings' rows (`_FINDINGS`)."""
     committed_at: datetime | None = s["commit_committed_at"]
     return Report(
-        id=s["id"],
+        **columns(
+            s, "id host commit_sha model prompt_version run_id provenance review_kind findings_count review_status"
+        ),
+        visibility=s["visibility"],
         kind="report",
         repository=f"{s['owner']}/{s['name']}",
-        host=s["host"],
-        commit_sha=s["commit_sha"],
         commit_committed_at=None if committed_at is None else committed_at.isoformat(),
-        model=s["model"],
-        prompt_version=s["prompt_version"],
-        run_id=s["run_id"],
-        provenance=s["provenance"],
         provenance_attestation="self_reported",
-        review_kind=s["review_kind"],
-        findings_count=s["findings_count"],
         verified=s["verified_at"] is not None,
-        review_status=s["review_status"],
-        visibility=s["visibility"],
         disclosed=s["visibility"] in ("public", "public_summary")
         and s["listing_status"] != "quarantined"
         and not s["pending"]
@@ -203,12 +186,9 @@ def report_answer(s: Mapping[Any, Any], findings: Sequence[Mapping[Any, Any]]) -
         record_url=settings().base_url + record_path(s["host"], s["owner"], s["name"]),
         findings=[
             ReportFinding(
+                **columns(f, "pattern_key title severity disposition"),
                 public_id=str(f["public_id"]),
                 canonical_public_id=uuid_text(f["canonical_public_id"]),
-                pattern_key=f["pattern_key"],
-                title=f["title"],
-                severity=f["severity"],
-                disposition=f["disposition"],
                 url=finding_url(f["public_id"]),
                 evidence=FindingEvidence(state=f["evidence_state"], commit=s["commit_sha"], anchor=f["anchor"]),
                 held=f["held_reason"],
@@ -222,24 +202,22 @@ async def check_response(session: AsyncSession, check_id: int, *, reason: str | 
     """The 201 body of a check: the canonical finding's new status and tallies, and whether (or why not) this check
     counts."""
     row = (
-        await session.execute(
-            text(
-                "SELECT ch.id, c.public_id, ch.verdict, ch.commit_sha, ch.provenance, c.status,"
-                " c.confirmations_count, c.disputes_count FROM canonical_finding_checks ch"
-                " JOIN canonical_findings c ON c.id = ch.canonical_finding_id WHERE ch.id = :id"
-            ),
-            {"id": check_id},
+        (
+            await session.execute(
+                text(
+                    "SELECT ch.id, c.public_id, ch.verdict, ch.commit_sha, ch.provenance, c.status,"
+                    " c.confirmations_count, c.disputes_count FROM canonical_finding_checks ch"
+                    " JOIN canonical_findings c ON c.id = ch.canonical_finding_id WHERE ch.id = :id"
+                ),
+                {"id": check_id},
+            )
         )
-    ).one()
+        .mappings()
+        .one()
+    )
     return Check(
-        id=row[0],
-        canonical_public_id=str(row[1]),
-        verdict=row[2],
-        commit_sha=row[3],
-        provenance=row[4],
-        status=row[5],
-        confirmations_count=row[6],
-        disputes_count=row[7],
+        **columns(row, "id verdict commit_sha provenance status confirmations_count disputes_count"),
+        canonical_public_id=str(row["public_id"]),
         counted=reason is None,
         reason=reason,
     )

@@ -45,7 +45,7 @@ from app.registry.types import public_repository
 from app.reports.embargo import DisclosureAnswer
 from app.reports.models import REVIEW_STATUS_WORDS
 from app.reports.queries import get_finding, list_repository_reports, newest_public_occurrence
-from app.reports.rows import FindingRow, ReportFindingRow, RepositoryReport
+from app.reports.rows import OCCURRENCE_COLUMNS, FindingRow, ReportFindingRow, RepositoryReport, columns
 from app.reports.serializers import finding_detail
 from app.site.burden import burden_of
 from app.site.types import (
@@ -138,13 +138,7 @@ def _record_report(
 ) -> RecordReport:
     full = report["access"] == "full"  # summary-only: the header, nothing about its findings
     return RecordReport(
-        id=report["id"],
-        commit_sha=report["commit_sha"],
-        model=report["model"],
-        provenance=report["provenance"],
-        review_kind=report["review_kind"],
-        review_status=report["review_status"],
-        visibility=report["visibility"],
+        **columns(report, "id commit_sha model provenance review_kind review_status visibility"),
         inserted_at=iso(report["inserted_at"]),
         findings_count=report["findings_count"] if full else UNSET,
         findings=[_record_finding(f, statements.get(str(f["public_id"])), observed) for f in report["findings"]]
@@ -157,14 +151,8 @@ def _record_finding(
     f: ReportFindingRow, statement: StatementView | None, observed: dict[str, Observation]
 ) -> RecordFinding:
     return RecordFinding(
+        **columns(f, OCCURRENCE_COLUMNS),
         public_id=str(f["public_id"]),
-        title=f["title"],
-        severity=f["severity"],
-        file_path=f["file_path"],
-        line_start=f["line_start"],
-        line_end=f["line_end"],
-        status=f["status"],
-        pattern_key=f["pattern_key"],
         url=finding_path(f["public_id"]),
         maintainer_statement=maintainer_statement(statement),
         observation=observed.get(str(f["public_id"])),
