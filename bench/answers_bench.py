@@ -239,24 +239,17 @@ def _twin_before(data: Any) -> bytes:
 
 
 PUBLIC_REPOSITORY_FIELDS = tuple(k for k in REPOSITORY if k not in ("id", "default_branch", "metadata_state"))
+# a report's header as the repository page's reads give it (app.reports.rows), in its order, less the count the old
+# answer put after it and the viewer's access
+REPORT_HEADER_FIELDS = tuple(
+    k for k in RepositoryReport.__annotations__ if k not in ("findings_count", "access", "findings")
+)
 
 
 def _report_before(report: dict[str, Any]) -> dict[str, Any]:
     """As app/site/records.py built it, with the keys added since (issue 24's `maintainer_statement`, `maintainers`;
     evidence's `observation`): the same answer the old way."""
-    header = {
-        k: report[k]
-        for k in (
-            "id",
-            "commit_sha",
-            "model",
-            "provenance",
-            "review_kind",
-            "review_status",
-            "visibility",
-            "inserted_at",
-        )
-    }
+    header = {k: report[k] for k in REPORT_HEADER_FIELDS}
     if report["access"] != "full":
         return header
     findings = [

@@ -25,7 +25,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
@@ -34,12 +33,11 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from bench.common import backfill, bench_parser, cpu_seconds, timed_generate, vacuum_analyze, write_section
-from bench.generate import restore_tier, save_tier
-from bench.pages_bench import P95_SCRIPT, SEED_ENV, ensure_wrk, timed_wrk
+from bench.common import bench_parser, cpu_seconds, publish
+from bench.pages_bench import P95_SCRIPT, ensure_wrk, run_stamp, tier_data, timed_wrk
 from bench.services import Services, throwaway_services
 from bench.wrk_bench import parse_wrk
-from tests.harness import ROOT, start_server, stop
+from tests.harness import start_server, stop
 
 HEADING = "## A crawler's walk against /healthz (bench/crawl_bench.py, issue 39)"
 TARGET_SHARE = 0.08
@@ -178,30 +176,6 @@ def measure(tier: str, services: Services, env: dict[str, str], args: Any) -> di
     return {"tier": tier, "urls": len(paths), "kinds": dict(kinds), "runs": rows}
 
 
-def run_demo(args: Any) -> dict[str, Any]:
-    with throwaway_services("tarakan-crawl-demo-") as services:
-        env = services.use(**SEED_ENV)
-        subprocess.run([sys.executable, "-m", "app.cli", "seed", "--demo"], env={**os.environ, **env}, check=True,
-                       cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-        return measure("demo", services, env, args)
-
-
-def run_tier(name: str, args: Any) -> dict[str, Any]:
-    with throwaway_services(f"tarakan-crawl-{name}-") as services:
-        snapshot: Path | None = args.snapshot
-        if snapshot is not None and snapshot.exists():
-            env = services.use(revision=None)
-            restore_tier(services.dsn, snapshot)
-        else:
-            env = services.use()
-            timed_generate(services.dsn, name)
-            backfill(None, concurrency=3)
-            if snapshot is not None:
-                save_tier(services.dsn, snapshot)
-        vacuum_analyze(services.dsn)
-        return measure(name, services, env, args)
-
-
 def render(result: dict[str, Any]) -> str:
     lines = [
         HEADING,
@@ -244,21 +218,12 @@ def main() -> int:
     args = parser.parse_args()
     args.baseline = args.baseline.resolve() if args.baseline else None
     ensure_wrk()
-    tiers = [run_demo(args) if name == "demo" else run_tier(name, args) for name in args.tiers.split(",")]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    result = {
-        "command": " ".join(["python -m bench.crawl_bench", *sys.argv[1:]]),
-        "commit": commit.stdout.strip(),
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "tiers": tiers,
-    }
-    out = ROOT / "bench" / "out"
-    out.mkdir(exist_ok=True)
-    (out / "crawl.json").write_text(json.dumps(result, indent=2) + "\n")
-    markdown = render(result)
-    print(markdown)
-    if not args.no_write:
-        write_section(markdown, HEADING)
+    tiers = []
+    for name in args.tiers.split(","):
+        with throwaway_services(f"tarakan-crawl-{name}-") as services:
+            tiers.append(measure(name, services, tier_data(services, name, args.snapshot), args))
+    result = {**run_stamp("crawl_bench"), "tiers": tiers}
+    publish("crawl", result, lambda r, _command: render(r), HEADING, args)
     return 0
 
 

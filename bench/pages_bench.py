@@ -173,27 +173,30 @@ def measure(
     return {"tier": tier, "runs": runs, "varnish": any("varnish" in r for r in runs), "baseline": other is not None}
 
 
-def run_demo(duration: float, baseline: Path | None, plain: bool = False) -> dict[str, Any]:
-    with throwaway_services("tarakan-pages-demo-") as services:
-        env = services.use(**SEED_ENV)
-        subprocess.run([sys.executable, "-m", "app.cli", "seed", "--demo"], env={**os.environ, **env}, check=True,
-                       cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-        return measure("demo", services, env, duration, baseline, plain)
+def seeded_demo(services: Services) -> dict[str, str]:
+    """The run's environment over the demo data (`tarakan seed --demo`, the evidence gate off)."""
+    env = services.use(**SEED_ENV)
+    subprocess.run([sys.executable, "-m", "app.cli", "seed", "--demo"], env={**os.environ, **env}, check=True,
+                   cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+    return env
 
 
-def run_tier(name: str, duration: float, baseline: Path | None, snapshot: Path | None) -> dict[str, Any]:
-    with throwaway_services(f"tarakan-pages-{name}-") as services:
-        if snapshot is not None and snapshot.exists():
-            env = services.use(revision=None)
-            restore_tier(services.dsn, snapshot)  # migrated to head by restore_tier
-        else:
-            env = services.use()
-            timed_generate(services.dsn, name)
-            backfill(None, concurrency=3)
-            if snapshot is not None:
-                save_tier(services.dsn, snapshot)
-        vacuum_analyze(services.dsn)
-        return measure(name, services, env, duration, baseline)
+def tier_data(services: Services, tier: str, snapshot: Path | None) -> dict[str, str]:
+    """The run's environment over `tier`: the demo data, or a bench tier restored from `snapshot` when it exists,
+    else generated and backfilled (and saved to `snapshot` when given), then analysed."""
+    if tier == "demo":
+        return seeded_demo(services)
+    if snapshot is not None and snapshot.exists():
+        env = services.use(revision=None)
+        restore_tier(services.dsn, snapshot)  # migrated to head by restore_tier
+    else:
+        env = services.use()
+        timed_generate(services.dsn, tier)
+        backfill(None, concurrency=3)
+        if snapshot is not None:
+            save_tier(services.dsn, snapshot)
+    vacuum_analyze(services.dsn)
+    return env
 
 
 def _share(page: dict[str, Any], healthz: dict[str, Any]) -> float:
@@ -274,6 +277,17 @@ def render(label: str, result: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def run_stamp(script: str) -> dict[str, str]:
+    """A run's command (`python -m bench.SCRIPT` and this one's arguments), the commit it measured and when (UTC),
+    as its raw results and its section name them (also bench/crawl_bench.py)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return {
+        "command": " ".join([f"python -m bench.{script}", *sys.argv[1:]]),
+        "commit": commit.stdout.strip(),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
 def main() -> int:
     parser = bench_parser(__doc__, tiers=False)
     parser.add_argument("--tiers", default="demo,B", help="comma-separated: demo and/or bench tiers (T, A, B)")
@@ -295,21 +309,17 @@ def main() -> int:
     baseline = args.baseline.resolve() if args.baseline else None
     tiers = []
     for name in args.tiers.split(","):
-        if name == "demo":
-            tiers.append(run_demo(args.duration, baseline, args.plain))
-        else:
-            tiers.append(run_tier(name, args.duration, baseline, args.snapshot))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+        with throwaway_services(f"tarakan-pages-{name}-") as services:
+            env = tier_data(services, name, args.snapshot)
+            tiers.append(measure(name, services, env, args.duration, baseline, plain=args.plain and name == "demo"))
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
     store = out / "pages.json"
     results: dict[str, Any] = json.loads(store.read_text()) if store.exists() else {}
     results[args.label] = {
-        "command": " ".join(["python -m bench.pages_bench", *sys.argv[1:]]),
-        "commit": commit.stdout.strip(),
+        **run_stamp("pages_bench"),
         "baseline": str(baseline) if baseline else None,
         "plain": args.plain,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "tiers": tiers,
     }
     store.write_text(json.dumps(results, indent=2) + "\n")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,9 @@ from typing import Any
 import httpx
 
 from bench.common import bench_parser
-from bench.pages_bench import SEED_ENV, ensure_wrk, paths, wrk
+from bench.pages_bench import ensure_wrk, paths, seeded_demo, wrk
 from bench.services import throwaway_services
-from tests.harness import ROOT, start_server, stop
+from tests.harness import start_server, stop
 
 
 def pages() -> dict[str, str]:
@@ -40,9 +39,7 @@ def main() -> int:
     ensure_wrk()
     rows: list[dict[str, Any]] = []
     with throwaway_services("tarakan-render-cache-") as services:
-        env = services.use(**SEED_ENV)
-        subprocess.run([sys.executable, "-m", "app.cli", "seed", "--demo"], env={**os.environ, **env}, check=True,
-                       cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+        env = seeded_demo(services)
         logs = Path(services.pg.data_dir).parent
         off, off_base = start_server({**env, "RENDER_CACHE_BYTES": "0"}, log=logs / "serve-off.log", timeout=60)
         services.procs.append(off)

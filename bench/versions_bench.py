@@ -24,7 +24,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -37,7 +36,7 @@ import uvloop
 
 from bench.capacity_bench import Client, capacity_report, make_submitters
 from bench.common import bench_parser, cpu_seconds, listed_repositories
-from bench.pages_bench import ensure_wrk, paths, wrk
+from bench.pages_bench import ensure_wrk, paths, seeded_demo, wrk
 from bench.services import throwaway_services
 from tests.harness import ROOT, spawn, start_server
 
@@ -138,9 +137,7 @@ def main() -> int:
     ensure_wrk()
     rows: list[dict[str, Any]] = []
     with throwaway_services("tarakan-versions-") as services:
-        env = {**services.use(), "EVIDENCE_CHECK": "off"}
-        subprocess.run([sys.executable, "-m", "app.cli", "seed", "--demo"], env={**os.environ, **env}, check=True,
-                       cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+        env = seeded_demo(services)
         tokens = make_submitters(services.dsn, ACCOUNTS)
         repos = listed_repositories(services.dsn)
         logs = Path(services.pg.data_dir).parent
