@@ -51,7 +51,17 @@ def _window_columns() -> dict[str, MappedColumn[Any]]:
     }
 
 
-class InfestationPattern(Base):
+class InstanceCounts:
+    """A pattern's instances, all of them and by status: the all-time counts of a pattern and of its repository rows."""
+
+    instance_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    open_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    verified_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    fixed_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    disputed_count: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+class InfestationPattern(InstanceCounts, Base):
     __tablename__ = "infestation_patterns"
     __table_args__ = (
         # min/max(refreshed_at): the home fragment's version and the oldest-refresh gauge read one index end
@@ -74,11 +84,6 @@ class InfestationPattern(Base):
     sample_file_path: Mapped[str | None] = mapped_column(Text)
     sample_occurrence_public_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     repo_count: Mapped[int] = mapped_column(Integer, server_default="0")
-    instance_count: Mapped[int] = mapped_column(Integer, server_default="0")
-    open_count: Mapped[int] = mapped_column(Integer, server_default="0")
-    verified_count: Mapped[int] = mapped_column(Integer, server_default="0")
-    fixed_count: Mapped[int] = mapped_column(Integer, server_default="0")
-    disputed_count: Mapped[int] = mapped_column(Integer, server_default="0")
     first_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # `{name}_{W}d` for every window W and windowed aggregate: the counts default to 0, last_seen_at_Wd is NULL
@@ -89,7 +94,7 @@ class InfestationPattern(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-class InfestationPatternRepo(Base):
+class InfestationPatternRepo(InstanceCounts, Base):
     """Membership: pattern x listed repository (graph satellites, delist-safe key discovery)."""
 
     __tablename__ = "infestation_pattern_repos"
@@ -105,11 +110,6 @@ class InfestationPatternRepo(Base):
 
     pattern_key: Mapped[str] = mapped_column(Text, primary_key=True)
     repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
-    instance_count: Mapped[int] = mapped_column(Integer, server_default="0")
-    open_count: Mapped[int] = mapped_column(Integer, server_default="0")
-    verified_count: Mapped[int] = mapped_column(Integer, server_default="0")
-    fixed_count: Mapped[int] = mapped_column(Integer, server_default="0")
-    disputed_count: Mapped[int] = mapped_column(Integer, server_default="0")
     primary_status: Mapped[str] = mapped_column(Text, server_default="open")
     severity: Mapped[str | None] = mapped_column(Text)
     title: Mapped[str | None] = mapped_column(Text)
