@@ -40,24 +40,29 @@ class Account(Timestamps, Base):
     last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
-class ApiToken(Inserted, Base):
+class HeldSecret(Inserted):
+    """A secret an account holds (an API token, a login session): stored as its sha256 only, revocable."""
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    token_hash: Mapped[bytes] = mapped_column(LargeBinary)  # the secret itself is handed out once, never stored
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ApiToken(HeldSecret, Base):
     __tablename__ = "api_tokens"
     __table_args__ = (
         Index("api_tokens_token_hash_idx", "token_hash", unique=True),
         Index("api_tokens_account_id_idx", "account_id"),
     )
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
-    token_hash: Mapped[bytes] = mapped_column(LargeBinary)  # sha256 of the secret; the secret is shown once
     token_prefix: Mapped[str] = mapped_column(Text)
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text))
     # Throttled: written at most once per 5 minutes per token.
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
-class WebSession(Inserted, Base):
+class WebSession(HeldSecret, Base):
     """Server-side login sessions (authoritative): revocable, rotated at login, expiring."""
 
     __tablename__ = "web_sessions"
@@ -67,12 +72,8 @@ class WebSession(Inserted, Base):
         Index("web_sessions_expires_at_idx", "expires_at"),
     )
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
-    token_hash: Mapped[bytes] = mapped_column(LargeBinary)
     csrf_secret: Mapped[str] = mapped_column(Text, server_default="")
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Throttled like api_tokens.last_used_at.
     last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
