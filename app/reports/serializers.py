@@ -226,24 +226,22 @@ async def check_response(session: AsyncSession, check_id: int, *, reason: str | 
 async def confirmation_response(session: AsyncSession, confirmation_id: int, *, checks_recorded: int) -> Confirmation:
     """The 201 body of a report-level verdict."""
     row = (
-        await session.execute(
-            text(
-                "SELECT sc.id, sc.scan_id, sc.verdict, sc.provenance, s.commit_sha, s.confirmations_count,"
-                " s.disputes_count, s.verified_at, s.review_status FROM scan_confirmations sc"
-                " JOIN scans s ON s.id = sc.scan_id WHERE sc.id = :id"
-            ),
-            {"id": confirmation_id},
+        (
+            await session.execute(
+                text(
+                    "SELECT sc.id, sc.scan_id, sc.verdict, sc.provenance, s.commit_sha, s.confirmations_count,"
+                    " s.disputes_count, s.verified_at, s.review_status FROM scan_confirmations sc"
+                    " JOIN scans s ON s.id = sc.scan_id WHERE sc.id = :id"
+                ),
+                {"id": confirmation_id},
+            )
         )
-    ).one()
+        .mappings()
+        .one()
+    )
     return Confirmation(
-        id=row[0],
-        report_id=row[1],
-        verdict=row[2],
-        provenance=row[3],
-        commit_sha=row[4],
-        confirmations_count=row[5],
-        disputes_count=row[6],
-        verified=row[7] is not None,
-        review_status=row[8],
+        **columns(row, "id verdict provenance commit_sha confirmations_count disputes_count review_status"),
+        report_id=row["scan_id"],
+        verified=row["verified_at"] is not None,
         checks_recorded=checks_recorded,
     )
