@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import ColumnElement, and_, delete, exists, func, select
 from sqlalchemy.dialects.postgresql import insert
@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.models import Account
 from app.kernel import db, ratelimit
+from app.kernel.answers import iso
 from app.kernel.errors import Conflict, NotFound, ServiceUnavailable, ValidationError
 from app.kernel.purge import purge_after_commit
 from app.kernel.quotas import DAY_SECONDS, DailyQuota, exempt_from_quotas, require_within_quota
@@ -20,6 +21,7 @@ from app.kernel.shared_cache import repository_tag
 from app.maintainers import forge
 from app.maintainers.access import NO_REPOSITORY, acting_account, listed_repository, slug
 from app.maintainers.models import REPLACEABLE_MODES, MaintainerClaim, RepositoryMaintainer
+from app.maintainers.types import Claim
 from app.record.outbox import ring_webhooks_after_commit
 from app.registry.models import Repository
 from app.reports.models import CanonicalFinding, CanonicalFindingCheck
@@ -40,19 +42,6 @@ _NO_CLAIM = {"claim": ["not found"]}
 
 
 @dataclass(frozen=True)
-class ClaimView:
-    """A claim as its account sees it."""
-
-    id: int
-    repository: str  # host/owner/name
-    state: str
-    token: str
-    path: str
-    expires_at: datetime
-    verified_at: datetime | None
-
-
-@dataclass(frozen=True)
 class Ended:
     """A maintainership that ended."""
 
@@ -66,15 +55,16 @@ def new_token() -> str:
     return "tarakan-verify-" + secrets.token_urlsafe(32)
 
 
-def _view(claim: MaintainerClaim, repository: Repository) -> ClaimView:
-    return ClaimView(
+def _view(claim: MaintainerClaim, repository: Repository) -> Claim:
+    """The claim as its account sees it (the API's and the CLI's answer)."""
+    return Claim(
         id=claim.id,
         repository=slug(repository),
         state=claim.state,
         token=claim.token,
         path=forge.VERIFY_PATH,
-        expires_at=claim.expires_at,
-        verified_at=claim.verified_at,
+        expires_at=iso(claim.expires_at) or "",
+        verified_at=iso(claim.verified_at),
     )
 
 
@@ -86,7 +76,7 @@ def _current(repository_id: int, account_id: int) -> list[ColumnElement[bool]]:
     ]
 
 
-async def claim_repository(account_id: int, host: str, owner: str, name: str) -> tuple[ClaimView, bool]:
+async def claim_repository(account_id: int, host: str, owner: str, name: str) -> tuple[Claim, bool]:
     """The account's pending claim on a listed repository, made now or the one it already has (True when made
     now). An expired unverified claim is replaced by a new one (a new token). 409 when the account already
     maintains the repository."""
@@ -156,7 +146,7 @@ def _token_refused(detail: str) -> ValidationError:
     return ValidationError({"token": [detail]})
 
 
-async def verify_claim(account_id: int, claim_id: int) -> ClaimView:
+async def verify_claim(account_id: int, claim_id: int) -> Claim:
     """Verify one of the account's claims against the forge: the file must hold the claim's token on a line of its
     own. Verified: the account maintains the repository. 422 naming `token` when the file is missing or holds
     another token (the claim stays pending), 503 naming the forge when the forge fails, 404 for another account's
@@ -197,7 +187,7 @@ async def verify_claim(account_id: int, claim_id: int) -> ClaimView:
     return await _record_verification(account_id, claim_id)
 
 
-async def _record_verification(account_id: int, claim_id: int) -> ClaimView:
+async def _record_verification(account_id: int, claim_id: int) -> Claim:
     async with db.transaction() as session:
         await acting_account(session, account_id)  # still in good standing after the fetch
         claim = (

@@ -6,9 +6,8 @@ from typing import Annotated, Any, ClassVar
 
 from msgspec import Meta, Struct
 
-from app.kernel.answers import Answer, Timestamp, Uuid, enum, iso
+from app.kernel.answers import Answer, Timestamp, Uuid, enum
 from app.maintainers.models import CLAIM_STATES
-from app.maintainers.service import ClaimView
 from app.reports.embargo import DisclosureAnswer
 from app.reports.types import FindingDetail
 
@@ -33,18 +32,8 @@ class ClaimAnswer(Answer):
     claim: Claim
 
 
-def claim_answer(view: ClaimView) -> ClaimAnswer:
-    return ClaimAnswer(
-        claim=Claim(
-            id=view.id,
-            repository=view.repository,
-            state=view.state,
-            token=view.token,
-            path=view.path,
-            expires_at=iso(view.expires_at) or "",
-            verified_at=iso(view.verified_at),
-        )
-    )
+def claim_answer(claim: Claim) -> ClaimAnswer:
+    return ClaimAnswer(claim=claim)
 
 
 # --- coordinated disclosure: the maintainer is told first (app/maintainers/embargoed.py) ---------------------------
