@@ -48,13 +48,18 @@ class HeldSecret(Inserted):
     token_hash: Mapped[bytes] = mapped_column(LargeBinary)  # the secret itself is handed out once, never stored
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
+    @staticmethod
+    def indexes(table: str) -> tuple[Index, Index]:
+        """A secret is found by its hash (one row per hash) and listed by its account."""
+        return (
+            Index(f"{table}_token_hash_idx", "token_hash", unique=True),
+            Index(f"{table}_account_id_idx", "account_id"),
+        )
+
 
 class ApiToken(HeldSecret, Base):
     __tablename__ = "api_tokens"
-    __table_args__ = (
-        Index("api_tokens_token_hash_idx", "token_hash", unique=True),
-        Index("api_tokens_account_id_idx", "account_id"),
-    )
+    __table_args__ = HeldSecret.indexes(__tablename__)
 
     token_prefix: Mapped[str] = mapped_column(Text)
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text))
@@ -66,11 +71,7 @@ class WebSession(HeldSecret, Base):
     """Server-side login sessions (authoritative): revocable, rotated at login, expiring."""
 
     __tablename__ = "web_sessions"
-    __table_args__ = (
-        Index("web_sessions_token_hash_idx", "token_hash", unique=True),
-        Index("web_sessions_account_id_idx", "account_id"),
-        Index("web_sessions_expires_at_idx", "expires_at"),
-    )
+    __table_args__ = (*HeldSecret.indexes(__tablename__), Index("web_sessions_expires_at_idx", "expires_at"))
 
     csrf_secret: Mapped[str] = mapped_column(Text, server_default="")
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
