@@ -34,23 +34,11 @@ class FindingOutcome(Inserted, Base):
         one_of("outcome", OUTCOMES),
         CheckConstraint("num_nonnulls(canonical_finding_id, scan_finding_id, refusal_id) = 1", name="one_subject"),
         # one outcome per subject
-        Index(
-            "finding_outcomes_canonical_finding_id_idx",
-            "canonical_finding_id",
-            unique=True,
-            postgresql_where=text("canonical_finding_id IS NOT NULL"),
-        ),
-        Index(
-            "finding_outcomes_scan_finding_id_idx",
-            "scan_finding_id",
-            unique=True,
-            postgresql_where=text("scan_finding_id IS NOT NULL"),
-        ),
-        Index(
-            "finding_outcomes_refusal_id_idx",
-            "refusal_id",
-            unique=True,
-            postgresql_where=text("refusal_id IS NOT NULL"),
+        *(
+            Index(
+                f"finding_outcomes_{subject}_idx", subject, unique=True, postgresql_where=text(f"{subject} IS NOT NULL")
+            )
+            for subject in ("canonical_finding_id", "scan_finding_id", "refusal_id")
         ),
         Index("finding_outcomes_account_decided_idx", "account_id", "decided_at"),
         Index("finding_outcomes_decided_idx", "decided_at"),
