@@ -13,12 +13,12 @@ from sqlalchemy import (
     Integer,
     Text,
     func,
-    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.kernel.columns import Inserted, one_of
 from app.kernel.db import Base
+from app.kernel.sql import Name, statement
 
 OUTCOMES = ("verified", "disputed", "withdrawn", "refused")
 PINS = ("gated", "open")
@@ -36,7 +36,10 @@ class FindingOutcome(Inserted, Base):
         # one outcome per subject
         *(
             Index(
-                f"finding_outcomes_{subject}_idx", subject, unique=True, postgresql_where=text(f"{subject} IS NOT NULL")
+                f"finding_outcomes_{subject}_idx",
+                subject,
+                unique=True,
+                postgresql_where=statement("{subject} IS NOT NULL", subject=Name(subject)),
             )
             for subject in ("canonical_finding_id", "scan_finding_id", "refusal_id")
         ),
