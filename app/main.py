@@ -67,21 +67,9 @@ def _routes() -> list[BaseRoute]:
 
 
 def _middleware() -> list[Middleware]:
-    from app.kernel.addresses import ForwardedHeaders
-    from app.kernel.limits import BodyLimitMiddleware, EdgeMiddleware
-    from app.kernel.logs import RequestIdMiddleware
-    from app.kernel.security import middleware
+    from app.kernel.asgi import Front
 
-    # the client address first: every limit, log line and /metrics check reads the resolved one; then the request
-    # id, metrics, Server-Timing and access line in one layer: every line logged below it carries the id
-    return [
-        Middleware(ForwardedHeaders),
-        Middleware(RequestIdMiddleware),
-        *middleware(),
-        # innermost: refusals still carry the security headers, request id and metrics (docs/security.md)
-        Middleware(BodyLimitMiddleware),
-        Middleware(EdgeMiddleware),
-    ]
+    return [Middleware(Front)]  # one layer, each concern a step in it (app.kernel.asgi)
 
 
 async def domain_error(request: Request, exc: Exception) -> Response:

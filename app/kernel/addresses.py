@@ -45,6 +45,14 @@ def client_group(host: str | None) -> str:
     return str(parsed)
 
 
+async def _resolved(scope: Scope, receive: Receive, send: Send) -> None:
+    return None
+
+
+async def _nothing(*_: object) -> None:
+    return None
+
+
 _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"forwarded"})
 _WARNED_PEERS = 1024  # peers remembered as already warned about (the oldest are forgotten first)
 
@@ -55,17 +63,25 @@ class ForwardedHeaders:
     missing from FORWARDED_ALLOW_IPS makes every client look like the proxy to the per-address limits)."""
 
     def __init__(self, app: ASGIApp) -> None:
-        self.proxy = ProxyHeadersMiddleware(app, trusted_hosts=forwarded_allow_ips())  # type: ignore[arg-type]
+        self.app = app
+        # uvicorn's own rules rewrite the scope; what it then calls is nothing (`resolve` is a step, not a layer)
+        self.proxy = ProxyHeadersMiddleware(_resolved, trusted_hosts=forwarded_allow_ips())  # type: ignore[arg-type]
         self.warned: OrderedDict[str, None] = OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.resolve(scope)
+        await self.app(scope, receive, send)
+
+    async def resolve(self, scope: Scope) -> None:
+        """The client and scheme of `scope` as a trusted proxy forwarded them (anything but HTTP and websockets
+        untouched)."""
         if scope["type"] in ("http", "websocket"):
             peer = scope["client"][0] if scope.get("client") else None
             if peer not in self.proxy.trusted_hosts:
                 names = sorted({name.decode() for name, _ in scope["headers"] if name in _FORWARDED})
                 if names:
                     self._warn(peer or "unknown", names)
-        await self.proxy(scope, receive, send)  # type: ignore[arg-type]
+        await self.proxy(scope, _nothing, _nothing)  # type: ignore[arg-type]
 
     def _warn(self, peer: str, names: list[str]) -> None:
         if peer in self.warned:

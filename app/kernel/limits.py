@@ -6,9 +6,8 @@ from __future__ import annotations
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.kernel.asgi import HTTPMiddleware
 from app.kernel.config import settings
 from app.kernel.errors import BadRequest, DomainError, NotFound, TooLarge
 from app.kernel.text import UNCLEAN_MESSAGE, ascii_int, is_clean
@@ -38,27 +37,26 @@ def too_large(limit: int) -> DomainError:
     )
 
 
-class BodyLimitMiddleware(HTTPMiddleware):
-    """413 when the declared or the streamed body exceeds `body_limit(path)`."""
+def limited(scope: Scope, receive: Receive) -> Receive:
+    """`receive`, raising 413 when the declared or the streamed body exceeds `body_limit(path)` (the route reading
+    the body meets it, so it goes through the one error path)."""
+    limit = body_limit(scope["path"])
+    declared = ascii_int(dict(scope["headers"]).get(b"content-length", b"").decode("latin-1"))
+    over = declared is not None and declared > limit
+    received = 0
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = body_limit(scope["path"])
-        declared = ascii_int(dict(scope["headers"]).get(b"content-length", b"").decode("latin-1"))
-        over = declared is not None and declared > limit
-        received = 0
-
-        async def limited() -> Message:
-            nonlocal received
-            if over:
+    async def limited_receive() -> Message:
+        nonlocal received
+        if over:
+            raise too_large(limit)
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit:
                 raise too_large(limit)
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    raise too_large(limit)
-            return message
+        return message
 
-        await self.app(scope, limited, send)
+    return limited_receive
 
 
 def edge_refusal(scope: Scope) -> DomainError | None:
@@ -76,12 +74,12 @@ def edge_refusal(scope: Scope) -> DomainError | None:
     return None
 
 
-class EdgeMiddleware(HTTPMiddleware):
-    """Answers `edge_refusal` through the one error path before any route (and so any SQL) runs."""
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refusal = edge_refusal(scope)
-        if refusal is None:
-            await self.app(scope, receive, send)
-            return
-        await error_response(Request(scope, receive), refusal)(scope, receive, send)
+async def bounded(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """`app` with the body limit on `receive`, after `edge_refusal` is answered through the one error path before
+    any route (and so any SQL) runs."""
+    receive = limited(scope, receive)
+    refusal = edge_refusal(scope)
+    if refusal is None:
+        await app(scope, receive, send)
+        return
+    await error_response(Request(scope, receive), refusal)(scope, receive, send)

@@ -14,10 +14,8 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from starlette.datastructures import MutableHeaders
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Message, Scope
 
-from app.kernel import watchdog
-from app.kernel.asgi import HTTPMiddleware
 from app.kernel.config import log_format, server_timing
 from app.kernel.metrics import observe_request, route_template
 
@@ -165,50 +163,49 @@ def _incoming_id(scope: Scope) -> str:
     return f"{_minted.getrandbits(128):032x}"
 
 
-class RequestIdMiddleware(HTTPMiddleware):
-    """Everything said about each request, in one layer (one send wrapper, one clock): accept or mint the request
-    id and return it in `X-Request-ID`; count and time the request to its last body byte (an exception counts as a
-    5xx: `tarakan_http_requests_total`, `tarakan_http_request_duration_seconds`); with SERVER_TIMING=1,
+class RequestLog:
+    """Everything said about one request (one clock): accept or mint the request id and return it in
+    `X-Request-ID`; count and time the request to its last body byte (an exception counts as a 5xx:
+    `tarakan_http_requests_total`, `tarakan_http_request_duration_seconds`); with SERVER_TIMING=1,
     `Server-Timing: app;dur=<ms>`, the server's time until the response headers (the whole render for a template
-    page; off by default: it would tell anyone which requests are slow, a timing oracle); and one access line."""
+    page; off by default: it would tell anyone which requests are slow, a timing oracle); and one access line.
+    Every line logged between its start and `close` carries the id."""
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        rid = _incoming_id(scope)
-        token = request_id.set(rid)
-        started = time.perf_counter()
-        timing = server_timing()
-        status = 500
+    __slots__ = ("rid", "scope", "started", "status", "timing", "token")
 
-        async def send_observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                headers = MutableHeaders(scope=message)
-                headers[REQUEST_ID_HEADER] = rid
-                if timing:
-                    headers.append("Server-Timing", f"app;dur={(time.perf_counter() - started) * 1000:.2f}")
-            await send(message)
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.rid = _incoming_id(scope)
+        self.token = request_id.set(self.rid)
+        self.started = time.perf_counter()
+        self.timing = server_timing()
+        self.status = 500
 
-        try:
-            with watchdog.in_flight(lambda: f"{scope['method']} {route_template(scope)}"):
-                await self.app(scope, receive, send_observed)
-        finally:
-            elapsed = time.perf_counter() - started
-            route = route_template(scope)
-            observe_request(route, scope["method"], status, elapsed)
-            duration_ms = round(elapsed * 1000, 2)
-            access_log.info(
-                "%s %s %d %.2fms",
-                scope["method"],
-                scope["path"],
-                status,
-                duration_ms,
-                extra={
-                    "method": scope["method"],
-                    "path": scope["path"],
-                    "route": route,
-                    "status": status,
-                    "duration_ms": duration_ms,
-                },
-            )
-            request_id.reset(token)
+    def describe(self) -> str:
+        """The request for the watchdog's stall line (its route is known only after routing)."""
+        return f"{self.scope['method']} {route_template(self.scope)}"
+
+    def respond(self, message: Message) -> None:
+        """On the `http.response.start` going out: its status, and the id (and timing) among its headers."""
+        self.status = int(message["status"])
+        headers = MutableHeaders(scope=message)
+        headers[REQUEST_ID_HEADER] = self.rid
+        if self.timing:
+            headers.append("Server-Timing", f"app;dur={(time.perf_counter() - self.started) * 1000:.2f}")
+
+    def close(self) -> None:
+        scope, status = self.scope, self.status
+        elapsed = time.perf_counter() - self.started
+        route = route_template(scope)
+        observe_request(route, scope["method"], status, elapsed)
+        duration_ms = round(elapsed * 1000, 2)
+        access_log.info(
+            "%s %s %d %.2fms",
+            scope["method"],
+            scope["path"],
+            status,
+            duration_ms,
+            extra={"method": scope["method"], "path": scope["path"], "route": route, "status": status,
+                   "duration_ms": duration_ms},
+        )  # fmt: skip
+        request_id.reset(self.token)

@@ -1,17 +1,15 @@
-"""Security middleware (pure ASGI): headers on every response, CSRF by origin on unsafe methods, and the
-read-your-writes mark (docs/security.md "Cross-site requests")."""
+"""Security steps of the front layer (app.kernel.asgi): headers on every response, CSRF by origin on unsafe
+methods, and the read-your-writes mark (docs/security.md "Cross-site requests")."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers, MutableHeaders
-from starlette.middleware import Middleware
-from starlette.responses import PlainTextResponse
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.kernel import db
-from app.kernel.asgi import HTTPMiddleware
 from app.kernel.config import settings
 
 CONTENT_SECURITY_POLICY = (
@@ -62,46 +60,31 @@ def csrf_refusal(scope: Scope) -> str | None:
     return "the request carries a cookie but neither Origin nor Sec-Fetch-Site"
 
 
-class CSRFMiddleware(HTTPMiddleware):
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        reason = csrf_refusal(scope)
-        if reason is not None:
-            response = PlainTextResponse(
-                f"403 Forbidden: cross-origin {scope['method']} refused ({reason}). "
-                "Submit the form from this site's own pages.",
-                status_code=403,
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+def csrf_refused(scope: Scope) -> Response | None:
+    """The 403 of a request refused as cross-origin (`csrf_refusal`), or None when it may proceed."""
+    reason = csrf_refusal(scope)
+    if reason is None:
+        return None
+    return PlainTextResponse(
+        f"403 Forbidden: cross-origin {scope['method']} refused ({reason}). "
+        "Submit the form from this site's own pages.",
+        status_code=403,
+    )
 
 
-class SecurityHeadersMiddleware(HTTPMiddleware):
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        no_store = str(scope.get("path", "")).startswith(NO_STORE_PREFIXES)
-        started = False
+def is_no_store(scope: Scope) -> bool:
+    return str(scope.get("path", "")).startswith(NO_STORE_PREFIXES)
 
-        async def send_with_headers(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                headers = MutableHeaders(scope=message)
-                headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-                headers.setdefault("X-Content-Type-Options", "nosniff")
-                headers.setdefault("Referrer-Policy", "strict-origin-when-cross-origin")
-                headers.setdefault("X-Frame-Options", "DENY")
-                if no_store:
-                    headers["Cache-Control"] = "no-store"
-            await send(message)
 
-        try:
-            await self.app(scope, receive, send_with_headers)
-        except Exception:
-            # Starlette's ServerErrorMiddleware sits outside us; answer the 500 here so it carries the headers
-            # too, then let the exception propagate to be logged.
-            if not started:
-                await PlainTextResponse("500 Internal Server Error", status_code=500)(scope, receive, send_with_headers)
-            raise
+def add_security_headers(message: Message, no_store: bool) -> None:
+    """The headers of every response, on its `http.response.start` (those it set itself are kept)."""
+    headers = MutableHeaders(scope=message)
+    headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+    headers.setdefault("X-Content-Type-Options", "nosniff")
+    headers.setdefault("Referrer-Policy", "strict-origin-when-cross-origin")
+    headers.setdefault("X-Frame-Options", "DENY")
+    if no_store:
+        headers["Cache-Control"] = "no-store"
 
 
 READ_YOUR_WRITES_COOKIE = "tarakan_rw"
@@ -117,28 +100,30 @@ def _has_cookie(headers: Headers, name: str) -> bool:
     return False
 
 
-class ReadYourWritesMiddleware(HTTPMiddleware):
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = Headers(scope=scope)
-        mark = scope["method"] in UNSAFE_METHODS and _has_cookie(headers, SESSION_COOKIE_NAME)
+async def with_reads(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """`app` with the request's reads placed (docs/scaling.md): on the primary for a browser that just wrote (the
+    read-your-writes cookie), which an unsafe request of a session sets on success; a safe request retried once
+    on the primary after a recovery conflict."""
+    headers = Headers(scope=scope)
+    mark = scope["method"] in UNSAFE_METHODS and _has_cookie(headers, SESSION_COOKIE_NAME)
 
-        async def send_with_mark(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] < 400:
-                MutableHeaders(scope=message).append(
-                    "Set-Cookie",
-                    f"{READ_YOUR_WRITES_COOKIE}=1; Max-Age={READ_YOUR_WRITES_SECONDS}; HttpOnly; SameSite=Lax; Path=/",
-                )
-            await send(message)
+    async def send_with_mark(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] < 400:
+            MutableHeaders(scope=message).append(
+                "Set-Cookie",
+                f"{READ_YOUR_WRITES_COOKIE}=1; Max-Age={READ_YOUR_WRITES_SECONDS}; HttpOnly; SameSite=Lax; Path=/",
+            )
+        await send(message)
 
-        if _has_cookie(headers, READ_YOUR_WRITES_COOKIE):
-            # the handler runs in this same context, so its replica reads see the flag
-            with db.request_reads(), db.primary_reads():
-                await self.app(scope, receive, send_with_mark if mark else send)
-        elif scope["method"] in ("GET", "HEAD"):
-            await _retry_recovery_conflict_on_primary(self.app, scope, receive, send)
-        else:
-            with db.request_reads():
-                await self.app(scope, receive, send_with_mark if mark else send)
+    if _has_cookie(headers, READ_YOUR_WRITES_COOKIE):
+        # the handler runs in this same context, so its replica reads see the flag
+        with db.request_reads(), db.primary_reads():
+            await app(scope, receive, send_with_mark if mark else send)
+    elif scope["method"] in ("GET", "HEAD"):
+        await _retry_recovery_conflict_on_primary(app, scope, receive, send)
+    else:
+        with db.request_reads():
+            await app(scope, receive, send_with_mark if mark else send)
 
 
 async def _retry_recovery_conflict_on_primary(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
@@ -159,9 +144,3 @@ async def _retry_recovery_conflict_on_primary(app: ASGIApp, scope: Scope, receiv
     if dropped:
         with db.request_reads(), db.primary_reads():
             await app(scope, receive, send)
-
-
-def middleware() -> list[Middleware]:
-    # headers outermost, so the CSRF refusal (and any error page) carries them too; a refused request never
-    # reaches the read-your-writes mark
-    return [Middleware(SecurityHeadersMiddleware), Middleware(CSRFMiddleware), Middleware(ReadYourWritesMiddleware)]
