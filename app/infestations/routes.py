@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from markupsafe import Markup
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
@@ -41,6 +42,7 @@ from app.kernel.errors import BadRequest, NotFound
 from app.kernel.paging import InvalidCursor, Page, Pages, cursor_params, keyset_page
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.sql import WINDOW_DAYS
+from app.kernel.templating import environment
 from app.kernel.urls import infestation_path, twin_path
 from app.kernel.web import View, json_twin, page
 from app.record.rendered import ATLAS, page_route
@@ -127,6 +129,26 @@ def index_constellation(items: list[dict[str, Any]]) -> Constellation:
     return layout
 
 
+# The ranked results (the constellation and the table) are a function of the filters and the rows alone: a version
+# that moved without changing them (a report elsewhere, a statement) reuses the markup drawn for them, as the
+# home's fragment does (app.site.home_infestations); a handful kept, dropped all at once when full.
+_RESULTS_KEPT = 16
+_results: dict[tuple[InfestationFilters, str], Markup] = {}
+
+
+def drawn_results(filters: InfestationFilters, items: list[dict[str, Any]]) -> Markup:
+    """`infestations/_results.html` for these filters and rows, drawn once per distinct pair."""
+    key = (filters, repr(items))
+    markup = _results.get(key)
+    if markup is None:
+        template = environment.get_template("infestations/_results.html")
+        markup = Markup(template.render(filters=filters, items=items, constellation=index_constellation(items)))
+        if len(_results) >= _RESULTS_KEPT:
+            _results.clear()
+        _results[key] = markup
+    return markup
+
+
 def render_index(view: View[InfestationFilters], dated: DatedList) -> Response:
     filters, items = view.query, dated.items
     tags = atlas_tags(items)
@@ -136,10 +158,11 @@ def render_index(view: View[InfestationFilters], dated: DatedList) -> Response:
         return json_twin(
             InfestationList(items=listed, refreshed_at=iso(dated.refreshed_at), filters=filters), tags=tags
         )
-    context = {
-        "filters": filters,
-        "items": items,
-        "constellation": index_constellation(items),
+    if view.fragment:
+        context = {"filters": filters, "items": items, "constellation": index_constellation(items)}
+    else:
+        context = {"filters": filters, "results": drawn_results(filters, items)}
+    context |= {
         "windows": WINDOW_DAYS,
         "min_repos_choices": MIN_REPOS_CHOICES,
         "status_choices": STATUS_CHOICES,
