@@ -15,7 +15,7 @@ from app.accounts.service import authenticate_bearer, create_token, require_scop
 from app.kernel import db
 from app.kernel.errors import Forbidden, NotFound, Unauthorized, ValidationError
 from tests import factories
-from tests.reports.test_report_cost import counted_statements
+from tests.statements import statements_sent
 
 
 async def token_row(secret: str) -> tuple[int, datetime | None, str]:
@@ -123,7 +123,7 @@ async def test_last_used_at_is_written_at_most_once_per_five_minutes() -> None:
     token_id, last_used_at, _ = await token_row(secret)
     assert last_used_at is None
 
-    with counted_statements() as statements:  # the lookup and the write in one statement (run on every request)
+    with statements_sent() as statements:  # the lookup and the write in one statement (run on every request)
         await authenticate_bearer(f"Bearer {secret}")
     assert len(statements) == 1, statements
     _, first_use, xmin_after_first = await token_row(secret)

@@ -42,8 +42,8 @@ from tests.maintainers.support import Forge
 from tests.maintainers.webhook_support import Receiver, maintainer, verify, webhooks_url
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account
 from tests.record.test_changes import submit
-from tests.reports.test_report_cost import counted_statements
 from tests.sql import execute, one, rows, scalar
+from tests.statements import statements_sent
 
 PUBLIC = ipaddress.ip_address("93.184.216.34")
 LOOPBACK = ipaddress.ip_address("127.0.0.1")
@@ -180,7 +180,7 @@ async def test_with_no_webhook_registered_the_fan_out_moves_its_cursor_without_r
     assert await webhook_queue.fan_out() == 0  # the cursor, at the feed's head
     for title in ("Nobody listens", "Nobody listens either"):
         await submit(agent, await factories.create_repository(), title)
-    with counted_statements() as sent:
+    with statements_sent() as sent:
         assert await webhook_queue.fan_out(batch=1) == 0  # more entries than a batch: still one transaction
     assert [s for s in sent if "WITH entries" in s] == []  # a run rung after every report reads none of them
     assert len(sent) == 4, sent  # the cursor's row ensured and locked, the head, the move

@@ -12,8 +12,8 @@ from app.maintainers.models import RepositoryMaintainer
 from app.maintainers.statements import StatementInput, record_statement
 from tests import factories
 from tests.moderation.support import NOTES, SAME_ORIGIN, act_as, make_account, two_repository_pattern
-from tests.reports.test_report_cost import counted_statements
 from tests.sql import scalar
+from tests.statements import statements_sent
 
 
 def soup(response: httpx.Response) -> BeautifulSoup:
@@ -114,7 +114,7 @@ async def test_moderators_see_a_marker_with_the_time_and_the_audit_event_the_pub
     quarantine_id = await moderate(client, f"/moderation/repos/{slug}/listing", listing_status="quarantined")
 
     here = f"/repos/{repo.host}/{repo.owner}/{repo.name}"
-    with counted_statements() as sent:
+    with statements_sent() as sent:
         answer = await client.get(here)
     assert answer.status_code == 200 and answer.headers["cache-control"] == "private, no-store"
     assert len([s for s in sent if "audit_events" in s]) == 1, "one query for every marker of the page"

@@ -16,9 +16,9 @@ from app.forge.lines import anchor, line_digests
 from app.moderation.service import delete_repository
 from tests import factories
 from tests.reports.support import finding, report_body
-from tests.reports.test_report_cost import counted_statements
 from tests.reports.test_reports_api import post, reports_url, token_for
 from tests.sql import rows, scalar
+from tests.statements import statements_sent
 
 SHA = "1" * 40
 FORK_SHA = "2" * 40
@@ -161,7 +161,7 @@ async def test_reports_on_one_commit_cost_one_request_per_file_and_a_cache_hit_w
     assert await scalar("SELECT count(*) FROM forge_files") == 2
     # the twenty-first: its transaction as lean as without the gate (4); the gate asks neither the forge nor the
     # caches (what they hold of this commit is remembered for a minute: app.reports.evidence._Memo)
-    with counted_statements() as statements:
+    with statements_sent() as statements:
         answer = await post(client, reports_url(gated["repo"]), scanner, body | {"run_id": "run-20"})
     assert answer.status_code == 201, answer.text
     assert not [s for s in statements if "forge_" in s or "report_refusals" in s]

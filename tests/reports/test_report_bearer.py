@@ -18,8 +18,8 @@ from app.moderation.account_actions import change_account
 from app.registry.models import Repository
 from tests import factories
 from tests.reports.support import report_body, row_counts
-from tests.reports.test_report_cost import counted_statements
 from tests.reports.test_reports_api import post, reports_url
+from tests.statements import statements_sent
 
 REVOKED = {"errors": {"authorization": ["this API token has been revoked"]}}
 
@@ -41,7 +41,7 @@ async def test_a_token_revoked_after_its_check_was_remembered_is_refused_at_the_
     assert (await post(client, reports_url(repo), bearer(secret), report_body(run_id="r-1"))).status_code == 201
     assert await revoke_token(account.id, secret[:8]) == 1
     before = await row_counts()
-    with counted_statements() as statements:
+    with statements_sent() as statements:
         refused = await post(client, reports_url(repo), bearer(secret), report_body(run_id="r-2"))
     # the bearer check's own answer, as an uncached route gives it
     assert refused.status_code == 401 and refused.json() == REVOKED, refused.text
@@ -66,7 +66,7 @@ async def test_an_account_suspended_after_its_check_was_remembered_is_refused_at
         moderator, account.handle, state="suspended", reason="spam", notes="floods the registry with reports"
     )
     before = await row_counts()
-    with counted_statements() as statements:
+    with statements_sent() as statements:
         refused = await post(client, reports_url(repo), bearer(secret), report_body(run_id="s-2"))
     assert refused.status_code == 403 and list(refused.json()["errors"]) == ["account"], refused.text
     assert len(statements) == 1 and "plan_cache_mode" in statements[0], statements
@@ -92,7 +92,7 @@ async def test_a_remembered_check_expires_and_the_oldest_goes_past_the_cap(
     runs = iter(range(100))
 
     async def statements_of(token: str) -> int:
-        with counted_statements() as statements:
+        with statements_sent() as statements:
             answer = await post(client, reports_url(repo), bearer(token), report_body(run_id=f"e-{next(runs)}"))
         assert answer.status_code == 201, answer.text
         return len(statements)

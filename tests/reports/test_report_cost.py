@@ -4,41 +4,19 @@ number of SQL statements whatever its number of findings, new canonicals or know
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
-from sqlalchemy import event
-
-from app.kernel import db
 from app.reports.service import submit_report
 from tests import factories
 from tests.reports.support import finding, report_body
-
-
-@contextmanager
-def counted_statements() -> Iterator[list[str]]:
-    """Every statement this process sends on the primary engine inside the block."""
-    statements: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        statements.append(statement)
-
-    target = db.engine().sync_engine
-    event.listen(target, "before_cursor_execute", count)
-    try:
-        yield statements
-    finally:
-        event.remove(target, "before_cursor_execute", count)
+from tests.statements import statements_sent
 
 
 async def _statements_for(findings: int, commit: str) -> int:
     account = await factories.create_account(state="active", platform_role="moderator")  # no daily quota
     repo = await factories.create_repository("acme", f"cost-{findings}")
     body = report_body([finding(file=f"src/f{i}.py", title=f"Finding {i}") for i in range(findings)], commit_sha=commit)
-    with counted_statements() as new:
+    with statements_sent() as new:
         await submit_report(account, repo.host, repo.owner, repo.name, body)
-    with counted_statements() as known:  # the same findings again: every canonical is a known one now
+    with statements_sent() as known:  # the same findings again: every canonical is a known one now
         await submit_report(account, repo.host, repo.owner, repo.name, body | {"commit_sha": "b" * 40})
     assert len(known) <= len(new), "matching known canonicals costs no more than creating them"
     return len(new)

@@ -16,9 +16,9 @@ from app.reports.service import submit_report
 from app.reports.validation import validate_report
 from tests import factories
 from tests.reports.support import finding, report_body
-from tests.reports.test_report_cost import counted_statements
 from tests.reports.test_reports_api import post, reports_url, token_for
 from tests.sql import rows
+from tests.statements import statements_sent
 
 # a read of the report's own rows by its id: the scan, its findings (the old path re-read both)
 READ_BACK = re.compile(r"^\s*SELECT\s[^()]*\bFROM\s+(scans|scan_findings)\b", re.I)
@@ -28,7 +28,7 @@ async def test_a_new_report_reads_back_nothing_it_wrote_and_costs_four_statement
     account = await factories.create_account(state="active", platform_role="moderator")  # quota-exempt
     repo = await factories.create_repository("acme", "lean")
     body = report_body([finding(file="src/lean.py", title="Lean finding")], run_id="lean-1")
-    with counted_statements() as statements:
+    with statements_sent() as statements:
         answer = await submit_report(account, repo.host, repo.owner, repo.name, body)
     assert [s for s in statements if READ_BACK.match(s)] == []
     # actor and repository; scan and canonicals known; canonicals new and findings; metrics, feed and dirty keys
@@ -42,7 +42,7 @@ async def test_a_new_report_reads_back_nothing_it_wrote_and_costs_four_statement
 
     # the same finding in another run: its canonical is known now, and its counters' refresh rides in the last
     # statement with the metrics, the feed and the dirty keys
-    with counted_statements() as known:
+    with statements_sent() as known:
         await submit_report(account, repo.host, repo.owner, repo.name, body | {"run_id": "lean-1b"})
     assert len(known) <= 4, "\n---\n".join(known)
 
@@ -58,7 +58,7 @@ async def test_a_report_request_costs_four_statements_end_to_end_once_its_tokens
     headers = await token_for(account)
     sent = []
     for run in ("lean-http-1", "lean-http-2"):
-        with counted_statements() as statements:
+        with statements_sent() as statements:
             answer = await post(client, reports_url(repo), headers, report_body([finding()], run_id=run))
         assert answer.status_code == 201, answer.text
         sent.append(statements)
@@ -75,10 +75,10 @@ async def test_a_counted_accounts_report_reads_its_run_and_quotas_with_its_inser
     account = await factories.create_account(state="active")
     repo = await factories.create_repository("acme", "lean-counted")
     body = report_body([finding(file="src/lean.py", title="Lean finding")], run_id="lean-2")
-    with counted_statements() as statements:
+    with statements_sent() as statements:
         answer = await submit_report(account, repo.host, repo.owner, repo.name, body)
     assert len(statements) <= 4, "\n---\n".join(statements)
-    with counted_statements() as again:  # a retry: the stored report, after the account and its run are read
+    with statements_sent() as again:  # a retry: the stored report, after the account and its run are read
         assert await submit_report(account, repo.host, repo.owner, repo.name, body) == answer
     assert len(again) <= 4, "\n---\n".join(again)
 
