@@ -3,11 +3,14 @@ twins, built of the typed rows of `app.infestations.rows`."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from app.infestations.rows import AffectedRepository, Infestation, InfestationFilters, Instance, as_answer
 from app.kernel.answers import Answer, Timestamp
 from app.kernel.paging import Page
+
+P = TypeVar("P", bound=Answer)
 
 
 class InstancePage(Answer):
@@ -17,11 +20,6 @@ class InstancePage(Answer):
     next_cursor: str | None
 
 
-def instance_page(page: Page[dict[str, Any]]) -> InstancePage:
-    entries = [as_answer(Instance, row) for row in page["entries"]]
-    return InstancePage(entries=entries, next_cursor=page["next_cursor"])
-
-
 class AffectedRepositoryPage(Answer):
     """A keyset page of affected repositories."""
 
@@ -29,9 +27,16 @@ class AffectedRepositoryPage(Answer):
     next_cursor: str | None
 
 
+def _keyset_page(answer: Callable[..., P], entry: type[Answer], page: Page[dict[str, Any]]) -> P:
+    return answer(entries=[as_answer(entry, row) for row in page["entries"]], next_cursor=page["next_cursor"])
+
+
+def instance_page(page: Page[dict[str, Any]]) -> InstancePage:
+    return _keyset_page(InstancePage, Instance, page)
+
+
 def affected_repository_page(page: Page[dict[str, Any]]) -> AffectedRepositoryPage:
-    entries = [as_answer(AffectedRepository, row) for row in page["entries"]]
-    return AffectedRepositoryPage(entries=entries, next_cursor=page["next_cursor"])
+    return _keyset_page(AffectedRepositoryPage, AffectedRepository, page)
 
 
 class InfestationList(Answer):
