@@ -42,7 +42,7 @@ from app.kernel.errors import BadRequest, NotFound
 from app.kernel.paging import InvalidCursor, Page, Pages, cursor_params, keyset_page
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.sql import WINDOW_DAYS
-from app.kernel.templating import environment
+from app.kernel.templating import Drawn
 from app.kernel.urls import infestation_path, twin_path
 from app.kernel.web import View, json_twin, page
 from app.record.rendered import ATLAS, page_route
@@ -131,22 +131,16 @@ def index_constellation(items: list[dict[str, Any]]) -> Constellation:
 
 # The ranked results (the constellation and the table) are a function of the filters and the rows alone: a version
 # that moved without changing them (a report elsewhere, a statement) reuses the markup drawn for them, as the
-# home's fragment does (app.site.home_infestations); a handful kept, dropped all at once when full.
-_RESULTS_KEPT = 16
-_results: dict[tuple[InfestationFilters, str], Markup] = {}
+# home's fragment does (app.site.home_infestations).
+_results = Drawn("infestations/_results.html")
 
 
 def drawn_results(filters: InfestationFilters, items: list[dict[str, Any]]) -> Markup:
     """`infestations/_results.html` for these filters and rows, drawn once per distinct pair."""
-    key = (filters, repr(items))
-    markup = _results.get(key)
-    if markup is None:
-        template = environment.get_template("infestations/_results.html")
-        markup = Markup(template.render(filters=filters, items=items, constellation=index_constellation(items)))
-        if len(_results) >= _RESULTS_KEPT:
-            _results.clear()
-        _results[key] = markup
-    return markup
+    return _results(
+        (filters, repr(items)),
+        lambda: {"filters": filters, "items": items, "constellation": index_constellation(items)},
+    )
 
 
 def render_index(view: View[InfestationFilters], dated: DatedList) -> Response:

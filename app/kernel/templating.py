@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, nodes, select_autoescape
 from jinja2.compiler import CodeGenerator, Frame
+from markupsafe import Markup
 from starlette.templating import Jinja2Templates
 
 from app.kernel import urls
@@ -137,3 +138,24 @@ def atlas_delay_seconds() -> int:
 
 
 environment.globals["atlas_delay_seconds"] = atlas_delay_seconds
+
+
+class Drawn:
+    """A part of a page drawn once per distinct inputs (`key`: what the part shows, e.g. the `repr` of its rows):
+    a page rendered again for a version that moved without changing that part (a report elsewhere) reuses the
+    markup drawn for it. A handful kept, dropped all at once when full."""
+
+    def __init__(self, name: str, kept: int = 16) -> None:
+        self.name = name
+        self.kept = kept
+        self._markup: dict[Hashable, Markup] = {}
+
+    def __call__(self, key: Hashable, context: Callable[[], dict[str, Any]]) -> Markup:
+        """The template `name` rendered with `context()` (called only when `key` was not drawn yet)."""
+        markup = self._markup.get(key)
+        if markup is None:
+            markup = Markup(environment.get_template(self.name).render(context()))
+            if len(self._markup) >= self.kept:
+                self._markup.clear()
+            self._markup[key] = markup
+        return markup

@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute, Route
 from app.infestations.rows import Infestation, as_answer
 from app.kernel.answers import iso
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
+from app.kernel.templating import Drawn
 from app.kernel.web import cache_headers, etag_matches, json_twin, page, wants_json
 from app.record.rendered import rendered_once
 from app.registry.stats import registry_stats
@@ -21,6 +22,7 @@ from app.site import badge, home_infestations, openapi, records, sarif, statemen
 from app.site.types import Home, HomeStats, RecentReport
 
 RECENT_REPORTS = 10
+_recent_reports = Drawn("site/_recent_reports.html")  # a list's markup is a function of its rows alone
 # The polled fragment: browsers revalidate at every poll (a 304 while unchanged); the shared cache keeps it until a
 # takedown or a rollup refresh purges `atlas`.
 FRAGMENT_CACHE = "public, max-age=0"
@@ -50,6 +52,7 @@ async def home(request: Request) -> Response:
             "stats": await registry_stats(),
             "infestations_html": Markup(fragment.html),  # rendered by an autoescaping template
             "reports": reports,
+            "recent_reports": _recent_reports(repr(reports), lambda: {"reports": reports}),
         }
         return page(request, "site/home.html", context, json_url="/index.json", tags=_home_tags(fragment, reports))
     return json_twin(
