@@ -54,6 +54,18 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
+        self._stamp: tuple[int, str] = (-1, "")  # the last second formatted (one tuple: threads log too)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """logging's default stamp (`2026-12-04 05:30:27,123`), its second's part formatted once a second: a
+        localtime and strftime per access line were a tenth of a /healthz request's logging."""
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        stamp = self._stamp
+        if stamp[0] != second:
+            stamp = self._stamp = (second, time.strftime(self.default_time_format, self.converter(record.created)))
+        return f"{stamp[1]},{int(record.msecs):03d}"  # logging.Formatter.default_msec_format: %03d truncates
 
     def format(self, record: logging.LogRecord) -> str:
         record.message = record.getMessage()
