@@ -17,6 +17,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 _compiled: dict[TextClause, str] = {}
+_HELD = "tarakan.driver"  # session.info: (its transaction, the connection, the driver's connection)
 NO_PARAMS: Mapping[str, Any] = {}
 
 
@@ -59,9 +60,14 @@ async def execute(
 async def rows(session: AsyncSession, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
     """`session.execute(statement, params).all()` on the session's connection and transaction, sent by psycopg.
     For SQL text whose parameters need no type processing."""
-    connection = await session.connection()
-    raw = await connection.get_raw_connection()
-    return await execute(connection, raw.driver_connection, statement, params)  # type: ignore[arg-type]
+    transaction = session.sync_session.get_transaction()
+    held = session.info.get(_HELD)
+    if held is None or held[0] is not transaction or transaction is None:
+        connection = await session.connection()
+        raw = await connection.get_raw_connection()
+        # the connection stays the transaction's until it ends: its next statements skip two greenlet hops
+        held = session.info[_HELD] = (session.sync_session.get_transaction(), connection, raw.driver_connection)
+    return await execute(held[1], held[2], statement, params)  # type: ignore[arg-type]
 
 
 class Reader:
