@@ -8,6 +8,7 @@ import select
 from typing import Any
 
 import psycopg
+import psycopg._queries
 from sqlalchemy import Connection, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import ExceptionContext
@@ -20,6 +21,13 @@ CONNECT_TIMEOUT = 5  # seconds to open a connection (libpq connect_timeout): a s
 CLIENT_CHECK_MS = 1000
 PREPARE_AFTER = 5  # uses of a statement on a connection before psycopg prepares it (its default; direct connections)
 _statement_timeout = 0.0  # seconds; 0 = no cap (see limit_statements)
+
+# psycopg converts a statement's placeholders once and keeps it (128 statements, least recent out) only when its
+# text is at most 4 KiB; a report's last statement is 5-7 KiB, so each report split it again (50-85 us). Our
+# statements are a fixed set, composed once (app.kernel.sql): keep them up to 64 KiB (bounded: 128 of them).
+QUERY_CACHE_BYTES = 64 * 1024
+assert hasattr(psycopg._queries, "MAX_CACHED_STATEMENT_LENGTH"), "psycopg renamed its statement-cache bound"
+psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = QUERY_CACHE_BYTES
 
 
 def limit_statements() -> None:
