@@ -51,6 +51,12 @@ class Errors(Answer):
 _encoder = msgspec.json.Encoder()
 
 
+def columns(row: Mapping[Any, Any], names: str) -> dict[str, Any]:
+    """The columns of a row named in `names` (space-separated), as read: the fields an answer copies unchanged,
+    given as `Answer(**columns(row, "a b c"), d=...)` beside the fields it computes."""
+    return {name: row[name] for name in names.split()}
+
+
 def encode(value: msgspec.Struct) -> bytes:
     return _encoder.encode(value)
 

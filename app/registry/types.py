@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar
 
 from msgspec import Meta, Struct
 
-from app.kernel.answers import Answer, Timestamp, iso
+from app.kernel.answers import Answer, Timestamp, columns, iso
 from app.kernel.urls import repo_path
 
 METADATA_WORDS = (
@@ -61,24 +61,13 @@ class PublicRepository(Answer):
 def public_repository(row: Mapping[str, Any]) -> PublicRepository:
     """What a JSON twin says about a repository: its public fields and its page's path."""
     return PublicRepository(
-        host=row["host"],
-        owner=row["owner"],
-        name=row["name"],
-        canonical_url=row["canonical_url"],
-        status=row["status"],
-        scan_count=row["scan_count"],
-        open_findings_count=row["open_findings_count"],
-        verified_findings_count=row["verified_findings_count"],
+        **columns(
+            row,
+            "host owner name canonical_url status scan_count open_findings_count verified_findings_count description"
+            " primary_language stars_count forks_count archived participation_mode listing_status default_branch",
+        ),
         last_scanned_at=iso(row["last_scanned_at"]),
-        description=row["description"],
-        primary_language=row["primary_language"],
-        stars_count=row["stars_count"],
-        forks_count=row["forks_count"],
-        archived=row["archived"],
-        participation_mode=row["participation_mode"],
-        listing_status=row["listing_status"],
         url=repo_path(row["host"], row["owner"], row["name"]),
-        default_branch=row["default_branch"],
         metadata=row["metadata_state"],
     )
 

@@ -5,15 +5,8 @@ this feature read them by key (the home page's recent reports in `app.site.route
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TypedDict
-
-
-def columns(row: Mapping[Any, Any], names: str) -> dict[str, Any]:
-    """The columns of a row named in `names` (space-separated), as read: the fields an answer copies unchanged,
-    given as `Answer(**columns(row, "a b c"), d=...)` beside the fields it computes."""
-    return {name: row[name] for name in names.split()}
+from typing import TypedDict
 
 
 class _Occurrence(TypedDict):

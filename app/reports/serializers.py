@@ -12,12 +12,12 @@ from urllib.parse import quote
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.kernel.answers import iso, uuid_text
+from app.kernel.answers import columns, iso, uuid_text
 from app.kernel.config import settings
 from app.reports.assimilation import Link
 from app.reports.held import EMBARGO
 from app.reports.policy import RepositoryRow
-from app.reports.rows import OCCURRENCE_COLUMNS, columns
+from app.reports.rows import OCCURRENCE_COLUMNS
 from app.reports.types import (
     Check,
     Confirmation,

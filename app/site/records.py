@@ -18,7 +18,7 @@ from app.infestations.memberships import list_repository_infestations
 from app.infestations.rows import RepositoryInfestation, as_answer
 from app.kernel import db
 from app.kernel.actors import Viewer, can_moderate, in_good_standing
-from app.kernel.answers import UNSET, iso
+from app.kernel.answers import UNSET, columns, iso
 from app.kernel.errors import NotFound
 from app.kernel.refs import ref_slug
 from app.kernel.shared_cache import occurrence_tag, pattern_tag, repository_tag
@@ -45,7 +45,7 @@ from app.registry.types import public_repository
 from app.reports.embargo import DisclosureAnswer
 from app.reports.models import REVIEW_STATUS_WORDS
 from app.reports.queries import get_finding, list_repository_reports, newest_public_occurrence
-from app.reports.rows import OCCURRENCE_COLUMNS, FindingRow, ReportFindingRow, RepositoryReport, columns
+from app.reports.rows import OCCURRENCE_COLUMNS, FindingRow, ReportFindingRow, RepositoryReport
 from app.reports.serializers import finding_detail
 from app.site.burden import burden_of
 from app.site.types import (
