@@ -137,7 +137,7 @@ def planned_reports(args: argparse.Namespace) -> int:
     while rate <= args.max_rate:
         rates.append(rate)
         rate = round(rate * args.factor)
-    curve = sum(rates) * args.step_seconds * len(args.configs)
+    curve = (sum(rates) + (max(rates) if args.cold_start else 0)) * args.step_seconds * len(args.configs)
     if args.profile:
         profiles = args.profile * (10 + args.step_seconds) * len(args.trees)
         return int(profiles + (curve if args.curve else 0)) + 1
@@ -522,12 +522,46 @@ def run_config(
             if row["knee"] and (step.achieved < 0.9 * rate or (len(steps) > 1 and steps[-2]["knee"])):
                 break
             rate = round(rate * args.factor)
-        return {"web": web, "workers": workers, "web_mode": "serve --workers" if len(bases) < web else "processes",
-                "steps": steps}  # fmt: skip
+        mode = "serve --workers" if len(bases) < web else "processes"
+        result: dict[str, Any] = {"web": web, "workers": workers, "web_mode": mode, "steps": steps}
+        held = [s["target"] for s in steps if not s["knee"]]
+        if args.cold_start and held:
+            sent = (tokens, repos, seq, commits)
+            result["cold"] = cold_step(
+                env, dsn, postmaster, web, workers, procs, bench_backends, cwd, forge, sent, max(held), args
+            )
+        return result
     finally:
         bench_backends.stop()
         for proc in procs:
             stop(proc)
+
+
+def cold_step(
+    env: dict[str, str],
+    dsn: str,
+    postmaster: int,
+    web: int,
+    workers: int,
+    procs: list[subprocess.Popen[bytes]],
+    bench_backends: BenchBackends,
+    cwd: Path,
+    forge: Forge | None,
+    sent: tuple[list[str], list[tuple[str, str, str]], list[int], Commits | None],
+    rate: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """`--cold-start`: the configuration's web and worker processes stopped and started anew (each answers once its
+    pools are open), then one step at its capacity's rate at once: what a deploy or a crash costs. The database and
+    the forge caches stay as the curve left them (a restart does not empty them)."""
+    for proc in procs:
+        stop(proc)
+    procs.clear()
+    tokens, repos, seq, commits = sent
+    bases, cpu = start_processes(env, dsn, postmaster, web, workers, procs, bench_backends, cwd, forge, settle=0)
+    row = uvloop.run(run_step(bases, tokens, repos, rate, args.step_seconds, dsn, seq, cpu, commits)).row()
+    print(f"  {web} web x {workers} workers, cold start @ {rate:.0f}/s: {json.dumps(row)}", flush=True)
+    return row
 
 
 def start_processes(
@@ -540,6 +574,7 @@ def start_processes(
     bench_backends: BenchBackends,
     cwd: Path = ROOT,
     forge: Forge | None = None,
+    settle: float = 2,
 ) -> tuple[list[str], Callable[[], dict[str, float]]]:
     """Web processes and workers running `cwd`'s tree: their base URLs and the CPU meter of a step (seconds so far
     by kind: web, workers, Postgres less the bench's own backends, those backends, this process, and with the gate
@@ -561,7 +596,7 @@ def start_processes(
             **({"forge": cpu_seconds(forge.proc.pid)} if forge else {}),
         }
 
-    time.sleep(2)
+    time.sleep(settle)
     return bases, cpu
 
 
@@ -955,6 +990,13 @@ def render(r: dict[str, Any], command: str, step_seconds: float) -> str:
                 f"{fmt(s['request_p95_ms'])} | {st.get('429', 0)}/{st.get('503', 0)}/{other} | {per_report} | {bench} | "
                 f"{s['knee'] or ''} |"
             )
+    for c in r["configs"]:
+        if "cold" in c:
+            s = c["cold"]
+            lines += ["", f"Cold start ({c['web']} x {c['workers']}: the processes started anew, then at once "
+                      f"{s['target']:,.0f}/s): {s['achieved']:,.1f}/s achieved, request p50 / p95 "
+                      f"{fmt(s['request_p50_ms'])} / {fmt(s['request_p95_ms'])} ms, lag p95 {fmt(s['lag_p95_ms'])} ms, "
+                      f"{s['skipped']} skipped{'; ' + s['knee'] if s['knee'] else ''}."]  # fmt: skip
     kept = kept_notes(GATE_HEADING if gate else HEADING)
     return "\n".join(lines) + (f"\n\n{kept}" if kept else "")
 
@@ -994,6 +1036,10 @@ def main() -> int:
         "--unix-socket", action="store_true", help="web and workers reach Postgres over its Unix socket, not TCP"
     )
     parser.add_argument("--rerender", metavar="COMMAND", help="with --profile: write bench/out's last results again")
+    parser.add_argument(
+        "--cold-start", action="store_true",
+        help="after each curve, restart its processes and hold its capacity's rate at once for one step",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.profile:
         command = args.rerender or " ".join(["python -m bench.capacity_bench", *sys.argv[1:]])
