@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import os
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -89,8 +90,34 @@ class Settings:
     export_dir: str
 
 
+# every variable `_read_settings` reads: the cache's key (tests/kernel/test_config.py checks the list is whole)
+SETTINGS_ENV = (
+    "BASE_URL", "BODY_BUDGET_SECONDS", "DATABASE_REPLICA_MAX_LAG", "DATABASE_REPLICA_URL", "DATABASE_URL",
+    "DB_POOL_SIZE", "DB_POOL_TIMEOUT", "DB_STATEMENT_TIMEOUT", "EXPORT_DIR", "INFESTATIONS_CLAIM_SECONDS",
+    "INFESTATIONS_HOT_KEY_INTERVAL", "INFESTATIONS_SHADOW_PERIOD_MINUTES", "INFESTATIONS_SHADOW_RECHECK_SECONDS",
+    "INFESTATIONS_SHADOW_SAMPLE", "REDIS_URL", "REFUSED_PER_MINUTE", "REGISTRY_STATS_TTL", "REQUEST_BODY_LIMIT",
+    "SECRET_KEY", "SITEMAP_CACHE_TTL", "SITEMAP_INDEX_THRESHOLD", "SITEMAP_MAX_URLS",
+)  # fmt: skip
+# os.environ's own table (bytes on POSIX): a look-up there skips the encode and decode of `os.environ.get`, a
+# microsecond a variable; every change made through os.environ (an operator's, a test's monkeypatch) lands in it
+_RAW_ENVIRON: Mapping[bytes, bytes] | None = getattr(os.environ, "_data", None) if os.name == "posix" else None
+_RAW_KEYS = tuple(os.fsencode(name) for name in SETTINGS_ENV)
+
+
 def settings() -> Settings:
-    """Current settings. Cheap; read at call time so tests and operators can change the environment."""
+    """Current settings, read at call time so tests and operators can change the environment; parsed once per
+    distinct set of values (a report asks five times: 22 us a parse, 2 us a look-up)."""
+    if _RAW_ENVIRON is not None:
+        return _parsed(tuple(map(_RAW_ENVIRON.get, _RAW_KEYS)))
+    return _parsed(tuple(map(os.environ.get, SETTINGS_ENV)))
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(_values: tuple[bytes | str | None, ...]) -> Settings:
+    return _read_settings()  # an invalid value raises, and is not kept
+
+
+def _read_settings() -> Settings:
     database_url = os.environ.get("DATABASE_URL", "")
     if not database_url:
         raise ConfigError("DATABASE_URL is not set (./run starts an embedded Postgres when it is absent)")
