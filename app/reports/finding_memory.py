@@ -21,7 +21,10 @@ EMPTY_PATTERN_KEY = hashlib.sha256(b"").hexdigest()
 
 
 def _lower(value: str) -> str:
-    # character by character: Elixir's String.downcase has no final-sigma rule, Python's str.lower does
+    # Elixir's String.downcase has no final-sigma rule, Python's str.lower does (its only context-dependent
+    # mapping): a title with a capital sigma goes character by character, any other at C speed
+    if "\u03a3" not in value:
+        return value.lower()
     return "".join(c.lower() for c in value)
 
 
