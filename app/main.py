@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,14 +16,13 @@ from starlette.routing import BaseRoute, Match, Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from app.kernel import db, metrics, outages, urls, watchdog
+from app.kernel import db, heap, metrics, outages, urls, watchdog
 from app.kernel.errors import BadRequest, DomainError, NotFound
 from app.kernel.templating import ROOT
 from app.kernel.web import error_response, unavailable_response
 from app.record.rendered import PageRoute
 
 logger = logging.getLogger(__name__)
-GC_YOUNG_THRESHOLD = 7000  # allocations between young collections (Python's default: 700)
 
 
 def _routes() -> list[BaseRoute]:
@@ -118,14 +116,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     db.limit_statements()  # the server's statements are capped (DB_STATEMENT_TIMEOUT, docs/reliability.md)
     await db.warm_pools()  # answers only once its connections are open (docs/scaling.md "A process answers warm")
     watchdog.start()  # event-loop lag on /metrics, and a line naming the route of any stall
-    # The ~140,000 objects of the imported code live as long as the process: out of the collector's sight, a full
-    # collection no longer walks them (it stopped every request for 80-250 ms a few times a minute under load,
-    # the public pages' p99: docs/benchmarks.md "Public pages")
-    gc.collect()
-    gc.freeze()
-    # A young collection walks the objects of the requests in flight whatever their number, and every tenth
-    # one the older generation too: ten times fewer walks, each about as long (a miss render 15-20 % cheaper)
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    heap.settle()  # the imported code out of the collector's sight; fewer young collections
     yield
     await watchdog.stop()
     from app.forge import http as forge_http

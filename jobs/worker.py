@@ -25,7 +25,7 @@ from app.exports import service as exports
 from app.feed.entries import rendered_entry
 from app.forge import http as forge_http
 from app.infestations import dirty_queue, maintenance, shadow_sampler
-from app.kernel import db, outages, watchdog
+from app.kernel import db, heap, outages, watchdog
 from app.kernel.config import ConfigError, settings
 from app.kernel.logs import configure_logging
 from app.kernel.metrics import WORKER_RECONNECTS, start_metrics_server
@@ -277,6 +277,10 @@ async def startup(ctx: dict[str, Any]) -> None:
         log.info("rollup worker %s reconnected to Redis", ctx["worker_id"])
     else:
         ctx["worker_id"] = leases.new_worker_id()
+        # as a web process does (app.main.lifespan): the first drains of a worker started into a burst find their
+        # connections open, and the collector no longer walks the imported code (docs/scaling.md)
+        await db.warm_pools()
+        heap.settle()
         log.info("rollup worker %s started", ctx["worker_id"])
     try:
         await enqueue_drain(redis=ctx.get("redis"))
