@@ -308,7 +308,10 @@ def _size(files: dict[str, bytes | None]) -> int:
 
 
 MEMO_SECONDS = 60.0
-_memo = _Memo(8 * 1024 * 1024)
+# A 1,000-line file's digests are 32 kB: 48 MiB keeps five such files for each of ~300 runs at once (the capacity
+# bench's 200 commits, round-robin, over-ran 8 MiB and read the caches at every report: docs/benchmarks.md)
+MEMO_BYTES = 48 * 1024 * 1024
+_memo = _Memo(MEMO_BYTES)
 
 
 async def _write_cache(repository_id: int, commit_sha: str, known: _Commit) -> None:

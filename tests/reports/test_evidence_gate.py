@@ -227,3 +227,27 @@ async def test_with_the_gate_off_nothing_asks_the_forge_and_findings_are_uncheck
     assert answer.status_code == 201, answer.text
     assert answer.json()["findings"][0]["evidence"]["state"] == "unchecked"
     assert forge.requests() == []
+
+
+def test_the_memo_holds_two_hundred_runs_of_five_files_of_a_thousand_lines_and_drops_the_least_recent() -> None:
+    """Many agents' runs at once (the capacity bench's 200 commits, reports round-robin): each commit's files stay
+    remembered between its reports; past the budget the least recently used commit goes first."""
+    from app.reports import evidence as ev
+
+    digests = line_digests(b"".join(b"x = %d\n" % i for i in range(1000)))
+    memo = ev._Memo(ev.MEMO_BYTES)
+    paths = [f"cap/file_{i}.py" for i in range(5)]
+
+    def run(k: int) -> tuple[str, ...]:
+        return ("github.com", "acme", f"repo-{k}", f"{k:040x}")
+
+    for turn in range(2):
+        for k in range(200):
+            assert (memo.recall(run(k), paths) is not None) == (turn == 1)
+            known = ev._Commit("confirmed", WHEN, files={p: ev._File(True, digests) for p in paths})
+            memo.keep(run(k), k, known)
+    k = 200
+    while memo.recall(run(0), paths) is not None:
+        memo.keep(run(k), k, ev._Commit("confirmed", WHEN, files={p: ev._File(True, digests) for p in paths}))
+        k += 1
+    assert memo.recall(run(1), paths) is not None and memo.bytes <= ev.MEMO_BYTES
