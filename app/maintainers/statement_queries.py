@@ -138,18 +138,24 @@ _CURRENT_BY_CANONICAL_IDS = compiled(_current_by_canonical_ids())
 _CURRENT_BY_OCCURRENCES = compiled(_current_by_occurrences())
 
 
-async def current_by_canonical_ids(canonical_ids: Iterable[int]) -> dict[int, StatementView]:
-    """The current statement of each of these canonical findings that has one, by canonical id."""
+async def current_by_canonical_ids(
+    canonical_ids: Iterable[int], *, read: db.Reader | None = None
+) -> dict[int, StatementView]:
+    """The current statement of each of these canonical findings that has one, by canonical id (on `read` when
+    given: a page's reads share one connection)."""
     ids = sorted(set(canonical_ids))
     if not ids:
         return {}
-    async with db.reader() as read:
+    if read is None:
+        async with db.reader() as read:
+            rows = await read.rows(_CURRENT_BY_CANONICAL_IDS, {"ids": ids})
+    else:
         rows = await read.rows(_CURRENT_BY_CANONICAL_IDS, {"ids": ids})
     return {int(row[-1]): view_of(row) for row in rows}
 
 
-async def current_statement(canonical_id: int) -> StatementView | None:
-    return (await current_by_canonical_ids([canonical_id])).get(canonical_id)
+async def current_statement(canonical_id: int, *, read: db.Reader | None = None) -> StatementView | None:
+    return (await current_by_canonical_ids([canonical_id], read=read)).get(canonical_id)
 
 
 async def current_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[str, StatementView]:

@@ -80,6 +80,11 @@ def _entries(value: Any) -> list[Observation]:
     return [observation(e) for e in stored_entries(value)]
 
 
+def ledger_of(stored: Any) -> list[Observation]:
+    """A canonical's ledger from its `observations` column read with other columns (None: no canonical)."""
+    return _entries(stored)
+
+
 _LEDGER = text("SELECT observations FROM canonical_findings WHERE id = :id")
 _LATEST = text(
     "SELECT f.public_id, c.observations -> 0 AS latest FROM scan_findings f "

@@ -44,7 +44,7 @@ from app.registry.queries import RegisteredRepository
 from app.registry.types import public_repository
 from app.reports.embargo import DisclosureAnswer
 from app.reports.models import REVIEW_STATUS_WORDS
-from app.reports.queries import get_finding, list_repository_reports, newest_public_occurrence
+from app.reports.queries import get_finding, list_repository_reports, newest_public_occurrence, read_finding
 from app.reports.rows import OCCURRENCE_COLUMNS, FindingRow, ReportFindingRow, RepositoryReport
 from app.reports.serializers import finding_detail
 from app.site.burden import burden_of
@@ -186,8 +186,14 @@ def _tombstone(request: Request, public_id: str, withdrawn_at: datetime, reason:
 async def finding_page(request: Request) -> Response:
     public_id = _parse_public_id(request.path_params["ref"])
     viewer = await viewer_for(request)
-    finding = await get_finding(public_id, viewer=viewer) if public_id is not None else None
-    if finding is None and public_id is not None:
+    found, statement = None, None
+    if public_id is not None:
+        # the page's reads on one connection: the finding, its checks and ledger (one statement), its statement
+        async with db.reader() as read:
+            found = await read_finding(read, public_id, viewer=viewer)
+            canonical_id = None if found is None else found[0]["canonical_id"]
+            statement = None if canonical_id is None else await current_statement(canonical_id, read=read)
+    if found is None and public_id is not None:
         # a canonical finding's id (what checks and statements take): its newest public occurrence
         occurrence = await newest_public_occurrence(public_id)
         if occurrence is not None:
@@ -198,14 +204,13 @@ async def finding_page(request: Request) -> Response:
             withdrawn = await withdrawn_finding(session, public_id)
         if withdrawn is not None:
             return _tombstone(request, str(public_id), *withdrawn)
-    if finding is None:
+    if found is None:
         raise NotFound({"finding": ["not found"]}, message="No public finding is recorded at this address.")
-    statement = await current_statement(finding["canonical_id"]) if finding["canonical_id"] is not None else None
+    finding, ledger = found[0], observations.ledger_of(found[1])
     if wants_json(request):
-        ledger = await observations.ledger(finding["canonical_id"])
         record = _finding_record(finding, statement, ledger, await finding_disclosure(finding["canonical_id"]))
         return json_twin(record, cache=cache_for(viewer), tags=finding_tags(finding))
-    return await render_finding(request, viewer, finding, statement)
+    return await render_finding(request, viewer, finding, statement, ledger=ledger)
 
 
 async def load_finding(request: Request, raw: str) -> tuple[Viewer, FindingRow | None]:
@@ -223,10 +228,13 @@ async def render_finding(
     *,
     form: StatementForm | None = None,
     status_code: int = 200,
+    ledger: list[Observation] | None = None,
 ) -> Response:
     """The finding page. A signed-in maintainer of its repository (in good standing) gets the statement form and a
     moderator every statement with the hide/show form: such a page is `private, no-store`. `form` holds what was
-    typed and the errors of a refused statement."""
+    typed and the errors of a refused statement; `ledger`, the finding's observations when already read."""
+    if ledger is None:
+        ledger = await observations.ledger(finding["canonical_id"])
     context: dict[str, Any] = {
         "finding": finding,
         "statement": statement,
@@ -235,7 +243,7 @@ async def render_finding(
         "vex_statuses": VEX_STATUSES,
         "vex_justifications": VEX_JUSTIFICATIONS,
         "statement_max_text": MAX_TEXT,
-        "observed": [observations.words(e) for e in await observations.ledger(finding["canonical_id"])],
+        "observed": [observations.words(e) for e in ledger],
     }
     cache = cache_for(viewer)
     account = await current_account(request) if viewer.account_id is not None else None

@@ -6,17 +6,21 @@ import uuid
 from datetime import timedelta
 
 import httpx
+import pytest
 from sqlalchemy import text as sql
 
 from app.accounts.models import Account
 from app.kernel import db
 from app.kernel.db import utcnow
 from app.registry.models import Repository
+from app.reports import queries
+from app.reports.checks import record_check
 from app.reports.models import CanonicalFinding, ScanFinding
 from e2e.seed import HOSTILE_NAME, HOSTILE_TITLE, occurrence_public_ids, project, seed_pattern
 from e2e.soup import attr, attrs, maybe, one, soup, text
 from tests import factories
-from tests.sql import execute
+from tests.reports.support import check_body, reviewer
+from tests.sql import execute, rows
 
 
 async def public_id(occurrence: ScanFinding) -> str:
@@ -223,3 +227,34 @@ async def test_a_canonical_id_redirects_to_its_newest_public_occurrence(client: 
     # none public: 404, as for any unknown id
     await execute("UPDATE scans SET visibility = 'restricted' WHERE repository_id = :id", id=repo.id)
     assert (await client.get(f"/findings/{canonical_id}")).status_code == 404
+
+
+async def test_finding_page_lists_its_checks_newest_first_up_to_the_cap(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seeded = await seed_pattern("Path traversal in upload", repos=1)
+    occurrence = seeded.occurrence_ids[0]
+    twin = (await client.get(f"/findings/{occurrence}.json")).json()
+    canonical, sha = twin["finding"]["canonical_public_id"], twin["finding"]["commit_sha"]
+    bodies = [check_body(commit_sha=sha, verdict=verdict) for verdict in ("confirmed", "disputed", "fixed")]
+    for body in bodies:
+        await record_check(await reviewer(), canonical, body)
+    stored = await rows(
+        "SELECT k.verdict, k.provenance, k.commit_sha, k.inserted_at FROM canonical_finding_checks k"
+        " JOIN canonical_findings c ON c.id = k.canonical_finding_id WHERE c.public_id = CAST(:id AS uuid)"
+        " ORDER BY k.inserted_at DESC, k.id DESC",
+        id=canonical,
+    )
+    assert len(stored) == 3
+    twin = (await client.get(f"/findings/{occurrence}.json")).json()
+    assert [(c["verdict"], c["provenance"], c["commit_sha"], c["inserted_at"]) for c in twin["checks"]] == [
+        (s["verdict"], s["provenance"], s["commit_sha"], s["inserted_at"].isoformat()) for s in stored
+    ]
+    page = soup(await client.get(f"/findings/{occurrence}"))
+    cells = [[td.get_text(strip=True) for td in tr.select("td")] for tr in page.select("#finding-checks tbody tr")]
+    assert cells == [
+        [s["verdict"], s["provenance"], s["commit_sha"][:7], f"{s['inserted_at']:%Y-%m-%d}"] for s in stored
+    ]
+    monkeypatch.setattr(queries, "CHECKS_PER_FINDING_MAX", 2)
+    twin = (await client.get(f"/findings/{occurrence}.json")).json()
+    assert [c["inserted_at"] for c in twin["checks"]] == [s["inserted_at"].isoformat() for s in stored[:2]]
