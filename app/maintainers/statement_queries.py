@@ -158,13 +158,13 @@ async def current_statement(canonical_id: int, *, read: db.Reader | None = None)
     return (await current_by_canonical_ids([canonical_id], read=read)).get(canonical_id)
 
 
-async def current_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[str, StatementView]:
-    """The current statement of each occurrence's canonical finding, by the occurrence's public id (text)."""
+async def current_by_occurrences(read: db.Reader, public_ids: Iterable[uuid.UUID | str]) -> dict[str, StatementView]:
+    """The current statement of each occurrence's canonical finding, by the occurrence's public id (text), on the
+    page's open read."""
     ids = sorted({str(i) for i in public_ids})
     if not ids:
         return {}
-    async with db.reader() as read:
-        rows = await read.rows(_CURRENT_BY_OCCURRENCES, {"ids": [uuid.UUID(i) for i in ids]})
+    rows = await read.rows(_CURRENT_BY_OCCURRENCES, {"ids": [uuid.UUID(i) for i in ids]})
     return {str(row[-1]): view_of(row) for row in rows}
 
 

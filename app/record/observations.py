@@ -119,13 +119,13 @@ async def ledger(canonical_id: int | None) -> list[Observation]:
     return _entries(found[0][0] if found else None)
 
 
-async def latest_by_occurrences(public_ids: Iterable[uuid.UUID | str]) -> dict[str, Observation]:
-    """The newest observation of each occurrence's canonical, by occurrence public id (str)."""
+async def latest_by_occurrences(read: db.Reader, public_ids: Iterable[uuid.UUID | str]) -> dict[str, Observation]:
+    """The newest observation of each occurrence's canonical, by occurrence public id (str), on the page's open
+    read."""
     ids = sorted({str(p) for p in public_ids})
     if not ids:
         return {}
-    async with db.reader() as read:
-        rows = await read.rows(_LATEST, {"ids": ids})
+    rows = await read.rows(_LATEST, {"ids": ids})
     return {str(r.public_id): e[0] for r in rows if (e := _entries([r.latest]))}
 
 

@@ -114,9 +114,10 @@ def _checks(row: dict[str, typing.Any]) -> list[CheckRow]:
 
 
 async def list_repository_reports(
-    repository_id: int, listing_status: str, *, viewer: Viewer = ANONYMOUS, limit: int = 20
+    read: db.Reader, repository_id: int, listing_status: str, *, viewer: Viewer = ANONYMOUS, limit: int = 20
 ) -> list[RepositoryReport]:
-    """Newest reports of one repository that `viewer` may see; full ones carry their findings (capped)."""
+    """Newest reports of one repository that `viewer` may see; full ones carry their findings (capped). On the
+    page's open read."""
     limit = max(1, min(limit, REPORTS_PER_REPOSITORY_MAX))
     params = {
         "repository_id": repository_id,
@@ -124,17 +125,16 @@ async def list_repository_reports(
         "unpublished": viewer.privileged,
         "limit": limit,
     }
-    async with db.reader() as read:
-        reports: list[RepositoryReport] = []
-        for row in await read.maps(_REPOSITORY_REPORTS, params):
-            access = report_access(viewer, listing_status=listing_status, visibility=row["visibility"])
-            if access != "hidden":
-                reports.append(typing.cast(RepositoryReport, {**row, "access": access, "findings": []}))
-        full = {r["id"]: r for r in reports if r["access"] == "full"}
-        if full:
-            params = {"scan_ids": list(full), "limit": FINDINGS_PER_PAGE_MAX, "unpublished": viewer.privileged}
-            for finding in await read.maps(_FINDINGS_OF_REPORTS, params):
-                full[finding["scan_id"]]["findings"].append(typing.cast(ReportFindingRow, finding))
+    reports: list[RepositoryReport] = []
+    for row in await read.maps(_REPOSITORY_REPORTS, params):
+        access = report_access(viewer, listing_status=listing_status, visibility=row["visibility"])
+        if access != "hidden":
+            reports.append(typing.cast(RepositoryReport, {**row, "access": access, "findings": []}))
+    full = {r["id"]: r for r in reports if r["access"] == "full"}
+    if full:
+        params = {"scan_ids": list(full), "limit": FINDINGS_PER_PAGE_MAX, "unpublished": viewer.privileged}
+        for finding in await read.maps(_FINDINGS_OF_REPORTS, params):
+            full[finding["scan_id"]]["findings"].append(typing.cast(ReportFindingRow, finding))
     return reports
 
 

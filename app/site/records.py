@@ -89,13 +89,16 @@ async def repository_page(request: Request) -> Response:
         repository = await _visible_repository(viewer, host, owner, name)
     if repository is None:
         raise NotFound({"repository": ["not found"]}, message="No repository is recorded at this address.")
-    reports = await list_repository_reports(
-        repository["id"], repository["listing_status"], viewer=viewer, limit=REPOSITORY_REPORTS
-    )
+    async with db.reader() as read:  # the reads of this page's features that take an open read share it
+        reports = await list_repository_reports(
+            read, repository["id"], repository["listing_status"], viewer=viewer, limit=REPOSITORY_REPORTS
+        )
+        shown = [f["public_id"] for r in reports for f in r["findings"]]
+        # the maintainers' voice beside each finding: its current statement (a hidden one is gone at once)
+        statements = await current_by_occurrences(read, shown)
+        # each finding's newest observation: the twin's alone (the page does not show it)
+        observed = await observations.latest_by_occurrences(read, shown) if as_json else {}
     infestations = await list_repository_infestations(repository["id"], limit=REPOSITORY_INFESTATIONS)
-    # the maintainers' voice beside each finding: its current statement (a hidden one is gone at once)
-    statements = await current_by_occurrences(f["public_id"] for r in reports for f in r["findings"])
-    observed = await observations.latest_by_occurrences(f["public_id"] for r in reports for f in r["findings"])
     maintainers = await current_maintainers(repository["id"])
     burden = await burden_of(repository["id"])
     # the stub of its findings under coordinated disclosure: severity and dates only
