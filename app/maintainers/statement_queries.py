@@ -81,9 +81,10 @@ def view_of(row: Any) -> StatementView:
     )
 
 
-def _statements() -> Select[*tuple[Any, ...]]:
+def _statements(*columns: ColumnElement[Any]) -> Select[*tuple[Any, ...]]:
+    """Statements with their canonical and author: `_COLUMNS`, or these columns in their place."""
     return (
-        select(*_COLUMNS)
+        select(*(columns or _COLUMNS))
         .select_from(FindingStatement)
         .join(CanonicalFinding, CanonicalFinding.id == FindingStatement.canonical_finding_id)
         .outerjoin(Account, Account.id == FindingStatement.author_id)
@@ -133,29 +134,39 @@ def _current_by_occurrences() -> Select[*tuple[Any, ...]]:
     )
 
 
+STATEMENT_COLUMNS = tuple(f"statement_{n}" for n in range(len(_COLUMNS)))
+
+
+def current_statement_row(canonical_id: ColumnElement[Any]) -> Select[*tuple[Any, ...]]:
+    """The current statement of `canonical_id` (a column of an enclosing statement: a LATERAL beside a page's own
+    row), its columns named `STATEMENT_COLUMNS` (`view_of` reads them in order)."""
+    labelled = (column.label(name) for column, name in zip(_COLUMNS, STATEMENT_COLUMNS, strict=True))
+    return _statements(*labelled).where(FindingStatement.canonical_finding_id == canonical_id, current_of(canonical_id))
+
+
+def statement_in(row: dict[str, Any]) -> StatementView | None:
+    """The statement `current_statement_row` added to `row` (its columns taken out), None when it has none."""
+    values = [row.pop(name) for name in STATEMENT_COLUMNS]
+    return None if values[0] is None else view_of(values)
+
+
 # compiled once: building the statement was a third of a finding page's CPU when the render cache misses (issue 39)
 _CURRENT_BY_CANONICAL_IDS = compiled(_current_by_canonical_ids())
 _CURRENT_BY_OCCURRENCES = compiled(_current_by_occurrences())
 
 
-async def current_by_canonical_ids(
-    canonical_ids: Iterable[int], *, read: db.Reader | None = None
-) -> dict[int, StatementView]:
-    """The current statement of each of these canonical findings that has one, by canonical id (on `read` when
-    given: a page's reads share one connection)."""
+async def current_by_canonical_ids(canonical_ids: Iterable[int]) -> dict[int, StatementView]:
+    """The current statement of each of these canonical findings that has one, by canonical id."""
     ids = sorted(set(canonical_ids))
     if not ids:
         return {}
-    if read is None:
-        async with db.reader() as read:
-            rows = await read.rows(_CURRENT_BY_CANONICAL_IDS, {"ids": ids})
-    else:
+    async with db.reader() as read:
         rows = await read.rows(_CURRENT_BY_CANONICAL_IDS, {"ids": ids})
     return {int(row[-1]): view_of(row) for row in rows}
 
 
-async def current_statement(canonical_id: int, *, read: db.Reader | None = None) -> StatementView | None:
-    return (await current_by_canonical_ids([canonical_id], read=read)).get(canonical_id)
+async def current_statement(canonical_id: int) -> StatementView | None:
+    return (await current_by_canonical_ids([canonical_id])).get(canonical_id)
 
 
 async def current_by_occurrences(read: db.Reader, public_ids: Iterable[uuid.UUID | str]) -> dict[str, StatementView]:

@@ -9,7 +9,7 @@ from sqlalchemy import ARRAY, Boolean, Text, and_, any_, bindparam, cast, or_, s
 
 from app.kernel import db
 from app.kernel.actors import ANONYMOUS, Viewer
-from app.kernel.sql import compiled
+from app.kernel.sql import Fragment, compiled
 from app.record.public import listed_repository, public_occurrence, published_scan
 from app.record.visibility import report_access, visible_visibilities
 from app.registry.models import Repository
@@ -70,9 +70,10 @@ _RECENT_REPORTS = compiled(
     .limit(bindparam("limit"))
 )
 
-# One finding page's rows in one statement (issue 39: each statement costs the web process about 0.13 ms of CPU):
-# the occurrence, its canonical's newest checks as one array per column (`_checks`) and its observation ledger.
-_FINDING = text("""
+# A finding page's rows in one statement (issue 39: each statement costs the web process about 0.13 ms of CPU):
+# the occurrence, its canonical's newest checks as one array per column (`_checks`) and its observation ledger;
+# the finding page adds its statement (app.site.records). Read with `finding_params`, judged by `finding_of`.
+FINDING = Fragment("""
 SELECT f.id, f.public_id, f.title, f.severity, f.file_path, f.line_start, f.line_end, f.description,
        f.disposition, f.inserted_at,
        s.id AS scan_id, s.commit_sha, s.visibility, s.model, s.provenance, s.inserted_at AS reported_at,
@@ -101,6 +102,7 @@ LEFT JOIN LATERAL (
 ) k ON TRUE
 WHERE f.public_id = :public_id
 """)
+_FINDING = FINDING.statement()
 _CHECK_ARRAYS = ("verdicts", "provenances", "commit_shas", "checked_at")
 
 
@@ -156,17 +158,18 @@ async def get_finding(public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS) -> Fi
     """One finding occurrence with its canonical status and checks, or None when `viewer` may not see it in
     full (restricted or summary-only report, quarantined repository) or it does not exist."""
     async with db.reader() as read:
-        found = await read_finding(read, public_id, viewer=viewer)
-    return None if found is None else found[0]
+        found = await read.maps(_FINDING, finding_params(public_id))
+    judged = finding_of(found[0] if found else None, viewer)
+    return None if judged is None else judged[0]
 
 
-async def read_finding(
-    read: db.Reader, public_id: uuid.UUID, *, viewer: Viewer = ANONYMOUS
-) -> tuple[FindingRow, typing.Any] | None:
-    """`get_finding` on an open read, with its canonical's observation ledger as stored (None without a canonical;
-    `app.record.observations.ledger_of` reads it): the finding page's reads in one statement."""
-    found = await read.maps(_FINDING, {"public_id": public_id, "limit": CHECKS_PER_FINDING_MAX})
-    row = found[0] if found else None
+def finding_params(public_id: uuid.UUID) -> dict[str, typing.Any]:
+    return {"public_id": public_id, "limit": CHECKS_PER_FINDING_MAX}
+
+
+def finding_of(row: dict[str, typing.Any] | None, viewer: Viewer) -> tuple[FindingRow, typing.Any] | None:
+    """`FINDING`'s row as the finding `viewer` may see in full (None: they may not, or there is none), and its
+    canonical's observation ledger as stored (`app.record.observations.ledger_of` reads it)."""
     if row is None:
         return None
     access = report_access(

@@ -16,7 +16,7 @@ from app.accounts.viewer import viewer_for
 from app.disclosure.ledger import finding_disclosure, html_time, repository_disclosures
 from app.infestations.memberships import list_repository_infestations
 from app.infestations.rows import RepositoryInfestation, as_answer
-from app.kernel import db
+from app.kernel import db, sql
 from app.kernel.actors import Viewer, can_moderate, in_good_standing
 from app.kernel.answers import UNSET, columns, iso
 from app.kernel.errors import NotFound
@@ -29,7 +29,8 @@ from app.maintainers.queries import current_maintainers, is_current_maintainer
 from app.maintainers.statement_queries import (
     StatementView,
     current_by_occurrences,
-    current_statement,
+    current_statement_row,
+    statement_in,
     statements_of,
 )
 from app.maintainers.statement_types import maintainer_statement, repository_maintainers
@@ -44,7 +45,14 @@ from app.registry.queries import RegisteredRepository
 from app.registry.types import public_repository
 from app.reports.embargo import DisclosureAnswer
 from app.reports.models import REVIEW_STATUS_WORDS
-from app.reports.queries import get_finding, list_repository_reports, newest_public_occurrence, read_finding
+from app.reports.queries import (
+    FINDING,
+    finding_of,
+    finding_params,
+    get_finding,
+    list_repository_reports,
+    newest_public_occurrence,
+)
 from app.reports.rows import OCCURRENCE_COLUMNS, FindingRow, ReportFindingRow, RepositoryReport
 from app.reports.serializers import finding_detail
 from app.site.burden import burden_of
@@ -59,6 +67,12 @@ from app.site.types import (
 
 REPOSITORY_REPORTS = 20
 REPOSITORY_INFESTATIONS = 50
+# a finding page's reads in one statement: the finding, its checks and ledger (`FINDING`) and its current statement
+_FINDING_PAGE = sql.statement(
+    "SELECT finding.*, said.* FROM ({finding}) AS finding LEFT JOIN LATERAL ({said}) AS said ON TRUE",
+    finding=FINDING,
+    said=current_statement_row(sql.outer("finding.canonical_id")),
+)
 
 
 class StatementForm(TypedDict):
@@ -191,11 +205,11 @@ async def finding_page(request: Request) -> Response:
     viewer = await viewer_for(request)
     found, statement = None, None
     if public_id is not None:
-        # the page's reads on one connection: the finding, its checks and ledger (one statement), its statement
-        async with db.reader() as read:
-            found = await read_finding(read, public_id, viewer=viewer)
-            canonical_id = None if found is None else found[0]["canonical_id"]
-            statement = None if canonical_id is None else await current_statement(canonical_id, read=read)
+        async with db.reader() as read:  # one statement: the finding, its checks, ledger and statement
+            rows = await read.maps(_FINDING_PAGE, finding_params(public_id))
+        if rows:
+            statement = statement_in(rows[0])
+            found = finding_of(rows[0], viewer)
     if found is None and public_id is not None:
         # a canonical finding's id (what checks and statements take): its newest public occurrence
         occurrence = await newest_public_occurrence(public_id)
