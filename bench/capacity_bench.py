@@ -137,7 +137,8 @@ def planned_reports(args: argparse.Namespace) -> int:
     while rate <= args.max_rate:
         rates.append(rate)
         rate = round(rate * args.factor)
-    curve = (sum(rates) + (max(rates) if args.cold_start else 0)) * args.step_seconds * len(args.configs)
+    cold = max(args.cold_rate or 0, *rates) if args.cold_start else 0
+    curve = (sum(rates) + cold) * args.step_seconds * len(args.configs)
     if args.profile:
         profiles = args.profile * (10 + args.step_seconds) * len(args.trees)
         return int(profiles + (curve if args.curve else 0)) + 1
@@ -525,10 +526,11 @@ def run_config(
         mode = "serve --workers" if len(bases) < web else "processes"
         result: dict[str, Any] = {"web": web, "workers": workers, "web_mode": mode, "steps": steps}
         held = [s["target"] for s in steps if not s["knee"]]
-        if args.cold_start and held:
+        if args.cold_start and (held or args.cold_rate):
             sent = (tokens, repos, seq, commits)
+            rate = args.cold_rate or max(held)
             result["cold"] = cold_step(
-                env, dsn, postmaster, web, workers, procs, bench_backends, cwd, forge, sent, max(held), args
+                env, dsn, postmaster, web, workers, procs, bench_backends, cwd, forge, sent, rate, args
             )
         return result
     finally:
@@ -1040,6 +1042,9 @@ def main() -> int:
         "--cold-start", action="store_true",
         help="after each curve, restart its processes and hold its capacity's rate at once for one step",
     )  # fmt: skip
+    parser.add_argument(
+        "--cold-rate", type=float, metavar="RATE", help="with --cold-start: hold this rate instead of the capacity's"
+    )
     args = parser.parse_args()
     if args.profile:
         command = args.rerender or " ".join(["python -m bench.capacity_bench", *sys.argv[1:]])
