@@ -90,8 +90,11 @@ def sitemap_paths(base: str) -> list[str]:
 
 def crawl_paths(base: str, limit: int) -> tuple[list[str], Counter[str]]:
     """The sitemap's URLs, then links found on them that it does not list, each once, up to `limit`: the list and
-    how many of each kind."""
-    paths = list(dict.fromkeys(sitemap_paths(base)))[:limit]
+    how many of each kind. A sitemap longer than three quarters of `limit` is sampled evenly (each kind in its
+    share, as a crawler meets them), the last quarter kept for the links it does not list (cursor pages)."""
+    listed = list(dict.fromkeys(sitemap_paths(base)))
+    room = max(1, limit * 3 // 4) if len(listed) > limit * 3 // 4 else limit
+    paths = [listed[i * len(listed) // room] for i in range(room)] if len(listed) > room else listed
     seen = set(paths)
     queue = list(paths)
     while queue and len(paths) < limit:
