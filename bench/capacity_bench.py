@@ -581,11 +581,13 @@ def start_processes(
     """Web processes and workers running `cwd`'s tree: their base URLs and the CPU meter of a step (seconds so far
     by kind: web, workers, Postgres less the bench's own backends, those backends, this process, and with the gate
     the demo forge's process)."""
+    # the workers first: they start while the web processes do (a deploy restarts both), so a cold step does not
+    # begin with reports whose drain waits for a worker still importing its code
+    started = [spawn("worker", env=env, quiet=True, cwd=cwd) for _ in range(workers)]  # die with us if web fails
     bases = start_web(env, web, procs, cwd)
     web_pids = [p.pid for p in procs]
-    for _ in range(workers):
-        procs.append(spawn("worker", env=env, quiet=True, cwd=cwd))
-    worker_pids = [p.pid for p in procs if p.pid not in web_pids]
+    procs += started  # web first, then workers (the profile's py-spy reads them in that order)
+    worker_pids = [p.pid for p in started]
 
     def cpu() -> dict[str, float]:
         bench_pg = bench_backends.total()
