@@ -154,7 +154,7 @@ def html_time(value: str) -> str:
 
 
 def _stub(row: Any) -> DisclosureStub:
-    clock = disclosure_answer(row._mapping)
+    clock = disclosure_answer(row._asdict())
     return DisclosureStub(
         severity=row.severity, reported_at=clock.reported_at, deadline=clock.deadline, extensions=clock.extensions
     )
@@ -179,8 +179,8 @@ def _item(row: Any) -> LedgerItem:
 
 async def repository_disclosures(repository_id: int) -> RepositoryDisclosures:
     """The stub of a repository (none open: `embargoed` 0, no items)."""
-    async with db.read_session() as session:
-        rows = (await session.execute(_STUB, {"repository_id": repository_id, "limit": STUB_MAX})).all()
+    async with db.reader() as read:
+        rows = await read.rows(_STUB, {"repository_id": repository_id, "limit": STUB_MAX})
     return RepositoryDisclosures(embargoed=int(rows[0].embargoed) if rows else 0, items=[_stub(r) for r in rows])
 
 
@@ -188,9 +188,9 @@ async def finding_disclosure(canonical_id: int | None) -> DisclosureAnswer:
     """A canonical finding's `disclosure` object (`immediate` when it never had a clock)."""
     if canonical_id is None:
         return disclosure_answer(None)
-    async with db.read_session() as session:
-        row = (await session.execute(_OF_CANONICAL, {"id": canonical_id})).mappings().first()
-    return disclosure_answer(dict(row) if row is not None else None)
+    async with db.reader() as read:
+        found = await read.maps(_OF_CANONICAL, {"id": canonical_id})
+    return disclosure_answer(found[0] if found else None)
 
 
 # ---- the ledger ---------------------------------------------------------------------------------------------------

@@ -121,8 +121,8 @@ async def list_repository_infestations(
     if not await flags.read_from_rollup():
         return await list_repository_infestations_legacy(int(repository_id), limit=limit, min_repos=min_repos)
     params = {"repository_id": int(repository_id), "limit": limit, "min_repos": min_repos}
-    async with db.read_session() as session:
-        rows = (await session.execute(_REPOSITORY_INFESTATIONS, params)).mappings().all()
+    async with db.reader() as read:
+        rows = await read.maps(_REPOSITORY_INFESTATIONS, params)
     items = []
     for row in rows:
         items.append(with_repository_share(guarded_map(row), row, prefix="repository_"))

@@ -3,11 +3,12 @@ kernel's rules in words": transactions); the engines are app.kernel.engines'."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from typing import Final
 
@@ -125,14 +126,95 @@ def engine() -> AsyncEngine:
 _autocommit: dict[AsyncEngine, AsyncEngine] = {}
 
 
+class _Shared:
+    """One task's shared read (`shared_reads()`): the `Reader` its first public read opened (None until then) and
+    whether it reads the primary. Only the task that opened the block shares it: tasks it starts (`gather`) copy the
+    context but read on their own connections, as one connection runs one statement at a time."""
+
+    __slots__ = ("on_primary", "read", "stack", "task", "usable")
+
+    def __init__(self, stack: AsyncExitStack) -> None:
+        self.stack = stack
+        self.task = asyncio.current_task()
+        self.read: Reader | None = None
+        self.on_primary = False
+        self.usable = True  # False once a read on it failed: its connection may be gone
+
+    def serves(self, *, replica: bool) -> bool:
+        """Whether a read in this context may run on the shared connection: the same task, and the same routing (a
+        read that must go to the primary never runs on a replica's connection; any read may run on the primary)."""
+        if not self.usable or self.task is not asyncio.current_task():
+            return False
+        if self.read is None:  # the first read opens it, routed as it would route its own
+            return replica or reads_use_primary()
+        return self.on_primary or (replica and not reads_use_primary())
+
+    async def open(self) -> Reader:
+        if self.read is None:
+            self.read = await self.stack.enter_async_context(_own_reader())
+            self.on_primary = self.read.on_primary
+        return self.read
+
+    def failed(self, exc: BaseException) -> None:
+        """A read on the shared connection raised: what its own reader would have done (the request's retry on the
+        primary), and, for a failed statement, no more sharing (its connection may be gone; the error may be caught)."""
+        if isinstance(exc, sa_exc.SQLAlchemyError | psycopg.Error | OSError):
+            self.usable = False
+        fence = _request.get()
+        if fence is not None and (dead_connection(exc) or (not self.on_primary and recovery_conflict(exc))):
+            fence.retry = True
+
+
+_shared: contextvars.ContextVar[_Shared | None] = contextvars.ContextVar("shared_reads", default=None)
+
+
+@asynccontextmanager
+async def shared_reads() -> AsyncIterator[None]:
+    """Within the block, this task's public reads (`reader()`, `read_session()` without a transaction) share one
+    connection: the first read opens it (routed as `reader()` routes), and it goes back to the pool when the block
+    ends. A block that reads nothing costs no connection. Behind a transaction pooler every read keeps its own
+    transaction (see `_AUTOCOMMIT`), so nothing is shared there."""
+    if _shared.get() is not None or transaction_pooling():
+        yield
+        return
+    async with AsyncExitStack() as stack:
+        token = _shared.set(_Shared(stack))
+        try:
+            yield
+        finally:
+            _shared.reset(token)
+
+
 @asynccontextmanager
 async def reader() -> AsyncIterator[Reader]:
     """A public read (`read_session()`'s routing, outage and retry handling) whose statements go through the
     driver: `async with db.reader() as read: rows = await read.maps(STATEMENT, params)`. Without a replica in use
-    and behind no transaction pooler, a pooled connection of the primary in autocommit, no ORM session."""
+    and behind no transaction pooler, a pooled connection of the primary in autocommit, no ORM session. Within
+    another reader or `shared_reads()` of the same task, the connection that one opened (its routing, see
+    `_Shared.serves`)."""
+    shared = _shared.get()
+    if shared is not None and shared.serves(replica=True):
+        read = await shared.open()
+        try:
+            yield read
+        except Exception as exc:
+            shared.failed(exc)
+            raise
+        return
+    if shared is not None or transaction_pooling():  # another task's, routed elsewhere, or behind a pooler
+        async with _own_reader() as read:
+            yield read
+        return
+    async with shared_reads(), reader() as read:  # the outermost: its reads and those within share its connection
+        yield read
+
+
+@asynccontextmanager
+async def _own_reader() -> AsyncIterator[Reader]:
+    """`reader()` on a connection of its own."""
     if transaction_pooling() or not reads_use_primary():
-        async with read_session() as session:
-            yield Reader(session)
+        async with _read_session(replica=True, transaction=False) as session:
+            yield Reader(session, on_primary=session.bind is engine())
         return
     primary = engine()
     options = _autocommit.get(primary)
@@ -372,11 +454,33 @@ def _read_sessions(bound: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 async def read_session(*, replica: bool = True, transaction: bool = False) -> AsyncIterator[AsyncSession]:
     """A short read-only session (public reads may go to the replica while it is fresh enough, else the primary).
     Its statements run in autocommit unless `transaction` (a read that uses `SET LOCAL` or a savepoint): see
-    `_AUTOCOMMIT`.
+    `_AUTOCOMMIT`. Within a `reader()` or `shared_reads()` of the same task, and routed as it (`_Shared.serves`), a
+    read without a transaction runs on that block's connection.
 
     A read that hits a recovery conflict on the replica, or a pooled connection that died (no pre-ping: see
     `engine_for`), marks the request for one more run on the primary (app.kernel.security): after a Postgres
     restart, a GET costs no failure; the first statement on each dead connection still fails elsewhere (writes)."""
+    found = None if transaction else _shared.get()
+    if found is not None and found.serves(replica=replica):
+        read = await found.open()
+        session = read.session()
+        try:
+            yield session
+        except Exception as exc:
+            found.failed(exc)
+            raise
+        finally:
+            session.expunge_all()  # as below; a session of its own on the shared connection is closed
+            if session is not read.own_session:
+                await session.close()
+        return
+    async with _read_session(replica=replica, transaction=transaction) as session:
+        yield session
+
+
+@asynccontextmanager
+async def _read_session(*, replica: bool, transaction: bool) -> AsyncIterator[AsyncSession]:
+    """`read_session()` on a connection of its own."""
     on_replica = False
     try:
         if replica and not reads_use_primary():

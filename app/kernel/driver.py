@@ -75,17 +75,32 @@ class Reader:
     or, where a read must keep its session (a replica in use, a transaction pooler), on a `read_session()`. What
     `db.reader()` yields."""
 
-    __slots__ = ("_connection", "_driver", "_session")
+    __slots__ = ("_connection", "_driver", "_session", "on_primary")
 
     def __init__(
         self,
         session: AsyncSession | None,
         connection: AsyncConnection | None = None,
         driver: psycopg.AsyncConnection[Any] | None = None,
+        *,
+        on_primary: bool = True,
     ) -> None:
         self._session = session
         self._connection = connection
         self._driver = driver
+        self.on_primary = on_primary  # False: a replica's session
+
+    @property
+    def own_session(self) -> AsyncSession | None:
+        return self._session
+
+    def session(self) -> AsyncSession:
+        """An ORM session on this read's connection: its own session where it has one, else a new session bound to
+        its connection (autocommit: the session's transaction sends nothing; closing it leaves the connection open)."""
+        if self._session is not None:
+            return self._session
+        assert self._connection is not None
+        return AsyncSession(bind=self._connection, expire_on_commit=False)
 
     async def rows(self, statement: TextClause, params: Mapping[str, Any] = NO_PARAMS) -> list[Any]:
         """The statement's rows as named tuples (`rows`)."""

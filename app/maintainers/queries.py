@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from app.accounts.models import Account
 from app.kernel import db
+from app.kernel.sql import compiled
 from app.maintainers.models import MaintainerClaim, RepositoryMaintainer
 
 
@@ -19,17 +20,21 @@ class Maintainer:
     since: datetime
 
 
+_CURRENT = compiled(
+    select(Account.handle, RepositoryMaintainer.since)
+    .join(Account, Account.id == RepositoryMaintainer.account_id)
+    .where(RepositoryMaintainer.repository_id == bindparam("repository_id"), RepositoryMaintainer.ended_at.is_(None))
+    .order_by(RepositoryMaintainer.since, RepositoryMaintainer.id)
+)
+
+
 async def current_maintainers(repository_id: int, *, replica: bool = True) -> list[Maintainer]:
     """The repository's current maintainers, longest-serving first."""
-    async with db.read_session(replica=replica) as session:
-        rows = (
-            await session.execute(
-                select(Account.handle, RepositoryMaintainer.since)
-                .join(Account, Account.id == RepositoryMaintainer.account_id)
-                .where(RepositoryMaintainer.repository_id == repository_id, RepositoryMaintainer.ended_at.is_(None))
-                .order_by(RepositoryMaintainer.since, RepositoryMaintainer.id)
-            )
-        ).all()
+    if not replica:
+        with db.primary_reads():
+            return await current_maintainers(repository_id)
+    async with db.reader() as read:
+        rows = await read.rows(_CURRENT, {"repository_id": repository_id})
     return [Maintainer(str(handle), since) for handle, since in rows]
 
 

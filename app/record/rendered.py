@@ -9,6 +9,7 @@ import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from functools import wraps
 from typing import Any, TypeVar
@@ -389,43 +390,50 @@ async def kept_or_rendered(
     """One version read per request, the page rendered once per (key, its `scope`'s parts of the version) and
     process, and again once it is MAX_AGE_SECONDS old; `key_of()` gives the key and the rollup read flag the page
     is read under. Signed-in requests (a session cookie naming a live session), errors and private answers pass
-    through untouched."""
+    through untouched.
+
+    The version's read and the page's reads share one connection (`db.shared_reads()`), handed back once the handler
+    has answered: a streamed body is read after that (`_keep`, or as it is sent), each of its reads on its own."""
     store = cache()
-    if store is None or not await _anonymous(request):
-        if store is not None:
-            RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
-        return await handler(request)
-    version, on_primary = await shared_version()
-    store.saw_takedown(int(version[TAKEDOWN]))
-    key, rollup = await key_of()
-    full_key = (key, scope.of(version, rollup))
-    kept = store.get(full_key)
-    if kept is not None:
-        store.hits += 1
-        RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
-        return serve_kept(request, kept)
-    flight = (id(asyncio.get_running_loop()), full_key)
-    running = store._inflight.get(flight)
-    if running is not None:  # another visitor is rendering this very page: wait for it
-        kept = await asyncio.shield(running)
+    async with AsyncExitStack() as reads:
+        await reads.enter_async_context(db.shared_reads())
+        if store is None or not await _anonymous(request):
+            if store is not None:
+                RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
+            return await handler(request)
+        version, on_primary = await shared_version()
+        store.saw_takedown(int(version[TAKEDOWN]))
+        key, rollup = await key_of()
+        full_key = (key, scope.of(version, rollup))
+        kept = store.get(full_key)
         if kept is not None:
             store.hits += 1
             RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
             return serve_kept(request, kept)
-        return await handler(request)
-    future: asyncio.Future[KeptPage | None] = asyncio.get_running_loop().create_future()
-    store._inflight[flight] = future
-    kept = None
-    try:
-        if on_primary:
-            with db.primary_reads():
+        flight = (id(asyncio.get_running_loop()), full_key)
+        running = store._inflight.get(flight)
+        if running is not None:  # another visitor is rendering this very page: wait for it
+            await reads.aclose()
+            kept = await asyncio.shield(running)
+            if kept is not None:
+                store.hits += 1
+                RENDER_CACHE_REQUESTS.labels(outcome="hit").inc()
+                return serve_kept(request, kept)
+            return await handler(request)
+        future: asyncio.Future[KeptPage | None] = asyncio.get_running_loop().create_future()
+        store._inflight[flight] = future
+        kept = None
+        try:
+            if on_primary:
+                with db.primary_reads():
+                    response = await handler(_without_validators(request))
+            else:
                 response = await handler(_without_validators(request))
-        else:
-            response = await handler(_without_validators(request))
-        kept, response = await _keep(response, store.max_bytes // ENTRY_SHARE)
-    finally:  # waiters get the page, or None and render for themselves
-        store._inflight.pop(flight, None)
-        future.set_result(kept)
+            await reads.aclose()
+            kept, response = await _keep(response, store.max_bytes // ENTRY_SHARE)
+        finally:  # waiters get the page, or None and render for themselves
+            store._inflight.pop(flight, None)
+            future.set_result(kept)
     if kept is None:
         RENDER_CACHE_REQUESTS.labels(outcome="bypass").inc()
         return response

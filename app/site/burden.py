@@ -21,6 +21,6 @@ WHERE o.canonical_finding_id IN (SELECT id FROM canonical_findings WHERE reposit
 
 
 async def burden_of(repository_id: int) -> Burden:
-    async with db.read_session() as session:
-        row = (await session.execute(_BURDEN, {"id": repository_id})).one()
+    async with db.reader() as read:
+        (row,) = await read.rows(_BURDEN, {"id": repository_id})
     return Burden(decided=int(row.decided), disputed=int(row.disputed), refused=int(row.refused))

@@ -65,3 +65,67 @@ async def test_statement_listeners_are_told() -> None:
         async with db.reader() as read:
             await read.rows(text("SELECT :k AS k"), {"k": 1})
     assert seen == ["SELECT %(k)s AS k"]
+
+
+PID = text("SELECT pg_backend_pid() AS pid")
+
+
+async def _pid(read: db.Reader) -> int:
+    (row,) = await read.rows(PID)
+    return int(row.pid)
+
+
+def _checked_out() -> int:
+    return int(db.engine().pool.checkedout())  # type: ignore[attr-defined]
+
+
+async def test_reads_within_a_reader_share_its_connection_but_not_a_transaction_or_another_task() -> None:
+    async with db.reader() as outer:
+        pid = await _pid(outer)
+        async with db.reader() as inner:
+            assert await _pid(inner) == pid
+        async with db.read_session() as session:
+            assert (await session.execute(PID)).scalar_one() == pid, "an ORM read on the same connection"
+        async with db.read_session(transaction=True) as session:
+            assert (await session.execute(PID)).scalar_one() != pid, "a transaction block of its own"
+
+        async def elsewhere() -> int:
+            async with db.reader() as read:
+                return await _pid(read)
+
+        # a task started within the block reads on its own connection (one connection runs one statement at once)
+        assert pid not in await asyncio.gather(elsewhere(), elsewhere())
+        assert await _pid(outer) == pid
+
+
+async def test_shared_reads_take_a_connection_only_when_read_and_hand_it_back_at_the_end() -> None:
+    async with db.reader() as read:  # the pool is open
+        await read.rows(text("SELECT 1"))
+    before = _checked_out()
+    async with db.shared_reads():
+        assert _checked_out() == before, "nothing read yet: no connection"
+    async with db.shared_reads():
+        async with db.reader() as first:
+            pid = await _pid(first)
+        assert _checked_out() == before + 1, "kept for the next read of the block"
+        async with db.reader() as second:
+            assert await _pid(second) == pid
+    assert _checked_out() == before
+
+
+async def test_a_failed_statement_ends_the_sharing_and_a_lost_connection_is_still_retried() -> None:
+    async with db.reader() as outer:
+        pid = await _pid(outer)
+        with pytest.raises(sa_exc.DataError):  # caught: the page goes on
+            async with db.reader() as inner:
+                await inner.rows(text("SELECT 1 / :zero AS x"), {"zero": 0})
+        async with db.reader() as after:
+            assert await _pid(after) != pid, "a connection of its own after a failure on the shared one"
+    with db.request_reads() as fence:
+        async with db.reader() as outer:
+            with pytest.raises(sa_exc.DBAPIError) as raised:
+                async with db.reader() as inner:
+                    await inner.rows(text("SELECT pg_terminate_backend(pg_backend_pid())"))
+            assert raised.value.connection_invalidated and fence.retry, "caught or not, the request runs again"
+    async with db.reader() as read:
+        assert [tuple(row) for row in await read.rows(text("SELECT 1"))] == [(1,)]

@@ -146,6 +146,32 @@ async def test_read_sessions_route_by_kind_and_primary_reads_is_scoped(replica: 
     assert await current_database() == PROBE_DB, "the flag must not outlive its block"
 
 
+async def test_reads_within_a_replica_reader_keep_its_connection_only_where_they_would_read_the_replica(
+    replica: str,
+) -> None:
+    primary_name = make_url(_plain_url(os.environ["DATABASE_URL"])).database
+    probe = text("SELECT current_database() AS name, pg_backend_pid() AS pid")
+    async with db.reader() as outer:
+        ((name, pid),) = await outer.rows(probe)
+        assert name == PROBE_DB
+        async with db.reader() as inner:
+            assert tuple((await inner.rows(probe))[0]) == (PROBE_DB, pid)
+        async with db.read_session() as session:
+            assert tuple((await session.execute(probe)).one()) == (PROBE_DB, pid)
+        assert await current_database(replica=False) == primary_name
+        with db.primary_reads():
+            async with db.reader() as inner:
+                assert (await inner.rows(probe))[0].name == primary_name
+            assert await current_database() == primary_name
+    async with db.shared_reads():
+        with db.primary_reads():  # the block's first read opens it on the primary
+            async with db.reader() as first:
+                ((name, pid),) = await first.rows(probe)
+        assert name == primary_name
+        async with db.read_session() as session:  # the primary answers a replica's read too: its connection
+            assert tuple((await session.execute(probe)).one()) == (primary_name, pid)
+
+
 async def test_public_pages_read_the_replica_and_moderator_pages_the_primary(
     client: httpx.AsyncClient, replica: str
 ) -> None:
@@ -501,17 +527,18 @@ async def test_a_recovery_conflict_on_the_standby_is_retried_on_the_primary_neve
     caught_up(quick_conflicts)
     await description(client)  # warm: the replica's state is known, its pool open
 
-    original, slowed = db.read_session, list[bool]()
+    original, slowed = db._read_session, list[bool]()
 
     @asynccontextmanager
-    async def slow_first_replica_read(*, replica: bool = True) -> AsyncIterator[AsyncSession]:
-        async with original(replica=replica) as session:
+    async def slow_first_replica_read(*, replica: bool, transaction: bool) -> AsyncIterator[AsyncSession]:
+        # every read session opens here, a request's shared one (`db.shared_reads`) too
+        async with original(replica=replica, transaction=transaction) as session:
             if replica and not slowed:  # a long public read: its snapshot predates the primary's vacuum
                 slowed.append(True)
                 await session.execute(text("SELECT pg_sleep(3)"))
             yield session
 
-    monkeypatch.setattr(db, "read_session", slow_first_replica_read)
+    monkeypatch.setattr(db, "_read_session", slow_first_replica_read)
     conflicts = REPLICA_CONFLICTS._value.get()
     request = asyncio.create_task(client.get(WIDGET))
     deadline = time.monotonic() + 5
