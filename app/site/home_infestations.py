@@ -7,6 +7,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from app.infestations import queries
 from app.infestations.constellation import constellation_layout
 from app.kernel.templating import environment
@@ -34,6 +36,9 @@ _state = _State()
 # and the table are most of a home page's render).
 _HTML_KEPT = 8
 _html: dict[str, str] = {}
+# The list as JSON digests it for the ETag: the same rows give the same bytes in every process (keys in column
+# order), at a sixth of repr()'s cost.
+_encode = msgspec.json.Encoder().encode
 
 
 def stats() -> dict[str, int]:
@@ -53,7 +58,7 @@ async def current() -> Rendered:
     runs once per version, or once the kept fragment is MAX_AGE_SECONDS old, per process."""
     items = await queries.list_infestations(days=HOME_DAYS, min_repos=2, limit=HOME_TOP)
     _state.renders += 1
-    digest = hashlib.sha256(repr(items).encode()).hexdigest()[:32]
+    digest = hashlib.sha256(_encode(items)).hexdigest()[:32]
     etag = f'"home-infestations-{digest}"'
     html = _html.get(etag)
     if html is None:
