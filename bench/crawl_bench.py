@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -97,6 +98,7 @@ def crawl_paths(base: str, limit: int) -> tuple[list[str], Counter[str]]:
     paths = [listed[i * len(listed) // room] for i in range(room)] if len(listed) > room else listed
     seen = set(paths)
     queue = list(paths)
+    random.Random(0).shuffle(queue)  # links of every kind of page (in the sitemap's order, a repository's came first)
     while queue and len(paths) < limit:
         response = httpx.get(base + queue.pop(0), timeout=60)
         if not response.headers.get("content-type", "").startswith("text/html"):
