@@ -19,10 +19,7 @@ from app.kernel.config import settings, transaction_pooling
 _engines: dict[tuple[int, str], AsyncEngine] = {}
 CONNECT_TIMEOUT = 5  # seconds to open a connection (libpq connect_timeout): a silent host fails, then 503s
 CLIENT_CHECK_MS = 1000
-# uses of a statement on a connection before psycopg prepares it (direct connections). Its default, 5, left a
-# process started into a burst parsing each statement 5 times on each of its connections: ours are a fixed set,
-# and a one-off (a CLI's) is still never prepared (docs/scaling.md "A process answers warm")
-PREPARE_AFTER = 1
+PREPARE_AFTER = 5  # uses of a statement on a connection before psycopg prepares it (its default; direct connections)
 _statement_timeout = 0.0  # seconds; 0 = no cap (see limit_statements)
 
 # psycopg converts a statement's placeholders once and keeps it (128 statements, least recent out) only when its

@@ -24,7 +24,7 @@ PROBE = text("SELECT v FROM prepared_probe WHERE id = :id")
 
 
 async def _probe(times: int) -> object:
-    async with db.read_session(replica=False) as session:  # one connection: prepared from its PREPARE_AFTER + 1-th use
+    async with db.read_session(replica=False) as session:  # one connection: prepared from its 5th use
         for _ in range(times):
             value = (await session.execute(PROBE, {"id": 1})).scalar_one()
     return value
