@@ -115,8 +115,8 @@ async def _bounded(deadline: float, *calls: Awaitable[Any]) -> list[Any]:
 async def _read_cache(by: TextClause, params: dict[str, Any]) -> tuple[int, str | None, _Commit] | None:
     """The repository's id and default branch, and what the caches know of the commit; None: no such repository."""
     found = _Commit()
-    async with db.statement_session() as session:  # one statement on the primary: no transaction block around it
-        rows = await db.rows(session, by, params)
+    async with db.statements() as primary:  # one statement on the primary: no transaction block around it
+        rows = await primary.rows(by, params)
     if not rows:
         return None
     for row in rows:
@@ -329,5 +329,5 @@ async def _write_cache(repository_id: int, commit_sha: str, known: _Commit) -> N
         "presents": [f.present for f in learnt.values()],
         "digests": [f.digests for f in learnt.values()],
     }
-    async with db.statement_session() as session:
-        await db.rows(session, _CACHE, params)
+    async with db.statements() as primary:
+        await primary.rows(_CACHE, params)

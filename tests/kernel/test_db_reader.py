@@ -129,3 +129,21 @@ async def test_a_failed_statement_ends_the_sharing_and_a_lost_connection_is_stil
             assert raised.value.connection_invalidated and fence.retry, "caught or not, the request runs again"
     async with db.reader() as read:
         assert [tuple(row) for row in await read.rows(text("SELECT 1"))] == [(1,)]
+
+
+async def test_statements_commit_each_on_its_own_and_behind_a_pooler_in_one_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`db.statements()`, the evidence caches' reads and writes: each statement commits on its own, and behind a
+    transaction pooler the block is one transaction (a pooler gives each transaction any server connection)."""
+    async with db.statements() as primary:
+        (first,) = await primary.rows(text("SELECT now() AS at"))
+        await asyncio.sleep(0.01)
+        (second,) = await primary.rows(text("SELECT now() AS at"))
+    assert second.at > first.at, "autocommit: every statement its own transaction"
+    monkeypatch.setenv("DB_TRANSACTION_POOLING", "1")
+    async with db.statements() as pooled:
+        (first,) = await pooled.rows(text("SELECT now() AS at"))
+        await asyncio.sleep(0.01)
+        (second,) = await pooled.rows(text("SELECT now() AS at"))
+    assert second.at == first.at, "behind a pooler: one transaction block"
