@@ -13,7 +13,8 @@ the kept-or-not check included, however small the tier) serves them to `wrk -t2 
 hands each connection the next URL of the list in turn, right after a `/healthz` run (share = the crawl's
 requests/s over that run's, as bench/pages_bench.py). Besides requests/s and p99, the server's CPU per request
 (/proc). `--baseline DIR`: another source tree served from the same database, each of its runs right after this
-tree's. Demo data as bench/pages_bench.py seeds it (the evidence gate off); a tier from bench/generate.py.
+tree's. `--unix-socket`: the servers reach Postgres over its Unix socket (as the capacity bench's figure does).
+Demo data as bench/pages_bench.py seeds it (the evidence gate off); a tier from bench/generate.py.
 Raw results: `bench/out/crawl.json`.
 """
 
@@ -92,29 +93,49 @@ def sitemap_paths(base: str) -> list[str]:
 def crawl_paths(base: str, limit: int) -> tuple[list[str], Counter[str]]:
     """The sitemap's URLs, then links found on them that it does not list, each once, up to `limit`: the list and
     how many of each kind. A sitemap longer than three quarters of `limit` is sampled evenly (each kind in its
-    share, as a crawler meets them), the last quarter kept for the links it does not list (cursor pages)."""
+    share, as a crawler meets them), the last quarter kept for the links it does not list (cursor pages).
+
+    The walk starts at the hubs (the atlas lists the widest patterns, the ones whose ledgers have next pages) and
+    follows what it finds depth first, so a ledger's chain of `?cursor=` pages is walked as a crawler walks it; a
+    listed page it finds is fetched for its links but kept only when the sample holds it (the sample is the
+    sitemap's share)."""
     listed = list(dict.fromkeys(sitemap_paths(base)))
     room = max(1, limit * 3 // 4) if len(listed) > limit * 3 // 4 else limit
     paths = [listed[i * len(listed) // room] for i in range(room)] if len(listed) > room else listed
-    seen = set(paths)
-    queue = list(paths)
-    random.Random(0).shuffle(queue)  # links of every kind of page (in the sitemap's order, a repository's came first)
+    known = set(listed)
+    fetched: set[str] = set()
+    kept = set(paths)
+    rest = [p for p in paths if _kind(p) != "hub"]
+    random.Random(0).shuffle(rest)  # links of every kind of page (in the sitemap's order, a repository's came first)
+    queue = [p for p in paths if _kind(p) == "hub"] + rest
     while queue and len(paths) < limit:
-        response = httpx.get(base + queue.pop(0), timeout=60)
+        page = queue.pop(0)
+        if page in fetched:
+            continue
+        fetched.add(page)
+        response = httpx.get(base + page, timeout=60)
+        if response.status_code != 200 and page not in known:  # not a page to index (`/maintain`: a login's 303)
+            paths.remove(page)
+            continue
         if not response.headers.get("content-type", "").startswith("text/html"):
             continue
         parser = _Links()
         parser.feed(response.text)
+        found: list[str] = []
         for href in parser.hrefs:
-            link = urlsplit(urljoin(base + "/", href.replace("&amp;", "&")))
+            link = urlsplit(urljoin(base + "/", href))
             path = link.path + (f"?{link.query}" if link.query else "")
-            own = link.netloc == urlsplit(base).netloc
-            if own and FOLLOWED.match(path) and not DOCUMENT.search(path) and path not in seen:
-                seen.add(path)
+            if link.netloc != urlsplit(base).netloc or not FOLLOWED.match(path) or DOCUMENT.search(path):
+                continue
+            if path not in known and path not in kept:  # a page the sitemap does not list: the crawl's own
+                kept.add(path)
                 paths.append(path)
-                queue.append(path)
+                found.append(path)
                 if len(paths) >= limit:
                     break
+            elif _kind(page) == "hub" and path.startswith("/infestations/") and path not in fetched:
+                found.append(path)  # a wide pattern's show page: read for its ledger's next page
+        queue[:0] = found
     return paths, Counter(_kind(p) for p in paths)
 
 
@@ -153,7 +174,11 @@ def measure(tier: str, services: Services, env: dict[str, str], args: Any) -> di
     found, _ = crawl_paths(base, args.max_urls)
     # a link that answers anything but a 200 to an anonymous visitor (a maintainer's page redirects to the login)
     # is not a page a crawler indexes; every URL kept answers 200 on both trees before anything is timed
-    paths = [path for path in found if httpx.get(base + path, timeout=60).status_code == 200]
+    statuses = {path: httpx.get(base + path, timeout=60).status_code for path in found}
+    paths = [path for path in found if statuses[path] == 200]
+    dropped = Counter(f"{_kind(path)} {status}" for path, status in statuses.items() if status != 200)
+    if dropped:
+        print(f"[{tier}] not 200, left out: {dict(dropped)}", flush=True)
     kinds = Counter(_kind(path) for path in paths)
     for path in paths:
         for _, server in servers[1:]:
@@ -178,7 +203,7 @@ def measure(tier: str, services: Services, env: dict[str, str], args: Any) -> di
                 print(json.dumps({"tier": tier, **row}), flush=True)
     for proc, _ in servers:
         stop(proc, timeout=30)
-    return {"tier": tier, "urls": len(paths), "kinds": dict(kinds), "runs": rows}
+    return {"tier": tier, "urls": len(paths), "kinds": dict(kinds), "dropped": dict(dropped), "runs": rows}
 
 
 def render(result: dict[str, Any]) -> str:
@@ -192,7 +217,8 @@ def render(result: dict[str, Any]) -> str:
     for tier in result["tiers"]:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(tier["kinds"].items()))
         lines += [
-            f"**{'Demo data' if tier['tier'] == 'demo' else 'Tier ' + tier['tier']}**: {tier['urls']} URLs ({kinds}).",
+            f"**{'Demo data' if tier['tier'] == 'demo' else 'Tier ' + tier['tier']}**: {tier['urls']} URLs ({kinds})"
+            + (f"; found but not 200, left out: {tier['dropped']}." if tier.get("dropped") else "."),
             "",
             "| round | tree | crawl pages/s | p99 ms | `/healthz` requests/s | share | server CPU ms: page / `/healthz` |"
             " load | target |",
@@ -220,13 +246,19 @@ def main() -> int:
     parser.add_argument("--max-urls", type=int, default=20_000)
     parser.add_argument("--baseline", type=Path, help="another source tree to measure beside this one")
     parser.add_argument("--snapshot", type=Path, help="a pg_dump of the generated tier: restored if it exists")
+    parser.add_argument(
+        "--unix-socket", action="store_true", help="the servers reach Postgres over its Unix socket, not TCP"
+    )
     args = parser.parse_args()
     args.baseline = args.baseline.resolve() if args.baseline else None
     ensure_wrk()
     tiers = []
     for name in args.tiers.split(","):
         with throwaway_services(f"tarakan-crawl-{name}-") as services:
-            tiers.append(measure(name, services, tier_data(services, name, args.snapshot), args))
+            env = tier_data(services, name, args.snapshot)
+            if args.unix_socket:  # a Postgres on the same host: no loopback TCP stack per statement, on either side
+                env = {**env, "DATABASE_URL": services.pg.socket_url}
+            tiers.append(measure(name, services, env, args))
     result = {**run_stamp("crawl_bench"), "tiers": tiers}
     publish("crawl", result, lambda r, _command: render(r), HEADING, args)
     return 0
