@@ -315,6 +315,15 @@ class SurvivingWorker(Worker):
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, RECONNECT_BACKOFF[1])
 
+    async def close(self) -> None:
+        """arq's close, once the jobs its signal handler cancelled have ended: arq gathers them bare, so a job
+        cancelled at its shielded finish (its result being written) raised CancelledError out of close: the
+        shutdown hook never ran and a SIGTERM exited 1."""
+        if self._handle_signals:  # the signal handler cancelled what ran: wait until those have ended
+            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        self.tasks = {job: task for job, task in self.tasks.items() if not task.done()}
+        await super().close()
+
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     await watchdog.stop()
