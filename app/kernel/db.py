@@ -217,9 +217,8 @@ async def _own_reader() -> AsyncIterator[Reader]:
             yield Reader(session, on_primary=session.bind is engine())
         return
     try:
-        async with _autocommit_engine().connect() as connection:
-            raw = await connection.get_raw_connection()
-            yield Reader(None, connection, raw.driver_connection)
+        async with _primary_autocommit() as read:
+            yield read
     except Exception as exc:
         fence = _request.get()
         if fence is not None and dead_connection(exc):
@@ -227,15 +226,18 @@ async def _own_reader() -> AsyncIterator[Reader]:
         raise
 
 
-def _autocommit_engine() -> AsyncEngine:
-    """The primary's engine in autocommit (its pool shared with the primary engine's)."""
+@asynccontextmanager
+async def _primary_autocommit() -> AsyncIterator[Reader]:
+    """A `Reader` on a pooled connection of the primary in autocommit (the pool is the primary engine's)."""
     primary = engine()
     options = _autocommit.get(primary)
     if options is None:
         if len(_autocommit) > 16:  # engines of event loops that ended (tests)
             _autocommit.clear()
         options = _autocommit[primary] = primary.execution_options(isolation_level="AUTOCOMMIT")
-    return options
+    async with options.connect() as connection:
+        raw = await connection.get_raw_connection()
+        yield Reader(None, connection, raw.driver_connection)
 
 
 async def warm_pools() -> int:
@@ -344,9 +346,8 @@ async def statements() -> AsyncIterator[Reader]:
         async with transaction() as session:
             yield Reader(session)
         return
-    async with _autocommit_engine().connect() as connection:
-        raw = await connection.get_raw_connection()
-        yield Reader(None, connection, raw.driver_connection)
+    async with _primary_autocommit() as primary:
+        yield primary
 
 
 async def takedown_fence(session: AsyncSession) -> int:
