@@ -252,8 +252,10 @@ async def test_sessions_forms_login_limits_and_a_takedown_across_processes(fleet
         assert accepted.status_code == 303, accepted.text
 
         # the next anonymous requests, whichever of A's processes answers, no longer show the quarantined sample
+        # (a worker's refresh may already have dropped the pattern: one listed repository is not an infestation)
         after = await asyncio.gather(*(on_a.get(OPEN) for _ in range(12)))
-        assert [r.json()["items"][0]["sample_occurrence_public_id"] for r in after] == [None] * 12
+        shown = [r.json()["items"] for r in after]
+        assert all(items == [] or items[0]["sample_occurrence_public_id"] is None for items in shown), shown
 
         assert (await on_b.post("/logout", headers={**session, "Origin": fleet.b})).status_code == 303
         for _ in range(4):  # either process of A
