@@ -152,15 +152,22 @@ def _kind(path: str) -> str:
     return kind + (" (cursor)" if "cursor=" in path else "")
 
 
-def walk(base: str, script: Path, duration: float, pid: int) -> dict[str, Any]:
-    """wrk over the URL list (each connection its own place in it); the server's CPU ms per request."""
+def walk(base: str, script: Path, duration: float, pid: int, postmaster: int) -> dict[str, Any]:
+    """wrk over the URL list (each connection its own place in it); the server's and Postgres's CPU ms per
+    request."""
     load = os.getloadavg()[0]
-    before = cpu_seconds(pid)
+    before, before_pg = cpu_seconds(pid), cpu_seconds(postmaster, children=True)
     command = ["wrk", "-t2", "-c32", f"-d{duration:g}s", "--timeout", "10s", "--latency", "-s", str(script), base]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    used = cpu_seconds(pid) - before
+    used, used_pg = cpu_seconds(pid) - before, cpu_seconds(postmaster, children=True) - before_pg
     figures = parse_wrk(out)
-    return {"load_average": load, **figures, "cpu_ms": 1000 * used / max(1, figures["requests"])}
+    requests = max(1, figures["requests"])
+    return {
+        "load_average": load,
+        **figures,
+        "cpu_ms": 1000 * used / requests,
+        "postgres_cpu_ms": 1000 * used_pg / requests,
+    }
 
 
 def measure(tier: str, services: Services, env: dict[str, str], args: Any) -> dict[str, Any]:
@@ -187,17 +194,19 @@ def measure(tier: str, services: Services, env: dict[str, str], args: Any) -> di
     listing = work / f"crawl-{tier}.txt"
     listing.write_text("\n".join(paths) + "\n")
     rows = []
+    assert services.pg.proc is not None
+    postmaster = services.pg.proc.pid
     with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
         script.write(WALK_SCRIPT % listing + P95_SCRIPT)
         script.flush()
         for round_ in range(args.rounds):
             for name, (proc, server) in zip(("this tree", "baseline"), servers, strict=False):
-                walk(server, Path(script.name), 1, proc.pid)  # warm-up
+                walk(server, Path(script.name), 1, proc.pid, postmaster)  # warm-up
                 row = {
                     "round": round_ + 1,
                     "tree": name,
                     "healthz": timed_wrk(server + "/healthz", args.duration, proc.pid),
-                    "crawl": walk(server, Path(script.name), args.duration, proc.pid),
+                    "crawl": walk(server, Path(script.name), args.duration, proc.pid, postmaster),
                 }
                 rows.append(row)
                 print(json.dumps({"tier": tier, **row}), flush=True)
@@ -221,8 +230,8 @@ def render(result: dict[str, Any]) -> str:
             + (f"; found but not 200, left out: {tier['dropped']}." if tier.get("dropped") else "."),
             "",
             "| round | tree | crawl pages/s | p99 ms | `/healthz` requests/s | share | server CPU ms: page / `/healthz` |"
-            " load | target |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---|",
+            " Postgres CPU ms a page | load | target |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for row in tier["runs"]:
             c, h = row["crawl"], row["healthz"]
@@ -231,7 +240,8 @@ def render(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {row['round']} | {row['tree']} | {c['requests_per_s']:,.0f}"
                 f"{f' ({failed} failed)' if failed else ''} | {c['p99_ms']:.1f} | {h['requests_per_s']:,.0f} | "
-                f"{share:.1%} | {c['cpu_ms']:.2f} / {h['cpu_ms']:.2f} | {c['load_average']:.1f} | "
+                f"{share:.1%} | {c['cpu_ms']:.2f} / {h['cpu_ms']:.2f} | {c.get('postgres_cpu_ms', 0):.2f} | "
+                f"{c['load_average']:.1f} | "
                 f"{'met' if share >= TARGET_SHARE else 'not met'} |"
             )
         lines.append("")
