@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 import psycopg
-from sqlalchemy import MetaData, text
+from sqlalchemy import MetaData
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase
@@ -526,8 +526,11 @@ async def _read_session(*, replica: bool, transaction: bool) -> AsyncIterator[As
         raise
 
 
-async def ping(*, replica: bool = True) -> None:
-    """One `SELECT 1` where a public read would go: raises (an outage, app.kernel.outages) when it cannot answer.
-    Streamed documents call it before they send their 200 (docs/reliability.md)."""
-    async with read_session(replica=replica) as session:
-        await session.execute(text("SELECT 1"))
+_SELECT_ONE: Final = statement("SELECT 1")
+
+
+async def ping() -> None:
+    """One `SELECT 1` where a public read would go (`reader()`): raises (an outage, app.kernel.outages) when it
+    cannot answer. Streamed documents call it before they send their 200 (docs/reliability.md)."""
+    async with reader() as read:
+        await read.rows(_SELECT_ONE)

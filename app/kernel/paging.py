@@ -177,8 +177,8 @@ async def id_range_page(
     limit = clamp_limit(limit)
     start = decode_id_cursor(cursor) if cursor is not None else max(0, int(after_id))
     params = {"after_id": start, "before_id": before_id, "fetch": limit + 1}
-    async with db.read_session() as session:
-        rows = list((await session.execute(statements[shape, before_id is not None], params)).all())
+    async with db.reader() as read:
+        rows = await read.rows(statements[shape, before_id is not None], params)
     return keyset_page(rows, limit, _first_column_cursor)
 
 

@@ -99,8 +99,8 @@ async def public_pattern_sitemap_rows(
     limit = clamp_limit(limit, 5_000)
     query = _PATTERN_PAGE if before is None else _PATTERN_PAGE_BEFORE
     params = {"after": cursor or "", "start": start, "before": before, "fetch": limit + 1}
-    async with db.read_session() as session:
-        rows = list((await session.execute(query, params)).all())
+    async with db.reader() as read:
+        rows = await read.rows(query, params)
     return keyset_page(rows, limit, _key_cursor)
 
 

@@ -146,11 +146,10 @@ def finding_pages(base: str, lo: int = 0, hi: int | None = None) -> PageWalker:
 
     async def fetch(after: int | None, limit: int) -> tuple[RenderedPage, int | None]:
         params = {"prefix": prefix, "after_id": lo if after is None else after, "before_id": hi}
-        async with db.read_session() as session:
-            result = await session.execute(
+        async with db.reader() as read:
+            [(fetched, last_id, xml)] = await read.rows(
                 _FINDING_PAGES[hi is not None], {**params, "limit": limit, "fetch": limit + 1}
             )
-            fetched, last_id, xml = result.one()
         if not fetched:
             return (0, ""), None
         return (min(fetched, limit), xml), last_id if fetched > limit else None

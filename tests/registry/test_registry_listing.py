@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.kernel import db
 from app.kernel.paging import encode_id_cursor
@@ -34,7 +33,8 @@ async def add_repositories(count: int, listing: str = "listed", prefix: str = "r
 
 
 class SessionWatch:
-    """Wraps db.read_session to see how many sessions a stream opens and whether one stays open between pages."""
+    """Wraps db._own_reader (what a public read opens: its pooled connection) to see how many a stream opens and
+    whether one stays open between pages."""
 
     def __init__(self, real: Any) -> None:
         self.real = real
@@ -42,12 +42,12 @@ class SessionWatch:
         self.open_now = 0
 
     @asynccontextmanager
-    async def __call__(self, *, replica: bool = True) -> AsyncIterator[AsyncSession]:
+    async def __call__(self) -> AsyncIterator[db.Reader]:
         self.opened += 1
         self.open_now += 1
         try:
-            async with self.real(replica=replica) as session:
-                yield session
+            async with self.real() as read:
+                yield read
         finally:
             self.open_now -= 1
 
@@ -84,8 +84,8 @@ async def test_stream_yields_every_listed_repository_once_with_a_short_session_p
 ) -> None:
     listed = await add_repositories(7)
     await add_repositories(2, listing="quarantined", prefix="q")
-    watch = SessionWatch(db.read_session)
-    monkeypatch.setattr(db, "read_session", watch)
+    watch = SessionWatch(db._own_reader)
+    monkeypatch.setattr(db, "_own_reader", watch)
     seen = []
     async for repository in stream_listed_repositories(page_size=3):
         assert watch.open_now == 0  # the consumer runs with no session held
@@ -120,8 +120,8 @@ async def test_indexable_findings_are_public_reports_on_listed_repositories_only
     assert page["next_cursor"] is None
     assert page["entries"][0]["updated_at"] is not None
 
-    watch = SessionWatch(db.read_session)
-    monkeypatch.setattr(db, "read_session", watch)
+    watch = SessionWatch(db._own_reader)
+    monkeypatch.setattr(db, "_own_reader", watch)
     streamed = [f["public_id"] async for f in stream_indexable_findings(page_size=1)]
     assert streamed == [a.public_id, b.public_id]
     assert watch.opened == 2
