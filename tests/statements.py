@@ -14,15 +14,18 @@ from app.kernel import db
 
 @contextmanager
 def statements_sent() -> Iterator[list[str]]:
-    """Every statement sent on the primary engine inside the block, in order, with the driver's placeholders."""
+    """Every statement sent on the primary's pools (transactions, and the autocommit pool of public reads) inside
+    the block, in order, with the driver's placeholders."""
     sent: list[str] = []
 
     def before(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         sent.append(statement)
 
-    engine = db.engine().sync_engine
-    event.listen(engine, "before_cursor_execute", before)
+    engines = [db.engine().sync_engine, db.autocommit_engine().sync_engine]
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", before)
     try:
         yield sent
     finally:
-        event.remove(engine, "before_cursor_execute", before)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", before)

@@ -121,9 +121,10 @@ def engine() -> AsyncEngine:
     return engine_for(_database_urls()[0])
 
 
-# an autocommit engine per primary engine (shares its pool): a read's connection without a session (0.12 ms of CPU
-# to check out and return, a session's 0.3 ms; docs/benchmarks.md "Public pages when the cache misses")
-_autocommit: dict[AsyncEngine, AsyncEngine] = {}
+def autocommit_engine() -> AsyncEngine:
+    """The primary's pool of one-statement reads and writes (`engine_for(..., autocommit=True)`): a read's
+    connection without a session or a transaction (docs/scaling.md "Two pools")."""
+    return engine_for(_database_urls()[0], autocommit=True)
 
 
 class _Shared:
@@ -228,22 +229,20 @@ async def _own_reader() -> AsyncIterator[Reader]:
 
 @asynccontextmanager
 async def _primary_autocommit() -> AsyncIterator[Reader]:
-    """A `Reader` on a pooled connection of the primary in autocommit (the pool is the primary engine's)."""
-    primary = engine()
-    options = _autocommit.get(primary)
-    if options is None:
-        if len(_autocommit) > 16:  # engines of event loops that ended (tests)
-            _autocommit.clear()
-        options = _autocommit[primary] = primary.execution_options(isolation_level="AUTOCOMMIT")
-    async with options.connect() as connection:
+    """A `Reader` on a pooled connection of the primary in autocommit (`autocommit_engine()`)."""
+    async with autocommit_engine().connect() as connection:
         raw = await connection.get_raw_connection()
         yield Reader(None, connection, raw.driver_connection)
 
 
 async def warm_pools() -> int:
-    """Open the primary's pool (and the replica's) before the process answers (`app.kernel.engines.warm`)."""
+    """Open the primary's pools (and the replica's) before the process answers (`app.kernel.engines.warm`): the
+    autocommit pool too where public reads use it (no transaction pooler)."""
     connections = settings().db_pool_size
-    return sum([await warm(url, connections) for url in dict.fromkeys(_database_urls()) if url is not None])
+    opened = sum([await warm(url, connections) for url in dict.fromkeys(_database_urls()) if url is not None])
+    if not transaction_pooling():
+        opened += await warm(_database_urls()[0], connections, autocommit=True)
+    return opened
 
 
 # A read's statements each commit on their own (no BEGIN, no ROLLBACK: one round trip per statement). Under READ

@@ -1,5 +1,6 @@
-"""The connection pools: one engine per event loop and URL, its connect options (the statement cap, prepared
-statements, the dead-client check) and the pool's checks of a connection the server closed (docs/scaling.md)."""
+"""The connection pools: per event loop and URL, one for transactions and one in autocommit for one-statement
+reads and writes; their connect options (the statement cap, prepared statements and their plans, the dead-client
+check) and the pool's checks of a connection the server closed (docs/scaling.md "Two pools")."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.kernel.config import settings, transaction_pooling
 
-_engines: dict[tuple[int, str], AsyncEngine] = {}
+_engines: dict[tuple[int, str, bool], AsyncEngine] = {}
 CONNECT_TIMEOUT = 5  # seconds to open a connection (libpq connect_timeout): a silent host fails, then 503s
 CLIENT_CHECK_MS = 1000
 PREPARE_AFTER = 5  # uses of a statement on a connection before psycopg prepares it (its default; direct connections)
@@ -38,9 +39,12 @@ def limit_statements() -> None:
     _statement_timeout = settings().db_statement_timeout
 
 
-def engine_for(url: str) -> AsyncEngine:
-    # one engine per event loop: pooled async connections belong to the loop that opened them
-    key = (id(asyncio.get_running_loop()), url)
+def engine_for(url: str, *, autocommit: bool = False) -> AsyncEngine:
+    """`url`'s pool for this event loop (pooled async connections belong to the loop that opened them). With
+    `autocommit`, the pool of one-statement reads and writes (`db.reader()`, `db.statements()`): its connections are
+    in autocommit from the start and plan their prepared statements as Postgres chooses (`plan_cache_mode=auto`), so
+    a page's statements are not planned again at every request (docs/scaling.md "Two pools")."""
+    key = (id(asyncio.get_running_loop()), url, autocommit)
     engine = _engines.get(key)
     if engine is None:
         cfg = settings()
@@ -58,7 +62,8 @@ def engine_for(url: str) -> AsyncEngine:
             # A prepared statement is still planned for its parameters each time (force_custom_plan): a generic
             # plan, chosen once for every pattern key, would serve a 12,000-instance key as it serves a 1-instance
             # one (docs/benchmarks.md "Ingest capacity").
-            options = [f"-c client_connection_check_interval={CLIENT_CHECK_MS}", "-c plan_cache_mode=force_custom_plan"]
+            plans = "auto" if autocommit else "force_custom_plan"
+            options = [f"-c client_connection_check_interval={CLIENT_CHECK_MS}", f"-c plan_cache_mode={plans}"]
             if _statement_timeout > 0:
                 options.append(f"-c statement_timeout={int(_statement_timeout * 1000)}")
             connect_args["options"] = " ".join(options)
@@ -73,6 +78,7 @@ def engine_for(url: str) -> AsyncEngine:
             # no pre-ping (a round trip on every checkout): `_closed_by_server` looks at the socket instead
             pool_pre_ping=False,
             connect_args=connect_args,
+            **({"isolation_level": "AUTOCOMMIT"} if autocommit else {}),
         )
         if _statement_timeout > 0 and pooled:
             _cap_every_transaction(engine, int(_statement_timeout * 1000))
@@ -136,12 +142,12 @@ async def dispose_engines(url: str | None = None) -> None:
 WARM_SECONDS = 10.0  # the longest a starting process waits for its pool before it answers anyway
 
 
-async def warm(url: str, connections: int) -> int:
+async def warm(url: str, connections: int, *, autocommit: bool = False) -> int:
     """Open `connections` of `url`'s pooled connections at once, before the process answers: a cold process met by
     a burst opened them one request at a time, each a Postgres backend's start in the request's time (issue 39,
     docs/scaling.md "A process answers warm"). Answers how many opened; a database lost meanwhile opens none (the
     process answers anyway, its requests 503 until it is back: `tarakan serve` checked it was there)."""
-    pool = engine_for(url)
+    pool = engine_for(url, autocommit=autocommit)
     opened = [pool.connect() for _ in range(connections)]
     try:
         async with asyncio.timeout(WARM_SECONDS):

@@ -15,6 +15,13 @@ from app.kernel import db, outages
 from app.kernel.config import settings
 from tests.statements import statements_sent
 
+
+@pytest.fixture(autouse=True)
+def no_replica(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite names the primary as its replica too; without one, public reads take the autocommit pool."""
+    monkeypatch.delenv("DATABASE_REPLICA_URL", raising=False)
+
+
 ROWS = text("SELECT n, n * :k AS times, now() AS at FROM generate_series(1, 3) AS n WHERE n > :above ORDER BY n")
 
 
@@ -76,7 +83,7 @@ async def _pid(read: db.Reader) -> int:
 
 
 def _checked_out() -> int:
-    return int(db.engine().pool.checkedout())  # type: ignore[attr-defined]
+    return int(db.autocommit_engine().pool.checkedout())  # type: ignore[attr-defined]
 
 
 async def test_reads_within_a_reader_share_its_connection_but_not_a_transaction_or_another_task() -> None:

@@ -83,3 +83,17 @@ async def test_a_report_transaction_plans_generically_and_the_next_transaction_d
     cursor = await connection_used.execute("SHOW plan_cache_mode")
     assert await cursor.fetchone() == ("force_custom_plan",)
     await connection_used.rollback()
+
+
+async def test_public_reads_plan_as_postgres_chooses_and_transactions_for_their_parameters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A public read (`db.reader()`) runs on the autocommit pool, whose prepared statements may use a generic plan
+    (a finding page's statement planned once a connection, not at every request: docs/scaling.md "Two pools");
+    a transaction, on the other pool, is still planned for its parameters."""
+    monkeypatch.delenv("DATABASE_REPLICA_URL")  # the suite names the primary as its replica too
+    async with db.reader() as read:
+        [(mode,)] = await read.rows(text("SHOW plan_cache_mode"))
+    assert mode == "auto"
+    async with db.transaction() as session:
+        assert (await session.execute(text("SHOW plan_cache_mode"))).scalar() == "force_custom_plan"
