@@ -339,9 +339,21 @@ def _twin_of(view: View[LedgerQuery], path: str) -> str:
     return twin_path(f"{path}?{query}" if query else path)
 
 
+_affected = Drawn("infestations/_affected.html", kept=64)
+
+
+def drawn_affected(infestation: Mapping[str, Any], entries: list[dict[str, Any]]) -> Markup:
+    """The show page's "Affected repositories" (the hub graph and its table) for these satellites, drawn once per
+    distinct input: every ledger page of a pattern (`?cursor=`, what a crawler walks) shows the same section."""
+    repo_count, title = infestation.get("repo_count"), infestation.get("title")
+    return _affected(
+        (repo_count, title, repr(entries)),
+        lambda: {"graph": hub_layout(infestation, entries, cap=SATELLITE_CAP), "repo_count": repo_count},
+    )
+
+
 def _show_page(view: View[LedgerQuery], data: ShowData, *, path: str) -> Response:
-    graph = hub_layout(data.infestation, data.repositories["entries"], cap=SATELLITE_CAP)
-    context = {**data.context(), "graph": graph}
+    context = {**data.context(), "affected": drawn_affected(data.infestation, data.repositories["entries"])}
     json_url = _twin_of(view, path)
     return page(view.request, "infestations/show.html", context, json_url=json_url, vary_hx=True, tags=data.tags())
 

@@ -10,6 +10,7 @@ import pytest
 
 from app.infestations.constellation import Constellation, constellation_layout
 from app.infestations.hub import SATELLITE_CAP, hub_layout
+from app.infestations.routes import drawn_affected
 from app.infestations.svg import CHAR_WIDTH
 from app.kernel.templating import environment
 from app.kernel.urls import repo_path
@@ -242,3 +243,17 @@ def test_the_drawn_hub_is_the_layouts_geometry_with_status_and_links() -> None:
         assert sat.status == (statuses[i % 4] if i % 4 < 3 else "disputed")
         assert sat.finding_href == (f"/findings/{i:08d}" if i % 3 else None)
     assert [s.finding_href for s in graph.narrow.satellites] == [s.finding_href for s in graph.satellites[:32]]
+
+
+def test_the_affected_section_is_drawn_once_per_distinct_satellites_and_count() -> None:
+    """Every ledger page of a pattern shows the same "Affected repositories": drawn once, and drawn again as soon as
+    anything it shows changes (a satellite's status, the pattern's repository count)."""
+    entries = [repo(i, instances=1 + i % 3) for i in range(70)]
+    first = drawn_affected({"title": "Hub", "repo_count": 70}, entries)
+    assert drawn_affected({"title": "Hub", "repo_count": 70}, [dict(e) for e in entries]) is first
+    page = soup(first)
+    assert len(page.select("table#affected tbody tr")) == 64 and "+6 more in ledger" in page.get_text()
+    fixed = [entries[0] | {"status": "fixed"}, *entries[1:]]
+    again = soup(drawn_affected({"title": "Hub", "repo_count": 70}, fixed))
+    assert [td.get_text() for td in again.select("table#affected td.status")][:2] == ["fixed", "open"]
+    assert "+7 more in ledger" in soup(drawn_affected({"title": "Hub", "repo_count": 71}, entries)).get_text()
