@@ -43,7 +43,7 @@ from app.kernel.paging import InvalidCursor, Page, Pages, cursor_params, keyset_
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.sql import WINDOW_DAYS
 from app.kernel.templating import Drawn
-from app.kernel.urls import infestation_path, twin_path
+from app.kernel.urls import finding_path, infestation_path, repo_path, twin_path
 from app.kernel.web import View, json_twin, page
 from app.record.rendered import ATLAS, page_route
 
@@ -196,10 +196,20 @@ class ShowData:
     cursor: str | None
 
     def context(self) -> dict[str, Any]:
+        """What the page's templates read; the ledger's rows with their links made here (a template's call of a
+        path function costs Jinja's call machinery each row)."""
+        rows = [
+            row
+            | {
+                "repository_path": repo_path(row["host"], row["owner"], row["name"]),
+                "finding_path": finding_path(row["occurrence_public_id"]) if row["occurrence_public_id"] else None,
+            }
+            for row in self.instances["entries"]
+        ]
         return {
             "infestation": self.infestation,
             "refreshed_at": self.refreshed_at,
-            "instances": self.instances,
+            "instances": {**self.instances, "entries": rows},
             "repositories": self.repositories,
             "cursor": self.cursor,
         }

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote
 
 from starlette.routing import Router
 
+# what `quote(text, safe="")` leaves as it is: most hosts, owners, names and ids, answered without a call to quote
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
+
 
 def _seg(value: object) -> str:
-    return quote(str(value), safe="")
+    text = str(value)
+    return text if _UNRESERVED.fullmatch(text) else quote(text, safe="")
 
 
 def infestation_path(pattern_key: str) -> str:
