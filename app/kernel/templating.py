@@ -122,8 +122,36 @@ def remembered_path_for(name: str, /, **params: object) -> str:
     return path
 
 
+# The layout's links (its scripts, styles, font and icon, and the named routes of its masthead and footer), made
+# once per installed router: thirteen calls from the template were each a turn of Jinja's call machinery, a tenth
+# of a finding page's CPU when its render cache misses (docs/benchmarks.md "Public pages when the cache misses").
+_LAYOUT_FILES = (
+    "js/theme.js",
+    "fonts/chakra-petch-latin-700-normal.woff2",
+    "favicon.svg",
+    "css/app.css",
+    "js/htmx.min.js",
+    "js/site.js",
+)
+_layout: tuple[object, dict[str, str]] = (None, {})
+
+
+def layout_links() -> dict[str, str]:
+    """`static_path` of each of the layout's files, by file, and `path_for` of its routes, by route name."""
+    global _layout
+    router, links = _layout
+    if router is not urls._router or not links:
+        links = {file: static_path(file) for file in _LAYOUT_FILES}
+        links["home"] = remembered_path_for("home")
+        for name in ("infestations", "search", "disclosures"):
+            links[name] = remembered_path_for(name, format="")
+        _layout = (urls._router, links)
+    return links
+
+
 # URL builders, registered once (autoescaping still applies to what they return: plain str).
 environment.globals.update(
+    layout_links=layout_links,
     repo_path=repo_path,
     infestation_path=infestation_path,
     finding_path=finding_path,
