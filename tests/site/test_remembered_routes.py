@@ -3,7 +3,11 @@ it directly, with that request's own path parameters; 404s, 405s and mounts stil
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import httpx
+from starlette.routing import Match
 
 from app.main import RememberedRoutes, app
 from e2e.seed import seed_pattern
@@ -30,3 +34,18 @@ async def test_a_remembered_route_answers_with_each_requests_own_parameters(clie
     assert ("/no-such-page", "GET") not in remembered().known
     assert (await client.get("/static/no-such-file.css")).status_code == 404  # a mount: never remembered
     assert not any(path.startswith("/static/") for path, _ in remembered().known)
+
+
+def test_the_scan_picks_the_route_starlettes_own_scan_picks() -> None:
+    """The scan tries only routes whose path starts as the request's does; for a path made from every route (its
+    parameters filled in) and each method, it picks the route the router's full ordered scan picks."""
+    routes = app.router.routes
+    paths = {"/", "/no-such-page", "/static/css/app.css", "/findings/x", "/repos/a/b/c/maintain"}
+    for route in routes:
+        path = getattr(route, "path", "")
+        paths |= {re.sub(r"\{[^}]*\}", filler, path) for filler in ("x", "7", ".json")}
+    for path in sorted(paths):
+        for method in ("GET", "POST", "DELETE"):
+            scope: dict[str, Any] = {"type": "http", "path": path, "method": method, "root_path": "", "headers": []}
+            full = next((r for r in routes if r.matches(scope)[0] is Match.FULL), None)
+            assert remembered().first_match(scope) is full, (method, path)
