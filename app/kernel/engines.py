@@ -59,9 +59,10 @@ def engine_for(url: str, *, autocommit: bool = False) -> AsyncEngine:
         if not pooled:  # startup options, no extra round trip (a transaction pooler refuses them: see below)
             # a process killed mid-statement (OOM, SIGKILL) leaves its backend running the statement, holding its
             # locks, until it next writes to the socket; checked every second, it stops at once (docs/scaling.md).
-            # A prepared statement is still planned for its parameters each time (force_custom_plan): a generic
-            # plan, chosen once for every pattern key, would serve a 12,000-instance key as it serves a 1-instance
-            # one (docs/benchmarks.md "Ingest capacity").
+            # In a transaction a prepared statement is still planned for its parameters each time
+            # (force_custom_plan): a generic plan, chosen once for every pattern key, would serve a 12,000-instance
+            # key as it serves a 1-instance one (docs/benchmarks.md "Ingest capacity"). The autocommit pool's
+            # one-statement reads may keep a generic plan (docs/scaling.md "Two pools").
             plans = "auto" if autocommit else "force_custom_plan"
             options = [f"-c client_connection_check_interval={CLIENT_CHECK_MS}", f"-c plan_cache_mode={plans}"]
             if _statement_timeout > 0:

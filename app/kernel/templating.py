@@ -123,8 +123,8 @@ def remembered_path_for(name: str, /, **params: object) -> str:
 
 
 # The layout's links (its scripts, styles, font and icon, and the named routes of its masthead and footer), made
-# once per installed router: thirteen calls from the template were each a turn of Jinja's call machinery, a tenth
-# of a finding page's CPU when its render cache misses (docs/benchmarks.md "Public pages when the cache misses").
+# once per installed router: thirteen calls from the template were each a turn of Jinja's call machinery (a finding
+# page's render 0.090 -> 0.076 ms; docs/benchmarks.md "Public pages when the cache misses").
 _LAYOUT_FILES = (
     "js/theme.js",
     "fonts/chakra-petch-latin-700-normal.woff2",
