@@ -42,7 +42,7 @@ from app.kernel.errors import BadRequest, NotFound
 from app.kernel.paging import InvalidCursor, Page, Pages, cursor_params, keyset_page
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
 from app.kernel.sql import WINDOW_DAYS
-from app.kernel.templating import Drawn
+from app.kernel.templating import Drawn, rows_key
 from app.kernel.urls import finding_path, infestation_path, repo_path, twin_path
 from app.kernel.web import View, json_twin, page
 from app.record.rendered import ATLAS, page_route
@@ -138,7 +138,7 @@ _results = Drawn("infestations/_results.html")
 def drawn_results(filters: InfestationFilters, items: list[dict[str, Any]]) -> Markup:
     """`infestations/_results.html` for these filters and rows, drawn once per distinct pair."""
     return _results(
-        (filters, repr(items)),
+        (filters, rows_key(items)),
         lambda: {"filters": filters, "items": items, "constellation": index_constellation(items)},
     )
 
@@ -357,7 +357,7 @@ def drawn_affected(infestation: Mapping[str, Any], entries: list[dict[str, Any]]
     distinct input: every ledger page of a pattern (`?cursor=`, what a crawler walks) shows the same section."""
     repo_count, title = infestation.get("repo_count"), infestation.get("title")
     return _affected(
-        (repo_count, title, repr(entries)),
+        (repo_count, title, rows_key(entries)),
         lambda: {"graph": hub_layout(infestation, entries, cap=SATELLITE_CAP), "repo_count": repo_count},
     )
 

@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute, Route
 from app.infestations.rows import Infestation, as_answer
 from app.kernel.answers import iso
 from app.kernel.shared_cache import ATLAS_TAG, pattern_tag, repository_tag
-from app.kernel.templating import Drawn
+from app.kernel.templating import Drawn, rows_key
 from app.kernel.web import cache_headers, etag_matches, json_twin, page, wants_json
 from app.record.rendered import rendered_once
 from app.registry.stats import registry_stats
@@ -52,8 +52,7 @@ async def home(request: Request) -> Response:
             "stats": await registry_stats(),
             "infestations_html": Markup(fragment.html),  # rendered by an autoescaping template
             "reports": reports,
-            # the rows' values are what the list shows (a tuple: hashed in C, a tenth of a repr's CPU)
-            "recent_reports": _recent_reports(tuple(tuple(r.values()) for r in reports), lambda: {"reports": reports}),
+            "recent_reports": _recent_reports(rows_key(reports), lambda: {"reports": reports}),
         }
         return page(request, "site/home.html", context, json_url="/index.json", tags=_home_tags(fragment, reports))
     return json_twin(

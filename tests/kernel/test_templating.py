@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 
-from jinja2 import StrictUndefined, UndefinedError
+from jinja2 import DictLoader, StrictUndefined, UndefinedError
 from markupsafe import Markup, escape
 
 from app.kernel.templating import environment, escaped_text
@@ -60,3 +60,13 @@ def test_templates_escape_outputs_and_keep_markup_and_filters() -> None:
         pass
     else:
         raise AssertionError("a strict undefined still raises")
+
+
+def test_an_import_sees_the_globals_of_the_render_that_imports_it() -> None:
+    """An imported template's module is made once and reused, except where the importing render has globals the
+    environment lacks: those still reach the import, as in Jinja's own rule."""
+    overlay = environment.overlay(loader=DictLoader({"m.html": "{% macro who() %}{{ name }}{% endmacro %}"}))
+    source = '{% from "m.html" import who %}[{{ who() }}]'
+    assert overlay.from_string(source).render(name="ignored") == "[]"  # a variable is not a global
+    assert overlay.from_string(source, globals={"name": "<g>"}).render() == "[&lt;g&gt;]"
+    assert overlay.from_string(source).render() == "[]"  # the module made for the globals was not kept
