@@ -17,6 +17,7 @@ from sqlalchemy import MetaData
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.util import greenlet_spawn
 
 from app.kernel import aftercommit, outages
 from app.kernel.config import settings, transaction_pooling
@@ -229,10 +230,15 @@ async def _own_reader() -> AsyncIterator[Reader]:
 
 @asynccontextmanager
 async def _primary_autocommit() -> AsyncIterator[Reader]:
-    """A `Reader` on a pooled connection of the primary in autocommit (`autocommit_engine()`)."""
-    async with autocommit_engine().connect() as connection:
-        raw = await connection.get_raw_connection()
-        yield Reader(None, connection, raw.driver_connection)
+    """A `Reader` on a pooled connection of the primary in autocommit (`autocommit_engine()`), checked out and
+    given back in one hop through SQLAlchemy's greenlet each: not an `AsyncConnection`, whose start and shielded
+    close cost twice the CPU (docs/scaling.md "Two pools")."""
+    pool = autocommit_engine()
+    connection = await greenlet_spawn(pool.sync_engine.connect)
+    try:
+        yield Reader(None, connection, connection.connection.driver_connection, pool)
+    finally:
+        await greenlet_spawn(connection.close)
 
 
 async def warm_pools() -> int:

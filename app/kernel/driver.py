@@ -12,9 +12,10 @@ from typing import Any
 import psycopg
 from psycopg import pq
 from psycopg.rows import namedtuple_row
-from sqlalchemy import TextClause
+from sqlalchemy import Connection, TextClause
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.util import greenlet_spawn
 
 _compiled: dict[TextClause, str] = {}
 _HELD = "tarakan.driver"  # session.info: (its transaction, the connection, the driver's connection)
@@ -22,17 +23,15 @@ NO_PARAMS: Mapping[str, Any] = {}
 
 
 async def execute(
-    connection: AsyncConnection,
+    sync: Connection,
     driver: psycopg.AsyncConnection[Any],
     statement: TextClause,
     params: Mapping[str, Any],
 ) -> list[Any]:
-    """`statement` on `driver`, the raw connection of `connection` (its transaction, or its autocommit)."""
+    """`statement` on `driver`, the raw connection of `sync` (its transaction, or its autocommit)."""
     sql = _compiled.get(statement)
     if sql is None:
-        sql = _compiled[statement] = str(statement.compile(dialect=connection.dialect))
-    sync = connection.sync_connection
-    assert sync is not None
+        sql = _compiled[statement] = str(statement.compile(dialect=sync.dialect))
     for listener in sync.dispatch.before_cursor_execute:
         listener(sync, None, sql, params, None, False)
     try:
@@ -48,9 +47,9 @@ async def execute(
             or (isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan must not change" in str(exc))
         )  # a connection lost, or a plan a migration outdated (as engines._drop_stale_prepared)
         if lost:
-            await connection.invalidate(exc)
+            await greenlet_spawn(sync.invalidate, exc)  # what AsyncConnection.invalidate does
         raise sa_exc.DBAPIError.instance(
-            sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=connection.dialect
+            sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=sync.dialect
         ) from exc
     for listener in sync.dispatch.after_cursor_execute:
         listener(sync, None, sql, params, None, False)
@@ -66,28 +65,31 @@ async def rows(session: AsyncSession, statement: TextClause, params: Mapping[str
         connection = await session.connection()
         raw = await connection.get_raw_connection()
         # the connection stays the transaction's until it ends: its next statements skip two greenlet hops
-        held = session.info[_HELD] = (session.sync_session.get_transaction(), connection, raw.driver_connection)
+        sync = connection.sync_connection
+        held = session.info[_HELD] = (session.sync_session.get_transaction(), sync, raw.driver_connection)
     return await execute(held[1], held[2], statement, params)  # type: ignore[arg-type]
 
 
 class Reader:
-    """A public read's statements, sent by psycopg (`rows`): on a pooled connection of the primary in autocommit,
-    or, where a read must keep its session (a replica in use, a transaction pooler), on a `read_session()`. What
-    `db.reader()` yields."""
+    """A public read's statements, sent by psycopg (`rows`): on a pooled connection of the primary in autocommit
+    (`connection`, checked out of `engine`'s pool), or, where a read must keep its session (a replica in use, a
+    transaction pooler), on a `read_session()`. What `db.reader()` yields."""
 
-    __slots__ = ("_connection", "_driver", "_session", "on_primary")
+    __slots__ = ("_connection", "_driver", "_engine", "_session", "on_primary")
 
     def __init__(
         self,
         session: AsyncSession | None,
-        connection: AsyncConnection | None = None,
+        connection: Connection | None = None,
         driver: psycopg.AsyncConnection[Any] | None = None,
+        engine: AsyncEngine | None = None,
         *,
         on_primary: bool = True,
     ) -> None:
         self._session = session
         self._connection = connection
         self._driver = driver
+        self._engine = engine
         self.on_primary = on_primary  # False: a replica's session
 
     @property
@@ -99,8 +101,8 @@ class Reader:
         its connection (autocommit: the session's transaction sends nothing; closing it leaves the connection open)."""
         if self._session is not None:
             return self._session
-        assert self._connection is not None
-        return AsyncSession(bind=self._connection, expire_on_commit=False)
+        assert self._connection is not None and self._engine is not None
+        return AsyncSession(bind=AsyncConnection(self._engine, self._connection), expire_on_commit=False)
 
     async def rows(self, statement: TextClause, params: Mapping[str, Any] = NO_PARAMS) -> list[Any]:
         """The statement's rows as named tuples (`rows`)."""
