@@ -93,30 +93,32 @@ async def repository_page(request: Request) -> Response:
     host, owner, name = (request.path_params[k] for k in ("host", "owner", "name"))
     viewer = await viewer_for(request)
     as_json = wants_json(request)
-    repository = None
-    if as_json:
-        # A repository may itself be named `x.json`: the exact name wins, `x.json` is then the twin of `x` only
-        # when no repository carries that name (and `x.json.json` is always the twin of `x.json`).
-        repository = await _visible_repository(viewer, host, owner, name + JSON_SUFFIX)
-        as_json = repository is None
-    if repository is None:
-        repository = await _visible_repository(viewer, host, owner, name)
-    if repository is None:
-        raise NotFound({"repository": ["not found"]}, message="No repository is recorded at this address.")
-    async with db.reader() as read:  # the reads of this page's features that take an open read share it
-        reports = await list_repository_reports(
-            read, repository["id"], repository["listing_status"], viewer=viewer, limit=REPOSITORY_REPORTS
-        )
-        shown = [f["public_id"] for r in reports for f in r["findings"]]
-        # the maintainers' voice beside each finding: its current statement (a hidden one is gone at once)
-        statements = await current_by_occurrences(read, shown)
-        # each finding's newest observation: the twin's alone (the page does not show it)
-        observed = await observations.latest_by_occurrences(read, shown) if as_json else {}
-    infestations = await list_repository_infestations(repository["id"], limit=REPOSITORY_INFESTATIONS)
-    maintainers = await current_maintainers(repository["id"])
-    burden = await burden_of(repository["id"])
-    # the stub of its findings under coordinated disclosure: severity and dates only
-    disclosures = await repository_disclosures(repository["id"])
+    # one pooled connection for the page's reads (a reader each opened its own: six checkouts a page)
+    async with db.shared_reads():
+        repository = None
+        if as_json:
+            # A repository may itself be named `x.json`: the exact name wins, `x.json` is then the twin of `x` only
+            # when no repository carries that name (and `x.json.json` is always the twin of `x.json`).
+            repository = await _visible_repository(viewer, host, owner, name + JSON_SUFFIX)
+            as_json = repository is None
+        if repository is None:
+            repository = await _visible_repository(viewer, host, owner, name)
+        if repository is None:
+            raise NotFound({"repository": ["not found"]}, message="No repository is recorded at this address.")
+        async with db.reader() as read:
+            reports = await list_repository_reports(
+                read, repository["id"], repository["listing_status"], viewer=viewer, limit=REPOSITORY_REPORTS
+            )
+            shown = [f["public_id"] for r in reports for f in r["findings"]]
+            # the maintainers' voice beside each finding: its current statement (a hidden one is gone at once)
+            statements = await current_by_occurrences(read, shown)
+            # each finding's newest observation: the twin's alone (the page does not show it)
+            observed = await observations.latest_by_occurrences(read, shown) if as_json else {}
+        infestations = await list_repository_infestations(repository["id"], limit=REPOSITORY_INFESTATIONS)
+        maintainers = await current_maintainers(repository["id"])
+        burden = await burden_of(repository["id"])
+        # the stub of its findings under coordinated disclosure: severity and dates only
+        disclosures = await repository_disclosures(repository["id"])
     path = repo_path(repository["host"], repository["owner"], repository["name"])
     # for the shared cache (a privileged answer drops them, cache_headers): the repository, and the patterns whose
     # spread it lists, which another repository's report moves (the drain purges the keys it refreshed)

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from sqlalchemy import event
 from sqlalchemy import text as sql
 
 from app.accounts.models import Account
@@ -69,6 +70,34 @@ async def test_repository_page_shows_public_record_only(client: httpx.AsyncClien
     full = next(r for r in twin["reports"] if r["visibility"] == "public")
     assert [f["public_id"] for f in full["findings"]] == [public_finding]
     assert "Restricted takedown title" not in str(twin) and "Summary-only secret title" not in str(twin)
+
+
+async def test_a_repository_page_reads_on_one_pooled_connection(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's reads (the repository, its reports and their statements, its infestations, maintainers, burden
+    and disclosures) share one connection of the pool: each used to check out its own, six a page."""
+    monkeypatch.delenv("DATABASE_REPLICA_URL")  # the suite names the primary as its replica too
+    seeded = await seed_pattern("Hardcoded JWT secret", repos=2)
+    repo = seeded.repositories[0]
+    checkouts: list[object] = []
+
+    def checkout(*_: object) -> None:
+        checkouts.append(None)
+
+    pools = [db.engine().sync_engine.pool, db.autocommit_engine().sync_engine.pool]
+    for pool in pools:
+        event.listen(pool, "checkout", checkout)
+    try:
+        for path in (f"/repos/github.com/acme/{repo.name}", f"/repos/github.com/acme/{repo.name}.json"):
+            checkouts.clear()
+            response = await client.get(path)
+            assert response.status_code == 200
+            assert seeded.key in response.text  # its infestations were read
+            assert len(checkouts) == 1, path
+    finally:
+        for pool in pools:
+            event.remove(pool, "checkout", checkout)
 
 
 async def test_repository_page_lists_its_infestations(client: httpx.AsyncClient) -> None:
