@@ -66,6 +66,13 @@ class InfestationPattern(InstanceCounts, Base):
     __table_args__ = (
         # min/max(refreshed_at): the home fragment's version and the oldest-refresh gauge read one index end
         Index("infestation_patterns_refreshed_at_idx", "refreshed_at"),
+        # the atlas feed's "new" half (`list_newest_infestations`) walks it in O(limit), not a sort of every pattern
+        Index(
+            "infestation_patterns_first_seen_idx",
+            text("first_seen_at DESC"),
+            "pattern_key",
+            postgresql_where=text("repo_count >= 2 AND first_seen_at IS NOT NULL"),
+        ),
         # one rank index per window: the ranked list walks it in O(limit); `>= 2` is the list's min_repos floor
         *(
             Index(

@@ -378,6 +378,11 @@ _NEWEST = compiled(
 )
 
 
+def newest_list_sql() -> str:
+    """The newest-infestations statement (tests EXPLAIN it to prove `infestation_patterns_first_seen_idx` is used)."""
+    return _NEWEST.text
+
+
 async def list_newest_infestations(*, limit: int = 20) -> list[dict[str, Any]]:
     """Infestations (all-time, at least 2 repositories) by first sighting, newest first: the "new" half of the atlas
     feed. Guarded like every atlas read; the legacy aggregate when the flag is off."""
